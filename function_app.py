@@ -1,0 +1,10 @@
+"""Azure Functions entry point: create the app and register one blueprint per job."""
+
+import azure.functions as func
+
+from functions.bottles import bp as bottles
+from functions.device_events import bp as device_events
+
+app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+for blueprint in (bottles, device_events):
+    app.register_functions(blueprint)

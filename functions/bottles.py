@@ -1,0 +1,46 @@
+"""Bottle registry endpoints for operations: provision/update a bottle, read its status."""
+
+import logging
+
+import azure.functions as func
+
+from functions.responses import bool_param, handles_errors, json_response
+from shared import registry
+from shared.cosmos import RetryPolicy
+from shared.instants import utc_now
+from shared.payloads import check_size, decode_json
+from shared.settings import get_settings
+from shared.store import get_database
+
+bp = func.Blueprint()
+log = logging.getLogger(__name__)
+
+
+@bp.function_name("provision_bottle")
+@bp.route(route="bottles/{bottle_id}", methods=["PUT"], auth_level=func.AuthLevel.FUNCTION)
+@handles_errors
+def provision_bottle(req: func.HttpRequest) -> func.HttpResponse:
+    bottle_id = registry.check_id(req.route_params.get("bottle_id", ""), "bottle_id")
+    rotate_key = bool_param(req, "rotate_key")
+    spec = registry.parse_bottle_spec(decode_json(check_size(req.get_body())))
+    result = registry.provision(
+        get_database(),
+        bottle_id,
+        spec,
+        rotate_key=rotate_key,
+        now=utc_now(),
+        policy=RetryPolicy.from_settings(get_settings()),
+    )
+    log.info("provision_bottle bottle_id=%s created=%s key_issued=%s", bottle_id, result.created,
+             result.device_key is not None)
+    body = result.bottle if result.device_key is None else {**result.bottle, "device_key": result.device_key}
+    return json_response(201 if result.created else 200, body)
+
+
+@bp.function_name("get_bottle")
+@bp.route(route="bottles/{bottle_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+@handles_errors
+def get_bottle(req: func.HttpRequest) -> func.HttpResponse:
+    bottle_id = registry.check_id(req.route_params.get("bottle_id", ""), "bottle_id")
+    view = registry.bottle_status(get_database(), bottle_id, RetryPolicy.from_settings(get_settings()))
+    return json_response(200, view)

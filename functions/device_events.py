@@ -1,0 +1,29 @@
+"""Device ingestion: bottles post heartbeats and opened/closed events, authenticated by their device key."""
+
+import logging
+
+import azure.functions as func
+
+from functions.responses import handles_errors, json_response
+from shared import ingestion
+from shared.instants import utc_now
+from shared.registry import check_id
+from shared.settings import get_settings
+from shared.store import get_database
+
+bp = func.Blueprint()
+log = logging.getLogger(__name__)
+
+
+# Anonymous at the Functions layer: each device authenticates with its own key (X-Device-Key), so no
+# fleet-wide function key has to be burned into 30 M devices.
+@bp.function_name("post_events")
+@bp.route(route="bottles/{bottle_id}/events", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS)
+@handles_errors
+def post_events(req: func.HttpRequest) -> func.HttpResponse:
+    bottle_id = check_id(req.route_params.get("bottle_id", ""), "bottle_id")
+    result = ingestion.receive(
+        get_database(), bottle_id, req.headers.get("X-Device-Key"), req.get_body(), utc_now(), get_settings()
+    )
+    log.info("post_events bottle_id=%s stored=%d duplicates=%d", bottle_id, result.stored, result.duplicates)
+    return json_response(202, {"stored": result.stored, "duplicates": result.duplicates})

@@ -1,0 +1,56 @@
+"""Shaping HTTP responses for every blueprint: JSON bodies, and domain errors mapped to status codes."""
+
+import functools
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import azure.functions as func
+
+from shared.cosmos import StoreUnavailable
+from shared.errors import BadRequest, DomainError
+from shared.store import StoreNotConfigured
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[func.HttpRequest], func.HttpResponse]
+
+
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> func.HttpResponse:
+    return func.HttpResponse(
+        json.dumps(body, separators=(",", ":")), status_code=status, mimetype="application/json", headers=headers
+    )
+
+
+def handles_errors(handler: Handler) -> Handler:
+    """Turn domain errors into their 4xx, an unavailable store into 503 + Retry-After; log the rest."""
+
+    @functools.wraps(handler)
+    def wrapper(req: func.HttpRequest) -> func.HttpResponse:
+        try:
+            return handler(req)
+        except DomainError as error:
+            log.info("%s rejected status=%d error=%r", handler.__name__, error.status, error.message)
+            return json_response(error.status, {"error": error.message, "details": error.details})
+        except StoreUnavailable as error:
+            log.warning("%s store unavailable: %s", handler.__name__, error)
+            return json_response(
+                503,
+                {"error": "the database is busy or unavailable; retry later", "details": []},
+                {"Retry-After": str(error.retry_after_s)},
+            )
+        except StoreNotConfigured as error:
+            log.error("%s misconfigured: %s", handler.__name__, error)
+            return json_response(503, {"error": "the service is not configured", "details": []}, {"Retry-After": "60"})
+
+    return wrapper
+
+
+def bool_param(req: func.HttpRequest, name: str) -> bool:
+    raw = req.params.get(name)
+    if raw is None or raw.lower() in ("false", "0", ""):
+        return False
+    if raw.lower() in ("true", "1"):
+        return True
+    raise BadRequest(f"invalid query parameter {name}", [{"field": name, "message": "must be true or false"}])

@@ -1,0 +1,142 @@
+"""Storing validated device events: idempotent, bulk, and in as few writes as the events allow.
+
+Per request: one bulk upsert into `bottle_heartbeats` (one op per heartbeat, into its bottle-day bucket),
+one bulk insert into `bottle_actions`, and one bulk update of the bottle's status in `bottles`. A request
+of heartbeats costs one write; an opened/closed event two; a batch of any size at most three.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo import InsertOne, UpdateOne
+from pymongo.database import Database
+
+from shared import schema
+from shared.cosmos import RetryPolicy, write_idempotent
+from shared.events import DeviceEvent, parse_events
+from shared.payloads import check_size, decode_json
+from shared.registry import RegistryEntry, authenticate
+from shared.settings import Settings
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    stored: int
+    duplicates: int
+
+
+def ingest_events(
+    db: Database[Any], bottle: RegistryEntry, events: list[DeviceEvent], now: datetime, policy: RetryPolicy
+) -> IngestResult:
+    """Store a request's events; a retried event (same request or a later one) is counted as a duplicate.
+
+    Writes are ordered so that a failure part-way leaves nothing a retry would not repair: events first,
+    then the status derived from all of the request's actions (re-applied on retry, never backwards).
+    """
+    heartbeats = _first_of_each(e for e in events if e.type == "heartbeat")
+    actions = _first_of_each(e for e in events if e.type != "heartbeat")
+    stored = 0
+    if heartbeats:
+        ops = [_heartbeat_upsert(bottle, e, now) for e in heartbeats]
+        stored += sum(write_idempotent(db[schema.BOTTLE_HEARTBEATS], ops, policy))
+    if actions:
+        inserts: list[InsertOne[Any] | UpdateOne] = [InsertOne(action_document(bottle, e, now)) for e in actions]
+        stored += sum(write_idempotent(db[schema.BOTTLE_ACTIONS], inserts, policy))
+        write_idempotent(db[schema.BOTTLES], status_updates(bottle.bottle_id, actions), policy)
+    return IngestResult(stored=stored, duplicates=len(events) - stored)
+
+
+def _first_of_each(events: Any) -> list[DeviceEvent]:
+    """Drop repeats within one request: a heartbeat is its instant, an action its event_id."""
+    seen: dict[Any, DeviceEvent] = {}
+    for event in events:
+        seen.setdefault(event.time if event.type == "heartbeat" else event.event_id, event)
+    return list(seen.values())
+
+
+def heartbeat_bucket_id(bottle_id: str, user_id: str, time: datetime) -> str:
+    """One bucket per bottle, UTC day and owner: a reassigned bottle starts a new bucket for its new user."""
+    return f"{bottle_id}|{time:%Y-%m-%d}|{user_id}"
+
+
+def _heartbeat_upsert(bottle: RegistryEntry, event: DeviceEvent, now: datetime) -> UpdateOne:
+    # The `$ne` guard makes a repeated heartbeat match nothing, so its upsert collides on `_id`:
+    # the duplicate-key answer is how a retry is recognised without a read.
+    return UpdateOne(
+        {
+            "_id": heartbeat_bucket_id(bottle.bottle_id, bottle.user_id, event.time),
+            "bottle_id": bottle.bottle_id,
+            "times": {"$ne": event.time},
+        },
+        {
+            "$addToSet": {"times": event.time},
+            "$max": {"last": event.time},
+            "$set": {"medication": bottle.medication, "received_at": now},
+            "$setOnInsert": {
+                "user_id": bottle.user_id,
+                "day": datetime(event.time.year, event.time.month, event.time.day, tzinfo=UTC),
+            },
+        },
+        upsert=True,
+    )
+
+
+def action_document(bottle: RegistryEntry, event: DeviceEvent, now: datetime) -> dict[str, Any]:
+    """An opened/closed event as stored: the device's readings, the registry's owner and medication."""
+    document: dict[str, Any] = {
+        "_id": f"{bottle.bottle_id}|{event.event_id}",
+        "bottle_id": bottle.bottle_id,
+        "user_id": bottle.user_id,
+        "medication": bottle.medication,
+        "mass_of_contents": event.mass_of_contents,
+        "number_of_pills": event.number_of_pills,
+        "time": event.time,
+        "action": event.type,
+        "event_id": event.event_id,
+        "received_at": now,
+    }
+    if event.type == "closed":
+        document["pills_taken"] = event.pills_taken
+    return document
+
+
+def status_updates(bottle_id: str, actions: list[DeviceEvent]) -> list[InsertOne[Any] | UpdateOne]:
+    """The bottle's status after these actions, guarded so an older event never moves it backwards."""
+    # At the same instant a close sorts after an open: the bottle ends closed.
+    latest = max(actions, key=lambda e: (e.time, e.type == "closed"))
+    key = {"_id": bottle_id, "bottle_id": bottle_id}
+    updates: list[InsertOne[Any] | UpdateOne] = [
+        UpdateOne(
+            {**key, "$or": [{"last_action_time": None}, {"last_action_time": {"$lt": latest.time}}]},
+            {
+                "$set": {
+                    "last_action": latest.type,
+                    "last_action_time": latest.time,
+                    "open_since": latest.time if latest.type == "opened" else None,
+                }
+            },
+        )
+    ]
+    doses = [e.time for e in actions if e.is_dose]
+    if doses:
+        updates.append(UpdateOne(key, {"$max": {"last_dose_time": max(doses)}}))
+    return updates
+
+
+def receive(
+    db: Database[Any],
+    bottle_id: str,
+    device_key: str | None,
+    body: bytes,
+    now: datetime,
+    settings: Settings,
+) -> IngestResult:
+    """A device's request, end to end: authenticate, decode, validate every event, then store them all.
+
+    Authentication comes first, so an unauthenticated caller learns nothing about the payload rules."""
+    check_size(body)
+    policy = RetryPolicy.from_settings(settings)
+    bottle = authenticate(db, bottle_id, device_key, settings.registry_cache_seconds, policy)
+    events = parse_events(decode_json(body), now, timedelta(days=settings.max_event_age_days))
+    return ingest_events(db, bottle, events, now, policy)

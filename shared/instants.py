@@ -1,0 +1,30 @@
+"""Points in time as the API and the store see them: aware UTC datetimes at millisecond precision."""
+
+from datetime import UTC, datetime
+
+
+def parse_instant(text: str) -> datetime:
+    """Parse ISO-8601 with a UTC offset ('Z' or +hh:mm) into UTC; ValueError says what is wrong."""
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"'{text}' is not an ISO-8601 date-time") from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise ValueError(f"'{text}' has no UTC offset; add 'Z' or '+hh:mm'")
+    return to_stored(parsed)
+
+
+def to_stored(moment: datetime) -> datetime:
+    """UTC, truncated to milliseconds: what BSON keeps, so values compare equal after a round trip."""
+    moment = moment.astimezone(UTC)
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def format_instant(moment: datetime) -> str:
+    """'2026-11-21T08:00:00.000Z'."""
+    return to_stored(moment).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def utc_now() -> datetime:
+    """The server clock. Triggers read it once per invocation and pass it down; tests patch it."""
+    return to_stored(datetime.now(UTC))

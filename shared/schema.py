@@ -1,0 +1,74 @@
+"""The collections, their shard keys and their indexes: the one source the setup command and the IaC follow.
+
+Index reasoning (the seeds' rule): equality fields first, then the sort/range field; every query the app
+issues names its shard key or is a deliberate fan-out (the checks). Cosmos DB limits: compound indexes of
+at most 8 fields and no arrays; TTL only on `_ts` (so on Cosmos the TTL index is on `_ts`, and on other
+MongoDB servers on `received_at`, which every write sets: both mean "N seconds after the last write").
+"""
+
+from dataclasses import dataclass, field
+
+from shared.settings import Settings
+
+BOTTLES = "bottles"
+BOTTLE_ACTIONS = "bottle_actions"
+BOTTLE_HEARTBEATS = "bottle_heartbeats"
+NOTIFICATIONS = "notifications"
+USER_HOURLY_REPORTS = "user_hourly_reports"
+USER_DAILY_REPORTS = "user_daily_reports"
+LEASES = "leases"
+
+Key = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    name: str
+    keys: Key
+    unique: bool = False
+    expire_after_seconds: int | None = None
+    cosmos_keys: Key | None = None  # a different key on Cosmos DB (its TTL index must be on `_ts`)
+
+    def keys_for(self, cosmos: bool) -> Key:
+        return self.cosmos_keys if cosmos and self.cosmos_keys is not None else self.keys
+
+
+@dataclass(frozen=True)
+class CollectionSpec:
+    name: str
+    shard_key: str | None
+    indexes: tuple[IndexSpec, ...] = field(default_factory=tuple)
+
+
+def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
+    """Every collection the app uses, in creation order."""
+    heartbeat_ttl = settings.heartbeat_retention_days * 86_400
+    return (
+        CollectionSpec(BOTTLES, "bottle_id"),
+        CollectionSpec(
+            BOTTLE_ACTIONS,
+            "bottle_id",
+            (
+                # One bottle's actions in a time range: report recomputes, the status view.
+                IndexSpec("bottle_time", (("bottle_id", 1), ("time", 1))),
+            ),
+        ),
+        CollectionSpec(
+            BOTTLE_HEARTBEATS,
+            "bottle_id",
+            (
+                # A bottle's latest bucket (`last` descending): the status view and the silent check.
+                IndexSpec("bottle_last", (("bottle_id", 1), ("last", -1))),
+                IndexSpec(
+                    "expire_after_last_write",
+                    (("received_at", 1),),
+                    expire_after_seconds=heartbeat_ttl,
+                    cosmos_keys=(("_ts", 1),),
+                ),
+            ),
+        ),
+        CollectionSpec(NOTIFICATIONS, "user_id"),
+        CollectionSpec(USER_HOURLY_REPORTS, "user_id"),
+        CollectionSpec(USER_DAILY_REPORTS, "user_id"),
+        CollectionSpec(LEASES, None),
+    )

@@ -1,0 +1,58 @@
+"""The process-wide database handle: one lazily created MongoClient, no network I/O at import."""
+
+import threading
+from typing import Any
+
+from pymongo import MongoClient
+from pymongo.database import Database
+
+from shared.settings import get_settings
+
+Document = dict[str, Any]
+
+# Cosmos DB drops idle connections after about 4 minutes; close ours before it does.
+MAX_IDLE_TIME_MS = 120_000
+
+_lock = threading.Lock()
+_client: MongoClient[Document] | None = None
+
+
+class StoreNotConfigured(RuntimeError):
+    """MONGODB_CONNECTION_STRING is missing."""
+
+
+def create_client(uri: str) -> MongoClient[Document]:
+    """A client tuned for Cosmos DB for MongoDB (works on any MongoDB). Connects lazily."""
+    return MongoClient(
+        uri,
+        tz_aware=True,
+        maxIdleTimeMS=MAX_IDLE_TIME_MS,
+        retryWrites=False,  # Cosmos DB rejects retryable writes; our writes are idempotent and retried by us.
+        appname="pillbottle-functions",
+        connect=False,
+    )
+
+
+def get_client() -> MongoClient[Document]:
+    """The one MongoClient of this process, created on first use."""
+    global _client  # noqa: PLW0603 - the process-wide singleton is the point
+    if _client is None:
+        with _lock:
+            if _client is None:
+                uri = get_settings().mongodb_connection_string
+                if not uri:
+                    raise StoreNotConfigured("MONGODB_CONNECTION_STRING is not set")
+                _client = create_client(uri)
+    return _client
+
+
+def use_client(client: MongoClient[Document] | None) -> None:
+    """Install a client (tests, the simulator, the local server); None forgets it."""
+    global _client  # noqa: PLW0603
+    with _lock:
+        _client = client
+
+
+def get_database() -> Database[Document]:
+    """The app's database on the process-wide client."""
+    return get_client()[get_settings().mongodb_database]

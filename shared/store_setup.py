@@ -1,0 +1,74 @@
+"""Create every collection and index the app needs. Idempotent: safe to run any number of times.
+
+    python -m shared.store_setup            # uses MONGODB_CONNECTION_STRING / MONGODB_DATABASE
+
+On Cosmos DB the sharded collections are created with their shard keys first (Cosmos' `customAction`);
+on any other MongoDB they are plain collections. Azure deployments get the same from infra/ (Bicep).
+"""
+
+import argparse
+import logging
+from typing import Any
+
+from pymongo import IndexModel
+from pymongo.database import Database
+
+from shared import cosmos
+from shared.schema import CollectionSpec, collection_specs
+from shared.settings import Settings, get_settings
+from shared.store import create_client
+
+log = logging.getLogger(__name__)
+
+
+def ensure_store(db: Database[Any], settings: Settings, *, on_cosmos: bool) -> list[str]:
+    """Create what is missing; return a line per collection saying what it has."""
+    existing = set(db.list_collection_names())
+    report = []
+    for spec in collection_specs(settings):
+        if spec.name not in existing:
+            _create_collection(db, spec, on_cosmos=on_cosmos)
+        models = [_index_model(index, on_cosmos=on_cosmos) for index in spec.indexes]
+        if models:
+            db[spec.name].create_indexes(models)
+        names = ", ".join(index.name for index in spec.indexes) or "_id only"
+        report.append(f"{spec.name}: shard key {spec.shard_key or '(unsharded)'}; indexes: {names}")
+    return report
+
+
+def _create_collection(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> None:
+    if on_cosmos:
+        cosmos.create_sharded_collection(db, spec.name, spec.shard_key)
+    else:
+        db.create_collection(spec.name)
+
+
+def _index_model(index: Any, *, on_cosmos: bool) -> IndexModel:
+    options: dict[str, Any] = {"name": index.name}
+    if index.unique:
+        options["unique"] = True
+    if index.expire_after_seconds is not None:
+        options["expireAfterSeconds"] = index.expire_after_seconds
+    return IndexModel(list(index.keys_for(on_cosmos)), **options)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--uri", help="connection string (default: MONGODB_CONNECTION_STRING)")
+    parser.add_argument("--database", help="database name (default: MONGODB_DATABASE)")
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    uri = args.uri or settings.mongodb_connection_string
+    if not uri:
+        parser.error("no connection string: pass --uri or set MONGODB_CONNECTION_STRING")
+    client = create_client(uri)
+    try:
+        db = client[args.database or settings.mongodb_database]
+        for line in ensure_store(db, settings, on_cosmos=cosmos.is_cosmos_uri(uri)):
+            print(line)  # noqa: T201 - a command-line tool reports on stdout
+    finally:
+        client.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Fixtures: a fresh store per test (mongomock, and SecantusDB in-process for the integration runs),
+settings from a clean environment, and the registry cache emptied between tests."""
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import mongomock
+import pytest
+from pymongo import MongoClient
+from pymongo.database import Database
+
+from shared import registry, store
+from shared.settings import Settings, get_settings
+from shared.store_setup import ensure_store
+
+_databases = itertools.count()
+
+
+def _teach_mongomock_bulk_sort() -> None:
+    """pymongo >= 4.11 passes `sort` to bulk builders; mongomock 4.3 predates it. We never sort in a
+    bulk update, so accept the argument only when it is None."""
+    builder = mongomock.collection.BulkOperationBuilder
+    for name in ("add_update", "add_replace"):
+        original = getattr(builder, name)
+
+        def accepting_sort(self: Any, *args: Any, _original: Any = original, sort: Any = None, **kwargs: Any) -> Any:
+            assert sort is None, "bulk updates with sort are not supported by mongomock"
+            return _original(self, *args, **kwargs)
+
+        setattr(builder, name, accepting_sort)
+
+
+_teach_mongomock_bulk_sort()
+
+
+@pytest.fixture(autouse=True)
+def clean_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test starts from default settings with fast retries, and no cached bottles."""
+    for name in Settings.model_fields:
+        monkeypatch.delenv(name.upper(), raising=False)
+    monkeypatch.setenv("STORE_RETRY_BASE_MS", "1")
+    get_settings.cache_clear()
+    registry.REGISTRY_CACHE.clear()
+    yield
+    store.use_client(None)
+    get_settings.cache_clear()
+    registry.REGISTRY_CACHE.clear()
+
+
+@pytest.fixture(scope="session")
+def secantus_uri() -> Iterator[str]:
+    from secantus import SecantusDBServer
+
+    with SecantusDBServer(storage_path=":memory:") as server:
+        yield server.uri
+
+
+@pytest.fixture(scope="session")
+def secantus_client(secantus_uri: str) -> Iterator[MongoClient[Any]]:
+    client: MongoClient[Any] = store.create_client(secantus_uri)
+    yield client
+    client.close()
+
+
+def _fresh_database(client: Any, monkeypatch: pytest.MonkeyPatch) -> Database[Any]:
+    name = f"test_{next(_databases)}"
+    monkeypatch.setenv("MONGODB_DATABASE", name)
+    get_settings.cache_clear()
+    store.use_client(client)
+    db: Database[Any] = client[name]
+    ensure_store(db, get_settings(), on_cosmos=False)
+    return db
+
+
+@pytest.fixture
+def mock_db(monkeypatch: pytest.MonkeyPatch) -> Database[Any]:
+    """A set-up database on mongomock, installed as the app's store."""
+    return _fresh_database(mongomock.MongoClient(tz_aware=True), monkeypatch)
+
+
+@pytest.fixture
+def real_db(secantus_client: MongoClient[Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Database[Any]]:
+    """A set-up database on SecantusDB (a real MongoDB wire-protocol server), installed as the app's store."""
+    db = _fresh_database(secantus_client, monkeypatch)
+    yield db
+    secantus_client.drop_database(db.name)
+
+
+@pytest.fixture(params=["mongomock", pytest.param("secantus", marks=pytest.mark.integration)])
+def db(request: pytest.FixtureRequest) -> Database[Any]:
+    """The app's store, once on mongomock and once on SecantusDB: API behaviour must not depend on it."""
+    return request.getfixturevalue("mock_db" if request.param == "mongomock" else "real_db")
+
+
+@pytest.fixture(scope="session")
+def registered_functions() -> dict[str, Any]:
+    """The app's functions by name (app.get_functions() may be called only once per process)."""
+    import function_app
+
+    return {fn.get_function_name(): fn for fn in function_app.app.get_functions()}

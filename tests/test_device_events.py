@@ -1,0 +1,153 @@
+"""POST /api/bottles/{bottle_id}/events: what devices see and what gets stored."""
+
+from typing import Any
+
+import pytest
+
+from shared import schema
+from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned, put_bottle
+
+
+def stored_counts(db: Any) -> tuple[int, int]:
+    return (db[schema.BOTTLE_ACTIONS].count_documents({}), db[schema.BOTTLE_HEARTBEATS].count_documents({}))
+
+
+def test_heartbeat_is_stored_in_its_bottle_day_bucket(db):
+    key = provisioned()
+    at = ago(minutes=3)
+
+    response = post_events("bottle-1", key, heartbeat(at))
+
+    assert (response.status, response.body) == (202, {"stored": 1, "duplicates": 0})
+    [bucket] = db[schema.BOTTLE_HEARTBEATS].find()
+    assert bucket["bottle_id"] == "bottle-1"
+    assert bucket["user_id"] == SPEC["user_id"]
+    assert bucket["medication"] == SPEC["medication"]
+    assert bucket["last"] == at
+    assert bucket["times"] == [at]
+
+
+def test_heartbeats_of_one_day_share_a_bucket_and_last_is_the_newest(db):
+    key = provisioned()
+    base = ago(hours=1).replace(hour=12, minute=0) if ago().hour >= 13 else ago(days=1).replace(hour=12, minute=0)
+    times = [base.replace(minute=30), base, base.replace(minute=15)]
+
+    response = post_events("bottle-1", key, {"events": [heartbeat(t) for t in times]})
+
+    assert response.body == {"stored": 3, "duplicates": 0}
+    [bucket] = db[schema.BOTTLE_HEARTBEATS].find()
+    assert bucket["last"] == base.replace(minute=30)
+    assert sorted(bucket["times"]) == sorted(times)
+
+
+def test_actions_are_stored_with_owner_and_medication_from_the_registry(db):
+    key = provisioned()
+    t_open, t_close = ago(minutes=10), ago(minutes=9)
+
+    response = post_events("bottle-1", key, {"events": [opened(t_open, pills=30, mass=15.0),
+                                                         closed(t_close, taken=2, pills=28, mass=14.0)]})
+
+    assert response.body == {"stored": 2, "duplicates": 0}
+    docs = {d["action"]: d for d in db[schema.BOTTLE_ACTIONS].find()}
+    assert docs["opened"] | {"received_at": None} == {
+        "_id": f"bottle-1|opened@{iso(t_open)[:-1]}.000Z",
+        "bottle_id": "bottle-1",
+        "user_id": "willcross1024",
+        "medication": "Cordrazine",
+        "mass_of_contents": 15.0,
+        "number_of_pills": 30,
+        "time": t_open,
+        "action": "opened",
+        "event_id": f"opened@{iso(t_open)[:-1]}.000Z",
+        "received_at": None,
+    }
+    assert docs["closed"]["pills_taken"] == 2
+    assert "pills_taken" not in docs["opened"]
+    assert docs["closed"]["received_at"] >= t_close
+
+
+def test_device_cannot_choose_owner_or_medication(db):
+    key = provisioned()
+    response = post_events("bottle-1", key, opened(ago(minutes=1), user_id="mallory"))
+    assert response.status == 400
+    assert response.body["details"] == [{"index": 0, "field": "user_id", "message": "unknown field"}]
+
+
+def test_retried_request_is_stored_once(db):
+    key = provisioned()
+    batch = {"events": [heartbeat(ago(minutes=30)), opened(ago(minutes=20)), closed(ago(minutes=19))]}
+
+    first = post_events("bottle-1", key, batch)
+    again = post_events("bottle-1", key, batch)
+
+    assert first.body == {"stored": 3, "duplicates": 0}
+    assert again.body == {"stored": 0, "duplicates": 3}
+    assert stored_counts(db) == (2, 1)
+    [bucket] = db[schema.BOTTLE_HEARTBEATS].find()
+    assert len(bucket["times"]) == 1
+
+
+def test_explicit_event_ids_deduplicate_across_requests(db):
+    key = provisioned()
+    at = ago(minutes=5)
+    post_events("bottle-1", key, opened(at, event_id="evt-1"))
+
+    # The same id, even with a different time, is the same event; a new id is a new event.
+    response = post_events("bottle-1", key, {"events": [opened(at, event_id="evt-1"),
+                                                         opened(ago(minutes=4), event_id="evt-2")]})
+
+    assert response.body == {"stored": 1, "duplicates": 1}
+    assert sorted(d["event_id"] for d in db[schema.BOTTLE_ACTIONS].find()) == ["evt-1", "evt-2"]
+
+
+def test_repeats_within_one_request_count_as_duplicates(db):
+    key = provisioned()
+    hb, act = heartbeat(ago(minutes=2)), opened(ago(minutes=1))
+    response = post_events("bottle-1", key, {"events": [hb, act, hb, act]})
+    assert response.body == {"stored": 2, "duplicates": 2}
+    assert stored_counts(db) == (1, 1)
+
+
+def test_offset_times_are_stored_in_utc(db):
+    key = provisioned()
+    local = ago(minutes=7).astimezone()
+    text = local.isoformat()
+    from datetime import timedelta, timezone
+
+    plus_five = local.astimezone(timezone(timedelta(hours=5))).isoformat()
+    response = post_events("bottle-1", key, {"events": [{"type": "heartbeat", "time": text},
+                                                         {"type": "heartbeat", "time": plus_five}]})
+    # The same instant in two offsets is one heartbeat.
+    assert response.body == {"stored": 1, "duplicates": 1}
+
+
+def test_batch_of_500_is_accepted(db):
+    key = provisioned()
+    events = [heartbeat(ago(minutes=i)) for i in range(500)]
+    response = post_events("bottle-1", key, {"events": events})
+    assert response.body == {"stored": 500, "duplicates": 0}
+
+
+@pytest.mark.parametrize("make_body", [
+    lambda: {"events": [heartbeat(ago(minutes=i)) for i in range(501)]},
+    lambda: {"events": [opened(ago(seconds=1), event_id="x" * 64, pad="y" * 1000) for _ in range(300)]},
+], ids=["501 events", "body over 256 KiB"])
+def test_oversize_requests_are_413_and_store_nothing(db, make_body):
+    key = provisioned()
+    response = post_events("bottle-1", key, make_body())
+    assert response.status == 413
+    assert "error" in response.body
+    assert stored_counts(db) == (0, 0)
+
+
+def test_events_older_than_the_configured_age_are_rejected(db, monkeypatch):
+    from shared.settings import get_settings
+
+    monkeypatch.setenv("MAX_EVENT_AGE_DAYS", "2")
+    get_settings.cache_clear()
+    key = provisioned()
+    assert post_events("bottle-1", key, heartbeat(ago(days=1, hours=23))).status == 202
+    response = post_events("bottle-1", key, heartbeat(ago(days=2, minutes=1)))
+    assert response.status == 400
+    assert response.body["details"][0]["field"] == "time"
+    assert "older than the 2 days" in response.body["details"][0]["message"]
