@@ -31,8 +31,12 @@ def provision_bottle(req: func.HttpRequest) -> func.HttpResponse:
         now=utc_now(),
         policy=RetryPolicy.from_settings(get_settings()),
     )
-    log.info("provision_bottle bottle_id=%s created=%s key_issued=%s", bottle_id, result.created,
-             result.device_key is not None)
+    log.info(
+        "provision_bottle bottle_id=%s created=%s key_issued=%s",
+        bottle_id,
+        result.created,
+        result.device_key is not None,
+    )
     body = result.bottle if result.device_key is None else {**result.bottle, "device_key": result.device_key}
     return json_response(201 if result.created else 200, body)
 

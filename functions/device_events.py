@@ -23,7 +23,12 @@ log = logging.getLogger(__name__)
 def post_events(req: func.HttpRequest) -> func.HttpResponse:
     bottle_id = check_id(req.route_params.get("bottle_id", ""), "bottle_id")
     result = ingestion.receive(
-        get_database(), bottle_id, req.headers.get("X-Device-Key"), req.get_body(), utc_now(), get_settings()
+        get_database(),
+        bottle_id,
+        req.headers.get("X-Device-Key"),
+        req.get_body(),
+        now=utc_now(),
+        settings=get_settings(),
     )
     log.info("post_events bottle_id=%s stored=%d duplicates=%d", bottle_id, result.stored, result.duplicates)
     return json_response(202, {"stored": result.stored, "duplicates": result.duplicates})

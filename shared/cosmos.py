@@ -7,12 +7,11 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pymongo import InsertOne, UpdateOne
-
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import (
@@ -91,12 +90,10 @@ class RetryPolicy:
     def delay_s(self, attempt: int, error: BaseException) -> float:
         backoff = min(MAX_BACKOFF_S, self.base_ms * (2**attempt) / 1000.0)
         suggested = (throttle_delay_ms(error) or 0) / 1000.0
-        return min(MAX_BACKOFF_S, max(suggested, random.uniform(0, backoff)))  # noqa: S311 - jitter, not crypto
+        return min(MAX_BACKOFF_S, max(suggested, random.uniform(0, backoff)))
 
 
-def with_retries(
-    operation: Callable[[], T], policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep
-) -> T:
+def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep) -> T:
     """Run an idempotent database operation, retrying transient failures; StoreUnavailable when they persist."""
     for attempt in range(policy.max_retries + 1):
         try:
@@ -110,7 +107,7 @@ def with_retries(
 
 def write_idempotent(
     collection: Collection[Any],
-    ops: list[InsertOne[Any] | UpdateOne],
+    ops: Sequence[InsertOne[Any] | UpdateOne],
     policy: RetryPolicy,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[bool]:
@@ -146,7 +143,7 @@ def write_idempotent(
 
 
 def _settle(
-    ops: list[InsertOne[Any] | UpdateOne],
+    ops: Sequence[InsertOne[Any] | UpdateOne],
     pending: list[int],
     failures: dict[int, dict[str, Any]],
     written: list[bool],

@@ -2,6 +2,8 @@
 
 from typing import Any
 
+from pydantic_core import ErrorDetails
+
 Detail = dict[str, Any]
 
 
@@ -28,3 +30,23 @@ class NotFound(DomainError):
 
 class PayloadTooLarge(DomainError):
     status = 413
+
+
+_PLAIN_MESSAGES = {"extra_forbidden": "unknown field", "missing": "required"}
+
+
+def plain_message(error: ErrorDetails) -> str:
+    """A pydantic error as a client should read it."""
+    return _PLAIN_MESSAGES.get(error["type"], error["msg"])
+
+
+def first_per_field(problems: list[Detail]) -> list[Detail]:
+    """One problem per field (a union type reports each alternative; the first says enough)."""
+    seen: set[tuple[Any, Any]] = set()
+    kept = []
+    for problem in problems:
+        key = (problem.get("index"), problem["field"])
+        if key not in seen:
+            seen.add(key)
+            kept.append(problem)
+    return kept

@@ -5,8 +5,9 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic_core import ErrorDetails
 
-from shared.errors import BadRequest, Detail, PayloadTooLarge
+from shared.errors import BadRequest, Detail, PayloadTooLarge, first_per_field, plain_message
 from shared.instants import format_instant, parse_instant
 
 MAX_EVENTS_PER_REQUEST = 500
@@ -78,7 +79,7 @@ def parse_events(payload: Any, now: datetime, max_age: timedelta) -> list[Device
 def _raw_events(payload: Any) -> list[Any]:
     if not isinstance(payload, dict):
         raise BadRequest(
-            "body must be a JSON object: one event, or {\"events\": [...]}",
+            'body must be a JSON object: one event, or {"events": [...]}',
             [{"index": None, "field": None, "message": f"got a JSON {_json_type(payload)}"}],
         )
     if "events" not in payload:
@@ -87,7 +88,7 @@ def _raw_events(payload: Any) -> list[Any]:
     problems: list[Detail] = [
         {"index": None, "field": name, "message": "unknown field beside 'events'"} for name in extra
     ]
-    batch = payload["events"]
+    batch: Any = payload["events"]
     if not isinstance(batch, list):
         problems.append({"index": None, "field": "events", "message": f"must be an array, got {_json_type(batch)}"})
     elif not batch:
@@ -99,7 +100,7 @@ def _raw_events(payload: Any) -> list[Any]:
         )
     if problems:
         raise BadRequest("invalid request body: nothing was stored", problems)
-    return batch
+    return list(batch)
 
 
 def _parse_event(index: int, raw: Any, now: datetime, max_age: timedelta) -> tuple[DeviceEvent | None, list[Detail]]:
@@ -161,27 +162,9 @@ def _time_rules(
     return time, []
 
 
-_MESSAGES = {
-    "extra_forbidden": "unknown field",
-    "missing": "required",
-}
-
-
-def _detail(index: int | None, error: Any) -> Detail:
+def _detail(index: int | None, error: ErrorDetails) -> Detail:
     field = ".".join(str(part) for part in error["loc"] if not str(part).startswith(("int", "float")))
-    return {"index": index, "field": field or None, "message": _MESSAGES.get(error["type"], error["msg"])}
-
-
-def first_per_field(problems: list[Detail]) -> list[Detail]:
-    """One problem per field (a union type reports each alternative; the first says enough)."""
-    seen: set[tuple[Any, Any]] = set()
-    kept = []
-    for problem in problems:
-        key = (problem.get("index"), problem["field"])
-        if key not in seen:
-            seen.add(key)
-            kept.append(problem)
-    return kept
+    return {"index": index, "field": field or None, "message": plain_message(error)}
 
 
 def _json_type(value: Any) -> str:

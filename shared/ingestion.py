@@ -129,6 +129,7 @@ def receive(
     bottle_id: str,
     device_key: str | None,
     body: bytes,
+    *,
     now: datetime,
     settings: Settings,
 ) -> IngestResult:

@@ -12,13 +12,13 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
 from pymongo import ReturnDocument
 from pymongo.database import Database
 
 from shared import schema
 from shared.cosmos import RetryPolicy, with_retries
-from shared.errors import BadRequest, NotFound, Unauthorized
-from shared.events import first_per_field
+from shared.errors import BadRequest, NotFound, Unauthorized, first_per_field, plain_message
 from shared.instants import format_instant
 from shared.schedules import Schedule, next_dose_due
 
@@ -47,7 +47,7 @@ class BottleSpec(BaseModel):
 def check_id(value: str, field: str) -> str:
     """Ids are 1-64 characters of [A-Za-z0-9_-]; BadRequest naming the field otherwise."""
     try:
-        return _ID.validate_python(value)
+        return str(_ID.validate_python(value))
     except ValidationError:
         raise BadRequest(
             f"invalid {field}", [{"field": field, "message": "must be 1-64 characters of A-Z, a-z, 0-9, '_', '-'"}]
@@ -60,9 +60,7 @@ def parse_bottle_spec(payload: Any) -> BottleSpec:
     try:
         return BottleSpec.model_validate(payload)
     except ValidationError as error:
-        details = [
-            {"field": _field_path(e["loc"]) or None, "message": _spec_message(e)} for e in error.errors()
-        ]
+        details = [{"field": _field_path(e["loc"]) or None, "message": _spec_message(e)} for e in error.errors()]
         raise BadRequest("invalid bottle: nothing was stored", first_per_field(details)) from None
 
 
@@ -75,12 +73,12 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return path
 
 
-def _spec_message(error: Any) -> str:
+def _spec_message(error: ErrorDetails) -> str:
     if error["type"] == "string_pattern_mismatch" and error["loc"][0] == "user_id":
         return "must be 1-64 characters of A-Z, a-z, 0-9, '_', '-'"
     if error["type"] == "string_pattern_mismatch":
         return "must be a 24-hour local time HH:MM"
-    return {"extra_forbidden": "unknown field", "missing": "required"}.get(error["type"], error["msg"])
+    return plain_message(error)
 
 
 def hash_key(device_key: str) -> str:
@@ -208,7 +206,7 @@ def provision(
         policy,
     )
     created = before is None
-    after = {**(on_insert if created else before), "_id": bottle_id, **registry}
+    after = {**(before or on_insert), "_id": bottle_id, **registry}
     REGISTRY_CACHE.forget(bottle_id)
     return Provisioned(
         created=created,

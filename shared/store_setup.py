@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         db = client[args.database or settings.mongodb_database]
         for line in ensure_store(db, settings, on_cosmos=cosmos.is_cosmos_uri(uri)):
-            print(line)  # noqa: T201 - a command-line tool reports on stdout
+            print(line)
     finally:
         client.close()
 

@@ -28,10 +28,19 @@ class Response:
     headers: dict[str, str]
 
 
-def _call(handler: Any, method: str, url: str, route: dict[str, str], body: bytes = b"",
-          headers: dict[str, str] | None = None, params: dict[str, str] | None = None) -> Response:
-    request = func.HttpRequest(method=method, url=url, headers=headers or {}, params=params or {},
-                               route_params=route, body=body)
+def _call(
+    handler: Any,
+    method: str,
+    url: str,
+    route: dict[str, str],
+    body: bytes = b"",
+    *,
+    headers: dict[str, str] | None = None,
+    params: dict[str, str] | None = None,
+) -> Response:
+    request = func.HttpRequest(
+        method=method, url=url, headers=headers or {}, params=params or {}, route_params=route, body=body
+    )
     response = handler(request)
     raw = response.get_body()
     return Response(response.status_code, json.loads(raw) if raw else None, dict(response.headers))
@@ -50,7 +59,9 @@ def get_bottle(bottle_id: str) -> Response:
 def post_events(bottle_id: str, key: str | None, payload: Any = None, *, raw: bytes | None = None) -> Response:
     body = raw if raw is not None else json.dumps(payload).encode()
     headers = {"X-Device-Key": key} if key is not None else {}
-    return _call(_post_events, "POST", f"/api/bottles/{bottle_id}/events", {"bottle_id": bottle_id}, body, headers)
+    return _call(
+        _post_events, "POST", f"/api/bottles/{bottle_id}/events", {"bottle_id": bottle_id}, body, headers=headers
+    )
 
 
 def provisioned(bottle_id: str = "bottle-1", spec: Any = None) -> str:
@@ -78,5 +89,11 @@ def opened(at: datetime, pills: int = 30, mass: float = 15.0, **extra: Any) -> d
 
 
 def closed(at: datetime, taken: int = 1, pills: int = 29, mass: float = 14.5, **extra: Any) -> dict[str, Any]:
-    return {"type": "closed", "time": iso(at), "number_of_pills": pills, "mass_of_contents": mass,
-            "pills_taken": taken, **extra}
+    return {
+        "type": "closed",
+        "time": iso(at),
+        "number_of_pills": pills,
+        "mass_of_contents": mass,
+        "pills_taken": taken,
+        **extra,
+    }

@@ -20,7 +20,8 @@ _databases = itertools.count()
 def _teach_mongomock_bulk_sort() -> None:
     """pymongo >= 4.11 passes `sort` to bulk builders; mongomock 4.3 predates it. We never sort in a
     bulk update, so accept the argument only when it is None."""
-    builder = mongomock.collection.BulkOperationBuilder
+    from mongomock.collection import BulkOperationBuilder as builder  # noqa: N813
+
     for name in ("add_update", "add_replace"):
         original = getattr(builder, name)
 
@@ -90,7 +91,8 @@ def real_db(secantus_client: MongoClient[Any], monkeypatch: pytest.MonkeyPatch) 
 @pytest.fixture(params=["mongomock", pytest.param("secantus", marks=pytest.mark.integration)])
 def db(request: pytest.FixtureRequest) -> Database[Any]:
     """The app's store, once on mongomock and once on SecantusDB: API behaviour must not depend on it."""
-    return request.getfixturevalue("mock_db" if request.param == "mongomock" else "real_db")
+    database: Database[Any] = request.getfixturevalue("mock_db" if request.param == "mongomock" else "real_db")
+    return database
 
 
 @pytest.fixture(scope="session")
@@ -98,4 +100,4 @@ def registered_functions() -> dict[str, Any]:
     """The app's functions by name (app.get_functions() may be called only once per process)."""
     import function_app
 
-    return {fn.get_function_name(): fn for fn in function_app.app.get_functions()}
+    return {str(fn.get_function_name()): fn for fn in function_app.app.get_functions()}

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from shared import schema
-from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned, put_bottle
+from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned
 
 
 def stored_counts(db: Any) -> tuple[int, int]:
@@ -44,8 +44,11 @@ def test_actions_are_stored_with_owner_and_medication_from_the_registry(db):
     key = provisioned()
     t_open, t_close = ago(minutes=10), ago(minutes=9)
 
-    response = post_events("bottle-1", key, {"events": [opened(t_open, pills=30, mass=15.0),
-                                                         closed(t_close, taken=2, pills=28, mass=14.0)]})
+    response = post_events(
+        "bottle-1",
+        key,
+        {"events": [opened(t_open, pills=30, mass=15.0), closed(t_close, taken=2, pills=28, mass=14.0)]},
+    )
 
     assert response.body == {"stored": 2, "duplicates": 0}
     docs = {d["action"]: d for d in db[schema.BOTTLE_ACTIONS].find()}
@@ -93,8 +96,9 @@ def test_explicit_event_ids_deduplicate_across_requests(db):
     post_events("bottle-1", key, opened(at, event_id="evt-1"))
 
     # The same id, even with a different time, is the same event; a new id is a new event.
-    response = post_events("bottle-1", key, {"events": [opened(at, event_id="evt-1"),
-                                                         opened(ago(minutes=4), event_id="evt-2")]})
+    response = post_events(
+        "bottle-1", key, {"events": [opened(at, event_id="evt-1"), opened(ago(minutes=4), event_id="evt-2")]}
+    )
 
     assert response.body == {"stored": 1, "duplicates": 1}
     assert sorted(d["event_id"] for d in db[schema.BOTTLE_ACTIONS].find()) == ["evt-1", "evt-2"]
@@ -115,8 +119,9 @@ def test_offset_times_are_stored_in_utc(db):
     from datetime import timedelta, timezone
 
     plus_five = local.astimezone(timezone(timedelta(hours=5))).isoformat()
-    response = post_events("bottle-1", key, {"events": [{"type": "heartbeat", "time": text},
-                                                         {"type": "heartbeat", "time": plus_five}]})
+    response = post_events(
+        "bottle-1", key, {"events": [{"type": "heartbeat", "time": text}, {"type": "heartbeat", "time": plus_five}]}
+    )
     # The same instant in two offsets is one heartbeat.
     assert response.body == {"stored": 1, "duplicates": 1}
 
@@ -128,10 +133,14 @@ def test_batch_of_500_is_accepted(db):
     assert response.body == {"stored": 500, "duplicates": 0}
 
 
-@pytest.mark.parametrize("make_body", [
-    lambda: {"events": [heartbeat(ago(minutes=i)) for i in range(501)]},
-    lambda: {"events": [opened(ago(seconds=1), event_id="x" * 64, pad="y" * 1000) for _ in range(300)]},
-], ids=["501 events", "body over 256 KiB"])
+@pytest.mark.parametrize(
+    "make_body",
+    [
+        lambda: {"events": [heartbeat(ago(minutes=i)) for i in range(501)]},
+        lambda: {"events": [opened(ago(seconds=1), event_id="x" * 64, pad="y" * 1000) for _ in range(300)]},
+    ],
+    ids=["501 events", "body over 256 KiB"],
+)
 def test_oversize_requests_are_413_and_store_nothing(db, make_body):
     key = provisioned()
     response = post_events("bottle-1", key, make_body())
