@@ -1,12 +1,12 @@
 """Storing validated device events: idempotent, bulk, and in as few writes as the events allow.
 
-Per request: one bulk upsert into `bottle_heartbeats` (one op per heartbeat, into its bottle-day bucket),
+Per request: one bulk upsert into `bottle_heartbeats` (one op per heartbeat, into the bottle's document),
 one bulk insert into `bottle_actions`, and one bulk update of the bottle's status in `bottles`. A request
 of heartbeats costs one write; an opened/closed event two; a batch of any size at most three.
 """
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pymongo import InsertOne, UpdateOne
@@ -27,7 +27,13 @@ class IngestResult:
 
 
 def ingest_events(
-    db: Database[Any], bottle: RegistryEntry, events: list[DeviceEvent], now: datetime, policy: RetryPolicy
+    db: Database[Any],
+    bottle: RegistryEntry,
+    events: list[DeviceEvent],
+    *,
+    now: datetime,
+    policy: RetryPolicy,
+    history: int,
 ) -> IngestResult:
     """Store a request's events; a retried event (same request or a later one) is counted as a duplicate.
 
@@ -38,7 +44,7 @@ def ingest_events(
     actions = _first_of_each(e for e in events if e.type != "heartbeat")
     stored = 0
     if heartbeats:
-        ops = [_heartbeat_upsert(bottle, e, now) for e in heartbeats]
+        ops = [_heartbeat_upsert(bottle, e, now, history) for e in heartbeats]
         stored += sum(write_idempotent(db[schema.BOTTLE_HEARTBEATS], ops, policy))
     if actions:
         inserts: list[InsertOne[Any] | UpdateOne] = [InsertOne(action_document(bottle, e, now)) for e in actions]
@@ -55,28 +61,19 @@ def _first_of_each(events: Any) -> list[DeviceEvent]:
     return list(seen.values())
 
 
-def heartbeat_bucket_id(bottle_id: str, user_id: str, time: datetime) -> str:
-    """One bucket per bottle, UTC day and owner: a reassigned bottle starts a new bucket for its new user."""
-    return f"{bottle_id}|{time:%Y-%m-%d}|{user_id}"
+def _heartbeat_upsert(bottle: RegistryEntry, event: DeviceEvent, now: datetime, history: int) -> UpdateOne:
+    """One heartbeat into the bottle's heartbeat document: `last` and `alive_at` move forward only, and
+    `times` keeps the newest `history` instants in order.
 
-
-def _heartbeat_upsert(bottle: RegistryEntry, event: DeviceEvent, now: datetime) -> UpdateOne:
-    # The `$ne` guard makes a repeated heartbeat match nothing, so its upsert collides on `_id`:
-    # the duplicate-key answer is how a retry is recognised without a read.
+    The `$ne` guard makes a repeated heartbeat match nothing, so its upsert collides on `_id`: the
+    duplicate-key answer is how a retry is recognised without a read."""
     return UpdateOne(
+        {"_id": bottle.bottle_id, "bottle_id": bottle.bottle_id, "times": {"$ne": event.time}},
         {
-            "_id": heartbeat_bucket_id(bottle.bottle_id, bottle.user_id, event.time),
-            "bottle_id": bottle.bottle_id,
-            "times": {"$ne": event.time},
-        },
-        {
-            "$addToSet": {"times": event.time},
-            "$max": {"last": event.time},
-            "$set": {"medication": bottle.medication, "received_at": now},
-            "$setOnInsert": {
-                "user_id": bottle.user_id,
-                "day": datetime(event.time.year, event.time.month, event.time.day, tzinfo=UTC),
-            },
+            "$push": {"times": {"$each": [event.time], "$sort": 1, "$slice": -history}},
+            "$max": {"last": event.time, "alive_at": event.time},
+            "$set": {"received_at": now},
+            "$setOnInsert": {"user_id": bottle.user_id, "medication": bottle.medication},
         },
         upsert=True,
     )
@@ -140,4 +137,4 @@ def receive(
     policy = RetryPolicy.from_settings(settings)
     bottle = authenticate(db, bottle_id, device_key, settings.registry_cache_seconds, policy)
     events = parse_events(decode_json(body), now, timedelta(days=settings.max_event_age_days))
-    return ingest_events(db, bottle, events, now, policy)
+    return ingest_events(db, bottle, events, now=now, policy=policy, history=settings.heartbeat_history)

@@ -206,12 +206,26 @@ def provision(
         policy,
     )
     created = before is None
+    with_retries(lambda: _sync_heartbeat_document(db, bottle_id, spec, now), policy)
     after = {**(before or on_insert), "_id": bottle_id, **registry}
     REGISTRY_CACHE.forget(bottle_id)
     return Provisioned(
         created=created,
         bottle=registry_view(after),
         device_key=device_key if created or rotate_key else None,
+    )
+
+
+def _sync_heartbeat_document(db: Database[Any], bottle_id: str, spec: BottleSpec, now: datetime) -> None:
+    """Create the bottle's heartbeat document with `alive_at` = provisioning time (a bottle that never
+    sends a heartbeat is silent from then on), and keep its owner and medication current."""
+    db[schema.BOTTLE_HEARTBEATS].update_one(
+        {"_id": bottle_id, "bottle_id": bottle_id},
+        {
+            "$set": {"user_id": spec.user_id, "medication": spec.medication},
+            "$setOnInsert": {"alive_at": now, "times": []},
+        },
+        upsert=True,
     )
 
 
@@ -222,14 +236,12 @@ def bottle_status(db: Database[Any], bottle_id: str, policy: RetryPolicy) -> dic
     )
     if bottle is None:
         raise NotFound(f"no bottle '{bottle_id}'")
-    latest = with_retries(
-        lambda: db[schema.BOTTLE_HEARTBEATS].find_one(
-            {"bottle_id": bottle_id}, {"last": 1}, sort=[("bottle_id", 1), ("last", -1)]
-        ),
+    heartbeats = with_retries(
+        lambda: db[schema.BOTTLE_HEARTBEATS].find_one({"_id": bottle_id, "bottle_id": bottle_id}, {"last": 1}),
         policy,
     )
     view = registry_view(bottle)
-    view["status"] = status_view(bottle, last_heartbeat=latest["last"] if latest else None)
+    view["status"] = status_view(bottle, last_heartbeat=(heartbeats or {}).get("last"))
     return view
 
 

@@ -2,8 +2,7 @@
 
 Index reasoning (the seeds' rule): equality fields first, then the sort/range field; every query the app
 issues names its shard key or is a deliberate fan-out (the checks). Cosmos DB limits: compound indexes of
-at most 8 fields and no arrays; TTL only on `_ts` (so on Cosmos the TTL index is on `_ts`, and on other
-MongoDB servers on `received_at`, which every write sets: both mean "N seconds after the last write").
+at most 8 fields and no arrays; TTL only on `_ts` (an index may name a different key for Cosmos).
 """
 
 from dataclasses import dataclass, field
@@ -42,7 +41,6 @@ class CollectionSpec:
 
 def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
     """Every collection the app uses, in creation order."""
-    heartbeat_ttl = settings.heartbeat_retention_days * 86_400
     return (
         CollectionSpec(BOTTLES, "bottle_id"),
         CollectionSpec(
@@ -53,20 +51,8 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
                 IndexSpec("bottle_time", (("bottle_id", 1), ("time", 1))),
             ),
         ),
-        CollectionSpec(
-            BOTTLE_HEARTBEATS,
-            "bottle_id",
-            (
-                # A bottle's latest bucket (`last` descending): the status view and the silent check.
-                IndexSpec("bottle_last", (("bottle_id", 1), ("last", -1))),
-                IndexSpec(
-                    "expire_after_last_write",
-                    (("received_at", 1),),
-                    expire_after_seconds=heartbeat_ttl,
-                    cosmos_keys=(("_ts", 1),),
-                ),
-            ),
-        ),
+        # One document per bottle, read by `_id`: no secondary index needed for ingestion.
+        CollectionSpec(BOTTLE_HEARTBEATS, "bottle_id"),
         CollectionSpec(NOTIFICATIONS, "user_id"),
         CollectionSpec(USER_HOURLY_REPORTS, "user_id"),
         CollectionSpec(USER_DAILY_REPORTS, "user_id"),

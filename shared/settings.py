@@ -2,7 +2,7 @@
 
 from functools import lru_cache
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -25,11 +25,11 @@ class Settings(BaseSettings):
         le=3600,
         description="How long a worker caches a bottle's registry entry (and so how long a rotated key lingers).",
     )
-    heartbeat_retention_days: int = Field(
-        default=35,
-        ge=2,
-        le=3650,
-        description="Days a heartbeat bucket is kept after its last write (TTL); must exceed MAX_EVENT_AGE_DAYS.",
+    heartbeat_history: int = Field(
+        default=96,
+        ge=1,
+        le=1000,
+        description="Heartbeat times kept per bottle (the newest); 96 is 48 hours at the 30-minute cadence.",
     )
     store_max_retries: int = Field(
         default=3, ge=0, le=10, description="Retries of a throttled or failed database call before a 503."
@@ -37,16 +37,6 @@ class Settings(BaseSettings):
     store_retry_base_ms: int = Field(
         default=100, ge=1, le=10_000, description="First back-off delay; doubles per retry (capped at 2 s)."
     )
-
-    @model_validator(mode="after")
-    def _heartbeats_outlive_late_events(self) -> "Settings":
-        # A late heartbeat must find its bucket still there, or a report recompute would undercount it.
-        if self.heartbeat_retention_days <= self.max_event_age_days:
-            raise ValueError(
-                f"HEARTBEAT_RETENTION_DAYS ({self.heartbeat_retention_days}) must be greater than "
-                f"MAX_EVENT_AGE_DAYS ({self.max_event_age_days})"
-            )
-        return self
 
 
 @lru_cache(maxsize=1)

@@ -9,35 +9,63 @@ from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, pr
 
 
 def stored_counts(db: Any) -> tuple[int, int]:
-    return (db[schema.BOTTLE_ACTIONS].count_documents({}), db[schema.BOTTLE_HEARTBEATS].count_documents({}))
+    """(actions stored, heartbeat times stored) over every bottle."""
+    times = sum(len(d.get("times", [])) for d in db[schema.BOTTLE_HEARTBEATS].find())
+    return db[schema.BOTTLE_ACTIONS].count_documents({}), times
 
 
-def test_heartbeat_is_stored_in_its_bottle_day_bucket(db):
+def heartbeat_document(db: Any, bottle_id: str = "bottle-1") -> dict[str, Any]:
+    return db[schema.BOTTLE_HEARTBEATS].find_one({"_id": bottle_id})
+
+
+def test_heartbeat_is_stored_in_the_bottles_heartbeat_document(db):
     key = provisioned()
     at = ago(minutes=3)
 
     response = post_events("bottle-1", key, heartbeat(at))
 
     assert (response.status, response.body) == (202, {"stored": 1, "duplicates": 0})
-    [bucket] = db[schema.BOTTLE_HEARTBEATS].find()
-    assert bucket["bottle_id"] == "bottle-1"
-    assert bucket["user_id"] == SPEC["user_id"]
-    assert bucket["medication"] == SPEC["medication"]
-    assert bucket["last"] == at
-    assert bucket["times"] == [at]
+    document = heartbeat_document(db)
+    assert document["bottle_id"] == "bottle-1"
+    assert document["user_id"] == SPEC["user_id"]
+    assert document["medication"] == SPEC["medication"]
+    assert document["last"] == at
+    # Silence is counted from the later of the last heartbeat and provisioning.
+    provisioned_at = db[schema.BOTTLES].find_one({"_id": "bottle-1"})["provisioned_at"]
+    assert document["alive_at"] == max(at, provisioned_at)
+    assert document["times"] == [at]
 
 
-def test_heartbeats_of_one_day_share_a_bucket_and_last_is_the_newest(db):
+def test_heartbeat_times_are_kept_in_order_and_last_is_the_newest(db):
     key = provisioned()
-    base = ago(hours=1).replace(hour=12, minute=0) if ago().hour >= 13 else ago(days=1).replace(hour=12, minute=0)
-    times = [base.replace(minute=30), base, base.replace(minute=15)]
+    times = [ago(minutes=10), ago(minutes=40), ago(minutes=25)]
 
     response = post_events("bottle-1", key, {"events": [heartbeat(t) for t in times]})
 
     assert response.body == {"stored": 3, "duplicates": 0}
-    [bucket] = db[schema.BOTTLE_HEARTBEATS].find()
-    assert bucket["last"] == base.replace(minute=30)
-    assert sorted(bucket["times"]) == sorted(times)
+    document = heartbeat_document(db)
+    assert document["last"] == max(times)
+    assert document["times"] == sorted(times)
+
+
+def test_only_the_newest_heartbeats_are_kept(db, monkeypatch):
+    from shared.settings import get_settings
+
+    monkeypatch.setenv("HEARTBEAT_HISTORY", "3")
+    get_settings.cache_clear()
+    key = provisioned()
+    times = [ago(minutes=30 * i) for i in range(5)]
+
+    post_events("bottle-1", key, {"events": [heartbeat(t) for t in times]})
+
+    assert heartbeat_document(db)["times"] == sorted(times)[-3:]
+
+
+def test_a_late_heartbeat_never_moves_last_backwards(db):
+    key = provisioned()
+    post_events("bottle-1", key, heartbeat(ago(minutes=5)))
+    post_events("bottle-1", key, heartbeat(ago(hours=6)))
+    assert heartbeat_document(db)["last"] == ago(minutes=5)
 
 
 def test_actions_are_stored_with_owner_and_medication_from_the_registry(db):
@@ -86,8 +114,6 @@ def test_retried_request_is_stored_once(db):
     assert first.body == {"stored": 3, "duplicates": 0}
     assert again.body == {"stored": 0, "duplicates": 3}
     assert stored_counts(db) == (2, 1)
-    [bucket] = db[schema.BOTTLE_HEARTBEATS].find()
-    assert len(bucket["times"]) == 1
 
 
 def test_explicit_event_ids_deduplicate_across_requests(db):
