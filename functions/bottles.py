@@ -8,6 +8,7 @@ from functions.responses import bool_param, handles_errors, json_response
 from shared import registry
 from shared.cosmos import RetryPolicy
 from shared.instants import utc_now
+from shared.observability import log_invocation
 from shared.payloads import check_size, decode_json
 from shared.settings import get_settings
 from shared.store import get_database
@@ -31,11 +32,8 @@ def provision_bottle(req: func.HttpRequest) -> func.HttpResponse:
         now=utc_now(),
         policy=RetryPolicy.from_settings(get_settings()),
     )
-    log.info(
-        "provision_bottle bottle_id=%s created=%s key_issued=%s",
-        bottle_id,
-        result.created,
-        result.device_key is not None,
+    log_invocation(
+        log, "provision_bottle", bottle_id=bottle_id, created=result.created, key_issued=result.device_key is not None
     )
     body = result.bottle if result.device_key is None else {**result.bottle, "device_key": result.device_key}
     return json_response(201 if result.created else 200, body)

@@ -7,6 +7,7 @@ import azure.functions as func
 from functions.responses import handles_errors, json_response
 from shared import ingestion
 from shared.instants import utc_now
+from shared.observability import log_invocation
 from shared.registry import check_id
 from shared.settings import get_settings
 from shared.store import get_database
@@ -30,5 +31,5 @@ def post_events(req: func.HttpRequest) -> func.HttpResponse:
         now=utc_now(),
         settings=get_settings(),
     )
-    log.info("post_events bottle_id=%s stored=%d duplicates=%d", bottle_id, result.stored, result.duplicates)
+    log_invocation(log, "post_events", bottle_id=bottle_id, stored=result.stored, duplicates=result.duplicates)
     return json_response(202, {"stored": result.stored, "duplicates": result.duplicates})
