@@ -37,7 +37,7 @@ _PLAIN_MESSAGES = {"extra_forbidden": "unknown field", "missing": "required"}
 
 def plain_message(error: ErrorDetails) -> str:
     """A pydantic error as a client should read it."""
-    return _PLAIN_MESSAGES.get(error["type"], error["msg"])
+    return _PLAIN_MESSAGES.get(error["type"], error["msg"].removeprefix("Value error, "))
 
 
 def first_per_field(problems: list[Detail]) -> list[Detail]:

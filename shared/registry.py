@@ -64,12 +64,12 @@ def parse_bottle_spec(payload: Any) -> BottleSpec:
         raise BadRequest("invalid bottle: nothing was stored", first_per_field(details)) from None
 
 
-def _field_path(loc: tuple[Any, ...]) -> str:
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    if loc[:1] == ("schedule",) and len(loc) > 1:
+        loc = loc[:1] + loc[2:]  # drop the discriminator's tag ("times" or "every_hours")
     path = ""
     for part in loc:
-        if part in ("times", "every_hours") and path == "schedule" and loc.count(part) > 1:
-            continue  # the discriminator's tag, not a field
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else part)
     return path
 
 

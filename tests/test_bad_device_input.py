@@ -1,0 +1,166 @@
+"""Every class of bad device input gets its documented 4xx, says what and where, and stores nothing."""
+
+import json
+from typing import Any
+
+import pytest
+
+from shared import schema
+from tests.api import ago, closed, heartbeat, iso, opened, post_events, provisioned
+
+
+def nothing_stored(db: Any) -> bool:
+    times = sum(len(d.get("times", [])) for d in db[schema.BOTTLE_HEARTBEATS].find())
+    return db[schema.BOTTLE_ACTIONS].count_documents({}) == 0 and times == 0
+
+
+def future(minutes: float) -> str:
+    return iso(ago(minutes=-minutes))
+
+
+BAD_EVENTS = {
+    "unknown field": (heartbeat(ago(minutes=1), battery=3), "battery", "unknown field"),
+    "type missing": ({"time": iso(ago(minutes=1))}, "type", "required"),
+    "type unknown": ({"type": "shaken", "time": iso(ago(minutes=1))}, "type", "'heartbeat', 'opened' or 'closed'"),
+    "time missing": ({"type": "heartbeat"}, "time", "required"),
+    "time not a string": ({"type": "heartbeat", "time": 1700000000}, "time", "string"),
+    "time without offset": ({"type": "heartbeat", "time": "2026-11-21T08:00:00"}, "time", "no UTC offset"),
+    "time not a date": ({"type": "heartbeat", "time": "yesterday"}, "time", "not an ISO-8601"),
+    "time far in the future": ({"type": "heartbeat", "time": future(6)}, "time", "more than 5 minutes ahead"),
+    "time too old": ({"type": "heartbeat", "time": iso(ago(days=31))}, "time", "older than the 30 days"),
+    "event_id empty": (heartbeat(ago(minutes=1), event_id=""), "event_id", "at least 1"),
+    "event_id too long": (heartbeat(ago(minutes=1), event_id="e" * 65), "event_id", "at most 64"),
+    "event_id not a string": (heartbeat(ago(minutes=1), event_id=7), "event_id", "string"),
+    "mass on heartbeat": (
+        heartbeat(ago(minutes=1), mass_of_contents=3),
+        "mass_of_contents",
+        "not allowed on heartbeat",
+    ),
+    "pills on heartbeat": (heartbeat(ago(minutes=1), number_of_pills=3), "number_of_pills", "not allowed on heartbeat"),
+    "pills_taken on opened": (opened(ago(minutes=1), pills_taken=1), "pills_taken", "not allowed on opened"),
+    "mass missing on opened": (
+        {"type": "opened", "time": iso(ago(minutes=1)), "number_of_pills": 3},
+        "mass_of_contents",
+        "required for opened",
+    ),
+    "pills_taken missing on closed": (
+        {"type": "closed", "time": iso(ago(minutes=1)), "number_of_pills": 3, "mass_of_contents": 1.0},
+        "pills_taken",
+        "required for closed",
+    ),
+    "pills_taken null on closed": (closed(ago(minutes=1), taken=None), "pills_taken", "required for closed"),
+    "negative mass": (opened(ago(minutes=1), mass=-0.5), "mass_of_contents", "greater than or equal to 0"),
+    "negative pill count": (opened(ago(minutes=1), pills=-1), "number_of_pills", "greater than or equal to 0"),
+    "negative pills_taken": (closed(ago(minutes=1), taken=-2), "pills_taken", "greater than or equal to 0"),
+    "fractional pill count": (opened(ago(minutes=1), pills=2.5), "number_of_pills", "integer"),
+    "pill count as string": (opened(ago(minutes=1), pills="3"), "number_of_pills", "integer"),
+    "mass as boolean": (opened(ago(minutes=1), mass=True), "mass_of_contents", "number"),
+}
+
+
+@pytest.mark.parametrize(("event", "field", "message"), BAD_EVENTS.values(), ids=BAD_EVENTS.keys())
+def test_invalid_event_is_400_naming_the_field(db, event, field, message):
+    key = provisioned()
+
+    response = post_events("bottle-1", key, event)
+
+    assert response.status == 400
+    problems = [d for d in response.body["details"] if d["field"] == field]
+    assert problems, response.body
+    assert message in problems[0]["message"]
+    assert problems[0]["index"] == 0
+    assert nothing_stored(db)
+
+
+def test_one_bad_event_in_a_batch_stores_none_and_every_problem_is_listed(db):
+    key = provisioned()
+    batch = [heartbeat(ago(minutes=3)), opened(ago(minutes=2), pills=-1), closed(ago(minutes=1), extra=1), "x"]
+
+    response = post_events("bottle-1", key, {"events": batch})
+
+    assert response.status == 400
+    assert response.body["error"] == "invalid events: nothing was stored"
+    assert [(d["index"], d["field"]) for d in response.body["details"]] == [
+        (1, "number_of_pills"),
+        (2, "extra"),
+        (3, None),
+    ]
+    assert nothing_stored(db)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"", "empty"),
+        (b"   ", "empty"),
+        (b"{not json", "not valid JSON"),
+        (b'{"type": "heartbeat", "time": ', "not valid JSON"),
+        (b"\xff\xfe\x00", "not UTF-8"),
+        (b"hello", "not valid JSON"),
+        (
+            b'{"type": "opened", "time": "2026-11-21T08:00:00Z", "mass_of_contents": NaN, "number_of_pills": 1}',
+            "not valid JSON",
+        ),
+        (b"[]", "JSON object"),
+        (b"42", "JSON object"),
+        (b'"heartbeat"', "JSON object"),
+        (b"null", "JSON object"),
+        (b'{"events": {}}', "invalid request body"),
+        (b'{"events": []}', "invalid request body"),
+        (b'{"events": [], "device": "x"}', "invalid request body"),
+    ],
+    ids=[
+        "empty",
+        "blank",
+        "broken",
+        "truncated",
+        "binary",
+        "plain text",
+        "NaN",
+        "array",
+        "number",
+        "string",
+        "null",
+        "events object",
+        "events empty",
+        "field beside events",
+    ],
+)
+def test_malformed_bodies_are_400_not_500(db, raw, message):
+    key = provisioned()
+    response = post_events("bottle-1", key, raw=raw)
+    assert response.status == 400
+    assert message in response.body["error"]
+    assert response.body["details"]
+    assert nothing_stored(db)
+
+
+def test_bad_bottle_id_in_the_route_is_400(db):
+    response = post_events("bottle 1!", "whatever", heartbeat(ago(minutes=1)))
+    assert response.status == 400
+    assert response.body["details"] == [
+        {"field": "bottle_id", "message": "must be 1-64 characters of A-Z, a-z, 0-9, '_', '-'"}
+    ]
+
+
+def test_too_long_bottle_id_is_400(db):
+    assert post_events("b" * 65, "whatever", heartbeat(ago(minutes=1))).status == 400
+
+
+def test_events_at_the_limits_are_accepted(db):
+    key = provisioned()
+    events = [
+        heartbeat(ago(minutes=-4)),  # 4 minutes ahead: within the allowed clock skew
+        heartbeat(ago(days=29, hours=23)),
+        opened(ago(minutes=2), pills=0, mass=0, event_id="e" * 64),
+        closed(ago(minutes=1), taken=0, pills=0, mass=0.0),
+    ]
+    response = post_events("bottle-1", key, {"events": events})
+    assert response.body == {"stored": 4, "duplicates": 0}
+
+
+def test_error_body_is_json_with_error_and_details(db):
+    key = provisioned()
+    response = post_events("bottle-1", key, raw=json.dumps({"type": "x"}).encode())
+    assert set(response.body) == {"error", "details"}
+    assert all(set(d) == {"index", "field", "message"} for d in response.body["details"])

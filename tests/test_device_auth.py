@@ -1,0 +1,83 @@
+"""Device authentication: the key, unknown bottles, key rotation and the registry cache."""
+
+import pytest
+
+from shared import registry, schema
+from tests.api import ago, heartbeat, post_events, provisioned, put_bottle
+
+UNAUTHORIZED = {"error": "unknown bottle or wrong device key", "details": []}
+
+
+@pytest.mark.parametrize(
+    ("bottle_id", "key"),
+    [("bottle-1", None), ("bottle-1", ""), ("bottle-1", "not-the-key"), ("bottle-1", "k" * 1000), ("ghost", "any")],
+    ids=["missing key", "empty key", "wrong key", "oversized key", "unknown bottle"],
+)
+def test_unauthorised_requests_get_the_same_401_and_store_nothing(db, bottle_id, key):
+    provisioned("bottle-1")
+
+    response = post_events(bottle_id, key, heartbeat(ago(minutes=1)))
+
+    assert (response.status, response.body) == (401, UNAUTHORIZED)
+    assert db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})["times"] == []
+
+
+def test_authentication_comes_before_payload_validation(db):
+    provisioned("bottle-1")
+    response = post_events("bottle-1", "wrong", raw=b"{not json")
+    assert response.status == 401
+
+
+def test_a_key_only_opens_its_own_bottle(db):
+    key_1 = provisioned("bottle-1")
+    provisioned("bottle-2")
+    assert post_events("bottle-2", key_1, heartbeat(ago(minutes=1))).status == 401
+
+
+def test_rotation_issues_a_new_key_and_the_old_one_stops_working(db):
+    old_key = provisioned("bottle-1")
+    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=3))).status == 202
+
+    rotated = put_bottle("bottle-1", rotate_key=True)
+
+    assert rotated.status == 200
+    new_key = rotated.body["device_key"]
+    assert new_key != old_key
+    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=2))).status == 401
+    assert post_events("bottle-1", new_key, heartbeat(ago(minutes=1))).status == 202
+
+
+def test_a_rotated_key_lingers_on_other_workers_only_until_the_cache_expires(db, monkeypatch):
+    old_key = provisioned("bottle-1")
+    clock = [1000.0]
+    cache = registry.RegistryCache(clock=lambda: clock[0])
+    monkeypatch.setattr(registry, "REGISTRY_CACHE", cache)
+    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=4))).status == 202  # cached for 60 s
+
+    # Another worker rotates the key: it writes the database, not this worker's cache.
+    new_hash = registry.hash_key("the-new-key")
+    db[schema.BOTTLES].update_one({"_id": "bottle-1"}, {"$set": {"key_hash": new_hash}})
+
+    clock[0] += 59
+    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=3))).status == 202
+    assert post_events("bottle-1", "the-new-key", heartbeat(ago(minutes=2))).status == 202  # a miss re-reads
+    clock[0] += 2
+    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=1))).status == 401
+
+
+def test_cache_is_bounded_and_evicts_the_least_recently_used():
+    cache = registry.RegistryCache(max_entries=2)
+    entries = [registry.RegistryEntry(f"b{i}", "u", "m", "h") for i in range(3)]
+    cache.put(entries[0], 60)
+    cache.put(entries[1], 60)
+    assert cache.get("b0") is entries[0]  # b0 is now the most recent
+    cache.put(entries[2], 60)
+    assert cache.get("b1") is None
+    assert cache.get("b0") is entries[0]
+    assert cache.get("b2") is entries[2]
+
+
+def test_a_zero_cache_ttl_disables_caching():
+    cache = registry.RegistryCache()
+    cache.put(registry.RegistryEntry("b", "u", "m", "h"), 0)
+    assert cache.get("b") is None
