@@ -1,0 +1,91 @@
+"""The setup command: every collection and index, on any MongoDB and on Cosmos DB, safe to run twice."""
+
+import mongomock
+import pytest
+
+from shared import cosmos
+from shared.schema import collection_specs
+from shared.settings import get_settings
+from shared.store_setup import ensure_store, main
+from tests.cosmos_fakes import FakeCosmosDatabase
+
+
+def index_keys(db, name):
+    return {tuple(info["key"]) for info in db[name].index_information().values()}
+
+
+@pytest.mark.parametrize("store", ["mongomock", pytest.param("secantus", marks=pytest.mark.integration)])
+def test_creates_every_collection_and_index_and_is_idempotent(store, secantus_client, request):
+    client = mongomock.MongoClient() if store == "mongomock" else secantus_client
+    db = client[f"setup_{store}_{request.node.name[-8:].strip('[]-')}"]
+    settings = get_settings()
+
+    first = ensure_store(db, settings, on_cosmos=False)
+    second = ensure_store(db, settings, on_cosmos=False)
+
+    assert first == second
+    specs = collection_specs(settings)
+    assert set(db.list_collection_names()) == {spec.name for spec in specs}
+    for spec in specs:
+        expected = {tuple(index.keys) for index in spec.indexes} | {(("_id", 1),)}
+        assert index_keys(db, spec.name) == expected, spec.name
+    if store == "secantus":
+        client.drop_database(db.name)
+
+
+def test_on_cosmos_collections_are_created_sharded_with_the_design_keys():
+    fake = FakeCosmosDatabase(mongomock.MongoClient().db)
+
+    ensure_store(fake, get_settings(), on_cosmos=True)
+    ensure_store(fake, get_settings(), on_cosmos=True)  # existing collections are not an error
+
+    design = {
+        "bottles": "bottle_id",
+        "bottle_actions": "bottle_id",
+        "bottle_heartbeats": "bottle_id",
+        "notifications": "user_id",
+        "user_hourly_reports": "user_id",
+        "user_daily_reports": "user_id",
+        "leases": None,
+    }
+    assert fake.shard_keys == {spec.name: spec.shard_key for spec in collection_specs(get_settings())}
+    assert design.items() <= fake.shard_keys.items()
+
+
+def test_cosmos_ttl_indexes_are_on_ts():
+    from shared.schema import IndexSpec
+
+    ttl = IndexSpec("ttl", (("received_at", 1),), expire_after_seconds=60, cosmos_keys=(("_ts", 1),))
+    assert ttl.keys_for(True) == (("_ts", 1),)
+    assert ttl.keys_for(False) == (("received_at", 1),)
+
+
+def test_cosmos_uris_are_recognised():
+    assert cosmos.is_cosmos_uri("mongodb://acct:key@acct.mongo.cosmos.azure.com:10255/?ssl=true")
+    assert not cosmos.is_cosmos_uri("mongodb://127.0.0.1:27017/")
+
+
+@pytest.mark.integration
+def test_request_charge_comes_from_get_last_request_statistics(secantus_client):
+    fake = FakeCosmosDatabase(mongomock.MongoClient().db)
+    assert cosmos.last_request_charge(fake) == 7.5
+    assert cosmos.last_request_charge(secantus_client.db) is None  # not Cosmos: no such command
+
+
+@pytest.mark.integration
+def test_the_command_line_sets_up_a_real_server(secantus_uri, secantus_client, capsys):
+    main(["--uri", secantus_uri, "--database", "setup_cli"])
+    main(["--uri", secantus_uri, "--database", "setup_cli"])
+
+    out = capsys.readouterr().out
+    assert "bottle_actions: shard key bottle_id; indexes: bottle_time" in out
+    assert set(secantus_client["setup_cli"].list_collection_names()) == {
+        spec.name for spec in collection_specs(get_settings())
+    }
+    secantus_client.drop_database("setup_cli")
+
+
+def test_the_command_line_needs_a_connection_string(capsys):
+    with pytest.raises(SystemExit):
+        main([])
+    assert "MONGODB_CONNECTION_STRING" in capsys.readouterr().err

@@ -1,0 +1,150 @@
+"""Cosmos DB throttling (16500) and database faults: bounded retries, then 503 + Retry-After; a device
+retry repairs anything a failure left behind, and nothing is counted twice."""
+
+from typing import Any
+
+import pytest
+from pymongo.errors import AutoReconnect, OperationFailure
+
+from functions import device_events
+from shared import cosmos, schema
+from tests.api import ago, closed, get_bottle, heartbeat, opened, post_events, provisioned
+from tests.cosmos_fakes import ThrottlingDatabase, throttled
+
+
+@pytest.fixture
+def throttle(db, monkeypatch):
+    """Install a throttling view of the store for the ingestion function; returns a setter."""
+
+    def install(failures: dict[str, float], *, partial: bool = False) -> ThrottlingDatabase:
+        fake = ThrottlingDatabase(db, failures, partial=partial)
+        monkeypatch.setattr(device_events, "get_database", lambda: fake)
+        return fake
+
+    return install
+
+
+def stored(db: Any) -> tuple[int, int]:
+    times = len(db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})["times"])
+    return db[schema.BOTTLE_ACTIONS].count_documents({}), times
+
+
+BATCH = {"events": [heartbeat(ago(minutes=9)), opened(ago(minutes=8)), closed(ago(minutes=7), taken=1)]}
+
+
+@pytest.mark.parametrize("collection", [schema.BOTTLE_HEARTBEATS, schema.BOTTLE_ACTIONS, schema.BOTTLES])
+def test_throttled_twice_then_succeeds(db, throttle, collection):
+    key = provisioned()
+    fake = throttle({f"{collection}.bulk_write": 2})
+
+    response = post_events("bottle-1", key, BATCH)
+
+    assert (response.status, response.body) == (202, {"stored": 3, "duplicates": 0})
+    assert stored(db) == (2, 1)
+    assert fake.calls.count(f"{collection}.bulk_write") == 3
+    assert get_bottle("bottle-1").body["status"]["last_action"] == "closed"
+
+
+def test_throttled_registry_read_is_retried(db, throttle):
+    key = provisioned()
+    throttle({schema.BOTTLES: 1})
+    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 202
+
+
+def test_always_throttled_is_503_with_retry_after_and_stores_nothing(db, throttle):
+    key = provisioned()
+    fake = throttle({schema.BOTTLE_HEARTBEATS: float("inf"), schema.BOTTLE_ACTIONS: float("inf")})
+
+    response = post_events("bottle-1", key, BATCH)
+
+    assert response.status == 503
+    assert int(response.headers["Retry-After"]) >= 1
+    assert "retry later" in response.body["error"]
+    assert stored(db) == (0, 0)
+    assert fake.calls.count(f"{schema.BOTTLE_HEARTBEATS}.bulk_write") == 4  # the first try and 3 retries
+
+
+def test_a_failure_part_way_is_repaired_by_the_device_retry(db, throttle):
+    key = provisioned()
+    throttle({f"{schema.BOTTLES}.bulk_write": float("inf")})  # the status update never gets through
+    assert post_events("bottle-1", key, BATCH).status == 503
+
+    throttle({})
+    response = post_events("bottle-1", key, BATCH)
+
+    # The events written before the failure come back as duplicates; the status is now right.
+    assert response.body == {"stored": 0, "duplicates": 3}
+    assert stored(db) == (2, 1)
+    status = get_bottle("bottle-1").body["status"]
+    assert status["last_action"] == "closed"
+    assert status["last_dose_time"] is not None
+
+
+def test_partially_throttled_bulk_retries_only_what_was_not_written(db, throttle):
+    key = provisioned()
+    throttle({schema.BOTTLE_HEARTBEATS: 1, schema.BOTTLE_ACTIONS: 1}, partial=True)
+    events = [heartbeat(ago(minutes=30 - i)) for i in range(5)] + [opened(ago(minutes=3)), closed(ago(minutes=2))]
+
+    response = post_events("bottle-1", key, {"events": events})
+
+    assert response.body == {"stored": 7, "duplicates": 0}
+    assert stored(db) == (2, 5)
+
+
+def test_a_non_transient_database_error_is_503_not_500(db, monkeypatch):
+    key = provisioned()
+
+    class Broken(ThrottlingDatabase):
+        def __getitem__(self, name: str) -> Any:
+            raise OperationFailure("unauthorized", code=13)
+
+    monkeypatch.setattr(device_events, "get_database", lambda: Broken(db, {}))
+    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 503
+
+
+def test_retry_policy_honours_retry_after_ms_and_gives_up():
+    policy = cosmos.RetryPolicy(max_retries=2, base_ms=1)
+    attempts: list[int] = []
+    sleeps: list[float] = []
+
+    def always_throttled() -> None:
+        attempts.append(1)
+        raise throttled()
+
+    with pytest.raises(cosmos.StoreUnavailable) as raised:
+        cosmos.with_retries(always_throttled, policy, sleep=sleeps.append)
+
+    assert len(attempts) == 3
+    assert sleeps == [0.003, 0.003]  # RetryAfterMs=3 is longer than the 1-2 ms back-off
+    assert raised.value.retry_after_s == 1
+
+
+def test_connection_drops_are_retried_but_programming_errors_are_not():
+    policy = cosmos.RetryPolicy(max_retries=3, base_ms=1)
+    failures = [AutoReconnect("connection reset")]
+
+    def flaky() -> str:
+        if failures:
+            raise failures.pop()
+        return "ok"
+
+    assert cosmos.with_retries(flaky, policy, sleep=lambda _: None) == "ok"
+
+    calls = []
+
+    def bad_query() -> None:
+        calls.append(1)
+        raise OperationFailure("unknown operator: $foo", code=2)
+
+    with pytest.raises(cosmos.StoreUnavailable):
+        cosmos.with_retries(bad_query, policy, sleep=lambda _: None)
+    assert len(calls) == 1
+
+
+def test_throttle_delay_is_read_from_bulk_write_errors_too():
+    from pymongo.errors import BulkWriteError
+
+    error = BulkWriteError({"writeErrors": [{"index": 0, "code": 16500, "errmsg": "RetryAfterMs=250"}]})
+    assert cosmos.throttle_delay_ms(error) == 250
+    assert cosmos.is_transient(error)
+    assert cosmos.throttle_delay_ms(OperationFailure("duplicate", code=11000)) is None
