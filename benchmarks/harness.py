@@ -1,0 +1,83 @@
+"""What every benchmark shares: an in-process SecantusDB, a command-counting client, and table output."""
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pymongo import MongoClient, monitoring
+
+from shared import store
+from shared.settings import get_settings
+from shared.store_setup import ensure_store
+
+HANDSHAKE = {"hello", "isMaster", "ismaster", "ping", "endSessions", "buildInfo", "saslStart", "saslContinue"}
+
+
+class CommandTally(monitoring.CommandListener):
+    """Counts database commands (connection handshakes excluded)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name not in HANDSHAKE:
+            self.count += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def secantus_store(database: str = "bench") -> Iterator[tuple[Any, CommandTally]]:
+    """A fresh, set-up database on an in-process SecantusDB, installed as the app's store."""
+    from secantus import SecantusDBServer
+
+    tally = CommandTally()
+    with SecantusDBServer(storage_path=":memory:") as server:
+        client: MongoClient[Any] = MongoClient(server.uri, tz_aware=True, event_listeners=[tally])
+        db = client[database]
+        ensure_store(db, get_settings(), on_cosmos=False)
+        store.use_client(client)
+        try:
+            yield db, tally
+        finally:
+            store.use_client(None)
+            client.close()
+
+
+@dataclass
+class Measurement:
+    name: str
+    units: int
+    seconds: float
+    commands: int
+
+    @property
+    def per_second(self) -> float:
+        return self.units / self.seconds if self.seconds else float("inf")
+
+    @property
+    def commands_per_unit(self) -> float:
+        return self.commands / self.units if self.units else 0.0
+
+
+def measure(name: str, units: int, tally: CommandTally, run: Callable[[], None]) -> Measurement:
+    before = tally.count
+    start = time.perf_counter()
+    run()
+    return Measurement(name, units, time.perf_counter() - start, tally.count - before)
+
+
+def print_table(title: str, rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    text = "\n".join(lines)
+    print(text)
+    return text

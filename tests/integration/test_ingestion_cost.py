@@ -1,0 +1,104 @@
+"""Cost goals, counted on a real server (SecantusDB): database commands per ingestion request."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+
+from shared import schema, store
+from shared.settings import get_settings
+from shared.store_setup import ensure_store
+from tests.api import ago, closed, heartbeat, opened, post_events, provisioned
+from tests.command_counter import CommandCounter
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def counted(secantus_uri: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, CommandCounter]]:
+    counter = CommandCounter()
+    client: MongoClient[Any] = MongoClient(secantus_uri, tz_aware=True, event_listeners=[counter])
+    monkeypatch.setenv("MONGODB_DATABASE", "cost")
+    get_settings.cache_clear()
+    client.drop_database("cost")
+    ensure_store(client["cost"], get_settings(), on_cosmos=False)
+    store.use_client(client)
+    yield client["cost"], counter
+    client.drop_database("cost")
+    client.close()
+
+
+def warm(key: str) -> None:
+    """The first request of a worker reads the registry; later ones are served from its cache."""
+    assert post_events("bottle-1", key, heartbeat(ago(hours=3))).status == 202
+
+
+def test_a_heartbeat_is_one_write_and_no_read(counted):
+    _db, counter = counted
+    key = provisioned()
+    warm(key)
+    counter.reset()
+
+    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).body == {"stored": 1, "duplicates": 0}
+
+    assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS)]
+    assert counter.reads == []
+
+
+def test_a_retried_heartbeat_costs_two_writes_and_is_not_stored_again(counted):
+    _db, counter = counted
+    key = provisioned()
+    warm(key)
+    post_events("bottle-1", key, heartbeat(ago(minutes=1)))
+    counter.reset()
+
+    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).body == {"stored": 0, "duplicates": 1}
+
+    # The duplicate-key answer is asked once more (it could have been a concurrent create).
+    assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS)] * 2
+    assert counter.reads == []
+
+
+@pytest.mark.parametrize("make_event", [opened, closed], ids=["opened", "closed"])
+def test_an_action_is_at_most_two_writes(counted, make_event):
+    _db, counter = counted
+    key = provisioned()
+    warm(key)
+    counter.reset()
+
+    assert post_events("bottle-1", key, make_event(ago(minutes=1))).status == 202
+
+    assert counter.writes == [("insert", schema.BOTTLE_ACTIONS), ("update", schema.BOTTLES)]
+    assert counter.reads == []
+
+
+def test_a_batch_of_100_costs_a_constant_number_of_round_trips(counted):
+    db, counter = counted
+    key = provisioned()
+    warm(key)
+    events = []
+    for i in range(50):
+        events.append(heartbeat(ago(minutes=60 + i)))
+    for i in range(25):
+        events += [opened(ago(minutes=50 - i, seconds=30)), closed(ago(minutes=50 - i, seconds=10))]
+    counter.reset()
+
+    assert post_events("bottle-1", key, {"events": events}).body == {"stored": 100, "duplicates": 0}
+
+    assert counter.writes == [
+        ("update", schema.BOTTLE_HEARTBEATS),
+        ("insert", schema.BOTTLE_ACTIONS),
+        ("update", schema.BOTTLES),
+    ]
+    assert counter.reads == []
+    assert db[schema.BOTTLE_ACTIONS].count_documents({}) == 50
+
+
+def test_the_first_request_of_a_worker_reads_the_registry_once(counted):
+    _db, counter = counted
+    key = provisioned()
+    counter.reset()
+    post_events("bottle-1", key, heartbeat(ago(minutes=2)))
+    post_events("bottle-1", key, heartbeat(ago(minutes=1)))
+    assert counter.reads == [("find", schema.BOTTLES)]
