@@ -1,5 +1,6 @@
 """Points in time as the API and the store see them: aware UTC datetimes at millisecond precision."""
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 
@@ -25,6 +26,15 @@ def format_instant(moment: datetime) -> str:
     return to_stored(moment).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+_clock: Callable[[], datetime] | None = None
+
+
 def utc_now() -> datetime:
-    """The server clock. Triggers read it once per invocation and pass it down; tests patch it."""
-    return to_stored(datetime.now(UTC))
+    """The server clock. Triggers read it once per invocation and pass it down to domain code."""
+    return to_stored(_clock() if _clock is not None else datetime.now(UTC))
+
+
+def set_clock(clock: Callable[[], datetime] | None) -> None:
+    """Replace the server clock (the simulator plays days in minutes); None restores the real one."""
+    global _clock  # noqa: PLW0603 - one clock per process is the point
+    _clock = clock
