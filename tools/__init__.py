@@ -1,0 +1,1 @@
+"""Developer tools: the fleet simulator and the local server. Not deployed (.funcignore)."""
