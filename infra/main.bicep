@@ -1,0 +1,215 @@
+// Everything the pill-bottle Functions app needs in one resource group, in the shape of the azd Python Functions
+// Flex Consumption templates (Azure Verified Modules where they fit). Deploy with `azd up`, or with
+// `az deployment group create` (README: Deploy). Resource-group scoped, so both tools can target an existing group.
+targetScope = 'resourceGroup'
+
+@minLength(1)
+@maxLength(64)
+@description('Environment name (azd: AZURE_ENV_NAME); with the resource group it makes resource names unique.')
+param environmentName string
+
+@minLength(1)
+@description('Region of every resource; it must offer Flex Consumption (az functionapp list-flexconsumption-locations).')
+@metadata({
+  azd: {
+    type: 'location'
+  }
+})
+param location string = resourceGroup().location
+
+@description('Database the app uses (MONGODB_DATABASE).')
+param databaseName string = 'pillbottle'
+
+@description('Autoscale maximum RU/s of each collection (Cosmos bills at least 10 % of it every hour).')
+@minValue(1000)
+param cosmosMaxThroughput int = 1000
+
+@description('Per-collection autoscale maximum RU/s overriding cosmosMaxThroughput, e.g. { bottle_heartbeats: 200000 } (README: cost).')
+param cosmosMaxThroughputByCollection object = {}
+
+@description('Cosmos DB account key whose connection string the app uses; flip it to rotate keys (README: Rotating keys).')
+@allowed(['primary', 'secondary'])
+param cosmosKeyInUse string = 'primary'
+
+@description('Name of the Storage queue the notification checks write to (the NOTIFICATIONS_QUEUE setting).')
+param notificationsQueueName string = 'notifications'
+
+@description('Most instances Flex Consumption may scale the app out to.')
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 100
+
+@description('Memory of each instance in MB.')
+@allowed([2048, 4096])
+param instanceMemoryMB int = 2048
+
+@description('Days Log Analytics keeps logs and telemetry.')
+param logRetentionDays int = 30
+
+@description('Daily Log Analytics ingestion cap in GB (-1: none). A cap stops telemetry for the rest of the day once hit.')
+param logDailyQuotaGb int = -1
+
+@description('App settings to set or override on top of the ones below, e.g. { STORE_MAX_RETRIES: \'5\' }.')
+param appSettingOverrides object = {}
+
+var abbrs = loadJsonContent('./abbreviations.json')
+var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName, location))
+var tags = { 'azd-env-name': environmentName }
+var functionAppName = '${abbrs.webSitesFunctions}api-${resourceToken}'
+var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
+
+// Every setting shared/settings.py reads (env name = upper-cased field name), at the code's defaults unless it is
+// deployment-specific. tests/test_infra.py checks this against the Settings class both ways.
+var appSettings = {
+  MONGODB_CONNECTION_STRING: '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.mongoSecretUri})'
+  MONGODB_DATABASE: databaseName
+  MAX_EVENT_AGE_DAYS: '30'
+  REGISTRY_CACHE_SECONDS: '60'
+  HEARTBEAT_HISTORY: '96'
+  STORE_MAX_RETRIES: '3'
+  STORE_RETRY_BASE_MS: '100'
+}
+
+// The identity the app uses for storage, the deployment package, Key Vault and telemetry.
+module identity 'br/public:avm/res/managed-identity/user-assigned-identity:0.4.1' = {
+  name: 'identity'
+  params: {
+    name: '${abbrs.managedIdentityUserAssignedIdentities}api-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module logAnalytics 'br/public:avm/res/operational-insights/workspace:0.11.1' = {
+  name: 'logAnalytics'
+  params: {
+    name: '${abbrs.operationalInsightsWorkspaces}${resourceToken}'
+    location: location
+    tags: tags
+    dataRetention: logRetentionDays
+    dailyQuotaGb: logDailyQuotaGb
+  }
+}
+
+module applicationInsights 'br/public:avm/res/insights/component:0.6.0' = {
+  name: 'applicationInsights'
+  params: {
+    name: '${abbrs.insightsComponents}${resourceToken}'
+    location: location
+    tags: tags
+    workspaceResourceId: logAnalytics.outputs.resourceId
+    disableLocalAuth: true
+  }
+}
+
+// The host's storage (identity-based AzureWebJobsStorage: no keys), the deployment package container and the
+// notifications queue.
+module storage 'br/public:avm/res/storage/storage-account:0.8.3' = {
+  name: 'storage'
+  params: {
+    name: '${abbrs.storageStorageAccounts}${resourceToken}'
+    location: location
+    tags: tags
+    skuName: 'Standard_LRS'
+    allowBlobPublicAccess: false
+    allowSharedKeyAccess: false
+    dnsEndpointType: 'Standard'
+    publicNetworkAccess: 'Enabled'
+    networkAcls: {
+      defaultAction: 'Allow'
+      bypass: 'AzureServices'
+    }
+    minimumTlsVersion: 'TLS1_2'
+    blobServices: {
+      containers: [
+        { name: deploymentContainerName }
+      ]
+    }
+    queueServices: {
+      queues: [
+        { name: notificationsQueueName }
+      ]
+    }
+  }
+}
+
+module plan 'br/public:avm/res/web/serverfarm:0.1.1' = {
+  name: 'plan'
+  params: {
+    name: '${abbrs.webServerFarms}${resourceToken}'
+    location: location
+    tags: tags
+    sku: {
+      name: 'FC1'
+      tier: 'FlexConsumption'
+    }
+    reserved: true
+  }
+}
+
+module cosmos 'modules/cosmos.bicep' = {
+  name: 'cosmos'
+  params: {
+    name: '${abbrs.documentDBMongoDatabaseAccounts}${resourceToken}'
+    location: location
+    tags: tags
+    databaseName: databaseName
+    defaultMaxThroughput: cosmosMaxThroughput
+    maxThroughputByCollection: cosmosMaxThroughputByCollection
+  }
+}
+
+module keyVault 'modules/keyvault.bicep' = {
+  name: 'keyVault'
+  params: {
+    name: '${abbrs.keyVaultVaults}${resourceToken}'
+    location: location
+    tags: tags
+    cosmosAccountName: cosmos.outputs.name
+    cosmosKeyInUse: cosmosKeyInUse
+    readerPrincipalId: identity.outputs.principalId
+  }
+}
+
+module rbac 'modules/rbac.bicep' = {
+  name: 'rbac'
+  params: {
+    storageAccountName: storage.outputs.name
+    applicationInsightsName: applicationInsights.outputs.name
+    principalId: identity.outputs.principalId
+  }
+}
+
+module functionApp 'modules/functionapp.bicep' = {
+  name: 'functionApp'
+  params: {
+    name: functionAppName
+    location: location
+    tags: tags
+    planId: plan.outputs.resourceId
+    storageAccountName: storage.outputs.name
+    deploymentContainerName: deploymentContainerName
+    applicationInsightsName: applicationInsights.outputs.name
+    identityId: identity.outputs.resourceId
+    identityClientId: identity.outputs.clientId
+    appSettings: union(appSettings, appSettingOverrides)
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
+  }
+  // Start the app only once its identity may read its storage, queue and secret.
+  dependsOn: [
+    rbac
+  ]
+}
+
+// Names and addresses only: no key, connection string or secret is ever an output.
+output AZURE_LOCATION string = location
+output AZURE_TENANT_ID string = tenant().tenantId
+output AZURE_RESOURCE_GROUP string = resourceGroup().name
+output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
+output SERVICE_API_NAME string = functionApp.outputs.name
+output AZURE_FUNCTION_APP_URL string = 'https://${functionApp.outputs.defaultHostName}'
+output AZURE_COSMOS_ACCOUNT_NAME string = cosmos.outputs.name
+output MONGODB_DATABASE string = cosmos.outputs.databaseName
+output AZURE_KEY_VAULT_NAME string = keyVault.outputs.name
+output AZURE_STORAGE_ACCOUNT_NAME string = storage.outputs.name

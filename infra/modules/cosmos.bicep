@@ -1,0 +1,139 @@
+// Azure Cosmos DB for MongoDB (RU): the account, the app's database, and every collection with its shard key and
+// indexes. The collections come from shared/schema.py (the one source the setup command also follows):
+// `python -m tools.bicep_collections` prints the block below, and tests/test_infra.py fails when they differ.
+
+@description('Cosmos DB account name (3-44 lowercase letters, digits and hyphens).')
+param name string
+param location string
+param tags object = {}
+
+@description('Database the app uses (MONGODB_DATABASE).')
+param databaseName string
+
+@description('MongoDB wire-protocol version: 4.2 or later (change streams with updateLookup, the aggregation the app uses).')
+param serverVersion string = '4.2'
+
+@description('Autoscale maximum RU/s of each collection; Cosmos scales each between 10 % of it and it.')
+@minValue(1000)
+param defaultMaxThroughput int = 1000
+
+@description('Per-collection autoscale maximum RU/s overriding defaultMaxThroughput, e.g. { bottle_heartbeats: 200000 }.')
+param maxThroughputByCollection object = {}
+
+// One entry per collection of shared/schema.py collection_specs(): the shard key ('' = unsharded) and the indexes in
+// ARM's form (key names only: ARM has no index direction or name; Cosmos serves a fully reversed sort from the same
+// index). `_id` is always indexed; a TTL index is on `_ts`, the only TTL field Cosmos allows.
+var collections = [
+  {
+    name: 'bottles'
+    shardKey: 'bottle_id'
+    indexes: [
+      { key: { keys: ['_id'] } }
+    ]
+  }
+  {
+    name: 'bottle_actions'
+    shardKey: 'bottle_id'
+    indexes: [
+      { key: { keys: ['_id'] } }
+      { key: { keys: ['bottle_id', 'time'] } }
+    ]
+  }
+  {
+    name: 'bottle_heartbeats'
+    shardKey: 'bottle_id'
+    indexes: [
+      { key: { keys: ['_id'] } }
+    ]
+  }
+  {
+    name: 'notifications'
+    shardKey: 'user_id'
+    indexes: [
+      { key: { keys: ['_id'] } }
+    ]
+  }
+  {
+    name: 'user_hourly_reports'
+    shardKey: 'user_id'
+    indexes: [
+      { key: { keys: ['_id'] } }
+    ]
+  }
+  {
+    name: 'user_daily_reports'
+    shardKey: 'user_id'
+    indexes: [
+      { key: { keys: ['_id'] } }
+    ]
+  }
+  {
+    name: 'leases'
+    shardKey: ''
+    indexes: [
+      { key: { keys: ['_id'] } }
+    ]
+  }
+]
+
+resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
+  name: name
+  location: location
+  tags: tags
+  kind: 'MongoDB'
+  properties: {
+    databaseAccountOfferType: 'Standard'
+    locations: [
+      {
+        locationName: location
+        failoverPriority: 0
+        isZoneRedundant: false
+      }
+    ]
+    consistencyPolicy: {
+      defaultConsistencyLevel: 'Session'
+    }
+    apiProperties: {
+      serverVersion: serverVersion
+    }
+    capabilities: [
+      { name: 'EnableMongo' }
+      // Server-side retry: a throttled request is retried by Cosmos (up to 60 s) instead of failing with 16500;
+      // the app's own bounded retries (shared/cosmos.py) remain for what still gets through.
+      { name: 'DisableRateLimitingResponses' }
+    ]
+    minimalTlsVersion: 'Tls12'
+    publicNetworkAccess: 'Enabled'
+  }
+}
+
+resource database 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases@2024-05-15' = {
+  parent: account
+  name: databaseName
+  properties: {
+    resource: {
+      id: databaseName
+    }
+  }
+}
+
+resource collection 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/collections@2024-05-15' = [
+  for c in collections: {
+    parent: database
+    name: c.name
+    properties: {
+      resource: union(
+        { id: c.name, indexes: c.indexes },
+        empty(c.shardKey) ? {} : { shardKey: { '${c.shardKey}': 'Hash' } }
+      )
+      options: {
+        autoscaleSettings: {
+          maxThroughput: contains(maxThroughputByCollection, c.name) ? maxThroughputByCollection[c.name] : defaultMaxThroughput
+        }
+      }
+    }
+  }
+]
+
+output name string = account.name
+output databaseName string = database.name

@@ -1,0 +1,98 @@
+// The Function App on the Flex Consumption plan: Python 3.11, the user-assigned identity for everything (storage,
+// the deployment package, Key Vault references, telemetry), and its app settings: the host's own settings below
+// plus every setting of shared/settings.py (appSettings from main.bicep).
+
+param name string
+param location string
+param tags object = {}
+
+@description('azd finds the app to deploy to by this tag; it matches the service name in azure.yaml.')
+param serviceName string = 'api'
+
+param planId string
+param storageAccountName string
+param deploymentContainerName string
+param applicationInsightsName string
+param identityId string
+param identityClientId string
+
+@description('Settings the code reads (shared/settings.py), merged over the host settings.')
+param appSettings object
+
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 100
+
+@allowed([2048, 4096])
+param instanceMemoryMB int = 2048
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+  name: storageAccountName
+}
+
+resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: applicationInsightsName
+}
+
+// Settings read by the Functions host, the Python worker or the OpenTelemetry distro, not by shared/settings.py.
+// tests/test_infra.py keeps this list to an explained allow-list. Flex Consumption rejects FUNCTIONS_WORKER_RUNTIME
+// and FUNCTIONS_EXTENSION_VERSION as app settings: the runtime is functionAppConfig.runtime below.
+var hostSettings = {
+  AzureWebJobsStorage__accountName: storage.name
+  AzureWebJobsStorage__credential: 'managedidentity'
+  AzureWebJobsStorage__clientId: identityClientId
+  APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsights.properties.ConnectionString
+  APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
+  PYTHON_ENABLE_OPENTELEMETRY: 'true'
+  OTEL_TRACES_SAMPLER: 'microsoft.rate_limited'
+  OTEL_TRACES_SAMPLER_ARG: '5'
+}
+
+resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
+  name: name
+  location: location
+  tags: union(tags, { 'azd-service-name': serviceName })
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    serverFarmId: planId
+    httpsOnly: true
+    keyVaultReferenceIdentity: identityId
+    siteConfig: {
+      minTlsVersion: '1.2'
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: '${storage.properties.primaryEndpoints.blob}${deploymentContainerName}'
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityId
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        maximumInstanceCount: maximumInstanceCount
+        instanceMemoryMB: instanceMemoryMB
+      }
+      runtime: {
+        name: 'python'
+        version: '3.11'
+      }
+    }
+  }
+
+  resource settings 'config' = {
+    name: 'appsettings'
+    properties: union(hostSettings, appSettings)
+  }
+}
+
+output name string = functionApp.name
+output defaultHostName string = functionApp.properties.defaultHostName

@@ -1,0 +1,77 @@
+"""Reading infra/*.bicep in tests, without a Bicep compiler: pycep's parse tree, and the literal a value stands
+for where it is one (a literal, or a param default / var value it names)."""
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pycep import BicepParser
+from pycep.models import BicepElement
+
+ROOT = Path(__file__).resolve().parent.parent
+INFRA = ROOT / "infra"
+
+Tree = dict[str, Any]
+
+
+class Expression:
+    """A value only known at deployment (a reference to another resource, a function call, an interpolation)."""
+
+    def __repr__(self) -> str:
+        return "<expression>"
+
+
+EXPRESSION = Expression()
+
+
+@cache
+def parse(relative: str) -> Tree:
+    """The parse tree of infra/<relative>; fails the test if pycep cannot read it."""
+    tree: Tree = dict(BicepParser().parse(file_path=INFRA / relative))
+    return tree
+
+
+def literal(tree: Tree, value: Any) -> Any:
+    """`value` as plain data: literals as they are, a param or var name replaced by its default or value,
+    objects and arrays resolved item by item; EXPRESSION where it depends on the deployment."""
+    if isinstance(value, BicepElement):
+        name = str(value)
+        if name in tree.get("parameters", {}):
+            return literal(tree, tree["parameters"][name]["default"])
+        if name in tree.get("variables", {}):
+            return literal(tree, tree["variables"][name]["value"])
+        return EXPRESSION
+    if isinstance(value, str):
+        return EXPRESSION if "${" in value else value
+    if isinstance(value, bool | int) or value is None:
+        return value
+    if isinstance(value, list):
+        return [literal(tree, item) for item in value]
+    if isinstance(value, dict) and not ({"operator", "function"} & value.keys()):
+        return {str(key).strip("'"): literal(tree, item) for key, item in value.items()}
+    return EXPRESSION
+
+
+def variable(relative: str, name: str) -> Any:
+    """The raw parse tree of `var name` in infra/<relative>."""
+    variables = parse(relative)["variables"]
+    assert name in variables, f"infra/{relative} has no `var {name}`"
+    return variables[name]["value"]
+
+
+def module(relative: str, name: str) -> Tree:
+    modules = parse(relative)["modules"]
+    assert name in modules, f"infra/{relative} has no module `{name}`"
+    config: Tree = modules[name]["config"]
+    return config
+
+
+def resource(relative: str, name: str) -> Tree:
+    resources = parse(relative)["resources"]
+    assert name in resources, f"infra/{relative} has no resource `{name}`"
+    found: Tree = resources[name]
+    return found
+
+
+def text(relative: str) -> str:
+    return (INFRA / relative).read_text()

@@ -1,0 +1,332 @@
+"""The infrastructure and the code agree, offline: infra/*.bicep (parsed with pycep), host.json, azure.yaml,
+.funcignore, local.settings.json.example and the README against shared/schema.py and shared/settings.py.
+
+Everything is compared with the Python source as it is now, so a collection, index or setting added to the code
+fails here until infra/ (and the example settings, and the README) have it too."""
+
+import fnmatch
+import json
+import re
+from datetime import timedelta
+from typing import Any
+
+import mongomock
+import pytest
+import yaml
+
+from shared import observability
+from shared.schema import collection_specs
+from shared.settings import Settings
+from shared.store_setup import ensure_store
+from tests import bicep
+from tests.cosmos_fakes import FakeCosmosDatabase
+
+ROOT = bicep.ROOT
+BICEP_FILES = sorted(str(path.relative_to(bicep.INFRA)) for path in bicep.INFRA.rglob("*.bicep"))
+
+# App settings that no Settings field reads, each with the reader that needs it.
+HOST_APP_SETTINGS = {
+    "AzureWebJobsStorage__accountName": "the Functions host and the queue output binding: identity-based storage",
+    "AzureWebJobsStorage__credential": "the same connection: authenticate with a managed identity",
+    "AzureWebJobsStorage__clientId": "the same connection: which user-assigned identity",
+    "APPLICATIONINSIGHTS_CONNECTION_STRING": "the host, and shared/observability.configure_telemetry (the distro)",
+    "APPLICATIONINSIGHTS_AUTHENTICATION_STRING": "Entra ID telemetry auth (App Insights local auth is off)",
+    "PYTHON_ENABLE_OPENTELEMETRY": "the Python worker streams OpenTelemetry logs; the host does not repeat them",
+    "OTEL_TRACES_SAMPLER": "the OpenTelemetry distro's sampler (rate-limited)",
+    "OTEL_TRACES_SAMPLER_ARG": "traces kept per second; logs follow their trace's sampling",
+}
+LOCAL_HOST_SETTINGS = {
+    "FUNCTIONS_WORKER_RUNTIME": "func start needs the worker language (Flex Consumption: functionAppConfig)",
+    "AzureWebJobsStorage": "the host's storage under func start: Azurite",
+    "AzureWebJobsFeatureFlags": "EnableWorkerIndexing, for Core Tools older than the v2 model's default",
+}
+
+
+def env_names() -> set[str]:
+    return {name.upper() for name in Settings.model_fields}
+
+
+def parses_to_default(env_name: str, value: str) -> bool:
+    field = env_name.lower()
+    return bool(getattr(Settings(**{field: value}), field) == Settings.model_fields[field].default)
+
+
+# --- collections, shard keys, indexes ---------------------------------------------------------------------
+
+
+Collections = dict[str, tuple[str, list[tuple[tuple[str, ...], bool, int | None]]]]
+
+
+def bicep_collections() -> Collections:
+    """name -> (shard key, '' if unsharded; sorted (key names, unique, TTL seconds) per index), as deployed."""
+    entries = bicep.literal(bicep.parse("modules/cosmos.bicep"), bicep.variable("modules/cosmos.bicep", "collections"))
+    found: Collections = {}
+    for entry in entries:
+        indexes = [
+            (tuple(index["key"]["keys"]), bool(index.get("options", {}).get("unique", False)),
+             index.get("options", {}).get("expireAfterSeconds"))
+            for index in entry["indexes"]
+        ]  # fmt: skip
+        found[entry["name"]] = (entry["shardKey"], sorted(indexes, key=repr))
+    return found
+
+
+def setup_command_collections() -> Collections:
+    """The same, as the setup command creates them on Cosmos DB (shard keys through customAction)."""
+    fake = FakeCosmosDatabase(mongomock.MongoClient().db)
+    ensure_store(fake, Settings(), on_cosmos=True)
+    found: Collections = {}
+    for name, shard_key in fake.shard_keys.items():
+        indexes = [
+            (tuple(key for key, _direction in info["key"]), bool(info.get("unique", False)),
+             info.get("expireAfterSeconds"))
+            for info in fake.db[name].index_information().values()
+        ]  # fmt: skip
+        found[name] = (shard_key or "", sorted(indexes, key=repr))
+    return found
+
+
+def test_bicep_creates_the_collections_shard_keys_and_indexes_the_setup_command_creates() -> None:
+    expected = setup_command_collections()
+    assert set(expected) == {spec.name for spec in collection_specs(Settings())}
+    assert bicep_collections() == expected, (
+        "infra/modules/cosmos.bicep `var collections` differs from shared/schema.py: "
+        "paste the output of `python -m tools.bicep_collections` over it"
+    )
+
+
+def test_each_collection_entry_is_deployed_with_its_shard_key_indexes_and_autoscale_throughput() -> None:
+    loop = bicep.resource("modules/cosmos.bicep", "collection")
+    assert loop["type"] == "Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/collections"
+    assert loop["config"]["loop_type"]["detail"] == {"item_name": "c", "array_name": "collections"}
+    body = json.dumps(loop["config"]["config"], default=str)
+    for uses in ('"operand_2": "name"', '"operand_2": "indexes"', '"operand_2": "shardKey"', "Hash"):
+        assert uses in body, f"the collection loop no longer uses {uses}"
+    options = loop["config"]["config"]["properties"]["options"]
+    assert "maxThroughput" in options["autoscaleSettings"]
+    cosmos_params = bicep.parse("modules/cosmos.bicep")["parameters"]
+    assert {"type": "min_value", "argument": 1000} in cosmos_params["defaultMaxThroughput"]["decorators"]
+    main_params = bicep.parse("main.bicep")["parameters"]
+    assert {"cosmosMaxThroughput", "cosmosMaxThroughputByCollection"} <= main_params.keys()
+
+
+def test_the_cosmos_account_speaks_mongodb_4_2_or_later_and_retries_throttled_requests_server_side() -> None:
+    account = bicep.resource("modules/cosmos.bicep", "account")["config"]
+    tree = bicep.parse("modules/cosmos.bicep")
+    assert account["kind"] == "MongoDB"
+    capabilities = {entry["name"] for entry in account["properties"]["capabilities"]}
+    assert {"EnableMongo", "DisableRateLimitingResponses"} <= capabilities
+    version = bicep.literal(tree, account["properties"]["apiProperties"]["serverVersion"])
+    assert tuple(int(part) for part in version.split(".")) >= (4, 2)
+
+
+# --- app settings -----------------------------------------------------------------------------------------
+
+
+def deployed_app_settings() -> dict[str, Any]:
+    tree = bicep.parse("main.bicep")
+    return dict(bicep.literal(tree, bicep.variable("main.bicep", "appSettings")))
+
+
+def deployed_host_settings() -> dict[str, Any]:
+    tree = bicep.parse("modules/functionapp.bicep")
+    return dict(bicep.literal(tree, bicep.variable("modules/functionapp.bicep", "hostSettings")))
+
+
+def test_the_bicep_sets_every_setting_the_code_reads_and_nothing_that_nothing_reads() -> None:
+    app, host = deployed_app_settings(), deployed_host_settings()
+    assert set(app) == env_names(), (
+        f"infra/main.bicep appSettings: missing {sorted(env_names() - set(app))}, "
+        f"not read by shared/settings.py {sorted(set(app) - env_names())}"
+    )
+    unexplained = set(host) - set(HOST_APP_SETTINGS)
+    assert not unexplained, f"host settings nothing here reads (explain them in HOST_APP_SETTINGS): {unexplained}"
+    assert set(HOST_APP_SETTINGS) <= set(host), "HOST_APP_SETTINGS lists settings the Bicep no longer sets"
+    assert not set(app) & set(host)
+    assert observability.CONNECTION_STRING_SETTING in host
+
+
+def test_deployed_literal_values_are_the_code_defaults() -> None:
+    differing = {
+        name: value
+        for name, value in deployed_app_settings().items()
+        if name in env_names() and value is not bicep.EXPRESSION and not parses_to_default(name, value)
+    }
+    assert not differing, f"infra/main.bicep sets these to something other than the code's default: {differing}"
+
+
+def test_the_mongodb_connection_string_is_a_key_vault_reference_the_app_identity_may_resolve() -> None:
+    raw = bicep.variable("main.bicep", "appSettings")["MONGODB_CONNECTION_STRING"]
+    assert raw == "@Microsoft.KeyVault(SecretUri=${keyVault.outputs.mongoSecretUri})"
+    outputs = bicep.parse("modules/keyvault.bicep")["outputs"]
+    assert "secretUriWithVersion" in json.dumps(outputs["mongoSecretUri"], default=str)
+    secret = bicep.resource("modules/keyvault.bicep", "mongoSecret")["config"]
+    assert "listConnectionStrings" in json.dumps(secret["properties"]["value"], default=str)
+    site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
+    assert site["properties"]["keyVaultReferenceIdentity"] == "identityId"
+    assert "4633458b-17de-408a-b874-0445c86b69e6" in bicep.text("modules/keyvault.bicep")  # Key Vault Secrets User
+
+
+def code_of(relative: str) -> str:
+    """A Bicep file without its `//` comments."""
+    return re.sub(r"(^|\s)//[^\n]*", "", bicep.text(relative))
+
+
+def test_no_key_connection_string_or_secret_is_an_output_or_in_the_repo() -> None:
+    secret_bearing = ('"func_name": "list', "onnectionString", "InstrumentationKey", '"operand_2": "value"')
+    for relative in BICEP_FILES:
+        for name, output in bicep.parse(relative).get("outputs", {}).items():
+            rendered = json.dumps(output, default=str)
+            assert not [leak for leak in secret_bearing if leak in rendered], f"{relative} output {name}: {rendered}"
+        # The one place a key is read: the Key Vault secret's value.
+        expected = ["listConnectionStrings("] if relative == "modules/keyvault.bicep" else []
+        assert re.findall(r"\blist\w*\(", code_of(relative)) == expected, relative
+    for path in [*bicep.INFRA.rglob("*"), ROOT / "azure.yaml", ROOT / "local.settings.json.example"]:
+        if path.is_file():
+            content = path.read_text()
+            assert not re.search(r"AccountKey=|mongodb(\+srv)?://[^\s\"']*:[^\s\"'@]+@", content), path
+
+
+# --- local settings and the README --------------------------------------------------------------------------
+
+
+def local_settings() -> dict[str, str]:
+    values: dict[str, str] = json.loads((ROOT / "local.settings.json.example").read_text())["Values"]
+    return values
+
+
+def test_local_settings_example_lists_every_setting_and_only_known_host_settings() -> None:
+    names = set(local_settings())
+    assert env_names() <= names, f"local.settings.json.example lacks {sorted(env_names() - names)}"
+    unknown = names - env_names() - set(LOCAL_HOST_SETTINGS)
+    assert not unknown, f"local.settings.json.example sets what nothing reads: {sorted(unknown)}"
+
+
+def test_local_settings_example_values_are_accepted_by_the_settings_class() -> None:
+    values = {name.lower(): value for name, value in local_settings().items() if name in env_names()}
+    Settings(**values)
+
+
+def test_readme_configuration_table_has_a_row_per_setting() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [name for name in sorted(env_names()) if f"| `{name}` |" not in readme]
+    assert not missing, f"README configuration table lacks {missing}"
+
+
+# --- deployment plumbing -----------------------------------------------------------------------------------
+
+
+def test_the_parameters_file_names_real_parameters_and_every_required_one() -> None:
+    params = bicep.parse("main.bicep")["parameters"]
+    given = json.loads((bicep.INFRA / "main.parameters.json").read_text())["parameters"]
+    assert set(given) <= set(params), f"main.parameters.json names unknown parameters {set(given) - set(params)}"
+    required = {name for name, param in params.items() if param["default"] is None}
+    assert required <= set(given)
+
+
+def test_azd_deploys_the_repo_to_the_function_app_the_bicep_tags() -> None:
+    azure = yaml.safe_load((ROOT / "azure.yaml").read_text())
+    assert azure["infra"]["provider"] == "bicep"
+    assert (ROOT / azure["infra"]["path"] / f"{azure['infra']['module']}.bicep").is_file()
+    [(service, config)] = azure["services"].items()
+    assert config == {"project": ".", "language": "python", "host": "function"}
+    tag_default = bicep.parse("modules/functionapp.bicep")["parameters"]["serviceName"]["default"]
+    assert service == tag_default
+    assert bicep.parse("main.bicep")["globals"]["scope"]["value"] == "resourceGroup"  # azd and az deployment group
+
+
+def test_the_function_app_runs_python_3_11_on_flex_consumption_with_identity_based_storage() -> None:
+    plan = bicep.module("main.bicep", "plan")["params"]["sku"]
+    assert plan == {"name": "FC1", "tier": "FlexConsumption"}
+    site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
+    config = site["properties"]["functionAppConfig"]
+    assert config["runtime"] == {"name": "python", "version": "3.11"}
+    assert config["deployment"]["storage"]["authentication"]["type"] == "UserAssignedIdentity"
+    assert site["identity"]["type"] == "UserAssigned"
+    host = deployed_host_settings()
+    assert host["AzureWebJobsStorage__credential"] == "managedidentity"
+    assert "AzureWebJobsStorage" not in host  # no key-based connection string
+    storage = bicep.module("main.bicep", "storage")["params"]
+    assert storage["allowSharedKeyAccess"] is False
+
+
+def test_the_app_identity_holds_the_roles_its_storage_queue_and_telemetry_need() -> None:
+    rbac = bicep.text("modules/rbac.bicep")
+    for role in (
+        "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",  # Storage Blob Data Owner: host storage, deployment package
+        "974c5e8b-45b9-4653-ba55-5f855dd0fb88",  # Storage Queue Data Contributor: the notifications queue
+        "3913510d-42f4-4e42-8a64-420c390055eb",  # Monitoring Metrics Publisher: Entra ID telemetry
+    ):
+        assert role in rbac
+
+
+@pytest.mark.parametrize("relative", BICEP_FILES)
+def test_every_module_and_abbreviation_a_bicep_file_uses_exists(relative: str) -> None:
+    abbreviations = json.loads((bicep.INFRA / "abbreviations.json").read_text())
+    assert set(re.findall(r"abbrs\.(\w+)", bicep.text(relative))) <= abbreviations.keys()
+    folder = (bicep.INFRA / relative).parent
+    for name, declared in bicep.parse(relative).get("modules", {}).items():
+        detail = declared["detail"]
+        if declared["type"] == "local":
+            assert (folder / detail["path"]).is_file(), f"{relative}: module {name} -> {detail['path']}"
+        else:  # an Azure Verified Module, pinned to a version
+            assert detail["path"].startswith("avm/res/"), f"{relative}: module {name}"
+            assert re.fullmatch(r"\d+\.\d+\.\d+", detail["tag"]), f"{relative}: module {name} is not pinned"
+
+
+def test_the_package_leaves_out_tests_tools_and_local_secrets_and_keeps_the_app() -> None:
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".funcignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+    def ignored(name: str) -> bool:
+        return any(fnmatch.fnmatch(name, pattern.rstrip("/")) for pattern in patterns)
+
+    for left_out in ("tests", "tools", "benchmarks", ".venv", "infra", "local.settings.json", ".azure", ".git"):
+        assert ignored(left_out), left_out
+    for kept in ("function_app.py", "functions", "shared", "host.json", "requirements.txt"):
+        assert not ignored(kept), kept
+
+
+# --- host.json ------------------------------------------------------------------------------------------------
+
+
+def host_json() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((ROOT / "host.json").read_text())
+    return loaded
+
+
+def function_timeout() -> timedelta:
+    hours, minutes, seconds = (int(part) for part in host_json()["functionTimeout"].split(":"))
+    return timedelta(hours=hours, minutes=minutes, seconds=seconds)
+
+
+def test_host_json_pins_the_v4_extension_bundle_and_configures_logging_and_sampling() -> None:
+    host = host_json()
+    assert host["version"] == "2.0"
+    assert host["extensionBundle"] == {"id": "Microsoft.Azure.Functions.ExtensionBundle", "version": "[4.*, 5.0.0)"}
+    assert host["telemetryMode"] == "OpenTelemetry"
+    assert host["logging"]["logLevel"]["default"]
+    # Requests are sampled too: at ~17 K requests/s an unsampled request log would dwarf every other cost.
+    assert "Request" not in host["logging"]["applicationInsights"]["samplingSettings"].get("excludedTypes", "")
+    assert timedelta(minutes=1) <= function_timeout() <= timedelta(minutes=30)
+
+
+def budget_seconds(name: str) -> float | None:
+    """The largest value a `*budget*` setting accepts, in seconds (its default when unbounded)."""
+    units = {"_seconds": 1.0, "_s": 1.0, "_ms": 0.001, "_minutes": 60.0}
+    unit = next((factor for suffix, factor in units.items() if name.endswith(suffix)), None)
+    if "budget" not in name or unit is None:
+        return None
+    field = Settings.model_fields[name]
+    bounds = [getattr(item, "le", None) or getattr(item, "lt", None) for item in field.metadata]
+    largest = max((bound for bound in bounds if bound is not None), default=field.default)
+    return float(largest) * unit
+
+
+def test_the_function_timeout_fits_every_timer_budget_the_settings_allow() -> None:
+    budgets = {name: budget_seconds(name) for name in Settings.model_fields}
+    too_long = {name: s for name, s in budgets.items() if s is not None and s >= function_timeout().total_seconds()}
+    assert not too_long, f"host.json functionTimeout {function_timeout()} is shorter than {too_long}"
