@@ -1,0 +1,176 @@
+"""Every registered function's bindings agree with openapi.yaml, the README, the settings class and the infra:
+HTTP routes, methods and auth levels; timer schedules and queue names from app settings (`%SETTING%`); queue
+output on the host's storage connection. Written over whatever functions are registered, so new ones are checked
+as they land."""
+
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from shared.settings import Settings
+from tests import bicep
+from tools.ncrontab import Schedule
+
+ROOT = bicep.ROOT
+KNOWN_BINDINGS = {"httpTrigger", "http", "timerTrigger", "queue"}
+SETTING_REFERENCE = re.compile(r"%([A-Z0-9_]+)%")
+AUTH_README = {"function": "function key", "anonymous": "anonymous"}
+
+Binding = dict[str, Any]
+
+
+def bindings_of(function: Any) -> list[Binding]:
+    found: list[Binding] = json.loads(function.get_function_json())["bindings"]
+    return found
+
+
+def functions_with(registered: dict[str, Any], binding_type: str) -> dict[str, list[Binding]]:
+    """name -> bindings of the registered functions having a binding of this type."""
+    every = {name: bindings_of(function) for name, function in registered.items()}
+    return {name: found for name, found in every.items() if any(b["type"] == binding_type for b in found)}
+
+
+def one(bindings: list[Binding], binding_type: str) -> Binding:
+    [found] = [binding for binding in bindings if binding["type"] == binding_type]
+    return found
+
+
+def openapi() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "openapi.yaml").read_text())
+    return loaded
+
+
+def route_prefix() -> str:
+    prefix: str = json.loads((ROOT / "host.json").read_text())["extensions"]["http"]["routePrefix"]
+    return prefix
+
+
+def openapi_path(route: str) -> str:
+    """`bottles/{bottle_id:alpha}` -> `/bottles/{bottle_id}`: the route as OpenAPI writes it."""
+    return "/" + re.sub(r"\{(\w+)(?::[^}]*)?\??\}", r"{\1}", route)
+
+
+def setting_named(reference: str, where: str) -> str:
+    """The Settings field a `%SETTING%` binding expression names."""
+    match = SETTING_REFERENCE.fullmatch(reference)
+    assert match, f"{where}: '{reference}' is not read from an app setting (%SETTING%)"
+    field = match.group(1).lower()
+    assert field in Settings.model_fields, f"{where}: {match.group(1)} is not a setting of shared/settings.py"
+    return field
+
+
+def readme_functions() -> dict[str, dict[str, str]]:
+    """The README's deployed-functions table: name -> {trigger, auth, output} cells."""
+    readme = (ROOT / "README.md").read_text()
+    header = "| function | trigger | auth | output |"
+    assert header in readme, f"README lacks the deployed-functions table `{header}`"
+    rows: dict[str, dict[str, str]] = {}
+    for line in readme[readme.index(header) :].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        name, trigger, auth, output = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[name.strip("`")] = {"trigger": trigger, "auth": auth, "output": output}
+    return rows
+
+
+def test_every_binding_is_of_a_kind_these_checks_cover(registered_functions: dict[str, Any]) -> None:
+    for name, function in registered_functions.items():
+        kinds = {binding["type"] for binding in bindings_of(function)}
+        assert kinds <= KNOWN_BINDINGS, f"{name}: extend tests/test_bindings.py for {kinds - KNOWN_BINDINGS}"
+
+
+def test_http_routes_methods_and_auth_levels_match_the_openapi_document(registered_functions: dict[str, Any]) -> None:
+    http = functions_with(registered_functions, "httpTrigger")
+    assert http, "no HTTP function registered"
+    paths = openapi()["paths"]
+    for name, found in http.items():
+        trigger = one(found, "httpTrigger")
+        path = openapi_path(trigger["route"])
+        assert path in paths, f"{name}: route {path} is not in openapi.yaml"
+        for method in trigger["methods"]:
+            operation = paths[path].get(method.lower())
+            assert operation, f"{name}: {method} {path} is not in openapi.yaml"
+            assert operation["operationId"] == name, f"{method} {path}: operationId should be {name}"
+            schemes = {scheme for entry in operation.get("security", []) for scheme in entry}
+            needs_key = trigger["authLevel"].lower() != "anonymous"
+            assert ("functionKey" in schemes) == needs_key, f"{name}: auth {trigger['authLevel']} vs {schemes}"
+
+
+def test_every_openapi_operation_is_a_registered_function_at_that_route(registered_functions: dict[str, Any]) -> None:
+    served = {
+        (openapi_path(one(found, "httpTrigger")["route"]), method.lower()): name
+        for name, found in functions_with(registered_functions, "httpTrigger").items()
+        for method in one(found, "httpTrigger")["methods"]
+    }
+    for path, item in openapi()["paths"].items():
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            assert served.get((path, method)) == operation["operationId"], f"openapi.yaml {method.upper()} {path}"
+
+
+def test_openapi_servers_and_path_parameters_match_the_host(registered_functions: dict[str, Any]) -> None:
+    document = openapi()
+    for server in document["servers"]:
+        assert server["url"].endswith(f"/{route_prefix()}"), server["url"]
+    for path, item in document["paths"].items():
+        declared = {
+            param.get("name") or document["components"]["parameters"][param["$ref"].rsplit("/", 1)[1]]["name"]
+            for param in item.get("parameters", [])
+        }
+        assert declared >= set(re.findall(r"\{(\w+)\}", path)), f"openapi.yaml {path}: undeclared path parameters"
+
+
+def test_the_readme_lists_every_function_with_its_trigger_auth_and_output(registered_functions: dict[str, Any]) -> None:
+    rows = readme_functions()
+    assert set(rows) == set(registered_functions), (
+        f"README functions table: missing {sorted(set(registered_functions) - set(rows))}, "
+        f"not registered {sorted(set(rows) - set(registered_functions))}"
+    )
+    for name, function in registered_functions.items():
+        found, row = bindings_of(function), rows[name]
+        if any(b["type"] == "httpTrigger" for b in found):
+            trigger = one(found, "httpTrigger")
+            methods = ", ".join(trigger["methods"])
+            assert row["trigger"] == f"`{methods} /{route_prefix()}/{trigger['route']}`", name
+            assert row["auth"].startswith(AUTH_README[trigger["authLevel"].lower()]), name
+        if any(b["type"] == "timerTrigger" for b in found):
+            assert row["trigger"] == f"timer `{one(found, 'timerTrigger')['schedule']}`", name
+        queues = [b["queueName"] for b in found if b["type"] == "queue" and b["direction"] == "OUT"]
+        assert row["output"] == ", ".join(f"queue `{queue}`" for queue in queues), name
+
+
+def test_timer_schedules_come_from_settings_whose_defaults_are_valid_ncrontab(
+    registered_functions: dict[str, Any],
+) -> None:
+    timers = functions_with(registered_functions, "timerTrigger")
+    if not timers:
+        pytest.skip("no timer function registered yet")
+    for name, found in timers.items():
+        trigger = one(found, "timerTrigger")
+        field = setting_named(trigger["schedule"], name)
+        Schedule.parse(str(Settings.model_fields[field].default))
+        assert not trigger.get("runOnStartup"), f"{name}: runOnStartup re-runs the timer on every scale-out"
+
+
+def test_queue_outputs_use_the_host_storage_and_a_queue_the_infra_creates(
+    registered_functions: dict[str, Any],
+) -> None:
+    outputs = functions_with(registered_functions, "queue")
+    if not outputs:
+        pytest.skip("no queue output registered yet")
+    tree = bicep.parse("main.bicep")
+    created = {queue["name"] for queue in bicep.literal(tree, bicep.module("main.bicep", "storage")["params"])[
+        "queueServices"]["queues"]}  # fmt: skip
+    deployed = bicep.literal(tree, bicep.variable("main.bicep", "appSettings"))
+    for name, found in outputs.items():
+        for binding in (b for b in found if b["type"] == "queue"):
+            assert binding["direction"] == "OUT", f"{name}: queue triggers are not covered here"
+            assert binding["connection"] == "AzureWebJobsStorage", f"{name}: the queue is on the host's storage"
+            field = setting_named(binding["queueName"], name)
+            queue = Settings.model_fields[field].default
+            assert deployed.get(field.upper()) == queue, f"{name}: infra/main.bicep sets {field.upper()} otherwise"
+            assert queue in created, f"{name}: infra/main.bicep does not create queue '{queue}'"
