@@ -117,6 +117,8 @@ resource database 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases@2024-0
   }
 }
 
+// One at a time: parallel control-plane changes (create, throughput) to one account's collections can conflict.
+@batchSize(1)
 resource collection 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/collections@2024-05-15' = [
   for c in collections: {
     parent: database
