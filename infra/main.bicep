@@ -68,6 +68,11 @@ var appSettings = {
   HEARTBEAT_HISTORY: '96'
   STORE_MAX_RETRIES: '3'
   STORE_RETRY_BASE_MS: '100'
+  REPORTS_SCHEDULE: '0 */1 * * * *'
+  CHANGE_SOURCE: 'change_stream'
+  REPORTS_TIME_BUDGET_SECONDS: '45'
+  REPORTS_PAGE_SIZE: '500'
+  REPORTS_POLL_OVERLAP_SECONDS: '300'
 }
 
 // The identity the app uses for storage, the deployment package, Key Vault and telemetry.

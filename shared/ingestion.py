@@ -73,7 +73,11 @@ def _heartbeat_upsert(bottle: RegistryEntry, event: DeviceEvent, now: datetime, 
             "$push": {"times": {"$each": [event.time], "$sort": 1, "$slice": -history}},
             "$max": {"last": event.time, "alive_at": event.time},
             "$set": {"received_at": now},
-            "$setOnInsert": {"user_id": bottle.user_id, "medication": bottle.medication},
+            "$setOnInsert": {
+                "user_id": bottle.user_id,
+                "medication": bottle.medication,
+                "owners": [{"user_id": bottle.user_id, "since": now}],  # as provisioning would (reports)
+            },
         },
         upsert=True,
     )

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
-from pymongo import ReturnDocument
+from pymongo import ReturnDocument, UpdateOne
 from pymongo.database import Database
 
 from shared import schema
@@ -216,16 +216,35 @@ def provision(
     )
 
 
+# Ownership changes kept on a heartbeat document (reassignments are rare operations events).
+MAX_OWNERS = 50
+
+
 def _sync_heartbeat_document(db: Database[Any], bottle_id: str, spec: BottleSpec, now: datetime) -> None:
     """Create the bottle's heartbeat document with `alive_at` = provisioning time (a bottle that never
-    sends a heartbeat is silent from then on), and keep its owner and medication current."""
-    db[schema.BOTTLE_HEARTBEATS].update_one(
-        {"_id": bottle_id, "bottle_id": bottle_id},
-        {
-            "$set": {"user_id": spec.user_id, "medication": spec.medication},
-            "$setOnInsert": {"alive_at": now, "times": []},
-        },
-        upsert=True,
+    sends a heartbeat is silent from then on), and keep its owner and medication current.
+
+    `owners` records who owned the bottle from when, so the reports count each heartbeat time for the user
+    who owned the bottle then: a reassigned bottle's earlier heartbeats stay with its earlier owner. The
+    first op only matches a reassignment, so a retried PUT never records it twice."""
+    key = {"_id": bottle_id, "bottle_id": bottle_id}
+    owner = {"user_id": spec.user_id, "since": now}
+    db[schema.BOTTLE_HEARTBEATS].bulk_write(
+        [
+            UpdateOne(
+                {**key, "user_id": {"$ne": spec.user_id}},
+                {"$set": {"user_id": spec.user_id}, "$push": {"owners": {"$each": [owner], "$slice": -MAX_OWNERS}}},
+            ),
+            UpdateOne(
+                key,
+                {
+                    "$set": {"user_id": spec.user_id, "medication": spec.medication},
+                    "$setOnInsert": {"alive_at": now, "times": [], "owners": [owner]},
+                },
+                upsert=True,
+            ),
+        ],
+        ordered=True,
     )
 
 

@@ -49,12 +49,34 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
             (
                 # One bottle's actions in a time range: report recomputes, the status view.
                 IndexSpec("bottle_time", (("bottle_id", 1), ("time", 1))),
+                # The reports' polling change source and recovery read by server receive time.
+                IndexSpec("received_at", (("received_at", 1),)),
+                # Rebuilding one user's reports over a time range.
+                IndexSpec("user_time", (("user_id", 1), ("time", 1))),
             ),
         ),
         # One document per bottle, read by `_id`: no secondary index needed for ingestion.
-        CollectionSpec(BOTTLE_HEARTBEATS, "bottle_id"),
+        CollectionSpec(
+            BOTTLE_HEARTBEATS,
+            "bottle_id",
+            (
+                # The reports' polling change source and recovery read by server receive time.
+                IndexSpec("received_at", (("received_at", 1),)),
+                # Rebuilding one user's reports: the bottles the user owned (multikey over the ownership list).
+                IndexSpec("owners_user", (("owners.user_id", 1),)),
+            ),
+        ),
         CollectionSpec(NOTIFICATIONS, "user_id"),
-        CollectionSpec(USER_HOURLY_REPORTS, "user_id"),
-        CollectionSpec(USER_DAILY_REPORTS, "user_id"),
+        CollectionSpec(
+            USER_HOURLY_REPORTS,
+            "user_id",
+            (
+                # GET /users/{user_id}/reports?granularity=hour and the daily roll-up: one partition, by time.
+                IndexSpec("user_hour", (("user_id", 1), ("hour", 1))),
+                # The daily roll-up's polling change source reads by write time.
+                IndexSpec("updated_at", (("updated_at", 1),)),
+            ),
+        ),
+        CollectionSpec(USER_DAILY_REPORTS, "user_id", (IndexSpec("user_day", (("user_id", 1), ("day", 1))),)),
         CollectionSpec(LEASES, None),
     )

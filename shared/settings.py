@@ -1,6 +1,7 @@
 """All configuration, read from the environment (Azure app settings, or local.settings.json under func)."""
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +37,32 @@ class Settings(BaseSettings):
     )
     store_retry_base_ms: int = Field(
         default=100, ge=1, le=10_000, description="First back-off delay; doubles per retry (capped at 2 s)."
+    )
+
+    # Reports (the change-feed consumer `aggregate_reports`).
+    reports_schedule: str = Field(
+        default="0 */1 * * * *", min_length=1, description="NCRONTAB schedule of the report consumer."
+    )
+    change_source: Literal["change_stream", "polling"] = Field(
+        default="change_stream",
+        description="How the consumer reads changes: MongoDB change streams, or polling by server receive time "
+        "(stores without change streams: mongomock, an account with them disabled).",
+    )
+    reports_time_budget_seconds: float = Field(
+        default=45.0,
+        gt=0,
+        le=540,  # below host.json's functionTimeout (10 minutes)
+        description="Longest a consumer run reads and aggregates before it stops.",
+    )
+    reports_page_size: int = Field(
+        default=500, ge=1, le=10_000, description="Changes per page; a page is aggregated, then checkpointed."
+    )
+    reports_poll_overlap_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=86_400,
+        description="How far before its checkpoint the polling source (and a recovery) reads again, for writes "
+        "that commit after later ones and for clock skew between instances.",
     )
 
 

@@ -37,6 +37,8 @@ var collections = [
     indexes: [
       { key: { keys: ['_id'] } }
       { key: { keys: ['bottle_id', 'time'] } }
+      { key: { keys: ['received_at'] } }
+      { key: { keys: ['user_id', 'time'] } }
     ]
   }
   {
@@ -44,6 +46,8 @@ var collections = [
     shardKey: 'bottle_id'
     indexes: [
       { key: { keys: ['_id'] } }
+      { key: { keys: ['received_at'] } }
+      { key: { keys: ['owners.user_id'] } }
     ]
   }
   {
@@ -58,6 +62,8 @@ var collections = [
     shardKey: 'user_id'
     indexes: [
       { key: { keys: ['_id'] } }
+      { key: { keys: ['user_id', 'hour'] } }
+      { key: { keys: ['updated_at'] } }
     ]
   }
   {
@@ -65,6 +71,7 @@ var collections = [
     shardKey: 'user_id'
     indexes: [
       { key: { keys: ['_id'] } }
+      { key: { keys: ['user_id', 'day'] } }
     ]
   }
   {

@@ -1,0 +1,50 @@
+"""Reports: the change-feed consumer (a timer; Python has no change-feed trigger for the MongoDB API) and the
+read endpoint reporting consumers use."""
+
+import logging
+import time
+
+import azure.functions as func
+
+from functions.responses import handles_errors, json_response
+from shared import reports
+from shared.change_feed import run_consumer
+from shared.cosmos import RetryPolicy
+from shared.instants import utc_now
+from shared.observability import log_invocation
+from shared.registry import check_id
+from shared.settings import get_settings
+from shared.store import get_database
+
+bp = func.Blueprint()
+log = logging.getLogger(__name__)
+
+
+@bp.function_name("aggregate_reports")
+@bp.timer_trigger(arg_name="timer", schedule="%REPORTS_SCHEDULE%", run_on_startup=False, use_monitor=True)
+def aggregate_reports(timer: func.TimerRequest) -> None:
+    started = time.perf_counter()
+    summary = run_consumer(get_database(), get_settings(), now=utc_now())
+    log_invocation(
+        log,
+        "aggregate_reports",
+        pages=summary.pages,
+        changes=summary.changes,
+        hourly_written=summary.hourly_written,
+        daily_written=summary.daily_written,
+        caught_up=summary.caught_up,
+        recovered=summary.recovered,
+        failed=summary.failed,
+        past_due=timer.past_due,
+        duration_ms=round((time.perf_counter() - started) * 1000),
+    )
+
+
+@bp.function_name("get_user_reports")
+@bp.route(route="users/{user_id}/reports", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+@handles_errors
+def get_user_reports(req: func.HttpRequest) -> func.HttpResponse:
+    user_id = check_id(req.route_params.get("user_id", ""), "user_id")
+    query = reports.parse_report_query(user_id, req.params)
+    found = reports.read_reports(get_database(), query, RetryPolicy.from_settings(get_settings()))
+    return json_response(200, {"user_id": user_id, "granularity": query.granularity, "reports": found})

@@ -1,0 +1,151 @@
+"""Recompute reports from the source collections over a time range: one user's, or everyone's.
+
+    python -m shared.rebuild_reports --user willcross1024 --from 2026-11-01T00:00:00Z --to 2026-11-22T00:00:00Z
+    python -m shared.rebuild_reports --all --from 2026-11-21T00:00:00Z --to 2026-11-22T00:00:00Z
+
+For a lost consumer position or a changed report shape. It feeds every source document of the range through
+the consumer's own recompute, so it is replay-safe, safe beside a running consumer (writes are guarded) and
+writes only documents whose content differs. Hours whose start lies in [from, to) are rebuilt (`from` is
+taken back to its hour), then the days holding them. Heartbeat counts of hours older than a bottle's
+heartbeat window cannot be recomputed and are kept as the reports have them.
+"""
+
+import argparse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pymongo.database import Database
+
+from shared import schema
+from shared.cosmos import RetryPolicy, with_retries
+from shared.events import MAX_FUTURE_SKEW
+from shared.instants import parse_instant, utc_now
+from shared.report_aggregation import Change, Stamper, UserDay, refresh_daily, refresh_hourly
+from shared.reports import day_of, hour_of
+from shared.settings import get_settings
+from shared.store import create_client
+
+Document = dict[str, Any]
+
+
+@dataclass
+class RebuildSummary:
+    source_documents: int = 0
+    user_hours: int = 0
+    hourly_written: int = 0
+    daily_written: int = 0
+
+
+def rebuild(
+    db: Database[Any],
+    *,
+    start: datetime,
+    end: datetime,
+    user_id: str | None,
+    now: datetime,
+    policy: RetryPolicy,
+    page_size: int = 500,
+) -> RebuildSummary:
+    """Recompute the hourly reports of [hour of `start`, `end`) for `user_id` (None: every user) from source,
+    then their days."""
+    first = hour_of(start)
+    stamper = Stamper(now)
+    summary = RebuildSummary()
+    user_days: set[UserDay] = set()
+    for collection, query in _source_queries(first, end, user_id):
+        for page in _pages(db, collection, query, policy, page_size):
+            changes = [Change(collection, doc["_id"], doc) for doc in page]
+            result = refresh_hourly(
+                db, changes, stamp=stamper.next(), policy=policy, within=(first, end), only_user=user_id
+            )
+            summary.source_documents += len(page)
+            summary.user_hours += len(result.user_hours)
+            summary.hourly_written += result.written
+            user_days |= {(user, day_of(hour)) for user, hour in result.user_hours}
+    ordered = sorted(user_days)
+    for i in range(0, len(ordered), page_size):
+        summary.daily_written += refresh_daily(db, set(ordered[i : i + page_size]), policy)
+    return summary
+
+
+def _source_queries(first: datetime, end: datetime, user_id: str | None) -> list[tuple[str, dict[str, Any]]]:
+    """What to read: one user's actions by (user_id, time) and the heartbeat documents of bottles the user
+    ever owned; or everyone's, by receive time (a device time is never more than MAX_FUTURE_SKEW ahead of
+    its receipt, so nothing of the range was received before `first` minus that)."""
+    in_range = {"$gte": first, "$lt": end}
+    if user_id is not None:
+        return [
+            (schema.BOTTLE_ACTIONS, {"user_id": user_id, "time": in_range}),
+            (schema.BOTTLE_HEARTBEATS, {"owners.user_id": user_id}),
+        ]
+    received = {"$gte": first - MAX_FUTURE_SKEW}
+    return [
+        (schema.BOTTLE_ACTIONS, {"received_at": received, "time": in_range}),
+        (schema.BOTTLE_HEARTBEATS, {"received_at": received}),
+    ]
+
+
+def _pages(
+    db: Database[Any], collection: str, query: dict[str, Any], policy: RetryPolicy, size: int
+) -> Iterator[list[Document]]:
+    """The matching documents in `_id` order, a page per query, so a throttled read is retried alone."""
+    after: Any = None
+    while True:
+        page_query = query if after is None else {**query, "_id": {"$gt": after}}
+        page = _read_page(db, collection, page_query, policy, size)
+        if not page:
+            return
+        yield page
+        after = page[-1]["_id"]
+
+
+def _read_page(
+    db: Database[Any], collection: str, query: dict[str, Any], policy: RetryPolicy, size: int
+) -> list[Document]:
+    return with_retries(lambda: list(db[collection].find(query).sort("_id", 1).limit(size)), policy)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", help="rebuild this user's reports")
+    who.add_argument("--all", action="store_true", help="rebuild every user's reports")
+    parser.add_argument("--from", dest="start", required=True, help="ISO-8601 with offset, e.g. 2026-11-01T00:00Z")
+    parser.add_argument("--to", dest="end", required=True, help="ISO-8601 with offset (exclusive)")
+    parser.add_argument("--uri", help="connection string (default: MONGODB_CONNECTION_STRING)")
+    parser.add_argument("--database", help="database name (default: MONGODB_DATABASE)")
+    args = parser.parse_args(argv)
+    try:
+        start, end = parse_instant(args.start), parse_instant(args.end)
+    except ValueError as error:
+        parser.error(str(error))
+    if end <= start:
+        parser.error("--to must be later than --from")
+    settings = get_settings()
+    uri = args.uri or settings.mongodb_connection_string
+    if not uri:
+        parser.error("no connection string: pass --uri or set MONGODB_CONNECTION_STRING")
+    client = create_client(uri)
+    try:
+        db = client[args.database or settings.mongodb_database]
+        summary = rebuild(
+            db,
+            start=start,
+            end=end,
+            user_id=args.user,
+            now=utc_now(),
+            policy=RetryPolicy.from_settings(settings),
+            page_size=settings.reports_page_size,
+        )
+    finally:
+        client.close()
+    print(
+        f"read {summary.source_documents} source documents; recomputed {summary.user_hours} user-hours; "
+        f"wrote {summary.hourly_written} hourly and {summary.daily_written} daily reports"
+    )
+
+
+if __name__ == "__main__":
+    main()

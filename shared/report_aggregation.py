@@ -1,0 +1,345 @@
+"""A page of changes in, report writes out: coalesce into buckets, recompute them from source, write what differs.
+
+Replay-safe by construction. A change only *names* buckets: an opened/closed event its (bottle, device hour),
+a heartbeat document every hour its window of `times` reaches. Each bucket is recomputed from the source
+collections as they are now, and the user-hour documents are written with deterministic `_id`s only where the
+recomputed content differs; so processing a change twice, or a page again after a crash, writes the same
+documents (or nothing). Reads and writes per page grow with the buckets touched, never with the changes: a
+page costs one query per source, one read of the user-hours it touches and one bulk write.
+
+A user-hour document holds every bottle of its user, so a bucket is merged into it by read-modify-write: only
+the recomputed bottle's entry (and only the recomputed part of it) changes. The write is guarded by the
+`updated_at` the document was read with; a concurrent writer (an overlapping run, the rebuild command) makes
+the guard fail with a duplicate key, and those documents are read and merged again.
+"""
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from pymongo import InsertOne, UpdateOne
+from pymongo.collection import Collection
+from pymongo.database import Database
+
+from shared import schema
+from shared.cosmos import RetryPolicy, StoreUnavailable, with_retries, write_idempotent
+from shared.reports import (
+    DAY,
+    HOUR,
+    ActionPart,
+    Document,
+    HeartbeatPart,
+    action_parts,
+    daily_document,
+    daily_id,
+    day_of,
+    heartbeat_parts,
+    hour_of,
+    hourly_document,
+    hourly_id,
+    merged_entry,
+    parse_hourly_id,
+    same_content,
+)
+
+T = TypeVar("T")
+UserHour = tuple[str, datetime]
+UserDay = tuple[str, datetime]
+Window = tuple[datetime, datetime]
+
+MILLISECOND = timedelta(milliseconds=1)
+CLAUSES_PER_QUERY = 200  # $or clauses (or ids) per query: keeps each request small on Cosmos DB
+MAX_CONFLICT_ROUNDS = 5
+_ACTION_FIELDS = dict.fromkeys(
+    [
+        *("bottle_id", "user_id", "medication", "time", "action", "event_id"),
+        *("pills_taken", "number_of_pills", "mass_of_contents"),
+    ],
+    1,
+)
+_HEARTBEAT_FIELDS = {"bottle_id": 1, "user_id": 1, "medication": 1, "times": 1, "owners": 1}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One entry of a change feed (or one polled document): where it happened and the document after it."""
+
+    collection: str
+    key: Any
+    document: Mapping[str, Any] | None
+
+
+@dataclass
+class Buckets:
+    actions: set[tuple[str, datetime]] = field(default_factory=set)  # (bottle_id, hour)
+    heartbeat_bottles: set[str] = field(default_factory=set)
+
+
+def coalesce(changes: Iterable[Change]) -> Buckets:
+    """The distinct buckets a page of source changes touches (repeats and order do not matter)."""
+    buckets = Buckets()
+    for change in changes:
+        if change.collection == schema.BOTTLE_ACTIONS and change.document is not None:
+            buckets.actions.add((change.document["bottle_id"], hour_of(change.document["time"])))
+        elif change.collection == schema.BOTTLE_HEARTBEATS:
+            buckets.heartbeat_bottles.add(str(change.key))
+    return buckets
+
+
+def user_days_of(changes: Iterable[Change]) -> set[UserDay]:
+    """The user-days whose hourly reports a page of `user_hourly_reports` changes touched."""
+    days = set()
+    for change in changes:
+        user_id, hour = parse_hourly_id(str(change.key))
+        days.add((user_id, day_of(hour)))
+    return days
+
+
+class Stamper:
+    """Write times of one run: never before `now`, and later for every page, so a reader polling by
+    `updated_at` during the run never misses a page written after its last read."""
+
+    def __init__(self, now: datetime) -> None:
+        self._now = now
+        self._last = now - MILLISECOND
+
+    def next(self) -> datetime:
+        self._last = max(self._now, self._last + MILLISECOND)
+        return self._last
+
+
+# --- hourly -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BottleParts:
+    action: ActionPart | None = None
+    heartbeat: HeartbeatPart | None = None
+
+
+Parts = dict[UserHour, dict[str, BottleParts]]
+
+
+@dataclass(frozen=True)
+class HourlyResult:
+    user_hours: set[UserHour]  # every user-hour recomputed
+    written: int  # documents written or deleted
+
+
+def refresh_hourly(
+    db: Database[Any],
+    changes: Iterable[Change],
+    *,
+    stamp: datetime,
+    policy: RetryPolicy,
+    within: Window | None = None,
+    only_user: str | None = None,
+) -> HourlyResult:
+    """Recompute the buckets a page of `bottle_actions`/`bottle_heartbeats` changes touches and write the
+    user-hour documents that differ. `within` and `only_user` narrow a rebuild to its range and user."""
+    buckets = coalesce(changes)
+    parts = recomputed_parts(db, buckets, policy, within=within, only_user=only_user)
+    return HourlyResult(set(parts), write_hourly(db, parts, stamp, policy))
+
+
+def recomputed_parts(
+    db: Database[Any],
+    buckets: Buckets,
+    policy: RetryPolicy,
+    *,
+    within: Window | None = None,
+    only_user: str | None = None,
+) -> Parts:
+    """Per user-hour and bottle, the parts recomputed from source: one query for the actions of every
+    action bucket, one for the heartbeat documents."""
+    parts: Parts = defaultdict(lambda: defaultdict(BottleParts))
+
+    def wanted(user_id: str, hour: datetime) -> bool:
+        in_range = within is None or within[0] <= hour < within[1]
+        return in_range and (only_user is None or user_id == only_user)
+
+    for (bottle_id, hour), actions in load_actions(db, buckets.actions, policy).items():
+        for user_id, action in action_parts(actions).items():
+            if wanted(user_id, hour):
+                parts[(user_id, hour)][bottle_id].action = action
+    for doc in load_heartbeat_documents(db, buckets.heartbeat_bottles, policy):
+        for (user_id, hour), heartbeat in heartbeat_parts(doc, within).items():
+            if wanted(user_id, hour):
+                parts[(user_id, hour)][str(doc["_id"])].heartbeat = heartbeat
+    return {key: dict(bottles) for key, bottles in parts.items()}
+
+
+def load_actions(
+    db: Database[Any], buckets: set[tuple[str, datetime]], policy: RetryPolicy
+) -> dict[tuple[str, datetime], list[Document]]:
+    """Every stored action of each (bottle, hour) bucket; adjacent hours of a bottle are one range."""
+    by_bottle: dict[str, list[datetime]] = defaultdict(list)
+    for bottle_id, hour in buckets:
+        by_bottle[bottle_id].append(hour)
+    clauses = [
+        {"bottle_id": bottle_id, "time": {"$gte": start, "$lt": end}}
+        for bottle_id, hours in by_bottle.items()
+        for start, end in _runs(sorted(hours))
+    ]
+    found: dict[tuple[str, datetime], list[Document]] = defaultdict(list)
+    collection = db[schema.BOTTLE_ACTIONS]
+    for chunk in _chunks(clauses, CLAUSES_PER_QUERY):
+        for action in find_all(collection, {"$or": chunk}, policy, _ACTION_FIELDS):
+            found[(action["bottle_id"], hour_of(action["time"]))].append(action)
+    return dict(found)
+
+
+def _runs(hours: Sequence[datetime]) -> Iterator[Window]:
+    """Sorted hours as [start, end) ranges of consecutive hours."""
+    start = previous = hours[0]
+    for hour in hours[1:]:
+        if hour != previous + HOUR:
+            yield start, previous + HOUR
+            start = hour
+        previous = hour
+    yield start, previous + HOUR
+
+
+def load_heartbeat_documents(db: Database[Any], bottle_ids: set[str], policy: RetryPolicy) -> list[Document]:
+    """The current heartbeat document of each bottle (the change only said which bottles)."""
+    collection = db[schema.BOTTLE_HEARTBEATS]
+    docs: list[Document] = []
+    for chunk in _chunks(sorted(bottle_ids), CLAUSES_PER_QUERY):
+        query = {"_id": {"$in": chunk}, "bottle_id": {"$in": chunk}}
+        docs += find_all(collection, query, policy, _HEARTBEAT_FIELDS)
+    return docs
+
+
+def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: RetryPolicy) -> int:
+    """Merge the recomputed parts into the user-hour documents; write (or delete) those that change.
+
+    Returns the number of documents written or deleted. A guard that fails (someone else wrote the document
+    since we read it) sends that document round again; StoreUnavailable if it keeps failing."""
+    collection = db[schema.USER_HOURLY_REPORTS]
+    pending = parts
+    written = 0
+    for _round in range(MAX_CONFLICT_ROUNDS):
+        stored = _load_by_id(collection, [hourly_id(u, h) for u, h in pending], policy)
+        ops: list[InsertOne[Any] | UpdateOne] = []
+        op_keys: list[UserHour] = []
+        conflicts: set[UserHour] = set()
+        for (user_id, hour), bottles in pending.items():
+            old = stored.get(hourly_id(user_id, hour))
+            new = merged_document(user_id, hour, old, bottles, stamp)
+            if new is None and old is not None:
+                if _delete_guarded(collection, old, policy):
+                    written += 1
+                else:
+                    conflicts.add((user_id, hour))
+            elif new is not None and not same_content(old, new):
+                ops.append(_guarded_write(old, new))
+                op_keys.append((user_id, hour))
+        outcomes = write_idempotent(collection, ops, policy) if ops else []
+        written += sum(outcomes)
+        conflicts |= {key for key, ok in zip(op_keys, outcomes, strict=True) if not ok}
+        if not conflicts:
+            return written
+        pending = {key: parts[key] for key in conflicts}
+    raise StoreUnavailable("hourly reports kept changing during the update; try again", retry_after_s=1)
+
+
+def merged_document(
+    user_id: str, hour: datetime, old: Mapping[str, Any] | None, bottles: Mapping[str, BottleParts], stamp: datetime
+) -> Document | None:
+    """The user-hour document after merging recomputed bottle parts into `old`; None if it counts nothing."""
+    stored = {e["bottle_id"]: e for e in (old or {}).get("bottles", [])}
+    entries = []
+    for bottle_id in sorted(stored.keys() | bottles.keys()):
+        recomputed = bottles.get(bottle_id, BottleParts())
+        entry = merged_entry(bottle_id, stored.get(bottle_id), recomputed.action, recomputed.heartbeat)
+        if entry is not None:
+            entries.append(entry)
+    if not entries:
+        return None
+    updated_at = stamp if old is None else max(stamp, old["updated_at"] + MILLISECOND)
+    return hourly_document(user_id, hour, entries, updated_at)
+
+
+def _guarded_write(old: Mapping[str, Any] | None, new: Document) -> InsertOne[Any] | UpdateOne:
+    """Insert a new document, or update one only if it is still the version we read (else a duplicate key)."""
+    if old is None:
+        return InsertOne(new)
+    update: dict[str, Any] = {"$set": {k: v for k, v in new.items() if k != "_id"}}
+    stale = {k: "" for k in old if k not in new}
+    if stale:
+        update["$unset"] = stale
+    guard = {"_id": new["_id"], "user_id": new["user_id"], "updated_at": old["updated_at"]}
+    return UpdateOne(guard, update, upsert=True)
+
+
+def _delete_guarded(collection: Collection[Any], old: Mapping[str, Any], policy: RetryPolicy) -> bool:
+    guard = {"_id": old["_id"], "user_id": old["user_id"], "updated_at": old["updated_at"]}
+    return with_retries(lambda: collection.delete_one(guard), policy).deleted_count == 1
+
+
+# --- daily --------------------------------------------------------------------------------------------------
+
+
+def refresh_daily(db: Database[Any], user_days: set[UserDay], policy: RetryPolicy) -> int:
+    """Recompute each user-day from its hourly documents; write (or delete) the daily documents that differ.
+
+    A daily document's `updated_at` is its latest hour's, and a write only replaces a document computed from
+    older hours (`updated_at` $lte), so a recompute from a stale read never overwrites a newer one."""
+    if not user_days:
+        return 0
+    hourly = _load_hourly_days(db, user_days, policy)
+    collection = db[schema.USER_DAILY_REPORTS]
+    stored = _load_by_id(collection, [daily_id(u, d) for u, d in user_days], policy)
+    ops: list[InsertOne[Any] | UpdateOne] = []
+    written = 0
+    for user_id, day in sorted(user_days):
+        old = stored.get(daily_id(user_id, day))
+        new = daily_document(user_id, day, hourly.get((user_id, day), []))
+        if new is None:
+            if old is not None and _delete_guarded(collection, old, policy):
+                written += 1
+        elif not (same_content(old, new) and old is not None and old["updated_at"] == new["updated_at"]):
+            update: dict[str, Any] = {"$set": {k: v for k, v in new.items() if k != "_id"}}
+            stale = {k: "" for k in old or {} if k not in new}
+            if stale:
+                update["$unset"] = stale
+            guard = {"_id": new["_id"], "user_id": user_id, "updated_at": {"$lte": new["updated_at"]}}
+            ops.append(UpdateOne(guard, update, upsert=True))
+    if ops:
+        written += sum(write_idempotent(collection, ops, policy))
+    return written
+
+
+def _load_hourly_days(db: Database[Any], user_days: set[UserDay], policy: RetryPolicy) -> dict[UserDay, list[Document]]:
+    clauses = [{"user_id": u, "hour": {"$gte": d, "$lt": d + DAY}} for u, d in sorted(user_days)]
+    collection = db[schema.USER_HOURLY_REPORTS]
+    found: dict[UserDay, list[Document]] = defaultdict(list)
+    for chunk in _chunks(clauses, CLAUSES_PER_QUERY):
+        for report in find_all(collection, {"$or": chunk}, policy):
+            found[(report["user_id"], day_of(report["hour"]))].append(report)
+    return dict(found)
+
+
+def _load_by_id(collection: Collection[Any], ids: Sequence[str], policy: RetryPolicy) -> dict[str, Document]:
+    """Report documents by `_id`, naming their users too so Cosmos DB routes to their partitions only."""
+    found: dict[str, Document] = {}
+    for chunk in _chunks(sorted(set(ids)), CLAUSES_PER_QUERY):
+        users = sorted({report_id.rpartition("|")[0] for report_id in chunk})
+        query = {"_id": {"$in": chunk}, "user_id": {"$in": users}}
+        for doc in find_all(collection, query, policy):
+            found[doc["_id"]] = doc
+    return found
+
+
+def find_all(
+    collection: Collection[Any], query: Mapping[str, Any], policy: RetryPolicy, projection: Any = None
+) -> list[Document]:
+    """Every document a query matches, read again from the start if throttling interrupts it."""
+    return with_retries(lambda: list(collection.find(query, projection)), policy)
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[list[T]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])

@@ -1,0 +1,331 @@
+"""The per-user report documents: what each holds and how it is computed from its sources.
+
+`user_hourly_reports` hold one document per user per UTC hour, with one entry per bottle; each entry has an
+action part (recomputed from the bottle's `bottle_actions` of that hour) and a heartbeat count (recomputed
+from the `times` window of the bottle's heartbeat document). `user_daily_reports` sum a day's hourly
+documents. Everything here is pure: shared/report_aggregation.py reads the sources and writes the documents,
+and `read_reports` serves GET /api/users/{user_id}/reports.
+"""
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pymongo.database import Database
+
+from shared import schema
+from shared.cosmos import RetryPolicy, with_retries
+from shared.errors import BadRequest
+from shared.instants import format_instant, parse_instant
+
+Document = dict[str, Any]
+Granularity = Literal["hour", "day"]
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+ACTION_COUNTERS = ("opened", "closed", "doses", "pills_taken")
+COUNTERS = (*ACTION_COUNTERS, "heartbeats")
+LAST_READINGS = ("last_number_of_pills", "last_mass_of_contents")
+# The longest range one read may ask for: a month of hours, a year of days.
+MAX_PERIODS: dict[Granularity, int] = {"hour": 31 * 24, "day": 366}
+PERIOD: dict[Granularity, timedelta] = {"hour": HOUR, "day": DAY}
+
+
+def hour_of(moment: datetime) -> datetime:
+    """The start of the UTC hour holding `moment`."""
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def day_of(moment: datetime) -> datetime:
+    """The start of the UTC day holding `moment`."""
+    return hour_of(moment).replace(hour=0)
+
+
+def hourly_id(user_id: str, hour: datetime) -> str:
+    return f"{user_id}|{hour_of(hour):%Y-%m-%dT%H}"
+
+
+def daily_id(user_id: str, day: datetime) -> str:
+    return f"{user_id}|{day_of(day):%Y-%m-%d}"
+
+
+def parse_hourly_id(report_id: str) -> tuple[str, datetime]:
+    """(user_id, hour) of an hourly report `_id` (user ids never contain '|')."""
+    user_id, _, hour = report_id.rpartition("|")
+    return user_id, datetime.strptime(hour, "%Y-%m-%dT%H").replace(tzinfo=UTC)
+
+
+# --- the parts of a bottle's entry, recomputed from source ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActionPart:
+    """What one user's opened/closed events of one bottle in one hour add up to."""
+
+    medication: str
+    opened: int
+    closed: int
+    doses: int
+    pills_taken: int
+    last_number_of_pills: int
+    last_mass_of_contents: float
+
+
+def _event_order(action: Mapping[str, Any]) -> tuple[datetime, bool, str]:
+    # At the same instant a close sorts after an open, as the bottle's status does.
+    return action["time"], action["action"] == "closed", str(action.get("event_id", ""))
+
+
+def action_parts(actions: Iterable[Mapping[str, Any]]) -> dict[str, ActionPart]:
+    """Per user, the action part of one bottle-hour. An action counts for the owner it was stored with."""
+    by_user: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for action in actions:
+        by_user[action["user_id"]].append(action)
+    parts = {}
+    for user_id, own in by_user.items():
+        closes = [a for a in own if a["action"] == "closed"]
+        latest = max(own, key=_event_order)
+        parts[user_id] = ActionPart(
+            medication=latest["medication"],
+            opened=sum(1 for a in own if a["action"] == "opened"),
+            closed=len(closes),
+            doses=sum(1 for a in closes if a.get("pills_taken", 0) > 0),
+            pills_taken=sum(a.get("pills_taken", 0) for a in closes),
+            last_number_of_pills=latest["number_of_pills"],
+            last_mass_of_contents=latest["mass_of_contents"],
+        )
+    return parts
+
+
+@dataclass(frozen=True)
+class HeartbeatPart:
+    """A user's heartbeat count of one bottle in one hour, from the bottle's heartbeat window.
+
+    `partial`: heartbeats of this hour may have left the window (it is the oldest hour the window reaches),
+    so the count is a lower bound and never replaces a larger count made earlier."""
+
+    heartbeats: int
+    partial: bool
+    medication: str
+
+
+@dataclass(frozen=True)
+class Ownership:
+    user_id: str
+    since: datetime | None  # None: from the start
+    until: datetime | None  # None: still the owner
+
+    def holds(self, moment: datetime) -> bool:
+        return (self.since is None or self.since <= moment) and (self.until is None or moment < self.until)
+
+    def overlaps(self, start: datetime, end: datetime) -> bool:
+        return (self.since is None or self.since < end) and (self.until is None or start < self.until)
+
+
+def ownerships(heartbeat_doc: Mapping[str, Any]) -> list[Ownership]:
+    """Who owned the bottle when, from the heartbeat document's `owners` (appended at each reassignment).
+
+    The first entry owns everything before it too; a document without `owners` belongs to its `user_id`."""
+    owners = heartbeat_doc.get("owners") or [{"user_id": heartbeat_doc["user_id"], "since": None}]
+    spans = []
+    for i, owner in enumerate(owners):
+        since = None if i == 0 else owner["since"]
+        until = owners[i + 1]["since"] if i + 1 < len(owners) else None
+        spans.append(Ownership(owner["user_id"], since, until))
+    return spans
+
+
+def heartbeat_parts(
+    heartbeat_doc: Mapping[str, Any], within: tuple[datetime, datetime] | None = None
+) -> dict[tuple[str, datetime], HeartbeatPart]:
+    """Per (user, hour), the heartbeat part of one bottle, for every hour its window of `times` reaches.
+
+    A heartbeat counts for whoever owned the bottle at its device time. Every owner of the bottle during an
+    hour gets a part for it (possibly 0), so a heartbeat attributed anew is also taken away from the other.
+    Hours before the window are not recomputed at all: their counts stay as they were."""
+    times = sorted(heartbeat_doc.get("times") or [])
+    if not times:
+        return {}
+    spans = ownerships(heartbeat_doc)
+    counts: Counter[tuple[str, datetime]] = Counter()
+    for moment in times:
+        owner = next((s.user_id for s in spans if s.holds(moment)), None)
+        if owner is not None:  # None only if reassignment instants ever went backwards
+            counts[(owner, hour_of(moment))] += 1
+    oldest = hour_of(times[0])
+    medication = str(heartbeat_doc.get("medication", ""))
+    parts = {}
+    for hour in sorted({hour_of(t) for t in times}):
+        if within is not None and not within[0] <= hour < within[1]:
+            continue
+        for span in spans:
+            if span.overlaps(hour, hour + HOUR):
+                count = counts[(span.user_id, hour)]
+                parts[(span.user_id, hour)] = HeartbeatPart(count, partial=hour == oldest, medication=medication)
+    return parts
+
+
+# --- hourly documents ---------------------------------------------------------------------------------------
+
+
+def merged_entry(
+    bottle_id: str, stored: Mapping[str, Any] | None, action: ActionPart | None, heartbeat: HeartbeatPart | None
+) -> Document | None:
+    """A bottle's entry after recomputing the parts given (None: that part is unchanged, keep `stored`).
+
+    None when the entry counts nothing: the bottle did nothing that hour for this user."""
+    old = stored or {}
+    entry: Document = {"bottle_id": bottle_id, "medication": old.get("medication")}
+    for field in (*ACTION_COUNTERS, *LAST_READINGS):
+        entry[field] = old.get(field, 0 if field in ACTION_COUNTERS else None)
+    entry["heartbeats"] = old.get("heartbeats", 0)
+    if action is not None:
+        entry |= {
+            "medication": action.medication,
+            "opened": action.opened,
+            "closed": action.closed,
+            "doses": action.doses,
+            "pills_taken": action.pills_taken,
+            "last_number_of_pills": action.last_number_of_pills,
+            "last_mass_of_contents": action.last_mass_of_contents,
+        }
+    if heartbeat is not None:
+        count = heartbeat.heartbeats
+        entry["heartbeats"] = max(count, entry["heartbeats"]) if heartbeat.partial else count
+        if entry["medication"] is None:
+            entry["medication"] = heartbeat.medication
+    if not any(entry[c] for c in COUNTERS) and all(entry[r] is None for r in LAST_READINGS):
+        return None
+    return _ordered_entry(entry)
+
+
+def _ordered_entry(entry: Mapping[str, Any]) -> Document:
+    """The entry's fields in their documented order (documents compare equal field by field)."""
+    fields = ("bottle_id", "medication", *ACTION_COUNTERS, "heartbeats", *LAST_READINGS)
+    return {f: entry.get(f) for f in fields}
+
+
+def hourly_document(user_id: str, hour: datetime, entries: Iterable[Document], updated_at: datetime) -> Document:
+    bottles = sorted(entries, key=lambda e: e["bottle_id"])
+    return {
+        "_id": hourly_id(user_id, hour),
+        "user_id": user_id,
+        "hour": hour_of(hour),
+        **{c: sum(e[c] for e in bottles) for c in COUNTERS},
+        "bottles": bottles,
+        "updated_at": updated_at,
+    }
+
+
+def same_content(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Equal apart from `updated_at` (and the stored datetimes' tzinfo, which compare equal anyway)."""
+    if a is None or b is None:
+        return a is b
+    strip = ("updated_at",)
+    return {k: v for k, v in a.items() if k not in strip} == {k: v for k, v in b.items() if k not in strip}
+
+
+# --- daily documents -----------------------------------------------------------------------------------------
+
+
+def daily_document(user_id: str, day: datetime, hourly: Iterable[Mapping[str, Any]]) -> Document | None:
+    """The day's totals and per-bottle breakdown summed over its hourly documents; None if it has none.
+
+    A bottle's `medication` and last readings are those of its latest hour that has them; `updated_at` is
+    the latest `updated_at` of the hours, so recomputing a day from unchanged hours gives the same document."""
+    hours = sorted(hourly, key=lambda h: h["hour"])
+    if not hours:
+        return None
+    bottles: dict[str, Document] = {}
+    for report in hours:
+        for entry in report["bottles"]:
+            total = bottles.setdefault(
+                entry["bottle_id"], _ordered_entry({"bottle_id": entry["bottle_id"], **dict.fromkeys(COUNTERS, 0)})
+            )
+            for counter in COUNTERS:
+                total[counter] += entry[counter]
+            total["medication"] = entry["medication"]
+            if entry["last_number_of_pills"] is not None:
+                total["last_number_of_pills"] = entry["last_number_of_pills"]
+                total["last_mass_of_contents"] = entry["last_mass_of_contents"]
+    entries = sorted(bottles.values(), key=lambda e: e["bottle_id"])
+    return {
+        "_id": daily_id(user_id, day),
+        "user_id": user_id,
+        "day": day_of(day),
+        **{c: sum(e[c] for e in entries) for c in COUNTERS},
+        "bottles": entries,
+        "updated_at": max(h["updated_at"] for h in hours),
+    }
+
+
+# --- the read API ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportQuery:
+    user_id: str
+    granularity: Granularity
+    start: datetime  # the first period overlapping [from, to)
+    end: datetime
+
+
+def parse_report_query(user_id: str, params: Mapping[str, str]) -> ReportQuery:
+    """`granularity` (hour|day, default hour), `from` and `to` (ISO-8601 with offset; `to` exclusive).
+
+    BadRequest listing every problem: a missing or unparsable bound, an empty or reversed range, or more
+    periods than MAX_PERIODS."""
+    problems: list[dict[str, Any]] = []
+    granularity = params.get("granularity", "hour")
+    if granularity not in PERIOD:
+        problems.append({"field": "granularity", "message": "must be 'hour' or 'day'"})
+    bounds: dict[str, datetime] = {}
+    for name in ("from", "to"):
+        raw = params.get(name)
+        if not raw:
+            problems.append({"field": name, "message": "required: an ISO-8601 date-time with a UTC offset"})
+            continue
+        try:
+            bounds[name] = parse_instant(raw)
+        except ValueError as error:
+            problems.append({"field": name, "message": str(error)})
+    if problems:
+        raise BadRequest("invalid report query", problems)
+    size: Granularity = "day" if granularity == "day" else "hour"
+    start = day_of(bounds["from"]) if size == "day" else hour_of(bounds["from"])
+    end = bounds["to"]
+    if end <= bounds["from"]:
+        raise BadRequest("invalid report query", [{"field": "to", "message": "must be later than 'from'"}])
+    periods = -((start - end) // PERIOD[size])  # ceiling: a partial last period counts
+    if periods > MAX_PERIODS[size]:
+        message = f"the range covers {periods} {size}s; at most {MAX_PERIODS[size]} per request"
+        raise BadRequest("invalid report query", [{"field": "to", "message": message}])
+    return ReportQuery(user_id, size, start, end)
+
+
+def read_reports(db: Database[Any], query: ReportQuery, policy: RetryPolicy) -> list[Document]:
+    """The user's reports of the range, oldest first: one partition, one indexed range."""
+    collection, field = (
+        (schema.USER_HOURLY_REPORTS, "hour") if query.granularity == "hour" else (schema.USER_DAILY_REPORTS, "day")
+    )
+    found = with_retries(
+        lambda: list(
+            db[collection]
+            .find({"user_id": query.user_id, field: {"$gte": query.start, "$lt": query.end}}, {"_id": 0})
+            .sort([("user_id", 1), (field, 1)])
+            .limit(MAX_PERIODS[query.granularity])
+        ),
+        policy,
+    )
+    return [report_view(report, field) for report in found]
+
+
+def report_view(report: Mapping[str, Any], period_field: str) -> Document:
+    """A stored report as the API shows it: instants as ISO-8601 strings, fields in their documented order."""
+    view: Document = {"user_id": report["user_id"], period_field: format_instant(report[period_field])}
+    view |= {c: report[c] for c in COUNTERS}
+    view["bottles"] = [_ordered_entry(e) for e in report["bottles"]]
+    view["updated_at"] = format_instant(report["updated_at"])
+    return view
