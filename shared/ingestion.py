@@ -5,6 +5,7 @@ one bulk insert into `bottle_actions`, and one bulk update of the bottle's statu
 of heartbeats costs one write; an opened/closed event two; a batch of any size at most three.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,9 +15,11 @@ from pymongo.database import Database
 
 from shared import schema
 from shared.cosmos import RetryPolicy, write_idempotent
+from shared.dose_status import ingestion_updates
 from shared.events import DeviceEvent, parse_events
 from shared.payloads import check_size, decode_json
 from shared.registry import RegistryEntry, authenticate
+from shared.schedules import DosePlan
 from shared.settings import Settings
 
 
@@ -34,6 +37,7 @@ def ingest_events(
     now: datetime,
     policy: RetryPolicy,
     history: int,
+    dose_history: int = 32,
 ) -> IngestResult:
     """Store a request's events; a retried event (same request or a later one) is counted as a duplicate.
 
@@ -48,8 +52,13 @@ def ingest_events(
         stored += sum(write_idempotent(db[schema.BOTTLE_HEARTBEATS], ops, policy))
     if actions:
         inserts: list[InsertOne[Any] | UpdateOne] = [InsertOne(action_document(bottle, e, now)) for e in actions]
-        stored += sum(write_idempotent(db[schema.BOTTLE_ACTIONS], inserts, policy))
-        write_idempotent(db[schema.BOTTLES], status_updates(bottle.bottle_id, actions), policy)
+        written = write_idempotent(db[schema.BOTTLE_ACTIONS], inserts, policy)
+        stored += sum(written)
+        fresh = [e.time for e, new in zip(actions, written, strict=True) if new and e.is_dose]
+        updates = status_updates(
+            bottle.bottle_id, actions, plan=bottle.dose_plan, fresh_doses=fresh, dose_history=dose_history
+        )
+        write_idempotent(db[schema.BOTTLES], updates, policy)
     return IngestResult(stored=stored, duplicates=len(events) - stored)
 
 
@@ -72,7 +81,8 @@ def _heartbeat_upsert(bottle: RegistryEntry, event: DeviceEvent, now: datetime, 
         {
             "$push": {"times": {"$each": [event.time], "$sort": 1, "$slice": -history}},
             "$max": {"last": event.time, "alive_at": event.time},
-            "$set": {"received_at": now},
+            # silent_pending: the silent check has yet to look at this bottle's (possibly new) `alive_at`.
+            "$set": {"received_at": now, "silent_pending": True},
             "$setOnInsert": {
                 "user_id": bottle.user_id,
                 "medication": bottle.medication,
@@ -102,8 +112,18 @@ def action_document(bottle: RegistryEntry, event: DeviceEvent, now: datetime) ->
     return document
 
 
-def status_updates(bottle_id: str, actions: list[DeviceEvent]) -> list[InsertOne[Any] | UpdateOne]:
-    """The bottle's status after these actions, guarded so an older event never moves it backwards."""
+def status_updates(
+    bottle_id: str,
+    actions: list[DeviceEvent],
+    *,
+    plan: DosePlan | None = None,
+    fresh_doses: Sequence[datetime] = (),
+    dose_history: int = 32,
+) -> list[InsertOne[Any] | UpdateOne]:
+    """The bottle's status after these actions, guarded so an older event never moves it backwards.
+
+    `open_pending` tells the left-open check the open/closed state changed since it last looked; the dose
+    ops keep the next dose due current (shared/dose_status.py). All of it is one bulk write."""
     # At the same instant a close sorts after an open: the bottle ends closed.
     latest = max(actions, key=lambda e: (e.time, e.type == "closed"))
     key = {"_id": bottle_id, "bottle_id": bottle_id}
@@ -115,13 +135,15 @@ def status_updates(bottle_id: str, actions: list[DeviceEvent]) -> list[InsertOne
                     "last_action": latest.type,
                     "last_action_time": latest.time,
                     "open_since": latest.time if latest.type == "opened" else None,
+                    "open_pending": True,
                 }
             },
         )
     ]
     doses = [e.time for e in actions if e.is_dose]
     if doses:
-        updates.append(UpdateOne(key, {"$max": {"last_dose_time": max(doses)}}))
+        updates.append(UpdateOne(key, {"$max": {"last_dose_time": max(doses)}, "$set": {"dose_pending": True}}))
+        updates += ingestion_updates(bottle_id, plan, doses, fresh_doses, dose_history)
     return updates
 
 
@@ -141,4 +163,12 @@ def receive(
     policy = RetryPolicy.from_settings(settings)
     bottle = authenticate(db, bottle_id, device_key, settings.registry_cache_seconds, policy)
     events = parse_events(decode_json(body), now, timedelta(days=settings.max_event_age_days))
-    return ingest_events(db, bottle, events, now=now, policy=policy, history=settings.heartbeat_history)
+    return ingest_events(
+        db,
+        bottle,
+        events,
+        now=now,
+        policy=policy,
+        history=settings.heartbeat_history,
+        dose_history=settings.dose_history,
+    )

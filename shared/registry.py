@@ -18,9 +18,10 @@ from pymongo.database import Database
 
 from shared import schema
 from shared.cosmos import RetryPolicy, with_retries
+from shared.dose_status import initial_fields, plan_of
 from shared.errors import BadRequest, NotFound, Unauthorized, first_per_field, plain_message
 from shared.instants import format_instant
-from shared.schedules import Schedule, next_dose_due
+from shared.schedules import DosePlan, Schedule
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 Identifier = Annotated[StrictStr, Field(pattern=ID_PATTERN)]
@@ -98,6 +99,7 @@ class RegistryEntry:
     user_id: str
     medication: str
     key_hash: str
+    dose_plan: DosePlan | None = None  # what ingestion needs to keep the next dose due current
 
     def accepts(self, device_key: str) -> bool:
         return hmac.compare_digest(self.key_hash, hash_key(device_key))
@@ -143,7 +145,15 @@ class RegistryCache:
 
 REGISTRY_CACHE = RegistryCache()
 
-_ENTRY_FIELDS = {"user_id": 1, "medication": 1, "key_hash": 1}
+_ENTRY_FIELDS = {
+    "user_id": 1,
+    "medication": 1,
+    "key_hash": 1,
+    "schedule": 1,
+    "grace_minutes": 1,
+    "provisioned_at": 1,
+    "schedule_from": 1,
+}
 
 
 def authenticate(
@@ -164,7 +174,8 @@ def authenticate(
     if found is None:
         REGISTRY_CACHE.forget(bottle_id)
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
-    entry = RegistryEntry(bottle_id, found["user_id"], found["medication"], found["key_hash"])
+    plan = plan_of(found) if "schedule_from" in found else None
+    entry = RegistryEntry(bottle_id, found["user_id"], found["medication"], found["key_hash"], plan)
     REGISTRY_CACHE.put(entry, cache_ttl_s)
     if not entry.accepts(device_key):
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
@@ -191,7 +202,7 @@ def provision(
         "updated_at": now,
     }
     # Status fields start absent: `$max` (last_dose_time) treats a missing field as "no value yet".
-    on_insert: dict[str, Any] = {"provisioned_at": now}
+    on_insert: dict[str, Any] = {"provisioned_at": now, **initial_fields(DosePlan(spec.schedule, spec.grace, now))}
     if rotate_key:
         registry |= {"key_hash": hash_key(device_key), "key_rotated_at": now}
     else:
@@ -206,6 +217,8 @@ def provision(
         policy,
     )
     created = before is None
+    if before is not None and _schedule_changed(before, registry):
+        _restart_schedule(db, bottle_id, DosePlan(spec.schedule, spec.grace, now), before, policy)
     with_retries(lambda: _sync_heartbeat_document(db, bottle_id, spec, now), policy)
     after = {**(before or on_insert), "_id": bottle_id, **registry}
     REGISTRY_CACHE.forget(bottle_id)
@@ -213,6 +226,22 @@ def provision(
         created=created,
         bottle=registry_view(after),
         device_key=device_key if created or rotate_key else None,
+    )
+
+
+def _schedule_changed(before: dict[str, Any], registry: dict[str, Any]) -> bool:
+    return bool(
+        before.get("schedule") != registry["schedule"] or before.get("grace_minutes") != registry["grace_minutes"]
+    )
+
+
+def _restart_schedule(
+    db: Database[Any], bottle_id: str, plan: DosePlan, before: dict[str, Any], policy: RetryPolicy
+) -> None:
+    """A changed schedule (or grace) takes effect now: slots before the change are never late under it."""
+    fields = initial_fields(plan, before.get("doses", []))
+    with_retries(
+        lambda: db[schema.BOTTLES].update_one({"_id": bottle_id, "bottle_id": bottle_id}, {"$set": fields}), policy
     )
 
 
@@ -239,7 +268,8 @@ def _sync_heartbeat_document(db: Database[Any], bottle_id: str, spec: BottleSpec
                 key,
                 {
                     "$set": {"user_id": spec.user_id, "medication": spec.medication},
-                    "$setOnInsert": {"alive_at": now, "times": [], "owners": [owner]},
+                    # silent_pending: the silent check has yet to look at this `alive_at` (shared/checks.py).
+                    "$setOnInsert": {"alive_at": now, "silent_pending": True, "times": [], "owners": [owner]},
                 },
                 upsert=True,
             ),
@@ -281,10 +311,9 @@ def registry_view(bottle: dict[str, Any]) -> dict[str, Any]:
 
 
 def status_view(bottle: dict[str, Any], last_heartbeat: datetime | None) -> dict[str, Any]:
-    """The live status of a bottle as the API shows it."""
-    schedule = _SCHEDULE.validate_python(bottle["schedule"])
-    grace = timedelta(minutes=bottle["grace_minutes"])
-    due = next_dose_due(schedule, grace, bottle["provisioned_at"], bottle.get("last_dose_time"))
+    """The live status of a bottle as the API shows it. `next_dose_due` is the earliest slot neither
+    satisfied nor found late yet, as ingestion and the late-dose check keep it (in the past: overdue)."""
+    due = bottle.get("dose_due") or plan_of(bottle).first_due(bottle.get("doses", []))
     return {
         "last_heartbeat": _instant_or_none(last_heartbeat),
         "last_action": bottle.get("last_action"),

@@ -1,14 +1,41 @@
-"""Dose schedules: fixed local times in an IANA zone, or every N hours; when doses fall due."""
+"""Dose schedules and when doses fall due: fixed local times in an IANA zone (DST-correct), or every N hours.
 
-from collections.abc import Iterator
+The rules (the late-dose check, ingestion and the status view all follow them):
+- `times`: one slot at each listed local time every day. A dose is a `closed` event with `pills_taken > 0`;
+  taken in time order, each dose satisfies the earliest unsatisfied slot within `grace` either side of it.
+  A slot is late once `grace` has passed after it without a dose satisfying it.
+- `every_hours: N`: the next dose is due N hours after the last dose (or after the schedule started); it is
+  late once `grace` has passed after that without a dose, and then the next one is due N hours after the
+  missed slot. A dose taken before the due time's grace ran out counts, however early.
+- Slots before the schedule started (provisioning, or the last schedule change) are never due.
+"""
+
+import bisect
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo, available_timezones
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, StrictStr, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictInt,
+    StrictStr,
+    Tag,
+    TypeAdapter,
+    field_validator,
+)
 
 HHMM = Annotated[StrictStr, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
+
+# How far before the due slot the late-dose review re-plays doses against slots, so that a dose already
+# counted for an earlier slot is not counted again (exact whenever the day has a gap longer than twice the
+# grace between two slots, which ends any chain of overlapping grace windows).
+REVIEW_LOOKBACK = timedelta(hours=48)
 
 
 @lru_cache(maxsize=1)
@@ -39,9 +66,10 @@ class TimesSchedule(BaseModel):
         return name
 
     def slots_on(self, day: date) -> list[datetime]:
-        """The UTC instants of the day's slots (local calendar day), in order."""
+        """The UTC instants of the day's slots (local calendar day), in order. Two local times that a DST
+        gap maps to the same instant are one slot."""
         zone = ZoneInfo(self.timezone)
-        return [local_instant(day, time.fromisoformat(hhmm), zone) for hhmm in self.times]
+        return sorted({local_instant(day, time.fromisoformat(hhmm), zone) for hhmm in self.times})
 
     def slots_from(self, start: datetime) -> Iterator[datetime]:
         """Every slot at or after `start`, in order, forever."""
@@ -52,6 +80,13 @@ class TimesSchedule(BaseModel):
                     yield slot
             day += timedelta(days=1)
 
+    def first_slot_from(self, start: datetime) -> datetime:
+        return next(self.slots_from(start))
+
+    def slot_after(self, slot: datetime) -> datetime:
+        """The first slot strictly after `slot`."""
+        return self.first_slot_from(slot + timedelta(milliseconds=1))
+
 
 class IntervalSchedule(BaseModel):
     """A dose every `every_hours` hours after the previous one."""
@@ -59,6 +94,10 @@ class IntervalSchedule(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     every_hours: Annotated[StrictInt, Field(ge=1, le=168)]
+
+    @property
+    def every(self) -> timedelta:
+        return timedelta(hours=self.every_hours)
 
 
 def _schedule_kind(value: Any) -> str:
@@ -71,6 +110,12 @@ Schedule = Annotated[
     Annotated[TimesSchedule, Tag("times")] | Annotated[IntervalSchedule, Tag("every_hours")],
     Discriminator(_schedule_kind),
 ]
+_SCHEDULE: TypeAdapter[TimesSchedule | IntervalSchedule] = TypeAdapter(Schedule)
+
+
+def parse_schedule(stored: Any) -> TimesSchedule | IntervalSchedule:
+    """A schedule as stored (already validated at provisioning)."""
+    return _SCHEDULE.validate_python(stored)
 
 
 def local_instant(day: date, wall: time, zone: ZoneInfo) -> datetime:
@@ -86,23 +131,94 @@ def local_instant(day: date, wall: time, zone: ZoneInfo) -> datetime:
     raise AssertionError(f"no valid local time after {day} {wall} in {zone}")  # pragma: no cover
 
 
-def next_dose_due(
-    schedule: TimesSchedule | IntervalSchedule,
-    grace: timedelta,
-    provisioned_at: datetime,
-    last_dose: datetime | None,
-) -> datetime:
-    """When the next dose is due, given the latest dose (may be in the past: the dose is overdue).
+def satisfied_slots(slots: Sequence[datetime], doses: Iterable[datetime], grace: timedelta) -> set[datetime]:
+    """The slots (sorted) that doses satisfy: each dose, in time order, satisfies the earliest slot within
+    `grace` either side of it that no earlier dose satisfied."""
+    satisfied: set[datetime] = set()
+    for dose in sorted(doses):
+        index = bisect.bisect_left(slots, dose - grace)
+        while index < len(slots) and slots[index] <= dose + grace:
+            if slots[index] not in satisfied:
+                satisfied.add(slots[index])
+                break
+            index += 1
+    return satisfied
 
-    Interval: N hours after the last dose (or after provisioning). Times: the latest dose satisfies the
-    first slot within `grace` either side of it, and the next dose is due at the slot after that; a dose
-    near no slot leaves the next slot after it due. Slots before provisioning are never due.
-    """
-    if isinstance(schedule, IntervalSchedule):
-        return (last_dose or provisioned_at) + timedelta(hours=schedule.every_hours)
-    start = provisioned_at if last_dose is None else max(provisioned_at, last_dose - grace)
-    slots = schedule.slots_from(start)
-    first = next(slots)
-    if last_dose is not None and first <= last_dose + grace:
-        return next(slots)
-    return first
+
+@dataclass(frozen=True)
+class Review:
+    """What a bottle's doses say from its stored due slot on: the slots that went late (in order) and the
+    slot due next (not late yet)."""
+
+    late: list[datetime]
+    next_due: datetime
+
+
+@dataclass(frozen=True)
+class DosePlan:
+    """A bottle's schedule as the checks see it: the schedule, its grace, and when it took effect."""
+
+    schedule: TimesSchedule | IntervalSchedule
+    grace: timedelta
+    start: datetime
+
+    def first_due(self, doses: Iterable[datetime] = ()) -> datetime:
+        """The slot due first when the schedule takes effect at `start` (doses taken just before count)."""
+        if isinstance(self.schedule, IntervalSchedule):
+            return self.review(self.start + self.schedule.every, doses, self.start).next_due
+        return self.review(self.schedule.first_slot_from(self.start), doses, self.start).next_due
+
+    def review(self, due: datetime, doses: Iterable[datetime], now: datetime) -> Review:
+        """From the stored due slot `due` (every earlier slot is settled: satisfied or already found late),
+        the slots that are late at `now` given the doses known, and the slot due next.
+
+        `doses` may hold doses taken any time (older ones, or a buffered one that arrived after its slot was
+        found late, are placed where they belong); a late slot found again here is found again, not anew."""
+        ordered = sorted(set(doses))
+        if isinstance(self.schedule, IntervalSchedule):
+            return self._review_interval(self.schedule.every, due, ordered, now)
+        return self._review_times(self.schedule, due, ordered, now)
+
+    def _review_times(self, schedule: TimesSchedule, due: datetime, doses: list[datetime], now: datetime) -> Review:
+        since = max(self.start, due - REVIEW_LOOKBACK)
+        doses = [d for d in doses if d >= since - self.grace]
+        # Beyond `limit` no dose can reach a slot and no slot is late: the first slot past it is surely due.
+        limit = max(due, now, *doses) + self.grace
+        slots: list[datetime] = []
+        for slot in schedule.slots_from(since):
+            slots.append(slot)
+            if slot > limit:
+                break
+        satisfied = satisfied_slots(slots, doses, self.grace)
+        pending = [s for s in slots if s >= due and s not in satisfied]
+        late = [s for s in pending if s + self.grace <= now]
+        return Review(late=late, next_due=next(s for s in pending if s + self.grace > now))
+
+    def _review_interval(self, every: timedelta, due: datetime, doses: list[datetime], now: datetime) -> Review:
+        previous = due - every  # what `due` was counted from: a dose, the start, or a slot found late
+        if previous in doses:
+            return self._replay(every, due, [d for d in doses if d > previous], now)
+        if previous <= self.start:
+            return self._replay_from_start(every, doses, now)
+        # Counted from a late slot: re-play from that slot, so that a dose that was taken in time for it but
+        # arrived after it was found late counts for it.
+        return self._replay(every, previous, [d for d in doses if d > previous - every], now)
+
+    def _replay_from_start(self, every: timedelta, doses: list[datetime], now: datetime) -> Review:
+        due = self.start + every
+        for dose in (d for d in doses if d < self.start):
+            if dose + every >= self.start:  # a dose just before the start counts; slots before it never do
+                due = dose + every
+        return self._replay(every, due, [d for d in doses if d >= self.start], now)
+
+    def _replay(self, every: timedelta, due: datetime, doses: list[datetime], now: datetime) -> Review:
+        late: list[datetime] = []
+        for dose in doses:
+            while due + self.grace < dose:
+                late.append(due)
+                due += every
+            due = dose + every
+        while due + self.grace <= now:
+            late.append(due)
+            due += every
+        return Review(late=late, next_due=due)

@@ -65,6 +65,46 @@ class Settings(BaseSettings):
         "that commit after later ones and for clock skew between instances.",
     )
 
+    # Notification checks (shared/checks.py, functions/checks.py).
+    check_open_bottles_schedule: str = Field(
+        default="0 */1 * * * *", min_length=1, description="NCRONTAB schedule of check_open_bottles."
+    )
+    check_silent_bottles_schedule: str = Field(
+        default="0 */5 * * * *", min_length=1, description="NCRONTAB schedule of check_silent_bottles."
+    )
+    check_late_doses_schedule: str = Field(
+        default="0 */5 * * * *", min_length=1, description="NCRONTAB schedule of check_late_doses."
+    )
+    left_open_minutes: int = Field(
+        default=5, ge=1, le=1440, description="A bottle open longer than this is left open (one notification)."
+    )
+    silent_minutes: int = Field(
+        default=60, ge=1, le=10_080, description="A bottle without a heartbeat for longer than this is silent."
+    )
+    dose_history: int = Field(
+        default=32, ge=1, le=500, description="Dose times kept on each bottle for the late-dose check to re-play."
+    )
+    notifications_queue: str = Field(
+        default="notifications",
+        pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",
+        description="Azure Storage queue the checks send a message to per new notification (delivery service).",
+    )
+    check_batch_size: int = Field(
+        default=500, ge=1, le=10_000, description="Bottles a check reads and writes per batch (bounds its memory)."
+    )
+    queue_messages_per_run: int = Field(
+        default=5000,
+        ge=1,
+        le=100_000,
+        description="Most queue messages one check run sends; the rest stay pending for the next run.",
+    )
+    checks_time_budget_seconds: float = Field(
+        default=50.0,
+        gt=0,
+        le=540,  # below host.json's functionTimeout (10 minutes)
+        description="Longest a check run sweeps before it stops; the next run carries on where it stopped.",
+    )
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

@@ -1,0 +1,109 @@
+"""The next-dose status kept on each `bottles` document, so that the late-dose check is one indexed range query
+(`dose_late_at <= now`) that returns only the bottles whose due dose is late, however large the fleet.
+
+Fields: `schedule_from` (when the schedule took effect), `dose_due` (the earliest slot neither satisfied nor
+found late), `dose_late_at` (`dose_due` + grace: the indexed one), `doses` (the newest dose times, in order:
+what the check re-plays), `dose_pending` (a dose arrived since the check last resolved this bottle's late
+notifications) and `late_episode` (the latest slot notified late and not yet resolved).
+
+Ingestion moves `dose_due` forward without reading it: every op is guarded so that it applies only when the
+stored state is the one the op was computed for. An op may fail to apply (another dose got there first, the
+schedule just changed, a retried request): then `dose_due` stays behind, the check finds the bottle when that
+stale slot's grace runs out, re-plays the doses and moves it on without notifying. It never moves past a slot
+that is still unsatisfied, so a late dose is never missed.
+"""
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from pymongo import UpdateOne
+
+from shared.schedules import DosePlan, IntervalSchedule, Review, TimesSchedule, parse_schedule
+
+
+def plan_of(bottle: dict[str, Any]) -> DosePlan:
+    """The dose plan stored on a `bottles` document (`schedule_from` defaults to provisioning)."""
+    return DosePlan(
+        schedule=parse_schedule(bottle["schedule"]),
+        grace=timedelta(minutes=bottle["grace_minutes"]),
+        start=bottle.get("schedule_from") or bottle["provisioned_at"],
+    )
+
+
+def initial_fields(plan: DosePlan, doses: Sequence[datetime] = ()) -> dict[str, Any]:
+    """The status fields of a schedule that takes effect at `plan.start`."""
+    due = plan.first_due(doses)
+    return {"schedule_from": plan.start, "dose_due": due, "dose_late_at": due + plan.grace}
+
+
+def ingestion_updates(
+    bottle_id: str, plan: DosePlan | None, doses: Sequence[datetime], fresh: Sequence[datetime], history: int
+) -> list[UpdateOne]:
+    """The ops a request's doses add to its one bulk write to `bottles` (no read).
+
+    `doses` are every dose in the request (retries included: these ops are idempotent); `fresh` are the
+    ones stored for the first time, the only ones that may advance a `times` schedule (a retry must not
+    count a dose twice)."""
+    key = {"_id": bottle_id, "bottle_id": bottle_id}
+    ops = [
+        UpdateOne(
+            {**key, "doses": {"$ne": dose}},
+            {"$push": {"doses": {"$each": [dose], "$sort": 1, "$slice": -history}}},
+        )
+        for dose in sorted(set(doses))
+    ]
+    if plan is None:
+        return ops
+    scheduled = {**key, "schedule_from": plan.start}
+    if isinstance(plan.schedule, IntervalSchedule):
+        ops += _interval_advances(scheduled, plan, plan.schedule.every, sorted(set(doses)))
+    else:
+        ops += _times_advances(scheduled, plan, plan.schedule, sorted(set(fresh)))
+    return ops
+
+
+def _due(due: datetime, grace: timedelta) -> dict[str, datetime]:
+    return {"dose_due": due, "dose_late_at": due + grace}
+
+
+def _times_advances(
+    scheduled: dict[str, Any], plan: DosePlan, schedule: TimesSchedule, fresh: Sequence[datetime]
+) -> list[UpdateOne]:
+    """A dose satisfies the due slot when that slot is the earliest one within grace of it: then the next
+    slot is due. Guarded by `dose_due` equality, so it applies at most once and only to that slot."""
+    ops = []
+    for dose in fresh:
+        slot = schedule.first_slot_from(max(plan.start, dose - plan.grace))
+        if slot <= dose + plan.grace:
+            ops.append(
+                UpdateOne({**scheduled, "dose_due": slot}, {"$set": _due(schedule.slot_after(slot), plan.grace)})
+            )
+    return ops
+
+
+def _interval_advances(
+    scheduled: dict[str, Any], plan: DosePlan, every: timedelta, doses: Sequence[datetime]
+) -> list[UpdateOne]:
+    """A dose taken before the due slot went late makes the next one due `every` after it. A dose after
+    that leaves the late slot for the check to find."""
+    ops = []
+    for dose in doses:
+        ops.append(UpdateOne({**scheduled, "dose_late_at": {"$gte": dose}}, {"$max": _due(dose + every, plan.grace)}))
+        if dose < plan.start <= dose + every:
+            # Taken just before the schedule started: due `every` after it rather than after the start.
+            first = {**scheduled, "dose_due": plan.start + every}
+            ops.append(UpdateOne(first, {"$set": _due(dose + every, plan.grace)}))
+    return ops
+
+
+def review_update(bottle: dict[str, Any], plan: DosePlan, review: Review) -> UpdateOne:
+    """The check's write after reviewing a bottle: the next due slot, and the latest slot notified late.
+    Guarded by the due slot it reviewed, so a concurrent dose's advance is never undone."""
+    update: dict[str, Any] = {"$set": _due(review.next_due, plan.grace)}
+    if review.late:
+        update["$max"] = {"late_episode": review.late[-1]}
+    return UpdateOne(
+        {"_id": bottle["_id"], "bottle_id": bottle["_id"], "dose_due": bottle["dose_due"], "schedule_from": plan.start},
+        update,
+    )
