@@ -73,6 +73,16 @@ var appSettings = {
   REPORTS_TIME_BUDGET_SECONDS: '45'
   REPORTS_PAGE_SIZE: '500'
   REPORTS_POLL_OVERLAP_SECONDS: '300'
+  CHECK_OPEN_BOTTLES_SCHEDULE: '0 */1 * * * *'
+  CHECK_SILENT_BOTTLES_SCHEDULE: '0 */5 * * * *'
+  CHECK_LATE_DOSES_SCHEDULE: '0 */5 * * * *'
+  LEFT_OPEN_MINUTES: '5'
+  SILENT_MINUTES: '60'
+  DOSE_HISTORY: '32'
+  NOTIFICATIONS_QUEUE: notificationsQueueName
+  CHECK_BATCH_SIZE: '500'
+  QUEUE_MESSAGES_PER_RUN: '5000'
+  CHECKS_TIME_BUDGET_SECONDS: '50'
 }
 
 // The identity the app uses for storage, the deployment package, Key Vault and telemetry.

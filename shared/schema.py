@@ -42,7 +42,18 @@ class CollectionSpec:
 def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
     """Every collection the app uses, in creation order."""
     return (
-        CollectionSpec(BOTTLES, "bottle_id"),
+        CollectionSpec(
+            BOTTLES,
+            "bottle_id",
+            (
+                # The checks' fleet-wide sweeps (deliberate cross-partition queries): each returns only the
+                # bottles in trouble, or whose trouble just ended (shared/checks.py).
+                IndexSpec("open_check", (("open_pending", 1), ("open_since", 1))),
+                IndexSpec("open_resolve", (("open_pending", 1), ("open_episode", 1))),
+                IndexSpec("dose_late_at", (("dose_late_at", 1),)),
+                IndexSpec("late_resolve", (("dose_pending", 1), ("late_episode", 1))),
+            ),
+        ),
         CollectionSpec(
             BOTTLE_ACTIONS,
             "bottle_id",
@@ -64,9 +75,23 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
                 IndexSpec("received_at", (("received_at", 1),)),
                 # Rebuilding one user's reports: the bottles the user owned (multikey over the ownership list).
                 IndexSpec("owners_user", (("owners.user_id", 1),)),
+                # The silent check's sweeps (cross-partition, like the bottles' ones above).
+                IndexSpec("silent_check", (("silent_pending", 1), ("alive_at", 1))),
+                IndexSpec("silent_resolve", (("silent_pending", 1), ("silent_episode", 1))),
             ),
         ),
-        CollectionSpec(NOTIFICATIONS, "user_id"),
+        CollectionSpec(
+            NOTIFICATIONS,
+            "user_id",
+            (
+                # GET /users/{user_id}/notifications: one partition, newest first (feed_key = created_at|_id).
+                IndexSpec("user_feed", (("user_id", 1), ("feed_key", 1))),
+                # Resolving a bottle's late-dose notifications up to a dose (one partition).
+                IndexSpec("bottle_episodes", (("user_id", 1), ("bottle_id", 1), ("kind", 1), ("episode_start", 1))),
+                # Each check's queue sweep: notifications not yet handed to the queue, oldest first.
+                IndexSpec("delivery_pending", (("delivery", 1), ("kind", 1), ("created_at", 1))),
+            ),
+        ),
         CollectionSpec(
             USER_HOURLY_REPORTS,
             "user_id",
