@@ -4,15 +4,19 @@
 Everything is compared with the Python source as it is now, so a collection, index or setting added to the code
 fails here until infra/ (and the example settings, and the README) have it too."""
 
+import ast
 import fnmatch
+import importlib.metadata
 import json
 import re
+import sys
 from datetime import timedelta
 from typing import Any
 
 import mongomock
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from shared import observability
 from shared.schema import collection_specs
@@ -288,6 +292,46 @@ def test_the_package_leaves_out_tests_tools_and_local_secrets_and_keeps_the_app(
         assert ignored(left_out), left_out
     for kept in ("function_app.py", "functions", "shared", "host.json", "requirements.txt"):
         assert not ignored(kept), kept
+
+
+def shipped_imports() -> set[str]:
+    """Top-level modules the deployed code (function_app.py, functions/, shared/) imports."""
+    files = [ROOT / "function_app.py", *(ROOT / "functions").glob("*.py"), *(ROOT / "shared").glob("*.py")]
+    found: set[str] = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found - set(sys.stdlib_module_names)
+
+
+def installed_by_requirements() -> set[str]:
+    """Distributions requirements.txt installs, with their dependencies (normalised names)."""
+    names = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    pending = [Requirement(name).name for name in names if name]
+    closure: set[str] = set()
+    while pending:
+        name = re.sub(r"[-_.]+", "-", pending.pop()).lower()
+        if name in closure:
+            continue
+        closure.add(name)
+        for spec in importlib.metadata.requires(name) or []:
+            requirement = Requirement(spec)
+            if requirement.marker is None or "extra" not in str(requirement.marker):
+                pending.append(requirement.name)
+    return closure
+
+
+def test_the_deployed_code_imports_only_what_the_package_ships_and_requirements_txt_installs() -> None:
+    local = {"function_app", "functions", "shared"}
+    installed = installed_by_requirements()
+    providers = importlib.metadata.packages_distributions()
+    for module in sorted(shipped_imports() - local):
+        assert module not in {"tests", "tools", "benchmarks"}, f"{module} is left out of the package (.funcignore)"
+        distributions = {re.sub(r"[-_.]+", "-", name).lower() for name in providers.get(module, [])}
+        assert distributions & installed, f"the app imports {module}, which requirements.txt does not install"
 
 
 # --- host.json ------------------------------------------------------------------------------------------------
