@@ -267,14 +267,22 @@ class RunSummary:
 class _OpenFeed:
     feed: Feed
     source: Source
-    lease: Lease
+    saved: Lease  # as the lease stands in `leases`
+    position: Lease  # where the feed has got to (saved after each page of changes, otherwise at the end)
+
+    def save(self, db: Database[Any], *, now: datetime, policy: RetryPolicy) -> None:
+        if self.position != self.saved:
+            save_lease(db, self.feed, self.position, source=self.source.name, now=now, policy=policy)
+            self.saved = self.position
 
 
 def run_consumer(
     db: Database[Any], settings: Settings, *, now: datetime, clock: Callable[[], float] = time.monotonic
 ) -> RunSummary:
-    """One run of `aggregate_reports`: the feeds take turns, a page each, until none has anything left or
-    the time budget is spent. A feed that fails stops for this run; its lease still holds its last page."""
+    """One run of `aggregate_reports`: rounds of a page per feed until a round finds nothing, or until the
+    time budget is spent (checked between rounds, so it can be overrun by one round, and the daily hop is
+    never starved by a backlog upstream). A feed that fails stops for this run; its lease still holds its
+    last page."""
     policy = RetryPolicy.from_settings(settings)
     deadline = clock() + settings.reports_time_budget_seconds
     stamper = Stamper(now)
@@ -288,14 +296,12 @@ def run_consumer(
             except (PyMongoError, StoreUnavailable) as error:
                 _stopped(feed, error, summary)
                 continue
-            feeds.append(_OpenFeed(feed, source, lease or Lease()))
+            feeds.append(_OpenFeed(feed, source, lease or Lease(), lease or Lease()))
             if recovering:
                 summary.recovered.append(feed.collection)
         while feeds and clock() < deadline:
             progressed = False
-            for open_feed in list(feeds):
-                if clock() >= deadline:
-                    break
+            for open_feed in list(feeds):  # one page each, so no feed waits for another's backlog
                 try:
                     progressed |= _take_page(db, open_feed, stamper=stamper, policy=policy, now=now, summary=summary)
                 except (PyMongoError, StoreUnavailable) as error:
@@ -305,6 +311,11 @@ def run_consumer(
             if not progressed:
                 summary.caught_up = not summary.failed
                 break
+        for open_feed in feeds:
+            try:
+                open_feed.save(db, now=now, policy=policy)
+            except (PyMongoError, StoreUnavailable) as error:
+                _stopped(open_feed.feed, error, summary)
     finally:
         for open_feed in feeds:
             open_feed.source.close()
@@ -331,12 +342,11 @@ def _take_page(
             summary.hourly_written += refresh_hourly(db, page.changes, stamp=stamper.next(), policy=policy).written
         summary.pages += 1
         summary.changes += len(page.changes)
-    old = open_feed.lease
+    old = open_feed.position
     checkpoint = max((t for t in (old.checkpoint_time, page.checkpoint_time) if t is not None), default=None)
-    lease = Lease(page.token, checkpoint)
-    if lease != old:
-        save_lease(db, open_feed.feed, lease, source=open_feed.source.name, now=now, policy=policy)
-        open_feed.lease = lease
+    open_feed.position = Lease(page.token, checkpoint)
+    if page.changes:  # a position without changes (an idle stream's token) is saved once, at the end of the run
+        open_feed.save(db, now=now, policy=policy)
     return bool(page.changes)
 
 

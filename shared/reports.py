@@ -175,7 +175,9 @@ def merged_entry(
 ) -> Document | None:
     """A bottle's entry after recomputing the parts given (None: that part is unchanged, keep `stored`).
 
-    None when the entry counts nothing: the bottle did nothing that hour for this user."""
+    `medication` is that of the bottle's latest opened/closed event of the hour, or in an hour of heartbeats
+    only, the bottle's current one. None when the entry counts nothing: the bottle did nothing that hour for
+    this user."""
     old = stored or {}
     entry: Document = {"bottle_id": bottle_id, "medication": old.get("medication")}
     for field in (*ACTION_COUNTERS, *LAST_READINGS):
@@ -194,7 +196,8 @@ def merged_entry(
     if heartbeat is not None:
         count = heartbeat.heartbeats
         entry["heartbeats"] = max(count, entry["heartbeats"]) if heartbeat.partial else count
-        if entry["medication"] is None:
+        if not entry["opened"] and not entry["closed"]:
+            # No event names the medication: the bottle's, as its heartbeat document has it now.
             entry["medication"] = heartbeat.medication
     if not any(entry[c] for c in COUNTERS) and all(entry[r] is None for r in LAST_READINGS):
         return None

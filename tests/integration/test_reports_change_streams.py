@@ -1,0 +1,237 @@
+"""The report consumer on a real server (SecantusDB) with real change streams: ingest through the HTTP functions,
+aggregate, read; a crash between the writes and the checkpoint; a restart that resumes from the saved token;
+a rejected token; both change sources; and what a page costs in database commands."""
+
+import logging
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+
+from shared import change_feed, rebuild_reports, schema, store
+from shared.cosmos import RetryPolicy, StoreUnavailable
+from shared.instants import utc_now
+from shared.reports import day_of
+from shared.settings import get_settings
+from shared.store_setup import ensure_store
+from tests.api import SPEC, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
+from tests.command_counter import CommandCounter
+from tests.report_client import aggregate, clear_reports, get_reports, set_setting, stored_reports
+
+pytestmark = pytest.mark.integration
+
+USER = SPEC["user_id"]
+DAY = day_of(ago(days=2))
+H8 = DAY + timedelta(hours=8)
+H9 = DAY + timedelta(hours=9)
+
+
+@pytest.fixture(autouse=True)
+def change_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+
+
+def at(hour: Any, minutes: float) -> Any:
+    return hour + timedelta(minutes=minutes)
+
+
+def run() -> change_feed.RunSummary:
+    return change_feed.run_consumer(store.get_database(), get_settings(), now=utc_now())
+
+
+def tokens(db: Any) -> dict[str, Any]:
+    return {lease["_id"]: lease["token"] for lease in db[schema.LEASES].find()}
+
+
+def from_scratch(db: Any) -> dict[str, Any]:
+    """The reports a rebuild of everything from source gives (the store's reports are put back after)."""
+    saved = {name: list(db[name].find()) for name in (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS)}
+    clear_reports_only(db)
+    rebuild_reports.rebuild(
+        db,
+        start=DAY - timedelta(days=1),
+        end=utc_now() + timedelta(days=1),
+        user_id=None,
+        now=utc_now(),
+        policy=RetryPolicy.from_settings(get_settings()),
+    )
+    rebuilt = stored_reports(db)
+    clear_reports_only(db)
+    for name, docs in saved.items():
+        if docs:
+            db[name].insert_many(docs)
+    return rebuilt
+
+
+def clear_reports_only(db: Any) -> None:
+    for name in (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS):
+        db[name].delete_many({})
+
+
+def history_part_one(keys: dict[str, str]) -> None:
+    post_events("bottle-1", keys["bottle-1"], {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2)), closed(at(H8, 3))]})
+    post_events("bottle-2", keys["bottle-2"], {"events": [heartbeat(at(H8, 5)), heartbeat(at(H9, 5))]})
+
+
+def history_part_two(keys: dict[str, str]) -> None:
+    post_events("bottle-1", keys["bottle-1"], {"events": [heartbeat(at(H9, 1)), closed(at(H9, 40), taken=3)]})
+    post_events("bottle-2", keys["bottle-2"], {"events": [heartbeat(at(H8, 35)), opened(at(H8, 36))]})  # late
+
+
+def two_bottles() -> dict[str, str]:
+    return {
+        "bottle-1": provisioned("bottle-1"),
+        "bottle-2": provisioned("bottle-2", {**SPEC, "medication": "Ryetalyn"}),
+    }
+
+
+def test_ingested_events_become_reports_read_through_the_api(real_db):
+    keys = two_bottles()
+    history_part_one(keys)
+    history_part_two(keys)
+
+    aggregate()
+
+    response = get_reports(USER, **{"from": H8.isoformat(), "to": (H9 + timedelta(hours=1)).isoformat()})
+    assert response.status == 200
+    assert [(r["hour"][11:13], r["opened"], r["closed"], r["pills_taken"], r["heartbeats"]) for r in response.body[
+        "reports"]] == [("08", 2, 1, 1, 3), ("09", 0, 1, 3, 2)]  # fmt: skip
+    days = get_reports(
+        USER, granularity="day", **{"from": DAY.isoformat(), "to": (DAY + timedelta(days=1)).isoformat()}
+    )
+    assert [(d["opened"], d["closed"], d["pills_taken"], d["heartbeats"]) for d in days.body["reports"]] == [
+        (2, 2, 4, 5)
+    ]
+    assert all(lease["token"] for lease in real_db[schema.LEASES].find())
+    assert stored_reports(real_db) == from_scratch(real_db)
+
+
+def test_a_page_written_but_not_checkpointed_is_aggregated_again_with_the_same_result(real_db, monkeypatch):
+    keys = two_bottles()
+    history_part_one(keys)
+    assert not run().failed
+    checkpointed = tokens(real_db)
+    history_part_two(keys)
+
+    def die(*args: Any, **kwargs: Any) -> None:
+        raise StoreUnavailable("the worker died after the writes, before the checkpoint", retry_after_s=1)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(change_feed, "save_lease", die)
+        crashed = run()
+    assert crashed.hourly_written > 0
+    assert tokens(real_db) == checkpointed  # the position still points before the page
+    written = stored_reports(real_db, with_updated_at=True)
+
+    again = run()
+
+    assert again.recovered == []  # resumed from the saved tokens: the page is replayed, not rebuilt
+    assert again.changes > 0
+    assert again.hourly_written == 0  # replaying the page writes nothing new
+    assert stored_reports(real_db, with_updated_at=True) == written
+    assert tokens(real_db) != checkpointed
+    assert stored_reports(real_db) == from_scratch(real_db)
+
+
+def test_after_a_restart_the_consumer_resumes_from_its_saved_tokens(real_db, secantus_uri):
+    keys = two_bottles()
+    history_part_one(keys)
+    first = run()
+    assert first.recovered == [schema.BOTTLE_ACTIONS, schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS]
+    history_part_two(keys)
+
+    restarted: MongoClient[Any] = store.create_client(secantus_uri)  # a new worker process: a new client
+    store.use_client(restarted)
+    try:
+        second = run()
+    finally:
+        restarted.close()
+        store.use_client(real_db.client)
+
+    assert second.recovered == []
+    # Only the new changes: two actions, two heartbeat-document updates, and the hourly documents this run
+    # wrote (the second hop); nothing from before the restart.
+    assert second.changes == 4 + second.hourly_written
+    assert stored_reports(real_db) == from_scratch(real_db)
+
+
+@pytest.mark.parametrize("token", [{"_data": "00"}, {"_data": "not hex"}, {"_data": "82" + "ab" * 30}])
+def test_a_rejected_resume_token_rebuilds_from_the_checkpoint_time_and_says_so(real_db, caplog, token):
+    keys = two_bottles()
+    history_part_one(keys)
+    run()
+    real_db[schema.LEASES].update_many({}, {"$set": {"token": token}})
+    history_part_two(keys)
+
+    with caplog.at_level(logging.WARNING, logger="shared.change_feed"):
+        summary = run()
+
+    assert summary.recovered == [schema.BOTTLE_ACTIONS, schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS]
+    assert not summary.failed
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 3
+    assert all("was rejected" in w and "rebuilding from its last checkpoint time" in w for w in warnings)
+    assert stored_reports(real_db) == from_scratch(real_db)
+    assert all(lease["token"] not in (None, token) for lease in real_db[schema.LEASES].find())
+    assert run().recovered == []  # and carries on from the new stream
+
+
+def test_change_streams_and_polling_give_identical_reports(real_db, monkeypatch):
+    keys = two_bottles()
+    history_part_one(keys)
+    aggregate()
+    assert put_bottle("bottle-2", {**SPEC, "user_id": "newowner"}).status == 200
+    history_part_two(keys)
+    now = utc_now().replace(microsecond=0)
+    post_events("bottle-2", keys["bottle-2"], {"events": [heartbeat(now + timedelta(seconds=2)), opened(ago(hours=1))]})
+    aggregate()
+    by_change_streams = stored_reports(real_db)
+
+    clear_reports(real_db)
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    aggregate()
+
+    assert stored_reports(real_db) == by_change_streams
+    assert stored_reports(real_db) == from_scratch(real_db)
+    assert any(doc["user_id"] == "newowner" for doc in real_db[schema.USER_HOURLY_REPORTS].find())
+
+
+# --- cost ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def counted(secantus_uri: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, CommandCounter]]:
+    counter = CommandCounter()
+    client: MongoClient[Any] = MongoClient(secantus_uri, tz_aware=True, event_listeners=[counter])
+    set_setting(monkeypatch, "MONGODB_DATABASE", "report_cost")
+    client.drop_database("report_cost")
+    ensure_store(client["report_cost"], get_settings(), on_cosmos=False)
+    store.use_client(client)
+    yield client["report_cost"], counter
+    client.drop_database("report_cost")
+    client.close()
+
+
+def test_a_page_costs_the_same_commands_whatever_its_number_of_changes(counted):
+    db, counter = counted
+    key = provisioned("bottle-1")
+    post_events("bottle-1", key, heartbeat(at(H8, 0)))
+    run()  # the first run builds from the start: measure steady-state pages after it
+    costs = []
+    for size, hour in ((2, H9), (100, H9 + timedelta(hours=1))):  # each a new user-hour
+        events = [opened(at(hour, i * 0.5)) if i % 2 else closed(at(hour, i * 0.5)) for i in range(size)]
+        post_events("bottle-1", key, {"events": events})
+        counter.reset()
+        summary = run()
+        assert summary.changes == size + 1  # the actions, then the hourly document they changed
+        costs.append(sorted(counter.writes))
+    assert costs[0] == costs[1]
+    reports = [write for write in costs[1] if write[1] != schema.LEASES]
+    checkpoints = [write for write in costs[1] if write[1] == schema.LEASES]
+    # One bulk write of the user-hour for the page of actions, one of the day for the page of hourly changes;
+    # a checkpoint after each of those pages, and at most one more per feed at the end of the run.
+    assert reports == [("insert", schema.USER_HOURLY_REPORTS), ("update", schema.USER_DAILY_REPORTS)]
+    assert 2 <= len(checkpoints) <= 2 + 3
+    assert db[schema.USER_HOURLY_REPORTS].find_one({"hour": H9 + timedelta(hours=1)})["opened"] == 50

@@ -1,0 +1,419 @@
+"""Hourly and daily reports as their readers see them: what is counted where, late events, reassigned bottles,
+the heartbeat window, replays, the time budget, throttling, the read API and the rebuild command.
+
+Every behaviour test runs on mongomock (the polling change source) and on SecantusDB (real change streams)."""
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from shared import change_feed, rebuild_reports, schema
+from shared.cosmos import RetryPolicy, StoreUnavailable
+from shared.instants import utc_now
+from shared.reports import day_of
+from shared.settings import get_settings
+from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned, put_bottle
+from tests.cosmos_fakes import ThrottlingDatabase
+from tests.report_client import (
+    aggregate,
+    clear_reports,
+    get_reports,
+    set_setting,
+    stored_reports,
+    use_change_source_of,
+)
+
+USER = SPEC["user_id"]
+DAY = day_of(ago(days=2))
+H8 = DAY + timedelta(hours=8)
+H10 = DAY + timedelta(hours=10)
+
+
+@pytest.fixture(autouse=True)
+def change_source(db: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    return use_change_source_of(db, monkeypatch)
+
+
+def at(hour: Any, minutes: float) -> Any:
+    return hour + timedelta(minutes=minutes)
+
+
+def hourly(user_id: str = USER, start: Any = DAY, end: Any = None) -> list[dict[str, Any]]:
+    response = get_reports(
+        user_id, granularity="hour", **{"from": iso(start), "to": iso(end or start + timedelta(days=1))}
+    )
+    assert response.status == 200, response.body
+    return list(response.body["reports"])
+
+
+def daily(user_id: str = USER, start: Any = DAY, days: int = 1) -> list[dict[str, Any]]:
+    response = get_reports(user_id, granularity="day", **{"from": iso(start), "to": iso(start + timedelta(days=days))})
+    assert response.status == 200, response.body
+    return list(response.body["reports"])
+
+
+def without_updated_at(report: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in report.items() if k != "updated_at"}
+
+
+def entry(bottle_id: str, medication: str, **counts: Any) -> dict[str, Any]:
+    fields = {"opened": 0, "closed": 0, "doses": 0, "pills_taken": 0, "heartbeats": 0}
+    readings = {"last_number_of_pills": None, "last_mass_of_contents": None}
+    return {"bottle_id": bottle_id, "medication": medication, **fields, **readings} | counts
+
+
+def test_an_hourly_report_holds_each_bottle_and_the_users_totals(db):
+    key1 = provisioned("bottle-1")
+    key2 = provisioned("bottle-2", {**SPEC, "medication": "Ryetalyn"})
+    post_events(
+        "bottle-1",
+        key1,
+        {
+            "events": [
+                heartbeat(at(H8, 5)),
+                opened(at(H8, 10), pills=30, mass=15.0),
+                closed(at(H8, 11), taken=2, pills=28, mass=14.0),
+                heartbeat(at(H8, 35)),
+            ]
+        },
+    )
+    post_events(
+        "bottle-2",
+        key2,
+        {"events": [heartbeat(at(H8, 20)), opened(at(H8, 40), pills=10, mass=5.0), closed(at(H8, 41), taken=0)]},
+    )
+
+    aggregate()
+
+    [report] = hourly(start=H8, end=H8 + timedelta(hours=1))
+    assert without_updated_at(report) == {
+        "user_id": USER,
+        "hour": iso(H8).replace("Z", ".000Z"),
+        "opened": 2,
+        "closed": 2,
+        "doses": 1,
+        "pills_taken": 2,
+        "heartbeats": 3,
+        "bottles": [
+            entry(
+                "bottle-1",
+                "Cordrazine",
+                opened=1,
+                closed=1,
+                doses=1,
+                pills_taken=2,
+                heartbeats=2,
+                last_number_of_pills=28,
+                last_mass_of_contents=14.0,
+            ),
+            entry(
+                "bottle-2",
+                "Ryetalyn",
+                opened=1,
+                closed=1,
+                heartbeats=1,
+                last_number_of_pills=29,
+                last_mass_of_contents=14.5,
+            ),
+        ],
+    }
+    assert report["updated_at"] >= iso(ago(minutes=1))
+    stored = db[schema.USER_HOURLY_REPORTS].find_one({"user_id": USER})
+    assert stored["_id"] == f"{USER}|{H8:%Y-%m-%dT%H}"
+    assert stored["hour"] == H8
+
+
+def test_a_daily_report_sums_its_hours_and_keeps_the_latest_readings(db):
+    key = provisioned("bottle-1")
+    post_events(
+        "bottle-1",
+        key,
+        {
+            "events": [
+                heartbeat(at(H8, 1)),
+                opened(at(H8, 2), pills=30, mass=15.0),
+                closed(at(H8, 3), taken=1, pills=29, mass=14.5),
+                heartbeat(at(H10, 1)),
+                heartbeat(at(H10, 31)),
+                opened(at(H10, 40), pills=29, mass=14.5),
+                closed(at(H10, 41), taken=3, pills=26, mass=13.0),
+            ]
+        },
+    )
+
+    aggregate()
+
+    assert [r["hour"][:13] for r in hourly()] == [f"{H8:%Y-%m-%dT%H}", f"{H10:%Y-%m-%dT%H}"]
+    [report] = daily()
+    assert without_updated_at(report) == {
+        "user_id": USER,
+        "day": iso(DAY).replace("Z", ".000Z"),
+        "opened": 2,
+        "closed": 2,
+        "doses": 2,
+        "pills_taken": 4,
+        "heartbeats": 3,
+        "bottles": [
+            entry(
+                "bottle-1",
+                "Cordrazine",
+                opened=2,
+                closed=2,
+                doses=2,
+                pills_taken=4,
+                heartbeats=3,
+                last_number_of_pills=26,
+                last_mass_of_contents=13.0,
+            )
+        ],
+    }
+    assert report["updated_at"] == max(r["updated_at"] for r in hourly())
+    assert db[schema.USER_DAILY_REPORTS].find_one()["_id"] == f"{USER}|{DAY:%Y-%m-%d}"
+
+
+def test_late_events_land_in_their_past_hour_and_its_day_is_recomputed(db):
+    key = provisioned("bottle-1")
+    post_events("bottle-1", key, {"events": [heartbeat(at(H10, 1)), opened(at(H10, 2)), closed(at(H10, 3))]})
+    aggregate()
+    assert [r["hour"][:13] for r in hourly()] == [f"{H10:%Y-%m-%dT%H}"]
+
+    # The bottle was offline at 08:xx and uploads what it buffered, hours late.
+    post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), closed(at(H8, 30), taken=2)]})
+    aggregate()
+
+    reports = hourly()
+    assert [(r["hour"][:13], r["heartbeats"], r["closed"], r["pills_taken"]) for r in reports] == [
+        (f"{H8:%Y-%m-%dT%H}", 1, 1, 2),
+        (f"{H10:%Y-%m-%dT%H}", 1, 1, 1),
+    ]
+    [day] = daily()
+    assert (day["heartbeats"], day["closed"], day["pills_taken"], day["opened"]) == (2, 2, 3, 1)
+    # The day's last readings are still those of its latest hour, not of the late event.
+    assert day["bottles"][0]["last_number_of_pills"] == 29
+
+
+def test_aggregating_again_changes_nothing(db):
+    key = provisioned("bottle-1")
+    post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2)), closed(at(H10, 3))]})
+    aggregate()
+    first = stored_reports(db, with_updated_at=True)
+
+    aggregate()
+    aggregate()
+
+    assert stored_reports(db, with_updated_at=True) == first
+
+
+def test_a_page_aggregated_again_after_a_crash_before_its_checkpoint_gives_the_same_reports(db, monkeypatch):
+    key = provisioned("bottle-1")
+    post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2)), closed(at(H8, 3), taken=2)]})
+    aggregate()
+    expected = stored_reports(db)
+    clear_reports(db)
+
+    def crash(*args: Any, **kwargs: Any) -> None:
+        raise StoreUnavailable("the process died before the checkpoint", retry_after_s=1)
+
+    monkeypatch.setattr(change_feed, "save_lease", crash)
+    summary = change_feed.run_consumer(db, get_settings(), now=utc_now())
+    assert summary.hourly_written > 0  # written, but never checkpointed
+    assert summary.failed
+    assert db[schema.LEASES].count_documents({}) == 0
+    monkeypatch.undo()
+    use_change_source_of(db, monkeypatch)
+
+    aggregate()
+
+    assert stored_reports(db) == expected
+
+
+def test_a_reassigned_bottles_later_events_count_for_the_new_user_only(db):
+    key = provisioned("bottle-1")
+    before = ago(hours=2)
+    post_events("bottle-1", key, {"events": [heartbeat(before), opened(before + timedelta(minutes=1))]})
+    # Reassigned before the consumer ever ran: the earlier heartbeat must still stay with the earlier owner.
+    assert put_bottle("bottle-1", {**SPEC, "user_id": "newowner"}).status == 200
+    after = utc_now().replace(microsecond=0) + timedelta(seconds=2)
+    post_events("bottle-1", key, {"events": [heartbeat(after), closed(after + timedelta(seconds=1), taken=1)]})
+
+    aggregate()
+
+    span = {"start": before - timedelta(hours=1), "end": after + timedelta(hours=1)}
+    old_owner, new_owner = hourly(USER, **span), hourly("newowner", **span)
+    assert [(r["hour"][:13], r["heartbeats"], r["opened"], r["closed"]) for r in old_owner] == [
+        (f"{before:%Y-%m-%dT%H}", 1, 1, 0)
+    ]
+    assert [(r["hour"][:13], r["heartbeats"], r["opened"], r["closed"]) for r in new_owner] == [
+        (f"{after:%Y-%m-%dT%H}", 1, 0, 1)
+    ]
+
+
+def test_heartbeats_counted_before_they_leave_the_window_stay_counted(db, monkeypatch):
+    set_setting(monkeypatch, "HEARTBEAT_HISTORY", "3")
+    key = provisioned("bottle-1")
+    post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), heartbeat(at(H8, 31))]})
+    aggregate()
+    # Three newer heartbeats push 08:xx out of the bottle's window; a late one for 08:xx cannot get in.
+    post_events("bottle-1", key, {"events": [heartbeat(at(H10, m)) for m in (1, 21, 41)]})
+    post_events("bottle-1", key, {"events": [heartbeat(at(H8, 45))]})
+    aggregate()
+
+    assert [(r["hour"][:13], r["heartbeats"]) for r in hourly()] == [
+        (f"{H8:%Y-%m-%dT%H}", 2),
+        (f"{H10:%Y-%m-%dT%H}", 3),
+    ]
+    assert daily()[0]["heartbeats"] == 5
+
+
+def test_a_run_stops_at_its_time_budget_and_the_next_run_carries_on(db, monkeypatch):
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
+    key = provisioned("bottle-1")
+    events = [opened(at(H8, 2 * m)) for m in range(5)] + [heartbeat(at(H10, m)) for m in range(3)]
+    post_events("bottle-1", key, {"events": events})
+    ticks = iter(range(1_000_000))
+
+    def clock() -> float:
+        return float(next(ticks))  # every look at the clock is a second later
+
+    set_setting(monkeypatch, "REPORTS_TIME_BUDGET_SECONDS", "3")  # two rounds of a page per feed
+    set_setting(monkeypatch, "REPORTS_POLL_OVERLAP_SECONDS", "0")  # else each polling run re-reads it all
+    runs = 0
+    while True:
+        runs += 1
+        summary = change_feed.run_consumer(db, get_settings(), now=utc_now(), clock=clock)
+        if summary.caught_up:
+            break
+        assert runs < 50
+
+    assert runs >= 2
+    assert [(r["opened"], r["heartbeats"]) for r in hourly()] == [(5, 0), (0, 3)]
+    assert daily()[0]["opened"] == 5
+
+
+def test_a_throttled_page_is_not_checkpointed_and_the_next_run_completes_it(db):
+    key = provisioned("bottle-1")
+    post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2))]})
+    throttled = ThrottlingDatabase(db, {f"{schema.USER_HOURLY_REPORTS}.bulk_write": float("inf")})
+
+    summary = change_feed.run_consumer(throttled, get_settings(), now=utc_now())
+
+    assert set(summary.failed) == {schema.BOTTLE_ACTIONS, schema.BOTTLE_HEARTBEATS}
+    assert db[schema.USER_HOURLY_REPORTS].count_documents({}) == 0
+    aggregate()
+    assert [(r["opened"], r["heartbeats"]) for r in hourly()] == [(1, 1)]
+
+
+# --- the read API ---------------------------------------------------------------------------------------------
+
+
+def test_reports_come_back_oldest_first_for_every_period_overlapping_the_range(db):
+    key = provisioned("bottle-1")
+    post_events("bottle-1", key, {"events": [heartbeat(at(H10, 1)), heartbeat(at(H8, 1)), heartbeat(at(H8, 50))]})
+    aggregate()
+
+    # `from` inside 08:xx still returns 08:xx; `to` is exclusive.
+    response = get_reports(USER, **{"from": iso(at(H8, 30)), "to": iso(H10)})
+    assert response.body["granularity"] == "hour"
+    assert [(r["hour"][:13], r["heartbeats"]) for r in response.body["reports"]] == [(f"{H8:%Y-%m-%dT%H}", 2)]
+    assert [r["hour"][:13] for r in hourly()] == [f"{H8:%Y-%m-%dT%H}", f"{H10:%Y-%m-%dT%H}"]
+    assert hourly("someone-else") == []
+    assert [d["day"][:10] for d in daily(start=DAY - timedelta(days=3), days=10)] == [f"{DAY:%Y-%m-%d}"]
+
+
+@pytest.mark.parametrize(
+    ("user_id", "params", "field", "says"),
+    [
+        ("willcross1024", {"to": "2026-11-21T00:00:00Z"}, "from", "required"),
+        ("willcross1024", {"from": "2026-11-20T00:00:00Z"}, "to", "required"),
+        ("willcross1024", {"from": "yesterday", "to": "2026-11-21T00:00:00Z"}, "from", "not an ISO-8601"),
+        ("willcross1024", {"from": "2026-11-20T00:00:00", "to": "2026-11-21T00:00:00Z"}, "from", "no UTC offset"),
+        ("willcross1024", {"from": "2026-11-21T00:00:00Z", "to": "2026-11-21T00:00:00Z"}, "to", "later than"),
+        ("willcross1024", {"from": "2026-11-21T00:00:00Z", "to": "2026-11-20T00:00:00Z"}, "to", "later than"),
+        ("willcross1024", {"from": "2026-10-01T00:00:00Z", "to": "2026-11-01T00:00:01Z"}, "to", "at most 744"),
+        (
+            "willcross1024",
+            {"granularity": "day", "from": "2025-01-01T00:00:00Z", "to": "2026-01-03T00:00:00Z"},
+            "to",
+            "at most 366",
+        ),
+        (
+            "willcross1024",
+            {"granularity": "week", "from": "2026-11-20T00:00:00Z", "to": "2026-11-21T00:00:00Z"},
+            "granularity",
+            "'hour' or 'day'",
+        ),
+        ("not a user!", {"from": "2026-11-20T00:00:00Z", "to": "2026-11-21T00:00:00Z"}, "user_id", "A-Z"),
+    ],
+)
+def test_bad_report_queries_are_400_and_name_the_parameter(db, user_id, params, field, says):
+    response = get_reports(user_id, **params)
+    assert response.status == 400
+    [problem] = response.body["details"]
+    assert problem["field"] == field
+    assert says in problem["message"]
+
+
+def test_the_longest_allowed_ranges_are_accepted(db):
+    month = {"from": "2026-10-01T00:00:00Z", "to": "2026-11-01T00:00:00Z"}
+    year = {"granularity": "day", "from": "2025-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"}
+    assert get_reports(USER, **month).status == 200
+    assert get_reports(USER, **year).status == 200
+
+
+# --- rebuilding ----------------------------------------------------------------------------------------------
+
+
+def test_rebuilding_one_user_recomputes_their_reports_from_source(db):
+    key = provisioned("bottle-1")
+    other = provisioned("bottle-2", {**SPEC, "user_id": "other"})
+    post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2)), closed(at(H10, 3), taken=2)]})
+    post_events("bottle-2", other, {"events": [heartbeat(at(H8, 3))]})
+    aggregate()
+    expected = stored_reports(db)
+    # A lost or outdated report: one deleted, one in an old shape with wrong counts, the day gone.
+    hour_id, day_id = f"{USER}|{H8:%Y-%m-%dT%H}", f"{USER}|{DAY:%Y-%m-%d}"
+    db[schema.USER_HOURLY_REPORTS].delete_one({"_id": f"{USER}|{H10:%Y-%m-%dT%H}", "user_id": USER})
+    db[schema.USER_HOURLY_REPORTS].update_one(
+        {"_id": hour_id, "user_id": USER}, {"$set": {"opened": 99, "legacy": True, "bottles.0.doses": 7}}
+    )
+    db[schema.USER_DAILY_REPORTS].delete_one({"_id": day_id, "user_id": USER})
+    db[schema.USER_HOURLY_REPORTS].delete_one({"user_id": "other"})
+
+    summary = rebuild_reports.rebuild(
+        db,
+        start=DAY,
+        end=DAY + timedelta(days=1),
+        user_id=USER,
+        now=utc_now(),
+        policy=RetryPolicy.from_settings(get_settings()),
+    )
+
+    assert summary.hourly_written == 2
+    assert summary.daily_written == 1
+    restored = stored_reports(db)
+    assert {k: v for k, v in restored.items() if "other" not in k} == {
+        k: v for k, v in expected.items() if "other" not in k
+    }
+    assert db[schema.USER_HOURLY_REPORTS].count_documents({"user_id": "other"}) == 0  # only the user asked for
+
+
+def test_rebuilding_everyone_from_scratch_gives_the_consumers_reports(db):
+    keys = {b: provisioned(b, {**SPEC, "user_id": f"user-{b[-1]}"}) for b in ("bottle-1", "bottle-2")}
+    for bottle_id, key in keys.items():
+        post_events(bottle_id, key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2)), heartbeat(at(H10, 4))]})
+    aggregate()
+    expected = stored_reports(db)
+    clear_reports(db)
+
+    rebuild_reports.rebuild(
+        db,
+        start=DAY - timedelta(days=1),
+        end=DAY + timedelta(days=2),
+        user_id=None,
+        now=utc_now(),
+        policy=RetryPolicy.from_settings(get_settings()),
+    )
+
+    assert stored_reports(db) == expected
+    assert len(expected) == 6  # two users, two hours and one day each
