@@ -1,0 +1,155 @@
+"""Property: the reports are a function of the source, whatever the change feed does.
+
+Any history of events and reassignments, with its changes delivered after the writes that made them, but
+duplicated, reordered and split into any pages (some aggregated while the history is still being written,
+some replayed later), gives exactly the reports of a from-scratch rebuild of the final source."""
+
+import json
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import mongomock
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shared import registry, schema
+from shared.cosmos import RetryPolicy
+from shared.ingestion import receive
+from shared.rebuild_reports import rebuild
+from shared.registry import BottleSpec, provision
+from shared.report_aggregation import Change, Stamper, refresh_daily, refresh_hourly
+from shared.reports import COUNTERS, day_of
+from shared.settings import Settings
+from shared.store_setup import ensure_store
+from tests.report_client import stored_reports
+
+START = datetime(2026, 11, 20, 6, tzinfo=UTC)  # the server clock when the history begins
+STEP = timedelta(minutes=25)  # server time between two operations
+BOTTLES = ("b0", "b1", "b2")
+USERS = ("u0", "u1", "u2")
+POLICY = RetryPolicy(max_retries=0, base_ms=1)
+SETTINGS = Settings(heartbeat_history=96)
+
+event = st.fixed_dictionaries(
+    {
+        "kind": st.sampled_from(["heartbeat", "heartbeat", "opened", "closed"]),
+        "minutes_before": st.integers(0, 240),  # 0: live; more: buffered on the device, uploaded late
+        "pills_taken": st.integers(0, 3),
+    }
+)
+operation = st.one_of(
+    st.tuples(st.just("events"), st.sampled_from(BOTTLES), st.lists(event, min_size=1, max_size=6)),
+    st.tuples(st.just("reassign"), st.sampled_from(BOTTLES), st.sampled_from(USERS)),
+)
+
+
+def device_event(spec: dict[str, Any], server_now: datetime) -> dict[str, Any]:
+    at = (server_now - timedelta(minutes=spec["minutes_before"])).isoformat()
+    if spec["kind"] == "heartbeat":
+        return {"type": "heartbeat", "time": at}
+    body = {"type": spec["kind"], "time": at, "number_of_pills": 30, "mass_of_contents": 15.0}
+    return body | ({"pills_taken": spec["pills_taken"]} if spec["kind"] == "closed" else {})
+
+
+class History:
+    """Writes a history into a fresh store and keeps the changes each write made, as a feed would carry them."""
+
+    def __init__(self) -> None:
+        self.db: Any = mongomock.MongoClient(tz_aware=True)["property"]
+        ensure_store(self.db, SETTINGS, on_cosmos=False)
+        registry.REGISTRY_CACHE.clear()
+        self.keys = {b: self._provision(b, f"u{i % 2}", START) for i, b in enumerate(BOTTLES)}
+
+    def _provision(self, bottle_id: str, user_id: str, now: datetime) -> str:
+        spec = BottleSpec(user_id=user_id, medication=f"med-{bottle_id}", schedule={"every_hours": 12})
+        return provision(self.db, bottle_id, spec, rotate_key=False, now=now, policy=POLICY).device_key or ""
+
+    def apply(self, op: tuple[Any, ...], server_now: datetime) -> list[Change]:
+        kind, bottle_id, detail = op
+        if kind == "reassign":
+            self._provision(bottle_id, detail, server_now)
+            return [self._heartbeat_change(bottle_id)]
+        body = json.dumps({"events": [device_event(e, server_now) for e in detail]}).encode()
+        receive(self.db, bottle_id, self.keys[bottle_id], body, now=server_now, settings=SETTINGS)
+        actions = self.db[schema.BOTTLE_ACTIONS].find({"bottle_id": bottle_id, "received_at": server_now})
+        changes = [Change(schema.BOTTLE_ACTIONS, a["_id"], a) for a in actions]
+        heartbeats = sum(1 for e in detail if e["kind"] == "heartbeat")
+        return changes + [self._heartbeat_change(bottle_id)] * min(heartbeats, 1)
+
+    def _heartbeat_change(self, bottle_id: str) -> Change:
+        # updateLookup: the document as it is when the feed reads it, which aggregation does not rely on.
+        return Change(schema.BOTTLE_HEARTBEATS, bottle_id, self.db[schema.BOTTLE_HEARTBEATS].find_one(bottle_id))
+
+
+def aggregate(db: Any, page: list[Change], stamper: Stamper) -> None:
+    """What the consumer does with a page: the hourly recompute, then the days of the hours it touched."""
+    result = refresh_hourly(db, page, stamp=stamper.next(), policy=POLICY)
+    refresh_daily(db, {(user, day_of(hour)) for user, hour in result.user_hours}, POLICY)
+
+
+def take_page(data: st.DataObject, pending: list[Change], delivered: list[Change], least: int = 0) -> list[Change]:
+    """Some pending changes (in any order), maybe with replays of delivered ones; removes them from pending."""
+    order = data.draw(st.permutations(range(len(pending))))
+    size = data.draw(st.integers(min(least, len(pending)), len(pending)))
+    chosen = sorted(order[:size], reverse=True)
+    page = [pending.pop(i) for i in chosen]
+    if delivered:
+        page += data.draw(st.lists(st.sampled_from(delivered), max_size=3))
+    return data.draw(st.permutations(page))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations=st.lists(operation, min_size=1, max_size=10), data=st.data())
+def test_any_delivery_of_the_changes_gives_the_reports_of_a_rebuild_from_scratch(
+    operations: list[tuple[Any, ...]], data: st.DataObject
+) -> None:
+    history = History()
+    stamper = Stamper(START)
+    pending: list[Change] = []
+    delivered: list[Change] = []
+    for i, op in enumerate(operations):
+        server_now = START + STEP * (i + 1)
+        stamper = Stamper(max(server_now, stamper.next()))
+        pending += history.apply(op, server_now) * data.draw(st.integers(1, 2), label="delivered times")
+        if data.draw(st.booleans(), label="aggregate now"):
+            page = take_page(data, pending, delivered)
+            aggregate(history.db, page, stamper)
+            delivered += page
+    while pending:  # the feed delivers everything eventually, in pages of any size
+        page = take_page(data, pending, delivered, least=1)
+        aggregate(history.db, page, stamper)
+        delivered += page
+    consumed = stored_reports(history.db)
+
+    for name in (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS):
+        history.db[name].delete_many({})
+    end = START + STEP * (len(operations) + 1) + timedelta(days=1)
+    rebuild(history.db, start=START - timedelta(days=1), end=end, user_id=None, now=end, policy=POLICY)
+
+    assert consumed == stored_reports(history.db)
+    assert hourly_totals(consumed) == expected_totals(history.db)
+
+
+def hourly_totals(reports: dict[str, dict[str, Any]]) -> dict[tuple[str, datetime], tuple[int, ...]]:
+    hourly = (r for r in reports.values() if "hour" in r)
+    return {(r["user_id"], r["hour"]): tuple(r[c] for c in COUNTERS) for r in hourly}
+
+
+def expected_totals(db: Any) -> dict[tuple[str, datetime], tuple[int, ...]]:
+    """The same totals counted straight from the source, as the README defines them."""
+    totals: dict[tuple[str, datetime], list[int]] = defaultdict(lambda: [0] * len(COUNTERS))
+    for action in db[schema.BOTTLE_ACTIONS].find():
+        counts = totals[(action["user_id"], action["time"].replace(minute=0, second=0, microsecond=0))]
+        taken = action.get("pills_taken", 0)
+        for counter, value in zip(
+            COUNTERS[:4],
+            (action["action"] == "opened", action["action"] == "closed", taken > 0, taken),
+            strict=True,
+        ):
+            counts[COUNTERS.index(counter)] += int(value)
+    for doc in db[schema.BOTTLE_HEARTBEATS].find():
+        for moment in doc["times"]:
+            owner = [o for i, o in enumerate(doc["owners"]) if i == 0 or o["since"] <= moment][-1]["user_id"]
+            totals[(owner, moment.replace(minute=0, second=0, microsecond=0))][4] += 1
+    return {key: tuple(values) for key, values in totals.items() if any(values)}
