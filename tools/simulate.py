@@ -1,0 +1,399 @@
+"""Fleet simulation: provision a fleet, play simulated days through the app's real function entry points
+(device requests, the three checks and the report consumer on their schedules, in simulated time), then
+score the notifications against the trouble that was injected.
+
+    python -m tools.simulate [--bottles 300] [--users 40] [--days 2] [--seed 7] [--mongodb-uri URI]
+    python -m tools.simulate --http http://127.0.0.1:7071 [--function-key KEY] [--minutes 2]
+
+The first form runs on the default store (SecantusDB in-process) or any MongoDB. The second sends the
+same kind of device traffic over real HTTP, in real time, to a local server, `func start` or a deployed
+app: a smoke and load test for operations.
+"""
+
+import argparse
+import json
+import random
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import CommandTally
+from shared import schema
+from shared.instants import set_clock
+from tools.fleet import Bottle, Expected, Plan, Request, make_fleet, plan_fleet
+
+# A Saturday just before Europe's spring DST change (29 March 2026): schedules must survive it.
+SIMULATION_START = datetime(2026, 3, 28, 5, 0, tzinfo=UTC)
+KINDS = ("late_dose", "left_open", "silent")
+
+
+@dataclass
+class Tally:
+    requests: int = 0
+    sent: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    statuses: Counter[int] = field(default_factory=Counter)
+    latencies: list[float] = field(default_factory=list)
+
+    def record(self, request: Request, status: int, body: Any, seconds: float) -> None:
+        self.requests += 1
+        self.sent += request.event_count
+        self.statuses[status] += 1
+        self.latencies.append(seconds)
+        if status == 202:
+            self.stored += body["stored"]
+            self.duplicates += body["duplicates"]
+        elif 400 <= status < 500:
+            self.rejected += request.event_count
+
+
+@dataclass
+class Score:
+    expected: int
+    notified: int
+    matched: int
+
+    @property
+    def precision(self) -> float:
+        return self.matched / self.notified if self.notified else 1.0
+
+    @property
+    def recall(self) -> float:
+        return self.matched / self.expected if self.expected else 1.0
+
+
+Send = Callable[[str, str, dict[str, str], bytes], tuple[int, Any]]
+
+
+class Progress:
+    """A one-line progress bar on stderr (silent when stderr is not a terminal, except at the end)."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.total = max(total, 1)
+        self.label = label
+        self.shown = -1
+        self.interactive = sys.stderr.isatty()
+
+    def update(self, done: int) -> None:
+        percent = done * 100 // self.total
+        if percent != self.shown and (self.interactive or percent == 100):
+            self.shown = percent
+            bar = "#" * (percent // 4) + "." * (25 - percent // 4)
+            end = "\n" if percent == 100 else "\r"
+            print(f"{self.label} [{bar}] {percent:3d}%", end=end, file=sys.stderr, flush=True)
+
+
+def provision(fleet: list[Bottle], send: Send, function_key: str | None = None) -> dict[str, str]:
+    headers = {"x-functions-key": function_key} if function_key else {}
+    keys = {}
+    for bottle in fleet:
+        status, body = send("PUT", f"/api/bottles/{bottle.bottle_id}", headers, json.dumps(bottle.spec()).encode())
+        if status == 200:  # the bottle exists from an earlier run: a new key makes it ours again
+            status, body = send(
+                "PUT", f"/api/bottles/{bottle.bottle_id}?rotate_key=true", headers, json.dumps(bottle.spec()).encode()
+            )
+        if status not in (200, 201):
+            raise SystemExit(f"provisioning {bottle.bottle_id} failed: {status} {body}")
+        keys[bottle.bottle_id] = body["device_key"]
+    return keys
+
+
+def post(request: Request, keys: dict[str, str], send: Send, tally: Tally) -> None:
+    started = time.perf_counter()
+    status, body = send(
+        "POST",
+        f"/api/bottles/{request.bottle_id}/events",
+        {"X-Device-Key": keys[request.bottle_id]},
+        json.dumps(request.payload).encode(),
+    )
+    tally.record(request, status, body, time.perf_counter() - started)
+
+
+# --- in-process simulation, simulated time ------------------------------------------------------
+
+
+@dataclass
+class SimulationResult:
+    plan: Plan
+    tally: Tally
+    scores: dict[str, Score]
+    misses: list[Expected]
+    extras: list[Expected]
+    queue_messages: int
+    notifications: list[dict[str, Any]]
+    device_seconds: float
+    timer_seconds: float
+    timer_runs: Counter[str]
+    commands_per_event: float
+    daily_report: dict[str, Any] | None
+
+
+def run_simulation(
+    *, bottles: int, users: int, days: float, seed: int, mongodb_uri: str | None, progress: bool = True
+) -> SimulationResult:
+    import function_app
+    from tools.local_host import LocalHost
+    from tools.local_store import local_store
+
+    rng = random.Random(seed)
+    fleet = make_fleet(rng, bottles, users)
+    plan = plan_fleet(rng, fleet, SIMULATION_START, days)
+    commands = CommandTally()
+    clock = [plan.start]
+    set_clock(lambda: clock[0])
+    try:
+        with local_store(mongodb_uri, listeners=[commands]) as db:
+            if mongodb_uri:
+                _clear(db)
+            host = LocalHost.from_app(function_app.app)
+
+            def send(method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
+                route, _, query = path.partition("?")
+                params = dict(p.split("=", 1) for p in query.split("&") if p)
+                response = host.handle(method, route, headers=headers, params=params, body=body)
+                raw = response.get_body()
+                return response.status_code, json.loads(raw) if raw else None
+
+            keys = provision(fleet, send)
+            tally, timer_runs = Tally(), Counter[str]()
+            device_seconds = timer_seconds = 0.0
+            device_commands = 0
+            timeline = list(_merge(plan.requests, host.due_timers(plan.start, plan.end)))
+            bar = Progress(len(timeline), "simulating") if progress else None
+            for done, (at, item) in enumerate(timeline, 1):
+                clock[0] = at
+                started, before = time.perf_counter(), commands.count
+                if isinstance(item, Request):
+                    post(item, keys, send, tally)
+                    device_seconds += time.perf_counter() - started
+                    device_commands += commands.count - before
+                else:
+                    host.run_timer(item)
+                    timer_runs[item] += 1
+                    timer_seconds += time.perf_counter() - started
+                if bar is not None and done % 200 == 0:
+                    bar.update(done)
+            if bar is not None:
+                bar.update(len(timeline))
+            notifications = list(db[schema.NOTIFICATIONS].find())
+            scores, misses, extras = score(plan.expected, notifications)
+            queued = sum(len(messages) for messages in host.queues.values())
+            report = _daily_report(db, fleet[0].user_id, plan.start + timedelta(days=1))
+    finally:
+        set_clock(None)
+    return SimulationResult(
+        plan=plan,
+        tally=tally,
+        scores=scores,
+        misses=misses,
+        extras=extras,
+        queue_messages=queued,
+        notifications=notifications,
+        device_seconds=device_seconds,
+        timer_seconds=timer_seconds,
+        timer_runs=timer_runs,
+        commands_per_event=device_commands / max(tally.sent, 1),
+        daily_report=report,
+    )
+
+
+def _clear(db: Any) -> None:
+    """A simulation on a shared MongoDB starts from empty collections (it owns the database it is given)."""
+    for name in db.list_collection_names():
+        db[name].delete_many({})
+
+
+def _merge(requests: list[Request], firings: list[tuple[datetime, str]]) -> Iterator[tuple[datetime, Any]]:
+    """Requests and timer firings in time order; at the same instant the devices go first."""
+    items = [(r.at, 0, i, r) for i, r in enumerate(requests)] + [(t, 1, i, n) for i, (t, n) in enumerate(firings)]
+    for at, _, _, item in sorted(items, key=lambda x: (x[0], x[1], x[2])):
+        yield at, item
+
+
+def score(
+    expected: set[Expected], notifications: list[dict[str, Any]]
+) -> tuple[dict[str, Score], list[Expected], list[Expected]]:
+    actual = {
+        Expected(n["bottle_id"], n["kind"], _utc(n["episode_start"])) for n in notifications if n.get("kind") in KINDS
+    }
+    scores = {}
+    for kind in KINDS:
+        want = {e for e in expected if e.kind == kind}
+        got = {a for a in actual if a.kind == kind}
+        scores[kind] = Score(expected=len(want), notified=len(got), matched=len(want & got))
+    return scores, sorted(expected - actual, key=str), sorted(actual - expected, key=str)
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _daily_report(db: Any, user_id: str, day: datetime) -> dict[str, Any] | None:
+    found = db[schema.USER_DAILY_REPORTS].find_one({"_id": f"{user_id}|{day:%Y-%m-%d}", "user_id": user_id})
+    return dict(found) if found else None
+
+
+# --- over HTTP, in real time --------------------------------------------------------------------
+
+
+def http_sender(base_url: str) -> Send:
+    def send(method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
+        request = urllib.request.Request(
+            base_url.rstrip("/") + path,
+            data=body or None,
+            method=method,
+            headers={"Content-Type": "application/json", **headers},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as error:
+            raw = error.read()
+            try:
+                return error.code, json.loads(raw) if raw else None
+            except ValueError:
+                return error.code, raw.decode(errors="replace")
+
+    return send
+
+
+def run_over_http(
+    base_url: str,
+    *,
+    bottles: int,
+    users: int,
+    minutes: float,
+    heartbeat_seconds: float,
+    seed: int,
+    function_key: str | None = None,
+    progress: bool = True,
+) -> Tally:
+    """Send a fleet's device traffic to `base_url` as it happens (event times are the real clock)."""
+    rng = random.Random(seed)
+    fleet = make_fleet(rng, bottles, users)
+    send = http_sender(base_url)
+    keys = provision(fleet, send, function_key)
+    start = datetime.now(UTC)
+    plan = plan_fleet(rng, fleet, start, minutes / 1440, heartbeat=timedelta(seconds=heartbeat_seconds))
+    tally = Tally()
+    bar = Progress(len(plan.requests), "sending") if progress else None
+    for done, request in enumerate(plan.requests, 1):
+        delay = (request.at - datetime.now(UTC)).total_seconds()
+        if delay > 0:
+            time.sleep(delay)
+        post(request, keys, send, tally)
+        if bar is not None and done % 50 == 0:
+            bar.update(done)
+    if bar is not None:
+        bar.update(len(plan.requests))
+    return tally
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def describe_ingestion(tally: Tally, seconds: float) -> list[str]:
+    latencies = sorted(tally.latencies) or [0.0]
+    p50, p99 = latencies[len(latencies) // 2], latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return [
+        f"requests: {tally.requests}  statuses: {dict(sorted(tally.statuses.items()))}",
+        f"events sent: {tally.sent}  stored: {tally.stored}  duplicates: {tally.duplicates}  "
+        f"rejected: {tally.rejected}",
+        f"throughput: {tally.sent / seconds if seconds else 0:,.0f} events/s over {seconds:.1f} s of requests  "
+        f"(latency p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms)",
+    ]
+
+
+def describe(result: SimulationResult) -> str:
+    plan, lines = result.plan, []
+    lines.append(
+        f"Simulated {len(plan.bottles)} bottles of {len({b.user_id for b in plan.bottles})} users from "
+        f"{plan.start:%Y-%m-%d %H:%M} to {plan.end:%Y-%m-%d %H:%M} UTC"
+    )
+    lines += describe_ingestion(result.tally, result.device_seconds)
+    lines.append(f"database commands per event: {result.commands_per_event:.2f}")
+    runs = ", ".join(f"{name} x{count}" for name, count in sorted(result.timer_runs.items()))
+    lines.append(f"timer runs: {runs} ({result.timer_seconds:.1f} s)")
+    lines.append("")
+    lines.append("notifications     injected  notified  matched  precision  recall")
+    for kind, s in result.scores.items():
+        lines.append(
+            f"  {kind:<15} {s.expected:>8}  {s.notified:>8}  {s.matched:>7}  {s.precision:>9.3f}  {s.recall:>6.3f}"
+        )
+    total = Score(*(sum(getattr(s, f) for s in result.scores.values()) for f in ("expected", "notified", "matched")))
+    lines.append(
+        f"  {'all':<15} {total.expected:>8}  {total.notified:>8}  {total.matched:>7}  "
+        f"{total.precision:>9.3f}  {total.recall:>6.3f}"
+    )
+    lines.append(f"queue messages sent: {result.queue_messages}")
+    for label, items in (("missed", result.misses), ("unexpected", result.extras)):
+        for item in items[:5]:
+            lines.append(f"  {label}: {item.kind} {item.bottle_id} episode {item.episode_start:%Y-%m-%d %H:%M:%S}")
+    lines.append("")
+    lines += describe_report(result.daily_report)
+    return "\n".join(lines)
+
+
+def describe_report(report: dict[str, Any] | None) -> list[str]:
+    if report is None:
+        return ["daily report: none found"]
+    totals = ", ".join(f"{k} {report.get(k)}" for k in ("opened", "closed", "doses", "pills_taken", "heartbeats"))
+    lines = [f"daily report {report['_id']}: {totals}"]
+    for entry in report.get("bottles", []):
+        counts = ", ".join(f"{k} {entry.get(k)}" for k in ("opened", "closed", "doses", "pills_taken", "heartbeats"))
+        lines.append(f"  {entry.get('bottle_id')} ({entry.get('medication')}): {counts}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bottles", type=int, default=300)
+    parser.add_argument("--users", type=int, default=40)
+    parser.add_argument("--days", type=float, default=2.0, help="simulated days (in-process mode)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--mongodb-uri", help="any MongoDB, Cosmos DB included (default: SecantusDB in-process)")
+    parser.add_argument("--chart", default="simulation.png", help="where to write the PNG chart")
+    parser.add_argument("--http", metavar="BASE_URL", help="send device traffic over HTTP in real time instead")
+    parser.add_argument("--function-key", help="Functions key for the provisioning route (--http)")
+    parser.add_argument("--minutes", type=float, default=2.0, help="how long to send (--http)")
+    parser.add_argument("--heartbeat-seconds", type=float, default=10.0, help="heartbeat period (--http)")
+    args = parser.parse_args(argv)
+
+    if args.http:
+        started = time.perf_counter()
+        tally = run_over_http(
+            args.http,
+            bottles=args.bottles,
+            users=args.users,
+            minutes=args.minutes,
+            heartbeat_seconds=args.heartbeat_seconds,
+            seed=args.seed,
+            function_key=args.function_key,
+        )
+        print("\n".join(describe_ingestion(tally, time.perf_counter() - started)))
+        return
+
+    started = time.perf_counter()
+    result = run_simulation(
+        bottles=args.bottles, users=args.users, days=args.days, seed=args.seed, mongodb_uri=args.mongodb_uri
+    )
+    print(describe(result))
+    from tools.chart import draw
+
+    chart = draw(result, Path(args.chart))
+    print(f"\nchart: {chart.resolve()}")
+    print(f"finished in {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
