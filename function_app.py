@@ -3,11 +3,13 @@
 import azure.functions as func
 
 from functions.bottles import bp as bottles
+from functions.checks import bp as checks
 from functions.device_events import bp as device_events
+from functions.notifications import bp as notifications
 from functions.reports import bp as reports
 from shared.observability import configure_telemetry
 
 configure_telemetry()  # Application Insights in Azure; nothing without APPLICATIONINSIGHTS_CONNECTION_STRING
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
-for blueprint in (bottles, device_events, reports):
+for blueprint in (bottles, device_events, reports, checks, notifications):
     app.register_functions(blueprint)

@@ -1,0 +1,59 @@
+"""The notification checks: three timers that sweep the fleet for bottles in trouble, record one notification
+per episode and send each new one to the notifications queue (one output binding, set once per run)."""
+
+import logging
+import time
+
+import azure.functions as func
+
+from shared.checks import run_check
+from shared.instants import utc_now
+from shared.notifications import Kind
+from shared.observability import log_invocation
+from shared.settings import get_settings
+from shared.store import get_database
+
+bp = func.Blueprint()
+log = logging.getLogger(__name__)
+
+QUEUE = "%NOTIFICATIONS_QUEUE%"
+CONNECTION = "AzureWebJobsStorage"
+
+
+def _run(function: str, kind: Kind, timer: func.TimerRequest, messages: func.Out[list[str]]) -> None:
+    """A past-due run (the host was down or busy) is an ordinary run: the sweeps catch up on everything."""
+    started = time.perf_counter()
+    run = run_check(get_database(), kind, now=utc_now(), settings=get_settings(), send=messages.set)
+    log_invocation(
+        log,
+        function,
+        examined=run.examined,
+        notified=run.notified,
+        withheld=run.withheld,
+        resolved=run.resolved,
+        queued=run.queued,
+        complete=run.complete,
+        past_due=timer.past_due,
+        duration_ms=round((time.perf_counter() - started) * 1000),
+    )
+
+
+@bp.function_name("check_open_bottles")
+@bp.timer_trigger(arg_name="timer", schedule="%CHECK_OPEN_BOTTLES_SCHEDULE%", run_on_startup=False, use_monitor=True)
+@bp.queue_output(arg_name="messages", queue_name=QUEUE, connection=CONNECTION)
+def check_open_bottles(timer: func.TimerRequest, messages: func.Out[list[str]]) -> None:
+    _run("check_open_bottles", "left_open", timer, messages)
+
+
+@bp.function_name("check_silent_bottles")
+@bp.timer_trigger(arg_name="timer", schedule="%CHECK_SILENT_BOTTLES_SCHEDULE%", run_on_startup=False, use_monitor=True)
+@bp.queue_output(arg_name="messages", queue_name=QUEUE, connection=CONNECTION)
+def check_silent_bottles(timer: func.TimerRequest, messages: func.Out[list[str]]) -> None:
+    _run("check_silent_bottles", "silent", timer, messages)
+
+
+@bp.function_name("check_late_doses")
+@bp.timer_trigger(arg_name="timer", schedule="%CHECK_LATE_DOSES_SCHEDULE%", run_on_startup=False, use_monitor=True)
+@bp.queue_output(arg_name="messages", queue_name=QUEUE, connection=CONNECTION)
+def check_late_doses(timer: func.TimerRequest, messages: func.Out[list[str]]) -> None:
+    _run("check_late_doses", "late_dose", timer, messages)

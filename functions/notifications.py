@@ -1,0 +1,24 @@
+"""Reading a user's notifications: GET /api/users/{user_id}/notifications, newest first, paged."""
+
+import azure.functions as func
+
+from functions.responses import handles_errors, json_response
+from shared import notifications
+from shared.cosmos import RetryPolicy
+from shared.registry import check_id
+from shared.settings import get_settings
+from shared.store import get_database
+
+bp = func.Blueprint()
+
+
+@bp.function_name("get_user_notifications")
+@bp.route(route="users/{user_id}/notifications", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+@handles_errors
+def get_user_notifications(req: func.HttpRequest) -> func.HttpResponse:
+    user_id = check_id(req.route_params.get("user_id", ""), "user_id")
+    query = notifications.parse_query(user_id, req.params)
+    found, next_page = notifications.list_notifications(
+        get_database(), query, RetryPolicy.from_settings(get_settings())
+    )
+    return json_response(200, {"user_id": user_id, "notifications": found, "next_page": next_page})

@@ -1,0 +1,286 @@
+"""The three notification checks: bottles left open, silent bottles, late doses. Each finds its bottles with
+indexed range queries over status fields that ingestion keeps current, so a sweep reads only the bottles in
+trouble (or whose trouble just ended), never the fleet; results are streamed and written in batches.
+
+Per check, two sweeps:
+- **detect**: bottles in trouble not yet notified. For each, a notification per episode (shared/notifications.py)
+  and a guarded write that marks the episode handled, so the bottle leaves the sweep's range;
+- **resolve**: bottles with an unresolved notification whose state changed since. Their notification gets
+  `resolved_at`, and the marker goes.
+
+The markers, with what sets and clears them:
+
+| check | collection | detect: in trouble | resolve | set by ingestion | set by the check |
+| --- | --- | --- | --- | --- | --- |
+| left open | bottles | `open_pending` and `open_since <= now - LEFT_OPEN_MINUTES` | `open_pending` and `open_episode` set | `open_pending: true` on every new latest action | `open_pending: false`, `open_episode` |
+| silent | bottle_heartbeats | `silent_pending` and `alive_at <= now - SILENT_MINUTES` | `silent_pending` and `silent_episode` set | `silent_pending: true` on every heartbeat | `silent_pending: false`, `silent_episode` |
+| late dose | bottles | `dose_late_at <= now` | `dose_pending` and `late_episode` set | `dose_due`/`dose_late_at` advanced, `dose_pending: true` per dose | `dose_due` moved on, `late_episode` |
+
+Every write a check makes is guarded by the state it read, so a run racing with ingestion, or with another run,
+never undoes what the other did; the worst case is a notification recorded twice, which its `_id` turns into a
+duplicate-key no-op.
+"""  # noqa: E501 - the table reads better unwrapped
+
+import itertools
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo import UpdateMany, UpdateOne
+from pymongo.database import Database
+
+from shared import notifications, schema
+from shared.cosmos import RetryPolicy, write_idempotent
+from shared.dose_status import plan_of, review_update
+from shared.notifications import Episode, Kind
+from shared.settings import Settings
+
+# A late dose found this long after it went late (the checks were down) is recorded but not sent.
+PUSH_WITHIN = timedelta(hours=24)
+# The lower bound that turns "this marker is set" into an index range (every stored instant is after it).
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+Document = dict[str, Any]
+
+
+@dataclass
+class Writes:
+    """What one batch of bottles leads to, written as (at most) three bulk writes."""
+
+    episodes: list[Episode] = field(default_factory=list)
+    resolutions: list[UpdateOne | UpdateMany] = field(default_factory=list)
+    status: list[UpdateOne] = field(default_factory=list)
+
+
+Handler = Callable[[Document, Writes], None]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    selector: Document
+    handle: Handler
+
+
+@dataclass(frozen=True)
+class Check:
+    kind: Kind
+    collection: str
+    projection: Document
+    sweeps: Callable[[datetime, Settings], list[Sweep]]
+
+
+@dataclass
+class CheckRun:
+    """What a check run did: for its invocation log line and the tests."""
+
+    kind: Kind
+    examined: int = 0
+    notified: int = 0
+    withheld: int = 0
+    resolved: int = 0
+    queued: int = 0
+    complete: bool = True  # False: the time budget ran out; the next run carries on
+
+
+def run_check(
+    db: Database[Any],
+    kind: Kind,
+    *,
+    now: datetime,
+    settings: Settings,
+    send: Callable[[list[str]], None],
+    clock: Callable[[], float] = time.monotonic,
+) -> CheckRun:
+    """One run of a check at `now`: its sweeps, then its pending queue messages, handed to `send` once."""
+    check = CHECKS[kind]
+    policy = RetryPolicy.from_settings(settings)
+    run = CheckRun(kind)
+    deadline = clock() + settings.checks_time_budget_seconds
+    for sweep in check.sweeps(now, settings):
+        cursor = db[check.collection].find(sweep.selector, check.projection, batch_size=settings.check_batch_size)
+        with cursor:
+            for batch in _batches(cursor, settings.check_batch_size):
+                writes = Writes()
+                for document in batch:
+                    sweep.handle(document, writes)
+                _apply(db, check.collection, writes, now=now, policy=policy, run=run)
+                run.examined += len(batch)
+                if clock() > deadline:
+                    run.complete = False
+                    break
+        if not run.complete:
+            break
+    run.queued = notifications.send_pending(
+        db, kind, now=now, limit=settings.queue_messages_per_run, send=send, policy=policy
+    )
+    return run
+
+
+def _batches(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    iterator = iter(documents)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
+
+
+def _apply(
+    db: Database[Any], collection: str, writes: Writes, *, now: datetime, policy: RetryPolicy, run: CheckRun
+) -> None:
+    """Notifications first, then resolutions, then the markers: a run that dies part-way leaves the bottle in
+    range for the next run, which finds the notification already there."""
+    new = notifications.record(db, writes.episodes, now, policy)
+    run.notified += len(new)
+    run.withheld += sum(1 for e in new if not e.push)
+    run.resolved += notifications.apply_resolutions(db, writes.resolutions, policy)
+    if writes.status:
+        write_idempotent(db[collection], list(writes.status), policy)
+
+
+def _key(document: Document) -> Document:
+    return {"_id": document["_id"], "bottle_id": document["_id"]}
+
+
+def _episode(document: Document, kind: Kind, start: datetime, push: bool = True) -> Episode:
+    return Episode(document["_id"], document["user_id"], document["medication"], kind, start, push)
+
+
+# --- left open ------------------------------------------------------------------------------------------------
+
+
+def _open_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
+    cutoff = now - timedelta(minutes=settings.left_open_minutes)
+
+    def handle(bottle: Document, writes: Writes) -> None:
+        episode = bottle.get("open_since") if bottle.get("last_action") == "opened" else None
+        notified = bottle.get("open_episode")
+        if notified is not None and notified != episode:  # closed, or opened again since
+            writes.resolutions.append(
+                notifications.resolve_episode(bottle["user_id"], bottle["_id"], "left_open", notified, now)
+            )
+            writes.status.append(
+                UpdateOne({**_key(bottle), "open_episode": notified}, {"$unset": {"open_episode": ""}})
+            )
+        if episode is not None and (episode <= cutoff or episode == notified):
+            if episode != notified:
+                writes.episodes.append(_episode(bottle, "left_open", episode))
+            writes.status.append(
+                UpdateOne(
+                    {**_key(bottle), "open_since": episode, "open_pending": True},
+                    {"$set": {"open_pending": False, "open_episode": episode}},
+                )
+            )
+
+    return [
+        Sweep("detect", {"open_pending": True, "open_since": {"$lte": cutoff}}, handle),
+        Sweep("resolve", {"open_pending": True, "open_episode": {"$gte": EPOCH}}, handle),
+    ]
+
+
+# --- silent ---------------------------------------------------------------------------------------------------
+
+
+def _silent_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
+    cutoff = now - timedelta(minutes=settings.silent_minutes)
+
+    def handle(beats: Document, writes: Writes) -> None:
+        alive_at = beats["alive_at"]
+        notified = beats.get("silent_episode")
+        if notified is not None and alive_at > notified:  # heard from since
+            writes.resolutions.append(
+                notifications.resolve_episode(beats["user_id"], beats["_id"], "silent", notified, now)
+            )
+            writes.status.append(
+                UpdateOne({**_key(beats), "silent_episode": notified}, {"$unset": {"silent_episode": ""}})
+            )
+        if alive_at <= cutoff or alive_at == notified:
+            if alive_at != notified:
+                writes.episodes.append(_episode(beats, "silent", alive_at))
+            writes.status.append(
+                UpdateOne(
+                    {**_key(beats), "alive_at": alive_at, "silent_pending": True},
+                    {"$set": {"silent_pending": False, "silent_episode": alive_at}},
+                )
+            )
+
+    return [
+        Sweep("detect", {"silent_pending": True, "alive_at": {"$lte": cutoff}}, handle),
+        Sweep("resolve", {"silent_pending": True, "silent_episode": {"$gte": EPOCH}}, handle),
+    ]
+
+
+# --- late doses -----------------------------------------------------------------------------------------------
+
+
+def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
+    def detect(bottle: Document, writes: Writes) -> None:
+        plan = plan_of(bottle)
+        review = plan.review(bottle["dose_due"], bottle.get("doses", []), now)
+        for slot in review.late:
+            writes.episodes.append(_episode(bottle, "late_dose", slot, push=now - (slot + plan.grace) <= PUSH_WITHIN))
+        writes.status.append(review_update(bottle, plan, review))
+
+    def resolve(bottle: Document, writes: Writes) -> None:
+        """A dose taken at or after a late slot's due time minus grace (the late dose itself, a dose that
+        arrived after its slot was found late, or the next dose) resolves the slot's notification."""
+        last_dose = bottle.get("last_dose_time")
+        notified = bottle["late_episode"]
+        guard = {**_key(bottle), "last_dose_time": last_dose}
+        if last_dose is None:
+            writes.status.append(UpdateOne(guard, {"$set": {"dose_pending": False}}))
+            return
+        reach = last_dose + plan_of(bottle).grace
+        writes.resolutions.append(
+            notifications.resolve_up_to(bottle["user_id"], bottle["_id"], "late_dose", reach, now)
+        )
+        if notified <= reach:
+            writes.status.append(
+                UpdateOne(
+                    {**guard, "late_episode": notified},
+                    {"$set": {"dose_pending": False}, "$unset": {"late_episode": ""}},
+                )
+            )
+        else:  # a later slot is still unresolved
+            writes.status.append(UpdateOne(guard, {"$set": {"dose_pending": False}}))
+
+    return [
+        Sweep("detect", {"dose_late_at": {"$lte": now}}, detect),
+        Sweep("resolve", {"dose_pending": True, "late_episode": {"$gte": EPOCH}}, resolve),
+    ]
+
+
+_BOTTLE_FIELDS = ("user_id", "medication")
+CHECKS: dict[Kind, Check] = {
+    "left_open": Check(
+        "left_open",
+        schema.BOTTLES,
+        dict.fromkeys((*_BOTTLE_FIELDS, "last_action", "open_since", "open_pending", "open_episode"), 1),
+        _open_sweeps,
+    ),
+    "silent": Check(
+        "silent",
+        schema.BOTTLE_HEARTBEATS,
+        dict.fromkeys((*_BOTTLE_FIELDS, "alive_at", "silent_pending", "silent_episode"), 1),
+        _silent_sweeps,
+    ),
+    "late_dose": Check(
+        "late_dose",
+        schema.BOTTLES,
+        dict.fromkeys(
+            (
+                *_BOTTLE_FIELDS,
+                "schedule",
+                "grace_minutes",
+                "provisioned_at",
+                "schedule_from",
+                "dose_due",
+                "doses",
+                "last_dose_time",
+                "late_episode",
+            ),
+            1,
+        ),
+        _late_sweeps,
+    ),
+}
