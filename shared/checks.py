@@ -12,8 +12,8 @@ The markers, with what sets and clears them:
 
 | check | collection | detect: in trouble | resolve | set by ingestion | set by the check |
 | --- | --- | --- | --- | --- | --- |
-| left open | bottles | `open_pending` and `open_since <= now - LEFT_OPEN_MINUTES` | `open_pending` and `open_episode` set | `open_pending: true` on every new latest action | `open_pending: false`, `open_episode` |
-| silent | bottle_heartbeats | `silent_pending` and `alive_at <= now - SILENT_MINUTES` | `silent_pending` and `silent_episode` set | `silent_pending: true` on every heartbeat | `silent_pending: false`, `silent_episode` |
+| left open | bottles | `open_pending` and `open_since < now - LEFT_OPEN_MINUTES` | `open_pending` and `open_episode` set | `open_pending: true` on every new latest action | `open_pending: false`, `open_episode` |
+| silent | bottle_heartbeats | `silent_pending` and `alive_at < now - SILENT_MINUTES` | `silent_pending` and `silent_episode` set | `silent_pending: true` on every heartbeat | `silent_pending: false`, `silent_episode` |
 | late dose | bottles | `dose_late_at <= now` | `dose_pending` and `late_episode` set | `dose_due`/`dose_late_at` advanced, `dose_pending: true` per dose | `dose_due` moved on, `late_episode` |
 
 Every write a check makes is guarded by the state it read, so a run racing with ingestion, or with another run,
@@ -162,7 +162,7 @@ def _open_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
             writes.status.append(
                 UpdateOne({**_key(bottle), "open_episode": notified}, {"$unset": {"open_episode": ""}})
             )
-        if episode is not None and (episode <= cutoff or episode == notified):
+        if episode is not None and (episode < cutoff or episode == notified):
             if episode != notified:
                 writes.episodes.append(_episode(bottle, "left_open", episode))
             writes.status.append(
@@ -173,7 +173,7 @@ def _open_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
             )
 
     return [
-        Sweep("detect", {"open_pending": True, "open_since": {"$lte": cutoff}}, handle),
+        Sweep("detect", {"open_pending": True, "open_since": {"$lt": cutoff}}, handle),
         Sweep("resolve", {"open_pending": True, "open_episode": {"$gte": EPOCH}}, handle),
     ]
 
@@ -194,7 +194,7 @@ def _silent_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
             writes.status.append(
                 UpdateOne({**_key(beats), "silent_episode": notified}, {"$unset": {"silent_episode": ""}})
             )
-        if alive_at <= cutoff or alive_at == notified:
+        if alive_at < cutoff or alive_at == notified:
             if alive_at != notified:
                 writes.episodes.append(_episode(beats, "silent", alive_at))
             writes.status.append(
@@ -205,7 +205,7 @@ def _silent_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
             )
 
     return [
-        Sweep("detect", {"silent_pending": True, "alive_at": {"$lte": cutoff}}, handle),
+        Sweep("detect", {"silent_pending": True, "alive_at": {"$lt": cutoff}}, handle),
         Sweep("resolve", {"silent_pending": True, "silent_episode": {"$gte": EPOCH}}, handle),
     ]
 

@@ -1,0 +1,120 @@
+"""The notification checks' test bench: a controlled server clock, the app's real HTTP functions for
+provisioning and device events, and the three timer functions invoked the way the Functions host does
+(a timer request and a queue output binding)."""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import azure.functions as func
+
+from functions import checks as check_functions
+from shared import schema
+from shared.instants import set_clock
+from shared.notifications import Kind
+from tests.api import SPEC, closed, get_bottle, heartbeat, opened, post_events, put_bottle
+
+TIMERS: dict[Kind, Callable[..., None]] = {
+    "left_open": check_functions.check_open_bottles.build().get_user_function(),
+    "silent": check_functions.check_silent_bottles.build().get_user_function(),
+    "late_dose": check_functions.check_late_doses.build().get_user_function(),
+}
+
+
+class Out(func.Out[Any]):
+    """A queue output binding that records every `set` (the checks must set it exactly once)."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+
+    def set(self, val: Any) -> None:
+        self.values.append(val)
+
+    def get(self) -> Any:
+        return self.values[-1] if self.values else None
+
+
+@dataclass
+class FakeTimer:
+    past_due: bool = False
+
+
+class World:
+    """One store, one clock: provision bottles, post events at the current instant, run checks."""
+
+    def __init__(self, db: Any, start: datetime) -> None:
+        self.db = db
+        self.now = start
+        self.keys: dict[str, str] = {}
+        self.sent: list[dict[str, Any]] = []  # every queue message, parsed, in order
+        set_clock(lambda: self.now)
+
+    def stop(self) -> None:
+        set_clock(None)
+
+    def at(self, moment: datetime) -> "World":
+        self.now = moment
+        return self
+
+    def after(self, **delta: float) -> "World":
+        self.now += timedelta(**delta)
+        return self
+
+    def provision(self, bottle_id: str = "bottle-1", **spec: Any) -> dict[str, Any]:
+        response = put_bottle(bottle_id, {**SPEC, **spec})
+        assert response.status in (200, 201), response.body
+        if "device_key" in response.body:
+            self.keys[bottle_id] = response.body["device_key"]
+        return dict(response.body)
+
+    def post(self, bottle_id: str, *events: dict[str, Any]) -> None:
+        response = post_events(bottle_id, self.keys[bottle_id], {"events": list(events)})
+        assert response.status == 202, response.body
+
+    def heartbeat(self, bottle_id: str = "bottle-1", at: datetime | None = None) -> None:
+        self.post(bottle_id, heartbeat(at or self.now))
+
+    def open(self, bottle_id: str = "bottle-1", at: datetime | None = None) -> None:
+        self.post(bottle_id, opened(at or self.now))
+
+    def close(self, bottle_id: str = "bottle-1", at: datetime | None = None, taken: int = 0) -> None:
+        self.post(bottle_id, closed(at or self.now, taken=taken))
+
+    def dose(self, bottle_id: str = "bottle-1", at: datetime | None = None) -> None:
+        """Open, take a pill, close: the dose is the close, at `at` (default now)."""
+        taken_at = at or self.now
+        self.post(bottle_id, opened(taken_at - timedelta(seconds=30)), closed(taken_at, taken=1))
+
+    def check(self, kind: Kind, *, past_due: bool = False) -> list[dict[str, Any]]:
+        """Run a check's timer function; the queue messages it sent this run."""
+        out = Out()
+        TIMERS[kind](timer=FakeTimer(past_due=past_due), messages=out)
+        assert len(out.values) == 1, "a check sets its queue output exactly once per run"
+        messages = [json.loads(message) for message in out.values[0]]
+        self.sent += messages
+        return messages
+
+    def every(self, kind: Kind, until: datetime, step: timedelta = timedelta(minutes=5)) -> list[dict[str, Any]]:
+        """Run a check every `step` from now until `until` (inclusive), as its timer would."""
+        messages = []
+        while self.now <= until:
+            messages += self.check(kind)
+            self.now += step
+        self.now = until
+        return messages
+
+    def notifications(self, kind: Kind | None = None, bottle_id: str | None = None) -> list[dict[str, Any]]:
+        selector: dict[str, Any] = {}
+        if kind is not None:
+            selector["kind"] = kind
+        if bottle_id is not None:
+            selector["bottle_id"] = bottle_id
+        return sorted(self.db[schema.NOTIFICATIONS].find(selector), key=lambda n: (n["kind"], n["episode_start"]))
+
+    def episodes(self, kind: Kind, bottle_id: str = "bottle-1") -> list[datetime]:
+        return [n["episode_start"] for n in self.notifications(kind, bottle_id)]
+
+    def status(self, bottle_id: str = "bottle-1") -> dict[str, Any]:
+        return dict(get_bottle(bottle_id).body["status"])
