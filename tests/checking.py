@@ -3,7 +3,7 @@ provisioning and device events, and the three timer functions invoked the way th
 (a timer request and a queue output binding)."""
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -102,6 +102,29 @@ class World:
         while self.now <= until:
             messages += self.check(kind)
             self.now += step
+        self.now = until
+        return messages
+
+    def live(
+        self,
+        kind: Kind,
+        until: datetime,
+        doses: Sequence[datetime] = (),
+        step: timedelta = timedelta(minutes=5),
+    ) -> list[dict[str, Any]]:
+        """Time passes until `until`: each dose is taken (and sent) at its instant, and the check runs every
+        `step` from now, as its timer would. The messages sent."""
+        pending = sorted(doses)
+        next_check = self.now
+        messages: list[dict[str, Any]] = []
+        while min([next_check, *pending]) <= until:
+            if pending and pending[0] <= next_check:
+                self.now = pending.pop(0)
+                self.dose()
+            else:
+                self.now = next_check
+                messages += self.check(kind)
+                next_check += step
         self.now = until
         return messages
 
