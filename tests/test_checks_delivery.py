@@ -1,0 +1,140 @@
+"""How a check run records and sends: at-least-once queue delivery across crashes, one notification however many
+runs overlap or repeat, batches, the per-run message cap, the time budget, and throttling."""
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from shared import checks, schema
+from shared.settings import get_settings
+from tests.checking import World
+from tests.cosmos_fakes import ThrottlingDatabase
+
+START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def world(mock_db) -> Iterator[World]:
+    bench = World(mock_db, START)
+    yield bench
+    bench.stop()
+
+
+def left_open(world: World, *bottle_ids: str) -> None:
+    for bottle_id in bottle_ids:
+        world.provision(bottle_id)
+        world.open(bottle_id)
+    world.after(minutes=10)
+
+
+def run(world: World, db=None, **kwargs) -> tuple[checks.CheckRun, list[str]]:
+    sent: list[str] = []
+    result = checks.run_check(
+        db if db is not None else world.db,
+        "left_open",
+        now=world.now,
+        settings=get_settings(),
+        send=sent.extend,
+        **kwargs,
+    )
+    return result, sent
+
+
+def test_a_run_that_dies_before_the_queue_output_is_flushed_is_sent_by_the_next_run(world):
+    left_open(world, "bottle-1")
+
+    def broken_binding(messages: list[str]) -> None:
+        raise RuntimeError("the host died before flushing the output binding")
+
+    with pytest.raises(RuntimeError):
+        checks.run_check(world.db, "left_open", now=world.now, settings=get_settings(), send=broken_binding)
+    [notification] = world.notifications("left_open")
+    assert notification["delivery"] == "pending"
+
+    messages = world.after(minutes=1).check("left_open")
+
+    assert [m["notification_id"] for m in messages] == [notification["_id"]]
+    assert world.notifications("left_open")[0]["delivery"] == "queued"
+    assert world.after(minutes=1).check("left_open") == []
+
+
+def test_a_run_that_dies_between_the_insert_and_the_send_leaves_it_pending_for_the_next_run(world, monkeypatch):
+    left_open(world, "bottle-1")
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("worker recycled")
+
+    monkeypatch.setattr(checks.notifications, "send_pending", crash)
+    with pytest.raises(RuntimeError):
+        world.check("left_open")
+    monkeypatch.undo()
+
+    assert len(world.after(minutes=1).check("left_open")) == 1
+    assert len(world.notifications("left_open")) == 1
+
+
+def test_repeated_and_overlapping_runs_record_one_notification(world):
+    left_open(world, "bottle-1", "bottle-2")
+
+    first, first_sent = run(world)
+    second, second_sent = run(world)  # same instant: an overlapping or retried run
+
+    assert (first.notified, second.notified) == (2, 0)
+    assert len(world.notifications("left_open")) == 2
+    assert sorted(json.loads(m)["bottle_id"] for m in first_sent + second_sent) == ["bottle-1", "bottle-2"]
+
+
+def test_bottles_are_swept_in_batches(world, monkeypatch):
+    monkeypatch.setenv("CHECK_BATCH_SIZE", "2")
+    get_settings.cache_clear()
+    left_open(world, *(f"bottle-{i}" for i in range(5)))
+
+    result, sent = run(world)
+
+    assert (result.examined, result.notified, result.queued, len(sent)) == (5, 5, 5, 5)
+
+
+def test_messages_beyond_the_per_run_cap_are_sent_by_the_following_runs(world, monkeypatch):
+    monkeypatch.setenv("QUEUE_MESSAGES_PER_RUN", "2")
+    get_settings.cache_clear()
+    left_open(world, *(f"bottle-{i}" for i in range(5)))
+
+    sizes = [len(world.after(minutes=1).check("left_open")) for _ in range(4)]
+
+    assert sizes == [2, 2, 1, 0]
+    assert sorted(m["bottle_id"] for m in world.sent) == [f"bottle-{i}" for i in range(5)]
+    assert {n["delivery"] for n in world.notifications()} == {"queued"}
+
+
+def test_a_run_stops_at_its_time_budget_and_the_next_one_carries_on(world, monkeypatch):
+    monkeypatch.setenv("CHECK_BATCH_SIZE", "2")
+    monkeypatch.setenv("CHECKS_TIME_BUDGET_SECONDS", "1")
+    get_settings.cache_clear()
+    left_open(world, *(f"bottle-{i}" for i in range(5)))
+    ticks = iter(range(0, 1000, 2))  # every batch takes two "seconds"
+
+    first, _ = run(world, clock=lambda: float(next(ticks)))
+    second, _ = run(world)
+
+    assert (first.complete, first.examined, first.notified) == (False, 2, 2)
+    assert (second.complete, second.notified) == (True, 3)
+    assert len(world.notifications("left_open")) == 5
+
+
+def test_throttled_writes_are_retried_and_record_one_notification(world):
+    left_open(world, "bottle-1", "bottle-2")
+    throttling = ThrottlingDatabase(world.db, {"notifications.bulk_write": 2, "bottles.bulk_write": 1}, partial=True)
+
+    result, sent = run(world, db=throttling)
+
+    assert (result.notified, len(sent)) == (2, 2)
+    assert len(world.notifications("left_open")) == 2
+    assert world.db[schema.BOTTLES].count_documents({"open_pending": False}) == 2
+
+
+def test_a_past_due_run_is_an_ordinary_run(world):
+    left_open(world, "bottle-1")
+    assert len(world.check("left_open", past_due=True)) == 1
+    assert world.after(minutes=1).check("left_open", past_due=True) == []

@@ -1,0 +1,133 @@
+"""GET /api/users/{user_id}/notifications: a user's notifications newest first, filtered by since and kind,
+paged; 400 naming every bad parameter."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from functions import notifications as notification_functions
+from shared.cosmos import RetryPolicy
+from shared.instants import format_instant
+from shared.notifications import Episode, record
+from tests.api import Response, _call
+
+_get = notification_functions.get_user_notifications.build().get_user_function()
+T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
+
+
+def get(user_id: str, **params: str) -> Response:
+    return _call(_get, "GET", f"/api/users/{user_id}/notifications", {"user_id": user_id}, params=params)
+
+
+def notify(db: Any, created: datetime, kind: Any = "late_dose", user: str = "u1", bottle: str = "b1") -> str:
+    episode = Episode(bottle, user, "Cordrazine", kind, created - timedelta(hours=1))
+    record(db, [episode], created, RetryPolicy())
+    return episode.notification_id
+
+
+def test_newest_first_with_every_field(db):
+    older = notify(db, T0)
+    newer = notify(db, T0 + timedelta(minutes=5), kind="silent")
+    notify(db, T0, user="someone-else")
+
+    response = get("u1")
+
+    assert response.status == 200
+    assert response.body == {
+        "user_id": "u1",
+        "notifications": [
+            {
+                "id": newer,
+                "user_id": "u1",
+                "bottle_id": "b1",
+                "medication": "Cordrazine",
+                "kind": "silent",
+                "episode_start": format_instant(T0 - timedelta(minutes=55)),
+                "created_at": format_instant(T0 + timedelta(minutes=5)),
+                "resolved_at": None,
+            },
+            {
+                "id": older,
+                "user_id": "u1",
+                "bottle_id": "b1",
+                "medication": "Cordrazine",
+                "kind": "late_dose",
+                "episode_start": format_instant(T0 - timedelta(hours=1)),
+                "created_at": format_instant(T0),
+                "resolved_at": None,
+            },
+        ],
+        "next_page": None,
+    }
+
+
+def test_pages_follow_next_page_to_the_end_without_gaps_or_repeats(mock_db):
+    # Several notifications share a creation instant (one check run): the order still pages cleanly.
+    ids = [notify(mock_db, T0 + timedelta(minutes=i // 3), bottle=f"b{i}") for i in range(7)]
+
+    seen: list[str] = []
+    page: str | None = None
+    pages = 0
+    while True:
+        params = {"limit": "3"} | ({"page": page} if page else {})
+        body = get("u1", **params).body
+        seen += [n["id"] for n in body["notifications"]]
+        pages += 1
+        page = body["next_page"]
+        if page is None:
+            break
+
+    assert pages == 3
+    assert sorted(seen) == sorted(ids)
+    assert len(seen) == len(set(seen))
+    assert seen[0] == ids[6]  # alone at the newest instant
+
+
+def test_since_and_kind_filter(mock_db):
+    notify(mock_db, T0, kind="late_dose")
+    notify(mock_db, T0 + timedelta(hours=1), kind="silent", bottle="b2")
+    notify(mock_db, T0 + timedelta(hours=2), kind="left_open", bottle="b3")
+
+    recent = get("u1", since=format_instant(T0 + timedelta(hours=1))).body["notifications"]
+    assert [n["kind"] for n in recent] == ["left_open", "silent"]
+    kinds = get("u1", kind="late_dose,left_open").body["notifications"]
+    assert [n["kind"] for n in kinds] == ["left_open", "late_dose"]
+    both = get("u1", kind="silent", since="2026-05-04T11:30:00+02:00").body["notifications"]
+    assert [n["kind"] for n in both] == ["silent"]
+
+
+def test_an_unknown_user_has_none_and_the_function_key_parameter_is_ignored(mock_db):
+    assert get("nobody", code="the-function-key").body == {"user_id": "nobody", "notifications": [], "next_page": None}
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "message"),
+    [
+        ({"since": "yesterday"}, "since", "not an ISO-8601"),
+        ({"since": "2026-05-04T09:00:00"}, "since", "no UTC offset"),
+        ({"kind": "late"}, "kind", "unknown kind 'late'"),
+        ({"limit": "0"}, "limit", "from 1 to 200"),
+        ({"limit": "201"}, "limit", "from 1 to 200"),
+        ({"limit": "ten"}, "limit", "from 1 to 200"),
+        ({"page": "not-a-token!"}, "page", "next_page"),
+    ],
+)
+def test_bad_parameters_are_400_naming_the_parameter(mock_db, params, field, message):
+    response = get("u1", **params)
+    assert response.status == 400
+    [detail] = response.body["details"]
+    assert detail["field"] == field
+    assert message in detail["message"]
+
+
+def test_every_bad_parameter_is_reported_at_once(mock_db):
+    response = get("u1", since="x", limit="0", kind="nope")
+    assert response.status == 400
+    assert sorted(d["field"] for d in response.body["details"]) == ["kind", "limit", "since"]
+
+
+def test_a_bad_user_id_is_400(mock_db):
+    response = get("not a user!")
+    assert response.status == 400
+    assert response.body["details"][0]["field"] == "user_id"
