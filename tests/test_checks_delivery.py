@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared import checks, schema
+from shared import checks, notifications, schema
 from shared.settings import get_settings
 from tests.checking import World
 from tests.cosmos_fakes import ThrottlingDatabase
@@ -66,7 +66,7 @@ def test_a_run_that_dies_between_the_insert_and_the_send_leaves_it_pending_for_t
     def crash(*args, **kwargs):
         raise RuntimeError("worker recycled")
 
-    monkeypatch.setattr(checks.notifications, "send_pending", crash)
+    monkeypatch.setattr(notifications, "send_pending", crash)
     with pytest.raises(RuntimeError):
         world.check("left_open")
     monkeypatch.undo()
