@@ -1,0 +1,143 @@
+"""The notification checks on a real wire-protocol server (SecantusDB): from provisioning through device requests
+to notifications and queue messages, all through the registered functions as the host would run them; and what
+a sweep costs in database commands, which must not grow with the fleet."""
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+
+from shared import checks, schema, store
+from shared.instants import set_clock
+from shared.notifications import KINDS
+from shared.settings import get_settings
+from shared.store_setup import ensure_store
+from tests.api import SPEC, closed, heartbeat, opened
+from tests.checking import World
+from tests.command_counter import CommandCounter
+from tools.local_host import LocalHost
+
+pytestmark = pytest.mark.integration
+START = datetime(2026, 5, 4, 5, 0, tzinfo=UTC)  # Europe/Rome: 07:00; the default schedule's 08:00 is 06:00 UTC
+
+
+class Device:
+    def __init__(self, host: LocalHost, bottle_id: str, spec: dict[str, Any]) -> None:
+        self.host, self.bottle_id = host, bottle_id
+        response = host.handle(
+            "PUT", f"/api/bottles/{bottle_id}", headers={}, params={}, body=json.dumps(spec).encode()
+        )
+        assert response.status_code == 201
+        self.key = json.loads(response.get_body())["device_key"]
+
+    def send(self, *events: dict[str, Any]) -> None:
+        response = self.host.handle(
+            "POST",
+            f"/api/bottles/{self.bottle_id}/events",
+            headers={"X-Device-Key": self.key},
+            params={},
+            body=json.dumps({"events": list(events)}).encode(),
+        )
+        assert response.status_code == 202, response.get_body()
+
+
+def test_from_provisioning_through_ingestion_to_notifications_and_queue_messages(real_db, registered_functions):
+    host = LocalHost.from_functions(registered_functions.values())
+    clock = [START]
+    set_clock(lambda: clock[0])
+    try:
+        careful = Device(host, "careful", SPEC)
+        forgetful = Device(host, "forgetful", {**SPEC, "user_id": "forgetful-user"})
+        interval = Device(host, "interval", {**SPEC, "schedule": {"every_hours": 6}})
+        end = START + timedelta(hours=14)
+        while clock[0] < end:
+            now = clock[0]
+            for device in (careful, interval):
+                device.send(heartbeat(now))
+            if now == START + timedelta(hours=1, minutes=5):  # careful: its 08:00 dose, on time
+                careful.send(opened(now - timedelta(seconds=30)), closed(now, taken=1))
+            if now == START + timedelta(hours=2):  # forgetful opens the bottle and walks away
+                forgetful.send(heartbeat(now), opened(now))
+            if now == START + timedelta(hours=3):
+                forgetful.send(closed(now, taken=0))
+            for _, name in host.due_timers(now - timedelta(minutes=5), now):
+                if name.startswith("check_"):  # the report consumer has its own tests
+                    host.run_timer(name)
+            clock[0] = now + timedelta(minutes=5)
+    finally:
+        set_clock(None)
+
+    found = {(n["bottle_id"], n["kind"], n["episode_start"]) for n in real_db[schema.NOTIFICATIONS].find()}
+    assert found == {
+        # Its 08:00 (06:00 UTC) passed without a dose; no heartbeat since provisioning, then one at 07:00.
+        ("forgetful", "late_dose", START + timedelta(hours=1)),
+        ("forgetful", "silent", START),
+        ("forgetful", "silent", START + timedelta(hours=2)),
+        ("forgetful", "left_open", START + timedelta(hours=2)),
+        # every 6 hours from provisioning, never taken: due at +6 h and +12 h.
+        ("interval", "late_dose", START + timedelta(hours=6)),
+        ("interval", "late_dose", START + timedelta(hours=12)),
+    }
+    sent = [json.loads(m) for m in host.queues["notifications"]]
+    assert sorted(m["notification_id"] for m in sent) == sorted(
+        f"{b}|{k}|{e:%Y-%m-%dT%H:%M:%S.000Z}" for b, k, e in found
+    )
+    resolved = {
+        (n["kind"], n["episode_start"]) for n in real_db[schema.NOTIFICATIONS].find({"resolved_at": {"$ne": None}})
+    }
+    assert resolved == {("silent", START), ("left_open", START + timedelta(hours=2))}
+
+
+@pytest.fixture
+def counted(secantus_uri: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, CommandCounter]]:
+    counter = CommandCounter()
+    client: MongoClient[Any] = MongoClient(secantus_uri, tz_aware=True, event_listeners=[counter])
+    monkeypatch.setenv("MONGODB_DATABASE", "checks_cost")
+    get_settings.cache_clear()
+    client.drop_database("checks_cost")
+    ensure_store(client["checks_cost"], get_settings(), on_cosmos=False)
+    store.use_client(client)
+    yield client["checks_cost"], counter
+    client.drop_database("checks_cost")
+    client.close()
+
+
+def sweep_commands(db: Any, counter: CommandCounter, healthy: int, now: datetime) -> dict[str, int]:
+    """Provision `healthy` bottles that are fine plus one in trouble of every kind; count each check's commands."""
+    world = World(db, START)
+    try:
+        for i in range(healthy):
+            world.provision(f"fine-{i}")
+            world.heartbeat(f"fine-{i}")
+        world.provision("trouble")
+        world.open("trouble")
+        for i in range(healthy):
+            world.at(now - timedelta(minutes=10)).heartbeat(f"fine-{i}")
+            world.dose(f"fine-{i}", at=START + timedelta(hours=1))
+        world.at(now)
+        counts = {}
+        for kind in KINDS:
+            counter.reset()
+            checks.run_check(db, kind, now=now, settings=get_settings(), send=lambda messages: None)
+            counts[kind] = len(counter.commands)
+        assert {n["kind"] for n in db[schema.NOTIFICATIONS].find({"bottle_id": "trouble"})} == set(KINDS)
+        assert db[schema.NOTIFICATIONS].count_documents({}) == len(KINDS)  # the healthy bottles: none
+        return counts
+    finally:
+        world.stop()
+
+
+def test_a_sweep_costs_the_same_commands_for_a_small_and_a_four_times_larger_fleet(counted):
+    db, counter = counted
+    now = START + timedelta(hours=3)
+    small = sweep_commands(db, counter, healthy=5, now=now)
+    for name in db.list_collection_names():
+        db[name].delete_many({})
+    large = sweep_commands(db, counter, healthy=20, now=now)
+
+    assert small == large, (small, large)
+    # Two range queries, the notification insert, the bottle's marker, the pending query and its mark.
+    assert all(count <= 6 for count in large.values()), large
