@@ -118,7 +118,7 @@ def sweep_commands(db: Any, counter: CommandCounter, healthy: int, now: datetime
             world.at(now - timedelta(minutes=10)).heartbeat(f"fine-{i}")
             world.dose(f"fine-{i}", at=START + timedelta(hours=1))
         world.at(now)
-        counts = {}
+        counts: dict[str, int] = {}
         for kind in KINDS:
             counter.reset()
             checks.run_check(db, kind, now=now, settings=get_settings(), send=lambda messages: None)
