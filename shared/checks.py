@@ -215,8 +215,14 @@ def _silent_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
 
 def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
     def detect(bottle: Document, writes: Writes) -> None:
-        plan = plan_of(bottle)
-        review = plan.review(bottle["dose_due"], bottle.get("doses", []), now)
+        plan, doses = plan_of(bottle), bottle.get("doses", [])
+        review = plan.review(
+            bottle["dose_due"],
+            doses,
+            now,
+            since=bottle.get("dose_review_from"),
+            history_full=len(doses) >= settings.dose_history,
+        )
         for slot in review.late:
             writes.episodes.append(_episode(bottle, "late_dose", slot, push=now - (slot + plan.grace) <= PUSH_WITHIN))
         writes.status.append(review_update(bottle, plan, review))
@@ -275,6 +281,8 @@ CHECKS: dict[Kind, Check] = {
                 "provisioned_at",
                 "schedule_from",
                 "dose_due",
+                "dose_review_from",
+                "dose_seq",
                 "doses",
                 "last_dose_time",
                 "late_episode",

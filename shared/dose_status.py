@@ -2,9 +2,11 @@
 (`dose_late_at <= now`) that returns only the bottles whose due dose is late, however large the fleet.
 
 Fields: `schedule_from` (when the schedule took effect), `dose_due` (the earliest slot neither satisfied nor
-found late), `dose_late_at` (`dose_due` + grace: the indexed one), `doses` (the newest dose times, in order:
-what the check re-plays), `dose_pending` (a dose arrived since the check last resolved this bottle's late
-notifications) and `late_episode` (the latest slot notified late and not yet resolved).
+found late), `dose_late_at` (when the check must look next: `dose_due` + grace, or earlier), `doses` (the newest
+dose times, in order: what the check re-plays), `dose_pending` (a dose arrived since the check last resolved
+this bottle's late notifications), `late_episode` (the latest slot notified late and not yet resolved), and for
+`every_hours` schedules `dose_review_from` (the earliest dose that arrived since the last review) and
+`dose_seq` (a version the check's write is guarded by).
 
 Ingestion moves `dose_due` forward without reading it: every op is guarded so that it applies only when the
 stored state is the one the op was computed for. An op may fail to apply (another dose got there first, the
@@ -86,10 +88,14 @@ def _interval_advances(
     scheduled: dict[str, Any], plan: DosePlan, every: timedelta, doses: Sequence[datetime]
 ) -> list[UpdateOne]:
     """A dose taken before the due slot went late makes the next one due `every` after it. A dose after
-    that leaves the late slot for the check to find."""
+    that leaves the late slot for the check to find. Any dose restarts the count from itself, so one that
+    arrives late (buffered) may make slots after it late that the stored state does not know of: it asks
+    the check to review from it (`$min`), at the latest when its own next slot's grace runs out."""
     ops = []
     for dose in doses:
         ops.append(UpdateOne({**scheduled, "dose_late_at": {"$gte": dose}}, {"$max": _due(dose + every, plan.grace)}))
+        review = {"dose_late_at": dose + every + plan.grace, "dose_review_from": dose}
+        ops.append(UpdateOne(scheduled, {"$min": review, "$inc": {"dose_seq": 1}}))
         if dose < plan.start <= dose + every:
             # Taken just before the schedule started: due `every` after it rather than after the start.
             first = {**scheduled, "dose_due": plan.start + every}
@@ -99,11 +105,16 @@ def _interval_advances(
 
 def review_update(bottle: dict[str, Any], plan: DosePlan, review: Review) -> UpdateOne:
     """The check's write after reviewing a bottle: the next due slot, and the latest slot notified late.
-    Guarded by the due slot it reviewed, so a concurrent dose's advance is never undone."""
-    update: dict[str, Any] = {"$set": _due(review.next_due, plan.grace)}
+    Guarded by the state it reviewed, so a dose that arrived meanwhile is never undone: the bottle then
+    stays in the sweep and the next run reviews it with that dose."""
+    update: dict[str, Any] = {"$set": _due(review.next_due, plan.grace), "$unset": {"dose_review_from": ""}}
     if review.late:
         update["$max"] = {"late_episode": review.late[-1]}
-    return UpdateOne(
-        {"_id": bottle["_id"], "bottle_id": bottle["_id"], "dose_due": bottle["dose_due"], "schedule_from": plan.start},
-        update,
-    )
+    guard = {
+        "_id": bottle["_id"],
+        "bottle_id": bottle["_id"],
+        "schedule_from": plan.start,
+        "dose_due": bottle["dose_due"],
+        "dose_seq": bottle.get("dose_seq"),  # null matches "never set"
+    }
+    return UpdateOne(guard, update)

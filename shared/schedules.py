@@ -168,15 +168,27 @@ class DosePlan:
             return self.review(self.start + self.schedule.every, doses, self.start).next_due
         return self.review(self.schedule.first_slot_from(self.start), doses, self.start).next_due
 
-    def review(self, due: datetime, doses: Iterable[datetime], now: datetime) -> Review:
+    def review(
+        self,
+        due: datetime,
+        doses: Iterable[datetime],
+        now: datetime,
+        *,
+        since: datetime | None = None,
+        history_full: bool = False,
+    ) -> Review:
         """From the stored due slot `due` (every earlier slot is settled: satisfied or already found late),
         the slots that are late at `now` given the doses known, and the slot due next.
 
-        `doses` may hold doses taken any time (older ones, or a buffered one that arrived after its slot was
-        found late, are placed where they belong); a late slot found again here is found again, not anew."""
+        `doses` may hold doses taken any time, an older one arriving late included: it is placed where it
+        belongs. On a `times` schedule such a dose can only satisfy slots, never make one late. On an
+        `every_hours` one it restarts the count from itself, so slots after it may be late that were not
+        before: `since` (the earliest dose that arrived since the last review) widens the review back to it.
+        `history_full`: `doses` is the newest part of a longer history, so the count starts at its oldest."""
         ordered = sorted(set(doses))
         if isinstance(self.schedule, IntervalSchedule):
-            return self._review_interval(self.schedule.every, due, ordered, now)
+            lowest = due if since is None else min(due, since)
+            return self._review_interval(self.schedule.every, ordered, now, history_full, lowest)
         return self._review_times(self.schedule, due, ordered, now)
 
     def _review_times(self, schedule: TimesSchedule, due: datetime, doses: list[datetime], now: datetime) -> Review:
@@ -194,31 +206,35 @@ class DosePlan:
         late = [s for s in pending if s + self.grace <= now]
         return Review(late=late, next_due=next(s for s in pending if s + self.grace > now))
 
-    def _review_interval(self, every: timedelta, due: datetime, doses: list[datetime], now: datetime) -> Review:
-        previous = due - every  # what `due` was counted from: a dose, the start, or a slot found late
-        if previous in doses:
-            return self._replay(every, due, [d for d in doses if d > previous], now)
-        if previous <= self.start:
-            return self._replay_from_start(every, doses, now)
-        # Counted from a late slot: re-play from that slot, so that a dose that was taken in time for it but
-        # arrived after it was found late counts for it.
-        return self._replay(every, previous, [d for d in doses if d > previous - every], now)
-
-    def _replay_from_start(self, every: timedelta, doses: list[datetime], now: datetime) -> Review:
-        due = self.start + every
-        for dose in (d for d in doses if d < self.start):
-            if dose + every >= self.start:  # a dose just before the start counts; slots before it never do
-                due = dose + every
-        return self._replay(every, due, [d for d in doses if d >= self.start], now)
-
-    def _replay(self, every: timedelta, due: datetime, doses: list[datetime], now: datetime) -> Review:
+    def _review_interval(
+        self, every: timedelta, doses: list[datetime], now: datetime, history_full: bool, lowest: datetime
+    ) -> Review:
+        """Every slot is counted from the latest dose before it (or the start), so the count re-plays exactly
+        from any dose: from the start when every dose since is known, else from the oldest one known. Only
+        the late slots at or after `lowest` are listed (the others were found before)."""
+        if history_full and doses:
+            due, doses = doses[0] + every, doses[1:]
+        else:
+            due = self.start + every
+            for dose in (d for d in doses if d < self.start):
+                if dose + every >= self.start:  # a dose just before the start counts; slots before it never do
+                    due = dose + every
+            doses = [d for d in doses if d >= self.start]
         late: list[datetime] = []
         for dose in doses:
-            while due + self.grace < dose:
-                late.append(due)
-                due += every
+            # Slots whose grace ran out before this dose are late; the dose restarts the count.
+            self._late_slots(every, due, _ceil_div(dose - self.grace - due, every), lowest, late)
             due = dose + every
-        while due + self.grace <= now:
-            late.append(due)
-            due += every
-        return Review(late=late, next_due=due)
+        count = (now - self.grace - due) // every + 1 if due + self.grace <= now else 0
+        return Review(late=late, next_due=self._late_slots(every, due, count, lowest, late))
+
+    @staticmethod
+    def _late_slots(every: timedelta, due: datetime, count: int, lowest: datetime, late: list[datetime]) -> datetime:
+        """Append the `count` slots from `due` on that are at or after `lowest`; the slot after them."""
+        first = max(0, _ceil_div(lowest - due, every))
+        late.extend(due + k * every for k in range(first, count))
+        return due + max(count, 0) * every
+
+
+def _ceil_div(span: timedelta, step: timedelta) -> int:
+    return -(-span // step)

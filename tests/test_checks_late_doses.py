@@ -209,6 +209,20 @@ def test_a_buffered_dose_counts_for_the_slot_it_was_taken_for(world):
     assert world.notifications("late_dose")[0]["resolved_at"] is not None
 
 
+def test_a_buffered_dose_restarts_the_every_hours_count_from_itself(world):
+    start = world.now
+    world.provision(schedule={"every_hours": 8})
+    world.live("late_dose", until=start + h(20), doses=[start + h(7.5)], step=timedelta(minutes=30))
+    assert world.episodes("late_dose") == [start + h(15.5)]  # offline: no dose seen for it
+
+    world.dose(at=start + h(15))  # it had been taken on time: uploaded now
+    world.live("late_dose", until=start + h(26), step=timedelta(minutes=30))
+
+    # Counted from that dose, the next slot was +23 h (not +23.5 h, the missed slot plus 8 hours).
+    assert world.episodes("late_dose") == [start + h(15.5), start + h(23)]
+    assert world.status()["next_dose_due"] == format_instant(start + h(31))
+
+
 def test_a_due_slot_left_behind_by_a_lost_status_write_is_moved_on_without_a_notification(world):
     world.provision()
     world.at(MORNING).dose()
