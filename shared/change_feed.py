@@ -37,7 +37,7 @@ PIPELINE: list[dict[str, Any]] = [
     {"$match": {"operationType": {"$in": ["insert", "update", "replace"]}}},
     {"$project": {"_id": 1, "fullDocument": 1, "ns": 1, "documentKey": 1}},
 ]
-MAX_AWAIT_MS = 200  # how long an empty getMore waits for changes before the feed counts as caught up
+MAX_AWAIT_MS = 20  # how long an empty getMore waits for changes before the feed counts as caught up
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Token = Mapping[str, Any]
