@@ -230,7 +230,17 @@ def open_source(
         log.info("reports: %s has no saved position; building from the start of its source", feed.collection)
     else:
         log.info("reports: %s has no resume token; rebuilding from its last checkpoint time", feed.collection)
-    stream = ChangeStreamSource(_watch(db, feed, None, page_size, policy), feed, page_size, now)
+    try:
+        stream = ChangeStreamSource(_watch(db, feed, None, page_size, policy), feed, page_size, now)
+    except StoreUnavailable as error:
+        if isinstance(error.__cause__, OperationFailure) and not is_transient(error.__cause__):
+            log.error(
+                "reports: %s has no change stream here (%s); a store without change streams (a standalone "
+                "mongod, a Cosmos DB account with them off) needs CHANGE_SOURCE=polling",
+                feed.collection,
+                error.__cause__,
+            )
+        raise
     return RecoveringSource(PollingSource(db, feed, since, page_size, policy), stream), True
 
 

@@ -141,7 +141,10 @@ def refresh_hourly(
     user-hour documents that differ. `within` and `only_user` narrow a rebuild to its range and user."""
     buckets = coalesce(changes)
     parts = recomputed_parts(db, buckets, policy, within=within, only_user=only_user)
-    return HourlyResult(set(parts), write_hourly(db, parts, stamp, policy))
+    written, emptied = write_hourly(db, parts, stamp, policy)
+    if emptied:  # a deleted document never reaches the hourly feed (no deletes in it): roll its day up now
+        refresh_daily(db, {(user_id, day_of(hour)) for user_id, hour in emptied}, policy)
+    return HourlyResult(set(parts), written)
 
 
 def recomputed_parts(
@@ -212,14 +215,16 @@ def load_heartbeat_documents(db: Database[Any], bottle_ids: set[str], policy: Re
     return docs
 
 
-def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: RetryPolicy) -> int:
+def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: RetryPolicy) -> tuple[int, set[UserHour]]:
     """Merge the recomputed parts into the user-hour documents; write (or delete) those that change.
 
-    Returns the number of documents written or deleted. A guard that fails (someone else wrote the document
-    since we read it) sends that document round again; StoreUnavailable if it keeps failing."""
+    Returns the number of documents written or deleted, and the user-hours deleted because they no longer
+    count anything. A guard that fails (someone else wrote the document since we read it) sends that
+    document round again; StoreUnavailable if it keeps failing."""
     collection = db[schema.USER_HOURLY_REPORTS]
     pending = parts
     written = 0
+    emptied: set[UserHour] = set()
     for _round in range(MAX_CONFLICT_ROUNDS):
         stored = _load_by_id(collection, [hourly_id(u, h) for u, h in pending], policy)
         ops: list[InsertOne[Any] | UpdateOne] = []
@@ -231,6 +236,7 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
             if new is None and old is not None:
                 if _delete_guarded(collection, old, policy):
                     written += 1
+                    emptied.add((user_id, hour))
                 else:
                     conflicts.add((user_id, hour))
             elif new is not None and not same_content(old, new):
@@ -240,7 +246,7 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
         written += sum(outcomes)
         conflicts |= {key for key, ok in zip(op_keys, outcomes, strict=True) if not ok}
         if not conflicts:
-            return written
+            return written, emptied
         pending = {key: parts[key] for key in conflicts}
     raise StoreUnavailable("hourly reports kept changing during the update; try again", retry_after_s=1)
 

@@ -18,6 +18,7 @@ from pymongo.database import Database
 from shared import schema
 from shared.cosmos import RetryPolicy, with_retries
 from shared.errors import BadRequest
+from shared.events import MAX_FUTURE_SKEW
 from shared.instants import format_instant, parse_instant
 
 Document = dict[str, Any]
@@ -161,7 +162,9 @@ def heartbeat_parts(
         if within is not None and not within[0] <= hour < within[1]:
             continue
         for span in spans:
-            if span.overlaps(hour, hour + HOUR):
+            # A heartbeat received before a reassignment may be dated up to MAX_FUTURE_SKEW after it, and so
+            # counted for the earlier owner then: that owner's hour is recomputed too.
+            if span.overlaps(hour - MAX_FUTURE_SKEW, hour + HOUR):
                 count = counts[(span.user_id, hour)]
                 parts[(span.user_id, hour)] = HeartbeatPart(count, partial=hour == oldest, medication=medication)
     return parts

@@ -3,15 +3,16 @@ the heartbeat window, replays, the time budget, throttling, the read API and the
 
 Every behaviour test runs on mongomock (the polling change source) and on SecantusDB (real change streams)."""
 
-from datetime import timedelta
+from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from shared import change_feed, rebuild_reports, schema
+from shared import change_feed, instants, rebuild_reports, schema
 from shared.cosmos import RetryPolicy, StoreUnavailable
 from shared.instants import utc_now
-from shared.reports import day_of
+from shared.reports import day_of, hour_of
 from shared.settings import get_settings
 from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned, put_bottle
 from tests.cosmos_fakes import ThrottlingDatabase
@@ -417,3 +418,30 @@ def test_rebuilding_everyone_from_scratch_gives_the_consumers_reports(db):
 
     assert stored_reports(db) == expected
     assert len(expected) == 6  # two users, two hours and one day each
+
+
+@pytest.fixture
+def server_clock() -> Iterator[datetime]:
+    """The server clock stopped two minutes before the end of a past hour."""
+    stopped = hour_of(ago(hours=2)) + timedelta(minutes=58)
+    instants.set_clock(lambda: stopped)
+    yield stopped
+    instants.set_clock(None)
+
+
+def test_a_heartbeat_dated_after_a_reassignment_moves_to_the_new_owner(db, server_clock):
+    key = provisioned("bottle-1")
+    early, ahead = server_clock - timedelta(hours=3), server_clock + timedelta(minutes=3)  # a device clock ahead
+    post_events("bottle-1", key, {"events": [heartbeat(early), heartbeat(ahead)]})
+    aggregate()
+    assert sum(r["heartbeats"] for r in daily(USER, start=day_of(early), days=2)) == 2
+
+    # Reassigned at the server's HH:58, so the heartbeat dated (HH+1):01 is the new owner's.
+    assert put_bottle("bottle-1", {**SPEC, "user_id": "newowner"}).status == 200
+    post_events("bottle-1", key, heartbeat(ahead + timedelta(seconds=30)))
+    aggregate()
+
+    span = {"start": early - timedelta(hours=1), "end": ahead + timedelta(hours=1)}
+    assert [(r["hour"][:13], r["heartbeats"]) for r in hourly(USER, **span)] == [(f"{early:%Y-%m-%dT%H}", 1)]
+    assert [(r["hour"][:13], r["heartbeats"]) for r in hourly("newowner", **span)] == [(f"{ahead:%Y-%m-%dT%H}", 2)]
+    assert sum(r["heartbeats"] for r in daily(USER, start=day_of(early), days=2)) == 1
