@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         client.close()
     print(
-        f"read {summary.source_documents} source documents; recomputed {summary.user_hours} user-hours; "
-        f"wrote {summary.hourly_written} hourly and {summary.daily_written} daily reports"
+        f"read {summary.source_documents} source documents; {summary.hourly_written} hourly and "
+        f"{summary.daily_written} daily report writes"
     )
 
 

@@ -235,3 +235,33 @@ def test_a_page_costs_the_same_commands_whatever_its_number_of_changes(counted):
     assert reports == [("insert", schema.USER_HOURLY_REPORTS), ("update", schema.USER_DAILY_REPORTS)]
     assert 2 <= len(checkpoints) <= 2 + 3
     assert db[schema.USER_HOURLY_REPORTS].find_one({"hour": H9 + timedelta(hours=1)})["opened"] == 50
+
+
+def test_the_rebuild_command_restores_a_users_reports(real_db, secantus_uri, capsys):
+    keys = two_bottles()
+    history_part_one(keys)
+    history_part_two(keys)
+    aggregate()
+    expected = stored_reports(real_db)
+    clear_reports_only(real_db)
+    window = ["--from", DAY.isoformat(), "--to", (DAY + timedelta(days=1)).isoformat()]
+
+    rebuild_reports.main(["--user", USER, *window, "--uri", secantus_uri, "--database", real_db.name])
+
+    assert stored_reports(real_db) == expected
+    assert capsys.readouterr().out.startswith("read 6 source documents;")  # 4 actions, 2 heartbeat documents
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--user", "u", "--from", "2026-11-02T00:00:00Z", "--to", "2026-11-01T00:00:00Z"], "later than --from"),
+        (["--user", "u", "--from", "2026-11-01", "--to", "2026-11-02T00:00:00Z"], "no UTC offset"),
+        (["--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z"], "one of the arguments --user --all"),
+    ],
+)
+def test_the_rebuild_command_rejects_a_bad_range_or_scope(argv, says, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        rebuild_reports.main([*argv, "--uri", "mongodb://127.0.0.1:1/"])
+    assert exit_info.value.code == 2
+    assert says in capsys.readouterr().err
