@@ -39,7 +39,9 @@ from shared.settings import Settings
 
 # A late dose found this long after it went late (the checks were down) is recorded but not sent.
 PUSH_WITHIN = timedelta(hours=24)
-# The lower bound that turns "this marker is set" into an index range (every stored instant is after it).
+# Every stored instant is after this. As the lower bound of every sweep's range it keeps the index scan off the
+# null keys of bottles without that state (most of the fleet), on any engine, and turns "this marker is set"
+# into a range.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Document = dict[str, Any]
@@ -173,7 +175,7 @@ def _open_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
             )
 
     return [
-        Sweep("detect", {"open_pending": True, "open_since": {"$lt": cutoff}}, handle),
+        Sweep("detect", {"open_pending": True, "open_since": {"$gte": EPOCH, "$lt": cutoff}}, handle),
         Sweep("resolve", {"open_pending": True, "open_episode": {"$gte": EPOCH}}, handle),
     ]
 
@@ -205,7 +207,7 @@ def _silent_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
             )
 
     return [
-        Sweep("detect", {"silent_pending": True, "alive_at": {"$lt": cutoff}}, handle),
+        Sweep("detect", {"silent_pending": True, "alive_at": {"$gte": EPOCH, "$lt": cutoff}}, handle),
         Sweep("resolve", {"silent_pending": True, "silent_episode": {"$gte": EPOCH}}, handle),
     ]
 
@@ -251,7 +253,7 @@ def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
             writes.status.append(UpdateOne(guard, {"$set": {"dose_pending": False}}))
 
     return [
-        Sweep("detect", {"dose_late_at": {"$lte": now}}, detect),
+        Sweep("detect", {"dose_late_at": {"$gte": EPOCH, "$lte": now}}, detect),
         Sweep("resolve", {"dose_pending": True, "late_episode": {"$gte": EPOCH}}, resolve),
     ]
 

@@ -1,0 +1,323 @@
+"""Notification checks at fleet scale: database commands, wall time and peak memory per check run, the app's
+indexed sweeps beside the seeds' per-bottle approach (one query per bottle), on the same data in the same run.
+
+    python -m benchmarks.checks [--quick] [--full] [--sizes 10000,50000] [--trouble 0.01]
+
+Each fleet is written straight into a fresh SecantusDB (bottle and heartbeat documents as provisioning and
+ingestion leave them; no HTTP, to keep the setup short), with the given share of bottles in trouble for each
+check: left open, silent, and with a late dose. A last fleet keeps the largest size with a fifth of the trouble,
+to show that a sweep's commands follow the bottles in trouble, not the fleet.
+
+The per-bottle approach costs the same one query per bottle whatever the check, and ~1.4 ms a query here, so by
+default it is measured for every check on the first fleet and for `silent` (the seeds' busiest: 50 K queries a
+second at 30 M bottles) on the larger ones, which keeps the run near two and a half minutes; `--full` measures
+it everywhere.
+
+The server runs in a child process, so `tracemalloc` measures what the check itself holds (the app's process in
+Azure), not the database. Times include the round trips to that local server; a real Cosmos DB adds network
+latency per command, which makes the per-bottle approach (one round trip per bottle) slower still.
+"""
+
+import argparse
+import contextlib
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo import MongoClient
+from pymongo.database import Database
+from pymongo.errors import DuplicateKeyError
+
+from benchmarks.harness import CommandTally, print_table
+from shared import checks, registry, schema, store
+from shared.dose_status import plan_of
+from shared.notifications import KINDS, Episode, Kind, notification_document
+from shared.settings import Settings
+from shared.store_setup import ensure_store
+
+NOW = datetime(2026, 5, 4, 12, 0, tzinfo=UTC)
+EVERY = timedelta(hours=8)
+GRACE = timedelta(minutes=60)
+PER_BOTTLE_NOTIFICATIONS = "notifications_per_bottle"  # the baseline writes apart, so both see the same fleet
+INSERT_CHUNK = 5000
+SETTINGS = Settings()
+
+
+@dataclass(frozen=True)
+class Fleet:
+    bottles: int
+    in_trouble: int  # per check
+    baseline: tuple[Kind, ...] = KINDS  # the checks the per-bottle approach is measured for
+    then_in_trouble: int | None = None  # then, on the same fleet, this many more in trouble (the app only)
+
+
+@dataclass
+class Result:
+    commands: int
+    seconds: float
+    peak_bytes: int
+    notified: int
+
+
+# --- the database ---------------------------------------------------------------------------------------------
+
+
+_SERVER = """
+import sys
+from secantus import SecantusDBServer
+
+with SecantusDBServer(storage_path=":memory:") as server:
+    print(server.uri, flush=True)
+    sys.stdin.read()  # until the parent closes it
+"""
+
+
+@contextlib.contextmanager
+def server_process() -> Iterator[str]:
+    """An in-memory SecantusDB in a child process; its URI."""
+    child = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        yield child.stdout.readline().strip()
+    finally:
+        child.stdin.close()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+@contextlib.contextmanager
+def fresh_database(uri: str, name: str) -> Iterator[tuple[Database[Any], CommandTally]]:
+    tally = CommandTally()
+    client: MongoClient[Any] = MongoClient(uri, tz_aware=True, event_listeners=[tally])
+    db = client[name]
+    ensure_store(db, SETTINGS, on_cosmos=False)
+    store.use_client(client)
+    try:
+        yield db, tally
+    finally:
+        store.use_client(None)
+        client.drop_database(name)
+        client.close()
+
+
+def seed(db: Database[Any], bottles: int, in_trouble: int) -> None:
+    """Bottles and heartbeat documents as provisioning and ingestion leave them: every bottle closed, heard
+    from ten minutes ago and dosed an hour ago, except `in_trouble` of them for each check (left open: the
+    first ones, late: the next ones, silent: the next ones)."""
+    for first in range(0, bottles, INSERT_CHUNK):
+        numbers = range(first, min(first + INSERT_CHUNK, bottles))
+        db[schema.BOTTLES].insert_many([_bottle(n, _trouble(n, 0, in_trouble)) for n in numbers], ordered=False)
+        heartbeats = [_heartbeats(n, _trouble(n, 0, in_trouble) == "silent") for n in numbers]
+        db[schema.BOTTLE_HEARTBEATS].insert_many(heartbeats, ordered=False)
+
+
+def add_trouble(db: Database[Any], first: int, count: int) -> None:
+    """Put `count` more bottles in trouble for each check, from bottle number `first` on."""
+    for n in range(first, first + 3 * count):
+        kind = _trouble(n, first, count)
+        db[schema.BOTTLES].replace_one({"_id": _id(n), "bottle_id": _id(n)}, _bottle(n, kind))
+        db[schema.BOTTLE_HEARTBEATS].replace_one({"_id": _id(n), "bottle_id": _id(n)}, _heartbeats(n, kind == "silent"))
+
+
+def _trouble(n: int, first: int, count: int) -> Kind | None:
+    index = (n - first) // count if n >= first else len(KINDS)
+    return ("left_open", "late_dose", "silent")[index] if index < len(KINDS) else None
+
+
+def _id(n: int) -> str:
+    return f"bottle-{n:06d}"
+
+
+def _bottle(n: int, trouble: Kind | None) -> dict[str, Any]:
+    left_open = trouble == "left_open"
+    last_dose = NOW - (timedelta(hours=10) if trouble == "late_dose" else timedelta(hours=1))
+    action_time = NOW - timedelta(minutes=20) if left_open else last_dose
+    provisioned = NOW - timedelta(days=30)
+    return {
+        "_id": _id(n),
+        "bottle_id": _id(n),
+        "user_id": f"user-{n // 3:06d}",
+        "medication": "Cordrazine",
+        "schedule": {"every_hours": 8},
+        "grace_minutes": 60,
+        "key_hash": "0" * 64,
+        "provisioned_at": provisioned,
+        "updated_at": provisioned,
+        "schedule_from": provisioned,
+        "last_action": "opened" if left_open else "closed",
+        "last_action_time": action_time,
+        "open_since": action_time if left_open else None,
+        "open_pending": True,
+        "last_dose_time": last_dose,
+        "doses": [last_dose - EVERY, last_dose],
+        "dose_due": last_dose + EVERY,
+        "dose_late_at": last_dose + EVERY + GRACE,
+        "dose_pending": True,
+    }
+
+
+def _heartbeats(n: int, silent: bool) -> dict[str, Any]:
+    last = NOW - (timedelta(hours=3) if silent else timedelta(minutes=10))
+    return {
+        "_id": _id(n),
+        "bottle_id": _id(n),
+        "user_id": f"user-{n // 3:06d}",
+        "medication": "Cordrazine",
+        "last": last,
+        "alive_at": last,
+        "silent_pending": True,
+        "times": [last - timedelta(minutes=30), last],
+        "received_at": last,
+    }
+
+
+# --- the two approaches ---------------------------------------------------------------------------------------
+
+
+def sweep(db: Database[Any], kind: Kind) -> int:
+    """The app: one run of the check, as its timer runs it."""
+    sent: list[str] = []
+    run = checks.run_check(db, kind, now=NOW, settings=SETTINGS, send=sent.extend)
+    return run.notified
+
+
+def per_bottle(db: Database[Any], kind: Kind) -> int:
+    """The seeds: list the fleet, read each bottle's status with its own query, decide in Python, and write a
+    notification for each bottle in trouble."""
+    notified = 0
+    collection = db[schema.BOTTLE_HEARTBEATS] if kind == "silent" else db[schema.BOTTLES]
+    for listed in db[schema.BOTTLES].find({}, {"_id": 1}):
+        bottle_id = listed["_id"]
+        document = collection.find_one({"_id": bottle_id, "bottle_id": bottle_id})
+        if document is None:
+            continue
+        for start in _episodes(kind, document):
+            episode = Episode(bottle_id, document["user_id"], document["medication"], kind, start)
+            with contextlib.suppress(DuplicateKeyError):
+                db[PER_BOTTLE_NOTIFICATIONS].insert_one(notification_document(episode, NOW))
+                notified += 1
+    return notified
+
+
+def _episodes(kind: Kind, document: dict[str, Any]) -> list[datetime]:
+    if kind == "silent":
+        alive_at: datetime = document["alive_at"]
+        return [alive_at] if alive_at < NOW - timedelta(minutes=SETTINGS.silent_minutes) else []
+    if kind == "left_open":
+        opened: datetime | None = document.get("open_since")
+        limit = NOW - timedelta(minutes=SETTINGS.left_open_minutes)
+        return [opened] if document.get("last_action") == "opened" and opened and opened < limit else []
+    return plan_of(document).review(document["dose_due"], document.get("doses", []), NOW).late
+
+
+def measure(tally: CommandTally, action: Callable[[], int]) -> Result:
+    """Commands, wall time and peak Python memory of one run."""
+    before = tally.count
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        notified = action()
+        seconds = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return Result(tally.count - before, seconds, peak, notified)
+
+
+# --- the report -----------------------------------------------------------------------------------------------
+
+
+def run(fleets: list[Fleet] | None = None) -> str:
+    """Measure every fleet; print the table and return it."""
+    fleets = fleets or default_fleets()
+    rows: list[list[str]] = []
+    with server_process() as uri:
+        for number, fleet in enumerate(fleets):
+            with fresh_database(uri, f"bench_checks_{number}") as (db, tally):
+                seed(db, fleet.bottles, fleet.in_trouble)
+                registry.REGISTRY_CACHE.clear()
+                for kind in KINDS:
+                    rows += _rows(fleet.bottles, fleet.in_trouble, kind, db, tally, baseline=kind in fleet.baseline)
+                if fleet.then_in_trouble:
+                    add_trouble(db, 3 * fleet.in_trouble, fleet.then_in_trouble)
+                    for kind in KINDS:
+                        rows += _rows(fleet.bottles, fleet.then_in_trouble, kind, db, tally, baseline=False)
+    header = [
+        "check", "bottles", "in trouble", "approach", "commands", "per bottle in trouble", "seconds", "peak MiB",
+        "notified", "fewer commands", "faster", "less memory",
+    ]  # fmt: skip
+    title = "Notification checks on SecantusDB (server in a child process): one run per check"
+    return print_table(title, rows, header)
+
+
+def _rows(
+    bottles: int, in_trouble: int, kind: Kind, db: Database[Any], tally: CommandTally, *, baseline: bool
+) -> list[list[str]]:
+    seeds = measure(tally, lambda: per_bottle(db, kind)) if baseline else None
+    ours = measure(tally, lambda: sweep(db, kind))
+    rows = []
+    for name, result in (("per bottle (seeds)", seeds), ("indexed sweep (app)", ours)):
+        if result is None:
+            continue
+        ratios = ["", "", ""]
+        if seeds is not None and result is ours:
+            ratios = [
+                f"{seeds.commands / max(ours.commands, 1):,.0f}x",
+                f"{seeds.seconds / max(ours.seconds, 1e-9):,.0f}x",
+                f"{seeds.peak_bytes / max(ours.peak_bytes, 1):,.1f}x",
+            ]
+        rows.append(
+            [
+                kind,
+                f"{bottles:,}",
+                f"{in_trouble:,}",
+                name,
+                f"{result.commands:,}",
+                f"{result.commands / in_trouble:.3f}",
+                f"{result.seconds:.3f}",
+                f"{result.peak_bytes / 2**20:.2f}",
+                f"{result.notified:,}",
+                *ratios,
+            ]
+        )
+    return rows
+
+
+def default_fleets(
+    quick: bool = False, sizes: list[int] | None = None, trouble: float = 0.01, full: bool = False
+) -> list[Fleet]:
+    """Each size with `trouble` of it in trouble per check (per-bottle measured for every check on the first
+    fleet, for `silent` on the others unless `full`); the largest then gets a fifth as many more."""
+    sizes = sorted(sizes or ([1_000, 5_000] if quick else [10_000, 50_000]))
+    fleets = [
+        Fleet(size, max(1, round(size * trouble)), KINDS if full or i == 0 else ("silent",))
+        for i, size in enumerate(sizes)
+    ]
+    largest = fleets[-1]
+    fleets[-1] = Fleet(largest.bottles, largest.in_trouble, largest.baseline, max(1, largest.in_trouble // 5))
+    return fleets
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1 K and 5 K bottles instead of 10 K and 50 K")
+    parser.add_argument("--sizes", help="comma-separated fleet sizes, e.g. 10000,50000")
+    parser.add_argument("--trouble", type=float, default=0.01, help="share of bottles in trouble per check")
+    parser.add_argument("--full", action="store_true", help="measure the per-bottle approach for every check")
+    args = parser.parse_args(argv)
+    sizes = [int(size) for size in args.sizes.split(",")] if args.sizes else None
+    started = time.perf_counter()
+    run(default_fleets(args.quick, sizes, args.trouble, args.full))
+    print(f"finished in {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
