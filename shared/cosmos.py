@@ -142,6 +142,42 @@ def write_idempotent(
     return written
 
 
+def count_matched(
+    collection: Collection[Any],
+    ops: Sequence[UpdateOne],
+    policy: RetryPolicy,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Apply guarded (non-upsert) updates as unordered bulk writes; how many matched their document.
+
+    An op whose guard fails simply matches nothing, so the count is all a caller learns and all it needs.
+    Only throttled ops are sent again, so nothing is counted twice."""
+    matched = 0
+    pending = list(ops)
+    retries = 0
+    while pending:
+        try:
+            matched += collection.bulk_write(pending, ordered=False).matched_count
+            return matched
+        except BulkWriteError as error:
+            matched += error.details.get("nMatched", 0)
+            failures = error.details.get("writeErrors", [])
+            if any(f.get("code") != THROTTLED for f in failures):
+                code = next(f.get("code") for f in failures if f.get("code") != THROTTLED)
+                raise StoreUnavailable(f"database rejected a write (code {code})", retry_after_s=1) from error
+            pending = [pending[f["index"]] for f in failures]
+            last: PyMongoError = error
+        except PyMongoError as error:  # the whole command failed: nothing, or an unknown part, was applied
+            if not is_transient(error):
+                raise _unavailable(error, retries, policy) from error
+            last = error
+        if retries == policy.max_retries:
+            raise _unavailable(last, retries, policy)
+        sleep(policy.delay_s(retries, last))
+        retries += 1
+    return matched
+
+
 def _settle(
     ops: Sequence[InsertOne[Any] | UpdateOne],
     pending: list[int],

@@ -1,6 +1,6 @@
 """Storing validated device events: idempotent, bulk, and in as few writes as the events allow.
 
-Per request: one bulk upsert into `bottle_heartbeats` (one op per heartbeat, into the bottle's document),
+Per request: one bulk update of `bottle_heartbeats` (one op per heartbeat, into the bottle's document),
 one bulk insert into `bottle_actions`, and one bulk update of the bottle's status in `bottles`. A request
 of heartbeats costs one write; an opened/closed event two; a batch of any size at most three.
 """
@@ -14,11 +14,11 @@ from pymongo import InsertOne, UpdateOne
 from pymongo.database import Database
 
 from shared import schema
-from shared.cosmos import RetryPolicy, write_idempotent
+from shared.cosmos import RetryPolicy, count_matched, write_idempotent
 from shared.dose_status import ingestion_updates
 from shared.events import DeviceEvent, parse_events
 from shared.payloads import check_size, decode_json
-from shared.registry import RegistryEntry, authenticate
+from shared.registry import RegistryEntry, authenticate, check_key_shape, confirm_heartbeat_key, hash_key
 from shared.schedules import DosePlan
 from shared.settings import Settings
 
@@ -31,9 +31,11 @@ class IngestResult:
 
 def ingest_events(
     db: Database[Any],
-    bottle: RegistryEntry,
+    bottle_id: str,
+    key_hash: str,
     events: list[DeviceEvent],
     *,
+    registry: RegistryEntry | None,
     now: datetime,
     policy: RetryPolicy,
     history: int,
@@ -41,6 +43,8 @@ def ingest_events(
 ) -> IngestResult:
     """Store a request's events; a retried event (same request or a later one) is counted as a duplicate.
 
+    Heartbeats authenticate inside their own write (the key hash is part of the filter), so they need no
+    registry entry; actions do (`registry`: their owner and medication are denormalised onto them).
     Writes are ordered so that a failure part-way leaves nothing a retry would not repair: events first,
     then the status derived from all of the request's actions (re-applied on retry, never backwards).
     """
@@ -48,15 +52,19 @@ def ingest_events(
     actions = _first_of_each(e for e in events if e.type != "heartbeat")
     stored = 0
     if heartbeats:
-        ops = [_heartbeat_upsert(bottle, e, now, history) for e in heartbeats]
-        stored += sum(write_idempotent(db[schema.BOTTLE_HEARTBEATS], ops, policy))
+        ops = [_heartbeat_update(bottle_id, key_hash, e, now, history) for e in heartbeats]
+        matched = count_matched(db[schema.BOTTLE_HEARTBEATS], ops, policy)
+        if matched < len(ops):
+            confirm_heartbeat_key(db, bottle_id, key_hash, policy)  # a wrong key matched nothing: 401
+        stored += matched
     if actions:
-        inserts: list[InsertOne[Any] | UpdateOne] = [InsertOne(action_document(bottle, e, now)) for e in actions]
+        assert registry is not None, "actions need the bottle's registry entry"
+        inserts: list[InsertOne[Any] | UpdateOne] = [InsertOne(action_document(registry, e, now)) for e in actions]
         written = write_idempotent(db[schema.BOTTLE_ACTIONS], inserts, policy)
         stored += sum(written)
         fresh = [e.time for e, new in zip(actions, written, strict=True) if new and e.is_dose]
         updates = status_updates(
-            bottle.bottle_id, actions, plan=bottle.dose_plan, fresh_doses=fresh, dose_history=dose_history
+            bottle_id, actions, plan=registry.dose_plan, fresh_doses=fresh, dose_history=dose_history
         )
         write_idempotent(db[schema.BOTTLES], updates, policy)
     return IngestResult(stored=stored, duplicates=len(events) - stored)
@@ -70,26 +78,20 @@ def _first_of_each(events: Any) -> list[DeviceEvent]:
     return list(seen.values())
 
 
-def _heartbeat_upsert(bottle: RegistryEntry, event: DeviceEvent, now: datetime, history: int) -> UpdateOne:
-    """One heartbeat into the bottle's heartbeat document: `last` and `alive_at` move forward only, and
-    `times` keeps the newest `history` instants in order.
+def _heartbeat_update(bottle_id: str, key_hash: str, event: DeviceEvent, now: datetime, history: int) -> UpdateOne:
+    """One heartbeat into the bottle's heartbeat document (created at provisioning): `last` and
+    `alive_at` move forward only, and `times` keeps the newest `history` instants in order.
 
-    The `$ne` guard makes a repeated heartbeat match nothing, so its upsert collides on `_id`: the
-    duplicate-key answer is how a retry is recognised without a read."""
+    The filter is the whole check: the device's key hash must be the bottle's, and `$ne` makes a
+    repeated heartbeat match nothing. One write, no read, on the hot path."""
     return UpdateOne(
-        {"_id": bottle.bottle_id, "bottle_id": bottle.bottle_id, "times": {"$ne": event.time}},
+        {"_id": bottle_id, "bottle_id": bottle_id, "key_hash": key_hash, "times": {"$ne": event.time}},
         {
             "$push": {"times": {"$each": [event.time], "$sort": 1, "$slice": -history}},
             "$max": {"last": event.time, "alive_at": event.time},
             # silent_pending: the silent check has yet to look at this bottle's (possibly new) `alive_at`.
             "$set": {"received_at": now, "silent_pending": True},
-            "$setOnInsert": {
-                "user_id": bottle.user_id,
-                "medication": bottle.medication,
-                "owners": [{"user_id": bottle.user_id, "since": now}],  # as provisioning would (reports)
-            },
         },
-        upsert=True,
     )
 
 
@@ -156,17 +158,25 @@ def receive(
     now: datetime,
     settings: Settings,
 ) -> IngestResult:
-    """A device's request, end to end: authenticate, decode, validate every event, then store them all.
+    """A device's request, end to end: check the key's shape, decode and validate every event, then
+    store them all, authenticating on the way.
 
-    Authentication comes first, so an unauthenticated caller learns nothing about the payload rules."""
+    Validation needs no database, so it comes before anything is read or written; its answers say
+    nothing about the registry. A request of heartbeats only is authenticated by its own write; one
+    with actions reads the registry entry (cached per worker) for their owner and medication."""
     check_size(body)
-    policy = RetryPolicy.from_settings(settings)
-    bottle = authenticate(db, bottle_id, device_key, settings.registry_cache_seconds, policy)
+    key = check_key_shape(device_key)
     events = parse_events(decode_json(body), now, timedelta(days=settings.max_event_age_days))
+    policy = RetryPolicy.from_settings(settings)
+    registry = None
+    if any(e.type != "heartbeat" for e in events):
+        registry = authenticate(db, bottle_id, key, settings.registry_cache_seconds, policy)
     return ingest_events(
         db,
-        bottle,
+        bottle_id,
+        hash_key(key),
         events,
+        registry=registry,
         now=now,
         policy=policy,
         history=settings.heartbeat_history,

@@ -156,6 +156,25 @@ _ENTRY_FIELDS = {
 }
 
 
+def check_key_shape(device_key: str | None) -> str:
+    """A key worth hashing, or Unauthorized without touching the database."""
+    if not device_key or len(device_key) > MAX_KEY_LENGTH:
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    return device_key
+
+
+def confirm_heartbeat_key(db: Database[Any], bottle_id: str, key_hash: str, policy: RetryPolicy) -> None:
+    """Unauthorized unless the bottle exists and `key_hash` is its key: the check heartbeats need only
+    when one of their guarded writes matched nothing (a repeat, or a wrong key: the write cannot tell)."""
+    found = with_retries(
+        lambda: db[schema.BOTTLE_HEARTBEATS].find_one({"_id": bottle_id, "bottle_id": bottle_id}, {"key_hash": 1}),
+        policy,
+    )
+    if found is None or not hmac.compare_digest(str(found.get("key_hash", "")), key_hash):
+        REGISTRY_CACHE.forget(bottle_id)  # a cached entry accepted a key the bottle no longer has
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+
+
 def authenticate(
     db: Database[Any], bottle_id: str, device_key: str | None, cache_ttl_s: float, policy: RetryPolicy
 ) -> RegistryEntry:
@@ -163,8 +182,7 @@ def authenticate(
 
     Served from the worker's cache when it can be; a key the cached entry rejects is checked against
     the database once (the key may just have been rotated on another worker)."""
-    if not device_key or len(device_key) > MAX_KEY_LENGTH:
-        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    device_key = check_key_shape(device_key)
     cached = REGISTRY_CACHE.get(bottle_id)
     if cached is not None and cached.accepts(device_key):
         return cached
@@ -219,8 +237,8 @@ def provision(
     created = before is None
     if before is not None and _schedule_changed(before, registry):
         _restart_schedule(db, bottle_id, DosePlan(spec.schedule, spec.grace, now), before, policy)
-    with_retries(lambda: _sync_heartbeat_document(db, bottle_id, spec, now), policy)
     after = {**(before or on_insert), "_id": bottle_id, **registry}
+    with_retries(lambda: _sync_heartbeat_document(db, bottle_id, spec, now, after["key_hash"]), policy)
     REGISTRY_CACHE.forget(bottle_id)
     return Provisioned(
         created=created,
@@ -249,9 +267,12 @@ def _restart_schedule(
 MAX_OWNERS = 50
 
 
-def _sync_heartbeat_document(db: Database[Any], bottle_id: str, spec: BottleSpec, now: datetime) -> None:
+def _sync_heartbeat_document(db: Database[Any], bottle_id: str, spec: BottleSpec, now: datetime, key_hash: str) -> None:
     """Create the bottle's heartbeat document with `alive_at` = provisioning time (a bottle that never
-    sends a heartbeat is silent from then on), and keep its owner and medication current.
+    sends a heartbeat is silent from then on), and keep its owner, medication and key hash current.
+
+    The key hash is here so that a heartbeat authenticates inside its own write (shared/ingestion.py):
+    the hot path never reads the registry.
 
     `owners` records who owned the bottle from when, so the reports count each heartbeat time for the user
     who owned the bottle then: a reassigned bottle's earlier heartbeats stay with its earlier owner. The
@@ -267,7 +288,7 @@ def _sync_heartbeat_document(db: Database[Any], bottle_id: str, spec: BottleSpec
             UpdateOne(
                 key,
                 {
-                    "$set": {"user_id": spec.user_id, "medication": spec.medication},
+                    "$set": {"user_id": spec.user_id, "medication": spec.medication, "key_hash": key_hash},
                     # silent_pending: the silent check has yet to look at this `alive_at` (shared/checks.py).
                     "$setOnInsert": {"alive_at": now, "silent_pending": True, "times": [], "owners": [owner]},
                 },

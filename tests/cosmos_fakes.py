@@ -22,10 +22,11 @@ class ThrottlingDatabase:
     calls answer 16500 first (float("inf") for always). With `partial=True`, a throttled bulk write
     applies its first op before the rest is refused."""
 
-    def __init__(self, db: Any, failures: dict[str, float], *, partial: bool = False) -> None:
+    def __init__(self, db: Any, failures: dict[str, float], *, partial: bool = False, error: Any = None) -> None:
         self.db = db
         self.remaining = dict(failures)
         self.partial = partial
+        self.error = error or throttled
         self.calls: list[str] = []
 
     def __getitem__(self, name: str) -> "ThrottlingCollection":
@@ -52,14 +53,20 @@ class ThrottlingCollection:
             self._owner.remaining[budget] -= 1
             if attribute == "bulk_write" and self._owner.partial and len(args[0]) > 1:
                 return self._partially_throttled_bulk(list(args[0]), **kwargs)
-            raise throttled()
+            raise self._owner.error()
 
         return call
 
     def _partially_throttled_bulk(self, ops: list[Any], **kwargs: Any) -> Any:
-        self._collection.bulk_write(ops[:1], **kwargs)
+        applied = self._collection.bulk_write(ops[:1], **kwargs)
         errors = [{"index": i, "code": 16500, "errmsg": THROTTLE_MESSAGE} for i in range(1, len(ops))]
-        raise BulkWriteError({"writeErrors": errors, "nInserted": 1, "nUpserted": 0, "nMatched": 0})
+        counts = {
+            "nInserted": applied.inserted_count,
+            "nUpserted": applied.upserted_count,
+            "nMatched": applied.matched_count,
+            "nModified": applied.modified_count,
+        }
+        raise BulkWriteError({"writeErrors": errors, **counts})
 
 
 class FakeCosmosDatabase:

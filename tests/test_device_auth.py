@@ -3,7 +3,7 @@
 import pytest
 
 from shared import registry, schema
-from tests.api import ago, heartbeat, post_events, provisioned, put_bottle
+from tests.api import ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
 
 UNAUTHORIZED = {"error": "unknown bottle or wrong device key", "details": []}
 
@@ -22,10 +22,43 @@ def test_unauthorised_requests_get_the_same_401_and_store_nothing(db, bottle_id,
     assert db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})["times"] == []
 
 
-def test_authentication_comes_before_payload_validation(db):
+def test_a_missing_key_is_401_before_the_body_is_read(db):
+    response = post_events("ghost", None, raw=b"{not json")
+    assert (response.status, response.body) == (401, UNAUTHORIZED)
+
+
+def test_validation_answers_the_same_for_known_and_unknown_bottles(db):
+    # The body is checked before anything is read, so a 400 says nothing about the registry.
     provisioned("bottle-1")
-    response = post_events("bottle-1", "wrong", raw=b"{not json")
+    known = post_events("bottle-1", "wrong", raw=b"{not json")
+    unknown = post_events("ghost", "wrong", raw=b"{not json")
+    assert known.status == unknown.status == 400
+    assert known.body == unknown.body
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["heartbeats only", "with an action"])
+def test_a_wrong_key_stores_nothing_of_a_batch(db, mixed):
+    provisioned("bottle-1")
+    events = [heartbeat(ago(minutes=3)), heartbeat(ago(minutes=2))]
+    if mixed:
+        events.append(opened(ago(minutes=1)))
+    response = post_events("bottle-1", "wrong", {"events": events})
+    assert (response.status, response.body) == (401, UNAUTHORIZED)
+    assert db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})["times"] == []
+    assert db[schema.BOTTLE_ACTIONS].count_documents({}) == 0
+
+
+def test_a_rotated_key_is_refused_for_heartbeats_at_once_even_where_it_is_cached(db):
+    old_key = provisioned("bottle-1")
+    assert post_events("bottle-1", old_key, opened(ago(minutes=5))).status == 202  # caches the entry
+    new_hash = registry.hash_key("the-new-key")
+    db[schema.BOTTLES].update_one({"_id": "bottle-1"}, {"$set": {"key_hash": new_hash}})  # another worker
+    db[schema.BOTTLE_HEARTBEATS].update_one({"_id": "bottle-1"}, {"$set": {"key_hash": new_hash}})
+
+    response = post_events("bottle-1", old_key, {"events": [heartbeat(ago(minutes=1)), closed(ago(minutes=1))]})
+
     assert response.status == 401
+    assert db[schema.BOTTLE_ACTIONS].count_documents({}) == 1
 
 
 def test_a_key_only_opens_its_own_bottle(db):
@@ -52,17 +85,17 @@ def test_a_rotated_key_lingers_on_other_workers_only_until_the_cache_expires(db,
     clock = [1000.0]
     cache = registry.RegistryCache(clock=lambda: clock[0])
     monkeypatch.setattr(registry, "REGISTRY_CACHE", cache)
-    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=4))).status == 202  # cached for 60 s
+    assert post_events("bottle-1", old_key, opened(ago(minutes=4))).status == 202  # cached for 60 s
 
     # Another worker rotates the key: it writes the database, not this worker's cache.
     new_hash = registry.hash_key("the-new-key")
     db[schema.BOTTLES].update_one({"_id": "bottle-1"}, {"$set": {"key_hash": new_hash}})
 
     clock[0] += 59
-    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=3))).status == 202
-    assert post_events("bottle-1", "the-new-key", heartbeat(ago(minutes=2))).status == 202  # a miss re-reads
+    assert post_events("bottle-1", old_key, opened(ago(minutes=3))).status == 202
+    assert post_events("bottle-1", "the-new-key", closed(ago(minutes=2))).status == 202  # a miss re-reads
     clock[0] += 2
-    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=1))).status == 401
+    assert post_events("bottle-1", old_key, opened(ago(minutes=1))).status == 401
 
 
 def test_cache_is_bounded_and_evicts_the_least_recently_used():

@@ -6,7 +6,7 @@ import pytest
 from pymongo import InsertOne, UpdateOne
 from pymongo.errors import BulkWriteError
 
-from shared.cosmos import RetryPolicy, StoreUnavailable, write_idempotent
+from shared.cosmos import RetryPolicy, StoreUnavailable, count_matched, write_idempotent
 
 POLICY = RetryPolicy(max_retries=2, base_ms=1)
 
@@ -67,3 +67,35 @@ def test_throttling_beyond_the_retries_is_unavailable():
     with pytest.raises(StoreUnavailable):
         write_idempotent(collection, [InsertOne({"_id": 0})], POLICY)
     assert collection.sent == [1, 1, 1]
+
+
+class MatchingCollection:
+    """Answers each bulk_write with the next scripted (matched count, throttled op positions)."""
+
+    def __init__(self, *rounds: tuple[int, list[int]]) -> None:
+        self.rounds = list(rounds)
+        self.sent: list[int] = []
+
+    def bulk_write(self, ops: list[Any], ordered: bool) -> Any:
+        self.sent.append(len(ops))
+        matched, throttled = self.rounds.pop(0)
+        if throttled:
+            errors = [{"index": i, "code": 16500, "errmsg": "RetryAfterMs=1"} for i in throttled]
+            raise BulkWriteError({"writeErrors": errors, "nMatched": matched})
+        return type("Result", (), {"matched_count": matched})()
+
+
+def guarded(n: int) -> UpdateOne:
+    return UpdateOne({"_id": 1, "times": {"$ne": n}}, {"$push": {"times": n}})
+
+
+def test_count_matched_adds_up_matches_across_throttled_resends():
+    collection = MatchingCollection((1, [1, 2]), (1, []))
+    assert count_matched(collection, [guarded(0), guarded(1), guarded(2)], POLICY) == 2
+    assert collection.sent == [3, 2]
+
+
+def test_count_matched_gives_up_after_the_retries():
+    collection = MatchingCollection(*([(0, [0])] * 3))
+    with pytest.raises(StoreUnavailable):
+        count_matched(collection, [guarded(0)], POLICY)

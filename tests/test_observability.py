@@ -112,7 +112,7 @@ def test_each_invocation_logs_one_line_with_its_counts_and_never_a_key_or_connec
     key = api.provisioned("bottle-7")
     first = api.post_events("bottle-7", key, events)
     retry = api.post_events("bottle-7", key, events)
-    wrong = api.post_events("bottle-7", "not-the-key-0123456789abcdef")
+    wrong = api.post_events("bottle-7", "not-the-key-0123456789abcdef", events)
     rotated = api.put_bottle("bottle-7", rotate_key=True)
     new_key = rotated.body["device_key"]
     stale = api.post_events("bottle-7", key, {"events": [heartbeat(ago(minutes=1))]})

@@ -94,11 +94,12 @@ def test_partially_throttled_bulk_retries_only_what_was_not_written(db, throttle
 def test_a_non_transient_database_error_is_503_not_500(db, monkeypatch):
     key = provisioned()
 
-    class Broken(ThrottlingDatabase):
-        def __getitem__(self, name: str) -> Any:
-            raise OperationFailure("unauthorized", code=13)
-
-    monkeypatch.setattr(device_events, "get_database", lambda: Broken(db, {}))
+    broken = ThrottlingDatabase(
+        db,
+        {schema.BOTTLE_HEARTBEATS: float("inf")},
+        error=lambda: OperationFailure("not authorized on pillbottle", code=13),
+    )
+    monkeypatch.setattr(device_events, "get_database", lambda: broken)
     assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 503
 
 
