@@ -1,8 +1,10 @@
 """The store for local runs: any MongoDB by URI, or by default SecantusDB in-process (nothing to install)."""
 
 import contextlib
+import multiprocessing
 import os
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from typing import Any
 
 from pymongo import MongoClient
@@ -11,6 +13,31 @@ from pymongo.database import Database
 from shared import store
 from shared.settings import get_settings
 from shared.store_setup import ensure_store
+
+
+def _serve(connection: Connection, storage_path: str) -> None:
+    from secantus import SecantusDBServer
+
+    with SecantusDBServer(storage_path=storage_path) as server:
+        connection.send(server.uri)
+        connection.recv()  # until the parent says stop
+
+
+@contextlib.contextmanager
+def secantus_process(storage_path: str = ":memory:") -> Iterator[str]:
+    """SecantusDB in a child process (its own interpreter, so the app and the database do not share a
+    GIL: on two cores both run at once); yields its URI."""
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=_serve, args=(child, storage_path), daemon=True)
+    process.start()
+    try:
+        yield str(parent.recv())
+    finally:
+        parent.send("stop")
+        process.join(timeout=10)
+        if process.is_alive():
+            process.terminate()
 
 
 @contextlib.contextmanager
@@ -22,12 +49,9 @@ def local_store(
     Without a URI, an in-process SecantusDB serves it (in memory, or persisted under `data_dir`)."""
     with contextlib.ExitStack() as stack:
         if uri is None:
-            from secantus import SecantusDBServer
-
             if data_dir:
                 os.makedirs(data_dir, exist_ok=True)
-            server = stack.enter_context(SecantusDBServer(storage_path=data_dir or ":memory:"))
-            uri = server.uri
+            uri = stack.enter_context(secantus_process(data_dir or ":memory:"))
         client: MongoClient[Any] = MongoClient(uri, tz_aware=True, event_listeners=listeners or [])
         stack.callback(client.close)
         db = client[get_settings().mongodb_database]

@@ -131,7 +131,7 @@ class SimulationResult:
     queue_messages: int
     notifications: list[dict[str, Any]]
     device_seconds: float
-    timer_seconds: float
+    timer_seconds: dict[str, float]
     timer_runs: Counter[str]
     commands_per_event: float
     daily_report: dict[str, Any] | None
@@ -165,7 +165,8 @@ def run_simulation(
 
             keys = provision(fleet, send)
             tally, timer_runs = Tally(), Counter[str]()
-            device_seconds = timer_seconds = 0.0
+            device_seconds = 0.0
+            timer_seconds: dict[str, float] = {}
             device_commands = 0
             timeline = list(_merge(plan.requests, host.due_timers(plan.start, plan.end)))
             bar = Progress(len(timeline), "simulating") if progress else None
@@ -179,7 +180,7 @@ def run_simulation(
                 else:
                     host.run_timer(item)
                     timer_runs[item] += 1
-                    timer_seconds += time.perf_counter() - started
+                    timer_seconds[item] = timer_seconds.get(item, 0.0) + time.perf_counter() - started
                 if bar is not None and done % 200 == 0:
                     bar.update(done)
             if bar is not None:
@@ -322,8 +323,10 @@ def describe(result: SimulationResult) -> str:
     )
     lines += describe_ingestion(result.tally, result.device_seconds)
     lines.append(f"database commands per event: {result.commands_per_event:.2f}")
-    runs = ", ".join(f"{name} x{count}" for name, count in sorted(result.timer_runs.items()))
-    lines.append(f"timer runs: {runs} ({result.timer_seconds:.1f} s)")
+    runs = ", ".join(
+        f"{name} x{count} ({result.timer_seconds[name]:.1f} s)" for name, count in sorted(result.timer_runs.items())
+    )
+    lines.append(f"timer runs: {runs}")
     lines.append("")
     lines.append("notifications     injected  notified  matched  precision  recall")
     for kind, s in result.scores.items():
