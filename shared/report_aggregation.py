@@ -5,7 +5,8 @@ a heartbeat document every hour its window of `times` reaches. Each bucket is re
 collections as they are now, and the user-hour documents are written with deterministic `_id`s only where the
 recomputed content differs; so processing a change twice, or a page again after a crash, writes the same
 documents (or nothing). Reads and writes per page grow with the buckets touched, never with the changes: a
-page costs one query per source, one read of the user-hours it touches and one bulk write.
+page costs one query per source range it touches (single-partition each), one read of the user-hours it
+touches and one bulk write.
 
 A user-hour document holds every bottle of its user, so a bucket is merged into it by read-modify-write: only
 the recomputed bottle's entry (and only the recomputed part of it) changes. The write is guarded by the
@@ -50,7 +51,7 @@ UserDay = tuple[str, datetime]
 Window = tuple[datetime, datetime]
 
 MILLISECOND = timedelta(milliseconds=1)
-CLAUSES_PER_QUERY = 200  # $or clauses (or ids) per query: keeps each request small on Cosmos DB
+CLAUSES_PER_QUERY = 200  # ids per `$in` query: keeps each request small on Cosmos DB
 MAX_CONFLICT_ROUNDS = 5
 _ACTION_FIELDS = dict.fromkeys(
     [
@@ -155,8 +156,8 @@ def recomputed_parts(
     within: Window | None = None,
     only_user: str | None = None,
 ) -> Parts:
-    """Per user-hour and bottle, the parts recomputed from source: one query for the actions of every
-    action bucket, one for the heartbeat documents."""
+    """Per user-hour and bottle, the parts recomputed from source: one range query per bottle's run of
+    action hours, one `$in` read of the heartbeat documents."""
     parts: Parts = defaultdict(lambda: defaultdict(BottleParts))
 
     def wanted(user_id: str, hour: datetime) -> bool:
@@ -188,9 +189,8 @@ def load_actions(
     ]
     found: dict[tuple[str, datetime], list[Document]] = defaultdict(list)
     collection = db[schema.BOTTLE_ACTIONS]
-    for chunk in _chunks(clauses, CLAUSES_PER_QUERY):
-        for action in find_all(collection, {"$or": chunk}, policy, _ACTION_FIELDS):
-            found[(action["bottle_id"], hour_of(action["time"]))].append(action)
+    for action in find_each(collection, clauses, policy, _ACTION_FIELDS):
+        found[(action["bottle_id"], hour_of(action["time"]))].append(action)
     return dict(found)
 
 
@@ -322,9 +322,8 @@ def _load_hourly_days(db: Database[Any], user_days: set[UserDay], policy: RetryP
     clauses = [{"user_id": u, "hour": {"$gte": d, "$lt": d + DAY}} for u, d in sorted(user_days)]
     collection = db[schema.USER_HOURLY_REPORTS]
     found: dict[UserDay, list[Document]] = defaultdict(list)
-    for chunk in _chunks(clauses, CLAUSES_PER_QUERY):
-        for report in find_all(collection, {"$or": chunk}, policy):
-            found[(report["user_id"], day_of(report["hour"]))].append(report)
+    for report in find_each(collection, clauses, policy):
+        found[(report["user_id"], day_of(report["hour"]))].append(report)
     return dict(found)
 
 
@@ -337,6 +336,15 @@ def _load_by_id(collection: Collection[Any], ids: Sequence[str], policy: RetryPo
         for doc in find_all(collection, query, policy):
             found[doc["_id"]] = doc
     return found
+
+
+def find_each(
+    collection: Collection[Any], clauses: Sequence[Mapping[str, Any]], policy: RetryPolicy, projection: Any = None
+) -> Iterator[Document]:
+    """The documents of several single-partition range queries, one query each: an `$or` of them would
+    fan out to every partition on Cosmos DB, and some engines answer it with a collection scan."""
+    for clause in clauses:
+        yield from find_all(collection, clause, policy, projection)
 
 
 def find_all(

@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,11 +27,13 @@ from typing import Any
 from benchmarks.harness import CommandTally
 from shared import schema
 from shared.instants import set_clock
+from shared.settings import get_settings
 from tools.fleet import Bottle, Expected, Plan, Request, make_fleet, plan_fleet
 
 # A Saturday just before Europe's spring DST change (29 March 2026): schedules must survive it.
 SIMULATION_START = datetime(2026, 3, 28, 5, 0, tzinfo=UTC)
 KINDS = ("late_dose", "left_open", "silent")
+SIMULATION_REPORTS_SCHEDULE = "0 */5 * * * *"
 
 
 @dataclass
@@ -135,14 +137,24 @@ class SimulationResult:
     timer_runs: Counter[str]
     commands_per_event: float
     daily_report: dict[str, Any] | None
+    settings_used: str
 
 
 def run_simulation(
-    *, bottles: int, users: int, days: float, seed: int, mongodb_uri: str | None, progress: bool = True
+    *,
+    bottles: int,
+    users: int,
+    days: float,
+    seed: int,
+    mongodb_uri: str | None,
+    progress: bool = True,
+    functions: Iterable[Any] | None = None,
 ) -> SimulationResult:
+    """Play the plan through the app's functions (`functions`: the app's registered functions, when the
+    caller already asked the app for them, which it may do only once per process)."""
     import function_app
     from tools.local_host import LocalHost
-    from tools.local_store import local_store
+    from tools.local_store import local_store, setting_defaults
 
     rng = random.Random(seed)
     fleet = make_fleet(rng, bottles, users)
@@ -151,10 +163,16 @@ def run_simulation(
     clock = [plan.start]
     set_clock(lambda: clock[0])
     try:
-        with local_store(mongodb_uri, listeners=[commands]) as db:
+        # The checks keep their default schedules; the report consumer runs every 5 simulated minutes (its
+        # cost is per run, and nothing here reads reports sooner). The environment can override both.
+        with (
+            setting_defaults(REPORTS_SCHEDULE=SIMULATION_REPORTS_SCHEDULE),
+            local_store(mongodb_uri, listeners=[commands]) as db,
+        ):
+            settings_used = describe_settings(embedded=mongodb_uri is None)
             if mongodb_uri:
                 _clear(db)
-            host = LocalHost.from_app(function_app.app)
+            host = LocalHost.from_app(function_app.app) if functions is None else LocalHost.from_functions(functions)
 
             def send(method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
                 route, _, query = path.partition("?")
@@ -204,6 +222,16 @@ def run_simulation(
         timer_runs=timer_runs,
         commands_per_event=device_commands / max(tally.sent, 1),
         daily_report=report,
+        settings_used=settings_used,
+    )
+
+
+def describe_settings(*, embedded: bool) -> str:
+    settings = get_settings()
+    return (
+        f"store: {'SecantusDB (embedded)' if embedded else 'MongoDB by URI'}; reports: {settings.change_source} "
+        f"source, schedule '{settings.reports_schedule}'; checks: open '{settings.check_open_bottles_schedule}', "
+        f"silent '{settings.check_silent_bottles_schedule}', late '{settings.check_late_doses_schedule}'"
     )
 
 
@@ -323,6 +351,7 @@ def describe(result: SimulationResult) -> str:
     )
     lines += describe_ingestion(result.tally, result.device_seconds)
     lines.append(f"database commands per event: {result.commands_per_event:.2f}")
+    lines.append(result.settings_used)
     runs = ", ".join(
         f"{name} x{count} ({result.timer_seconds[name]:.1f} s)" for name, count in sorted(result.timer_runs.items())
     )

@@ -1,0 +1,58 @@
+"""Every benchmark in one run: ingestion, the notification checks and the report consumer, each beside its
+same-run baseline (the seeds' approach) with the ratio. Prints the tables and writes them, with the commit
+and the machine, to benchmarks/RESULTS.md so results can be compared across commits.
+
+    python -m benchmarks.suite [--quick] [--output benchmarks/RESULTS.md]
+"""
+
+import argparse
+import os
+import platform
+import subprocess
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks import checks, ingestion, reports
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+
+
+def run(quick: bool) -> str:
+    sections: list[tuple[str, str]] = []
+    started = time.perf_counter()
+    sections.append(("Ingestion", ingestion.run(events=1000 if quick else 4000, bottles=50)))
+    sections.append(("Notification checks", checks.run(checks.default_fleets(quick))))
+    sections.append(("Report consumer", reports.run(30 if quick else 100, quick=quick)))
+    elapsed = time.perf_counter() - started
+    header = (
+        f"# Benchmark results\n\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {_commit()}, "
+        f"{'quick' if quick else 'full'} run in {elapsed:.0f} s on {platform.machine()} with {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}. SecantusDB in-process; figures are ratios against the baseline "
+        "measured in the same run, since absolute speeds vary from machine to machine.\n"
+    )
+    body = "\n".join(f"\n## {title}\n\n```\n{table}\n```" for title, table in sections)
+    return header + body + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller fleets and streams (about a minute)")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="where to write the results")
+    args = parser.parse_args(argv)
+    document = run(args.quick)
+    args.output.write_text(document)
+    print(f"\nwritten to {args.output}")
+
+
+if __name__ == "__main__":
+    main()

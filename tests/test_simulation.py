@@ -1,0 +1,63 @@
+"""The fleet simulation, end to end: what it injects is exactly what the app notifies, and every event
+sent is accounted for; and the same traffic over real HTTP against the local server."""
+
+import pytest
+
+from tools.fleet import make_fleet, plan_fleet
+from tools.local_host import LocalHost
+from tools.serve import LocalServer
+from tools.simulate import SIMULATION_START, run_over_http, run_simulation
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_plan_is_deterministic_for_a_seed():
+    import random
+
+    def plan(seed):
+        rng = random.Random(seed)
+        return plan_fleet(rng, make_fleet(rng, 20, 5), SIMULATION_START, 1)
+
+    first, again, other = plan(3), plan(3), plan(4)
+    assert first.requests == again.requests
+    assert first.expected == again.expected
+    assert first.requests != other.requests
+
+
+def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions):
+    result = run_simulation(
+        bottles=16,
+        users=4,
+        days=1.5,
+        seed=11,
+        mongodb_uri=None,
+        progress=False,
+        functions=registered_functions.values(),
+    )
+
+    assert sum(s.expected for s in result.scores.values()) > 0, "the plan injected no trouble"
+    for kind, score in result.scores.items():
+        assert (score.precision, score.recall) == (1.0, 1.0), (kind, result.misses, result.extras)
+    tally = result.tally
+    assert tally.stored + tally.duplicates + tally.rejected == tally.sent
+    assert tally.rejected == sum(r.event_count for r in result.plan.requests if r.kind == "invalid")
+    assert tally.duplicates >= sum(r.event_count for r in result.plan.requests if r.kind == "retry")
+    assert result.queue_messages == len([n for n in result.notifications if n.get("kind")])
+    assert result.daily_report is not None
+    assert result.daily_report["heartbeats"] > 0
+
+
+def test_device_traffic_over_http_against_the_local_server(real_db, registered_functions):
+    server = LocalServer(LocalHost.from_functions(registered_functions.values()), ("127.0.0.1", 0), timers=False)
+    server.start()
+    try:
+        tally = run_over_http(
+            server.base_url, bottles=6, users=2, minutes=0.1, heartbeat_seconds=1, seed=5, progress=False
+        )
+    finally:
+        server.stop()
+
+    assert tally.requests > 20
+    assert set(tally.statuses) <= {202, 400}
+    assert tally.stored > 0
+    assert tally.stored + tally.duplicates + tally.rejected == tally.sent
