@@ -16,7 +16,7 @@ MARKERS = {
 }
 
 
-def draw(result: "SimulationResult", path: Path, users: int = 6) -> Path:
+def draw(result: "SimulationResult", path: Path, users: int = 4) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -25,7 +25,7 @@ def draw(result: "SimulationResult", path: Path, users: int = 6) -> Path:
 
     plan = result.plan
     chosen_users = sorted({b.user_id for b in plan.bottles})[:users]
-    rows = [b for b in plan.bottles if b.user_id in chosen_users]
+    rows = sorted((b for b in plan.bottles if b.user_id in chosen_users), key=lambda b: (b.user_id, b.bottle_id))
     row_of = {b.bottle_id: i for i, b in enumerate(rows)}
     slots, doses = defaultdict(list), defaultdict(list)
     for bottle_id, at in plan.slots:
@@ -70,7 +70,7 @@ def draw(result: "SimulationResult", path: Path, users: int = 6) -> Path:
     axis.set_xlabel("simulated time (UTC)")
     summary = "  ".join(f"{k}: precision {s.precision:.2f} recall {s.recall:.2f}" for k, s in result.scores.items())
     axis.set_title(f"Doses against schedule, with notifications (first {len(chosen_users)} users)\n{summary}")
-    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=5, frameon=False)
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6 / (0.45 * len(rows) + 2.2)), ncol=5, frameon=False)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

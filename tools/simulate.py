@@ -2,7 +2,7 @@
 (device requests, the three checks and the report consumer on their schedules, in simulated time), then
 score the notifications against the trouble that was injected.
 
-    python -m tools.simulate [--bottles 300] [--users 40] [--days 2] [--seed 7] [--mongodb-uri URI]
+    python -m tools.simulate [--bottles 200] [--users 30] [--days 2] [--seed 7] [--mongodb-uri URI]
     python -m tools.simulate --http http://127.0.0.1:7071 [--function-key KEY] [--minutes 2]
 
 The first form runs on the default store (SecantusDB in-process) or any MongoDB. The second sends the
@@ -389,8 +389,8 @@ def describe_report(report: dict[str, Any] | None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bottles", type=int, default=300)
-    parser.add_argument("--users", type=int, default=40)
+    parser.add_argument("--bottles", type=int, default=200)
+    parser.add_argument("--users", type=int, default=30)
     parser.add_argument("--days", type=float, default=2.0, help="simulated days (in-process mode)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--mongodb-uri", help="any MongoDB, Cosmos DB included (default: SecantusDB in-process)")
