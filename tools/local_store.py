@@ -15,6 +15,21 @@ from shared.settings import get_settings
 from shared.store_setup import ensure_store
 
 
+@contextlib.contextmanager
+def setting_defaults(**values: str) -> Iterator[None]:
+    """App settings for the duration of the block, unless the environment already sets them."""
+    added = [name for name in values if name not in os.environ]
+    for name in added:
+        os.environ[name] = values[name]
+    get_settings.cache_clear()
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+        get_settings.cache_clear()
+
+
 def _serve(connection: Connection, storage_path: str) -> None:
     from secantus import SecantusDBServer
 
@@ -46,9 +61,12 @@ def local_store(
 ) -> Iterator[Database[Any]]:
     """A set-up database installed as the app's store for the duration of the block.
 
-    Without a URI, an in-process SecantusDB serves it (in memory, or persisted under `data_dir`)."""
+    Without a URI, SecantusDB serves it (in memory, or persisted under `data_dir`), and the report
+    consumer reads it with the polling source unless CHANGE_SOURCE says otherwise: the embedded store's
+    change streams work, but each empty poll waits on the server, which a local run does not need."""
     with contextlib.ExitStack() as stack:
         if uri is None:
+            stack.enter_context(setting_defaults(CHANGE_SOURCE="polling"))
             if data_dir:
                 os.makedirs(data_dir, exist_ok=True)
             uri = stack.enter_context(secantus_process(data_dir or ":memory:"))
