@@ -20,8 +20,6 @@ latency per command, which makes the per-bottle approach (one round trip per bot
 
 import argparse
 import contextlib
-import subprocess
-import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -39,6 +37,7 @@ from shared.dose_status import plan_of
 from shared.notifications import KINDS, Episode, Kind, notification_document
 from shared.settings import Settings
 from shared.store_setup import ensure_store
+from tools.local_store import secantus_process
 
 NOW = datetime(2026, 5, 4, 12, 0, tzinfo=UTC)
 EVERY = timedelta(hours=8)
@@ -65,32 +64,6 @@ class Result:
 
 
 # --- the database ---------------------------------------------------------------------------------------------
-
-
-_SERVER = """
-import sys
-from secantus import SecantusDBServer
-
-with SecantusDBServer(storage_path=":memory:") as server:
-    print(server.uri, flush=True)
-    sys.stdin.read()  # until the parent closes it
-"""
-
-
-@contextlib.contextmanager
-def server_process() -> Iterator[str]:
-    """An in-memory SecantusDB in a child process; its URI."""
-    child = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert child.stdin is not None
-    assert child.stdout is not None
-    try:
-        yield child.stdout.readline().strip()
-    finally:
-        child.stdin.close()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
 
 
 @contextlib.contextmanager
@@ -239,7 +212,7 @@ def run(fleets: list[Fleet] | None = None) -> str:
     """Measure every fleet; print the table and return it."""
     fleets = fleets or default_fleets()
     rows: list[list[str]] = []
-    with server_process() as uri:
+    with secantus_process() as uri:
         for number, fleet in enumerate(fleets):
             with fresh_database(uri, f"bench_checks_{number}") as (db, tally):
                 seed(db, fleet.bottles, fleet.in_trouble)

@@ -1,10 +1,10 @@
 """The store for local runs: any MongoDB by URI, or by default SecantusDB in-process (nothing to install)."""
 
 import contextlib
-import multiprocessing
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
-from multiprocessing.connection import Connection
 from typing import Any
 
 from pymongo import MongoClient
@@ -30,29 +30,32 @@ def setting_defaults(**values: str) -> Iterator[None]:
         get_settings.cache_clear()
 
 
-def _serve(connection: Connection, storage_path: str) -> None:
-    from secantus import SecantusDBServer
+_SERVER = """
+import sys
+from secantus import SecantusDBServer
 
-    with SecantusDBServer(storage_path=storage_path) as server:
-        connection.send(server.uri)
-        connection.recv()  # until the parent says stop
+with SecantusDBServer(storage_path=sys.argv[1]) as server:
+    print(server.uri, flush=True)
+    sys.stdin.read()  # until the parent closes it
+"""
 
 
 @contextlib.contextmanager
 def secantus_process(storage_path: str = ":memory:") -> Iterator[str]:
     """SecantusDB in a child process (its own interpreter, so the app and the database do not share a
     GIL: on two cores both run at once); yields its URI."""
-    context = multiprocessing.get_context("spawn")
-    parent, child = context.Pipe()
-    process = context.Process(target=_serve, args=(child, storage_path), daemon=True)
-    process.start()
+    command = [sys.executable, "-c", _SERVER, storage_path]
+    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None
+    assert child.stdout is not None
     try:
-        yield str(parent.recv())
+        yield child.stdout.readline().strip()
     finally:
-        parent.send("stop")
-        process.join(timeout=10)
-        if process.is_alive():
-            process.terminate()
+        child.stdin.close()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
 
 
 @contextlib.contextmanager
