@@ -25,7 +25,7 @@ from shared.instants import parse_instant, utc_now
 from shared.report_aggregation import Change, Stamper, UserDay, refresh_daily, refresh_hourly
 from shared.reports import day_of, hour_of
 from shared.settings import get_settings
-from shared.store import create_client
+from shared.store import add_store_arguments, command_line_database
 
 Document = dict[str, Any]
 
@@ -114,8 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     who.add_argument("--all", action="store_true", help="rebuild every user's reports")
     parser.add_argument("--from", dest="start", required=True, help="ISO-8601 with offset, e.g. 2026-11-01T00:00Z")
     parser.add_argument("--to", dest="end", required=True, help="ISO-8601 with offset (exclusive)")
-    parser.add_argument("--uri", help="connection string (default: MONGODB_CONNECTION_STRING)")
-    parser.add_argument("--database", help="database name (default: MONGODB_DATABASE)")
+    add_store_arguments(parser)
     args = parser.parse_args(argv)
     try:
         start, end = parse_instant(args.start), parse_instant(args.end)
@@ -124,12 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     if end <= start:
         parser.error("--to must be later than --from")
     settings = get_settings()
-    uri = args.uri or settings.mongodb_connection_string
-    if not uri:
-        parser.error("no connection string: pass --uri or set MONGODB_CONNECTION_STRING")
-    client = create_client(uri)
-    try:
-        db = client[args.database or settings.mongodb_database]
+    with command_line_database(parser, args) as (db, _uri):
         summary = rebuild(
             db,
             start=start,
@@ -139,8 +133,6 @@ def main(argv: list[str] | None = None) -> None:
             policy=RetryPolicy.from_settings(settings),
             page_size=settings.reports_page_size,
         )
-    finally:
-        client.close()
     print(
         f"read {summary.source_documents} source documents; {summary.hourly_written} hourly and "
         f"{summary.daily_written} daily report writes"

@@ -16,7 +16,7 @@ from pymongo.database import Database
 from shared import cosmos
 from shared.schema import CollectionSpec, collection_specs
 from shared.settings import Settings, get_settings
-from shared.store import create_client
+from shared.store import add_store_arguments, command_line_database
 
 log = logging.getLogger(__name__)
 
@@ -54,20 +54,11 @@ def _index_model(index: Any, *, on_cosmos: bool) -> IndexModel:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--uri", help="connection string (default: MONGODB_CONNECTION_STRING)")
-    parser.add_argument("--database", help="database name (default: MONGODB_DATABASE)")
+    add_store_arguments(parser)
     args = parser.parse_args(argv)
-    settings = get_settings()
-    uri = args.uri or settings.mongodb_connection_string
-    if not uri:
-        parser.error("no connection string: pass --uri or set MONGODB_CONNECTION_STRING")
-    client = create_client(uri)
-    try:
-        db = client[args.database or settings.mongodb_database]
-        for line in ensure_store(db, settings, on_cosmos=cosmos.is_cosmos_uri(uri)):
+    with command_line_database(parser, args) as (db, uri):
+        for line in ensure_store(db, get_settings(), on_cosmos=cosmos.is_cosmos_uri(uri)):
             print(line)
-    finally:
-        client.close()
 
 
 if __name__ == "__main__":
