@@ -73,7 +73,22 @@ def measure(name: str, units: int, tally: CommandTally, run: Callable[[], None])
     return Measurement(name, units, time.perf_counter() - start, tally.count - before)
 
 
+@dataclass(frozen=True)
+class Table:
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+
+    def column(self, row: list[str], name: str) -> str:
+        return str(row[self.header.index(name)])
+
+
+# Every table printed in this process, in order: the suite reads its summary from them.
+PRINTED: list[Table] = []
+
+
 def print_table(title: str, rows: list[list[str]], header: list[str]) -> str:
+    PRINTED.append(Table(title, list(header), [list(map(str, r)) for r in rows]))
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))

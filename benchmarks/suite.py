@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks import checks, ingestion, reports
+from benchmarks.harness import PRINTED, Table, print_table
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
@@ -27,6 +28,36 @@ def _commit() -> str:
     return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
 
 
+def summary_rows(tables: list[Table]) -> list[list[str]]:
+    """The headline figures of every benchmark, each beside its same-run baseline, as one table."""
+    rows: list[list[str]] = []
+    for table in tables:
+        col = table.column
+        if table.title.startswith("Ingestion"):
+            naive = table.rows[0]
+            for row in table.rows[1:]:
+                case = col(row, "approach").removeprefix("app: ")
+                rows.append(["ingestion", f"events/s, {case}", col(row, "events/s"), col(naive, "events/s"),
+                             col(row, "vs naive")])  # fmt: skip
+                rows.append(["ingestion", f"commands/event, {case}", col(row, "commands/event"),
+                             col(naive, "commands/event"), f"{col(row, 'fewer commands')} fewer"])  # fmt: skip
+        elif table.title.startswith("Notification checks"):
+            for seeds, app in zip(table.rows, table.rows[1:], strict=False):
+                same = all(col(seeds, c) == col(app, c) for c in ("check", "bottles", "in trouble"))
+                if same and "seeds" in col(seeds, "approach") and "app" in col(app, "approach"):
+                    case = f"commands per sweep, {col(app, 'check')} at {col(app, 'bottles')} bottles"
+                    rows.append(["checks", case, col(app, "commands"), col(seeds, "commands"),
+                                 f"{col(app, 'fewer commands')} fewer"])  # fmt: skip
+        elif table.title.startswith("Report consumer"):
+            for naive, app in zip(table.rows[::2], table.rows[1::2], strict=True):
+                scenario = col(app, "scenario")
+                rows.append(["reports", f"changes/s, {scenario}", col(app, "changes/s"), col(naive, "changes/s"),
+                             col(app, "speed vs naive")])  # fmt: skip
+                rows.append(["reports", f"commands/change, {scenario}", col(app, "cmds/change"),
+                             col(naive, "cmds/change"), f"{col(app, 'fewer cmds')} fewer"])  # fmt: skip
+    return rows
+
+
 def run(quick: bool) -> str:
     sections: list[tuple[str, str]] = []
     started = time.perf_counter()
@@ -34,12 +65,18 @@ def run(quick: bool) -> str:
     sections.append(("Notification checks", checks.run(checks.default_fleets(quick))))
     sections.append(("Report consumer", reports.run(30 if quick else 100, quick=quick)))
     elapsed = time.perf_counter() - started
+    summary = print_table(
+        "Summary: the app against the seeds' approach, measured in the same run",
+        summary_rows(list(PRINTED)),
+        ["area", "figure", "app", "baseline (seeds)", "ratio"],
+    )
     header = (
         f"# Benchmark results\n\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {_commit()}, "
         f"{'quick' if quick else 'full'} run in {elapsed:.0f} s on {platform.machine()} with {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}. SecantusDB in-process; figures are ratios against the baseline "
         "measured in the same run, since absolute speeds vary from machine to machine.\n"
     )
+    sections.insert(0, ("Summary", summary))
     body = "\n".join(f"\n## {title}\n\n```\n{table}\n```" for title, table in sections)
     return header + body + "\n"
 
