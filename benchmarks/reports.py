@@ -23,15 +23,13 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
-from benchmarks.harness import HANDSHAKE, print_table
+from benchmarks.harness import CommandTally, print_table, secantus_store
 from shared import registry, schema
 from shared.change_feed import MAX_AWAIT_MS, PIPELINE, run_consumer
 from shared.cosmos import RetryPolicy
@@ -40,48 +38,10 @@ from shared.instants import utc_now
 from shared.registry import BottleSpec
 from shared.reports import COUNTERS, daily_id, hour_of, hourly_id, parse_hourly_id
 from shared.settings import Settings
-from shared.store_setup import ensure_store
 
 SETTINGS = Settings(change_source="change_stream", reports_page_size=500)
 POLICY = RetryPolicy.from_settings(SETTINGS)
 NAIVE_HOURLY, NAIVE_DAILY = "naive_hourly_reports", "naive_daily_reports"
-WRITES = {"insert", "update", "delete", "findAndModify"}
-
-
-class Commands(monitoring.CommandListener):
-    """Database commands and writes sent (connection handshakes excluded)."""
-
-    def __init__(self) -> None:
-        self.commands = 0
-        self.writes = 0
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name not in HANDSHAKE:
-            self.commands += 1
-            self.writes += event.command_name in WRITES
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-
-@contextmanager
-def store() -> Iterator[tuple[Database[Any], Commands]]:
-    from secantus import SecantusDBServer
-
-    counted = Commands()
-    with SecantusDBServer(storage_path=":memory:") as server:
-        client: MongoClient[Any] = MongoClient(server.uri, tz_aware=True, event_listeners=[counted])
-        db = client["bench_reports"]
-        ensure_store(db, SETTINGS, on_cosmos=False)
-        try:
-            yield db, counted
-        finally:
-            client.close()
-
-
 # --- the fleet and its traffic ------------------------------------------------------------------------------
 
 
@@ -190,11 +150,11 @@ class Meter:
     commands: int = 0
     writes: int = 0
 
-    def time(self, counted: Commands, work: Callable[[], Any]) -> None:
-        commands, writes, start = counted.commands, counted.writes, time.perf_counter()
+    def time(self, counted: CommandTally, work: Callable[[], Any]) -> None:
+        commands, writes, start = counted.count, counted.writes, time.perf_counter()
         work()
         self.seconds += time.perf_counter() - start
-        self.commands += counted.commands - commands
+        self.commands += counted.count - commands
         self.writes += counted.writes - writes
 
 
@@ -221,7 +181,7 @@ def share_right(db: Database[Any], collection: str, truth: dict[tuple[str, datet
 
 def scenario(
     db: Database[Any],
-    counted: Commands,
+    counted: CommandTally,
     name: str,
     traffic: Iterator[Callable[[], int]],
 ) -> list[Row]:
@@ -340,17 +300,17 @@ def run(users: int, *, quick: bool = False) -> str:
     rate, seconds = (80.0, 4.0) if quick else (120.0, 12.0)
     rows: list[Row] = []
     lags: dict[str, list[float]] = {}
-    with store() as (db, counted):
+    with secantus_store("bench_reports") as (db, counted):
         keys = provision_fleet(db, users, utc_now() - timedelta(days=2))
         rows += scenario(db, counted, "steady stream", steady_traffic(db, keys, slices))
-    with store() as (db, counted):
+    with secantus_store("bench_reports") as (db, counted):
         keys = provision_fleet(db, users, utc_now() - timedelta(days=2))
         rows += scenario(db, counted, "late burst", burst_traffic(db, keys, hours))
-    with store() as (db, _counted):
+    with secantus_store("bench_reports") as (db, _counted):
         keys = provision_fleet(db, users, utc_now() - timedelta(days=2))
         naive = NaiveConsumer(db)
         lags["naive $inc per event"] = lag(db, keys, naive.run, opened_in(db, NAIVE_HOURLY), rate=rate, seconds=seconds)
-    with store() as (db, _counted):
+    with secantus_store("bench_reports") as (db, _counted):
         keys = provision_fleet(db, users, utc_now() - timedelta(days=2))
         run_consumer(db, SETTINGS, now=utc_now())
         ours = opened_in(db, schema.USER_HOURLY_REPORTS)

@@ -13,6 +13,7 @@ from pymongo.database import Database
 from shared import registry, store
 from shared.settings import Settings, get_settings
 from shared.store_setup import ensure_store
+from tests.command_counter import CommandCounter
 
 _databases = itertools.count()
 
@@ -86,6 +87,17 @@ def real_db(secantus_client: MongoClient[Any], monkeypatch: pytest.MonkeyPatch) 
     db = _fresh_database(secantus_client, monkeypatch)
     yield db
     secantus_client.drop_database(db.name)
+
+
+@pytest.fixture
+def counted(secantus_uri: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Database[Any], CommandCounter]]:
+    """A set-up database on SecantusDB whose client counts every command the app sends (cost tests)."""
+    counter = CommandCounter()
+    client: MongoClient[Any] = MongoClient(secantus_uri, tz_aware=True, event_listeners=[counter])
+    db = _fresh_database(client, monkeypatch)
+    yield db, counter
+    client.drop_database(db.name)
+    client.close()
 
 
 @pytest.fixture(params=["mongomock", pytest.param("secantus", marks=pytest.mark.integration)])

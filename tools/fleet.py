@@ -14,7 +14,6 @@ HEARTBEAT = timedelta(minutes=30)
 # Checks run every 1-5 minutes; trouble is only injected where its notification is due well before the end.
 QUIET_TAIL = timedelta(hours=3)
 LEFT_OPEN = timedelta(minutes=5)
-SILENT = timedelta(minutes=60)
 
 
 @dataclass(frozen=True)

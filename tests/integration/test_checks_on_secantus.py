@@ -3,18 +3,15 @@ to notifications and queue messages, all through the registered functions as the
 a sweep costs in database commands, which must not grow with the fleet."""
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from pymongo import MongoClient
 
-from shared import checks, schema, store
+from shared import checks, schema
 from shared.instants import set_clock
 from shared.notifications import KINDS
 from shared.settings import get_settings
-from shared.store_setup import ensure_store
 from tests.api import SPEC, closed, heartbeat, opened
 from tests.checking import World
 from tests.command_counter import CommandCounter
@@ -89,20 +86,6 @@ def test_from_provisioning_through_ingestion_to_notifications_and_queue_messages
         (n["kind"], n["episode_start"]) for n in real_db[schema.NOTIFICATIONS].find({"resolved_at": {"$ne": None}})
     }
     assert resolved == {("silent", START), ("left_open", START + timedelta(hours=2))}
-
-
-@pytest.fixture
-def counted(secantus_uri: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, CommandCounter]]:
-    counter = CommandCounter()
-    client: MongoClient[Any] = MongoClient(secantus_uri, tz_aware=True, event_listeners=[counter])
-    monkeypatch.setenv("MONGODB_DATABASE", "checks_cost")
-    get_settings.cache_clear()
-    client.drop_database("checks_cost")
-    ensure_store(client["checks_cost"], get_settings(), on_cosmos=False)
-    store.use_client(client)
-    yield client["checks_cost"], counter
-    client.drop_database("checks_cost")
-    client.close()
 
 
 def sweep_commands(db: Any, counter: CommandCounter, healthy: int, now: datetime) -> dict[str, int]:

@@ -1,32 +1,11 @@
 """Cost goals, counted on a real server (SecantusDB): database commands per ingestion request."""
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-from pymongo import MongoClient
 
-from shared import schema, store
-from shared.settings import get_settings
-from shared.store_setup import ensure_store
+from shared import schema
 from tests.api import ago, closed, heartbeat, opened, post_events, provisioned
-from tests.command_counter import CommandCounter
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def counted(secantus_uri: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, CommandCounter]]:
-    counter = CommandCounter()
-    client: MongoClient[Any] = MongoClient(secantus_uri, tz_aware=True, event_listeners=[counter])
-    monkeypatch.setenv("MONGODB_DATABASE", "cost")
-    get_settings.cache_clear()
-    client.drop_database("cost")
-    ensure_store(client["cost"], get_settings(), on_cosmos=False)
-    store.use_client(client)
-    yield client["cost"], counter
-    client.drop_database("cost")
-    client.close()
 
 
 def warm(key: str) -> None:
