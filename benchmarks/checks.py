@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
@@ -69,7 +68,7 @@ class Result:
 @contextlib.contextmanager
 def fresh_database(uri: str, name: str) -> Iterator[tuple[Database[Any], CommandTally]]:
     tally = CommandTally()
-    client: MongoClient[Any] = MongoClient(uri, tz_aware=True, event_listeners=[tally])
+    client = store.create_client(uri, event_listeners=[tally])
     db = client[name]
     ensure_store(db, SETTINGS, on_cosmos=False)
     store.use_client(client)

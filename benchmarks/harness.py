@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pymongo import MongoClient, monitoring
+from pymongo import monitoring
 
 from shared import store
 from shared.settings import get_settings
@@ -42,7 +42,7 @@ def secantus_store(database: str = "bench") -> Iterator[tuple[Any, CommandTally]
 
     tally = CommandTally()
     with SecantusDBServer(storage_path=":memory:") as server:
-        client: MongoClient[Any] = MongoClient(server.uri, tz_aware=True, event_listeners=[tally])
+        client = store.create_client(server.uri, event_listeners=[tally])
         db = client[database]
         ensure_store(db, get_settings(), on_cosmos=False)
         store.use_client(client)

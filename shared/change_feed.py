@@ -48,9 +48,15 @@ class Feed:
     lease_id: str
     collection: str
     time_field: str  # the server-side time the polling source reads by (indexed in shared/schema.py)
+    fields: tuple[str, ...] = ()  # what aggregation reads of a changed document besides its `_id`
+
+    @property
+    def projection(self) -> dict[str, int]:
+        """What the polling source reads of a document: a change only names what to recompute."""
+        return dict.fromkeys((self.time_field, *self.fields), 1)
 
 
-ACTIONS_FEED = Feed("reports:bottle_actions", schema.BOTTLE_ACTIONS, "received_at")
+ACTIONS_FEED = Feed("reports:bottle_actions", schema.BOTTLE_ACTIONS, "received_at", ("bottle_id", "time"))
 HEARTBEATS_FEED = Feed("reports:bottle_heartbeats", schema.BOTTLE_HEARTBEATS, "received_at")
 HOURLY_FEED = Feed("reports:user_hourly_reports", schema.USER_HOURLY_REPORTS, "updated_at")
 FEEDS = (ACTIONS_FEED, HEARTBEATS_FEED, HOURLY_FEED)
@@ -73,6 +79,14 @@ def load_lease(db: Database[Any], feed: Feed, policy: RetryPolicy) -> Lease | No
     if found is None:
         return None
     return Lease(found.get("token"), found.get("checkpoint_time"))
+
+
+def aggregated_before(lease: Lease | None, settings: Settings) -> datetime | None:
+    """Everything the feed received before this instant has been aggregated: the lease's checkpoint time, less
+    the overlap for writes that commit late and for clock skew between instances (None: nothing known)."""
+    if lease is None or lease.checkpoint_time is None:
+        return None
+    return lease.checkpoint_time - timedelta(seconds=settings.reports_poll_overlap_seconds)
 
 
 def save_lease(db: Database[Any], feed: Feed, lease: Lease, *, source: str, now: datetime, policy: RetryPolicy) -> None:
@@ -119,8 +133,9 @@ class PollingSource:
     def next_page(self) -> Page | None:
         field = self._feed.time_field
         query = {field: {"$gt": self._after}} if self._after is not None else {field: {"$gte": self._since}}
+        projection = self._feed.projection
         docs = with_retries(
-            lambda: list(self._collection.find(query).sort(field, 1).limit(self._page_size)), self._policy
+            lambda: list(self._collection.find(query, projection).sort(field, 1).limit(self._page_size)), self._policy
         )
         if not docs:
             return None
@@ -130,7 +145,7 @@ class PollingSource:
             if whole:
                 docs, last = whole, whole[-1][field]
             else:  # the page is one instant: take all of it
-                docs = find_all(self._collection, {field: last}, self._policy)
+                docs = find_all(self._collection, {field: last}, self._policy, projection)
         self._after = last
         changes = [Change(self._feed.collection, d["_id"], d) for d in docs]
         return Page(changes, token=None, checkpoint_time=last)
@@ -205,8 +220,7 @@ def open_source(
     db: Database[Any], feed: Feed, lease: Lease | None, settings: Settings, *, now: datetime, policy: RetryPolicy
 ) -> tuple[Source, bool]:
     """The feed's source positioned from its lease, and whether it has to rebuild from a checkpoint time."""
-    overlap = timedelta(seconds=settings.reports_poll_overlap_seconds)
-    since = lease.checkpoint_time - overlap if lease and lease.checkpoint_time else None
+    since = aggregated_before(lease, settings)
     page_size = settings.reports_page_size
     if settings.change_source == "polling":
         return PollingSource(db, feed, since, page_size, policy), False
@@ -279,6 +293,7 @@ class _OpenFeed:
     source: Source
     saved: Lease  # as the lease stands in `leases`
     position: Lease  # where the feed has got to (saved after each page of changes, otherwise at the end)
+    aggregated_before: datetime | None  # as of the start of the run
 
     def save(self, db: Database[Any], *, now: datetime, policy: RetryPolicy) -> None:
         if self.position != self.saved:
@@ -306,7 +321,9 @@ def run_consumer(
             except (PyMongoError, StoreUnavailable) as error:
                 _stopped(feed, error, summary)
                 continue
-            feeds.append(_OpenFeed(feed, source, lease or Lease(), lease or Lease()))
+            feeds.append(
+                _OpenFeed(feed, source, lease or Lease(), lease or Lease(), aggregated_before(lease, settings))
+            )
             if recovering:
                 summary.recovered.append(feed.collection)
         while feeds and clock() < deadline:
@@ -349,7 +366,9 @@ def _take_page(
         if open_feed.feed is HOURLY_FEED:
             summary.daily_written += refresh_daily(db, user_days_of(page.changes), policy)
         else:
-            summary.hourly_written += refresh_hourly(db, page.changes, stamp=stamper.next(), policy=policy).written
+            summary.hourly_written += refresh_hourly(
+                db, page.changes, stamp=stamper.next(), policy=policy, changed_since=open_feed.aggregated_before
+            ).written
         summary.pages += 1
         summary.changes += len(page.changes)
     old = open_feed.position

@@ -19,6 +19,7 @@ from shared.dose_status import ingestion_updates
 from shared.events import DeviceEvent, parse_events
 from shared.payloads import check_size, decode_json
 from shared.registry import RegistryEntry, authenticate, check_key_shape, confirm_heartbeat_key, hash_key
+from shared.reports import LATE_KEPT, late_arrival
 from shared.schedules import DosePlan
 from shared.settings import Settings
 
@@ -80,14 +81,19 @@ def _first_of_each(events: Any) -> list[DeviceEvent]:
 
 def _heartbeat_update(bottle_id: str, key_hash: str, event: DeviceEvent, now: datetime, history: int) -> UpdateOne:
     """One heartbeat into the bottle's heartbeat document (created at provisioning): `last` and
-    `alive_at` move forward only, and `times` keeps the newest `history` instants in order.
+    `alive_at` move forward only, `times` keeps the newest `history` instants in order, and a late
+    heartbeat is listed in `late` with its arrival, for the report consumer (shared/reports.py).
 
     The filter is the whole check: the device's key hash must be the bottle's, and `$ne` makes a
     repeated heartbeat match nothing. One write, no read, on the hot path."""
+    push: dict[str, Any] = {"times": {"$each": [event.time], "$sort": 1, "$slice": -history}}
+    late = late_arrival(event.time, now)
+    if late is not None:
+        push["late"] = {"$each": [late], "$slice": -LATE_KEPT}
     return UpdateOne(
         {"_id": bottle_id, "bottle_id": bottle_id, "key_hash": key_hash, "times": {"$ne": event.time}},
         {
-            "$push": {"times": {"$each": [event.time], "$sort": 1, "$slice": -history}},
+            "$push": push,
             "$max": {"last": event.time, "alive_at": event.time},
             # silent_pending: the silent check has yet to look at this bottle's (possibly new) `alive_at`.
             "$set": {"received_at": now, "silent_pending": True},

@@ -283,7 +283,11 @@ def _sync_heartbeat_document(db: Database[Any], bottle_id: str, spec: BottleSpec
         [
             UpdateOne(
                 {**key, "user_id": {"$ne": spec.user_id}},
-                {"$set": {"user_id": spec.user_id}, "$push": {"owners": {"$each": [owner], "$slice": -MAX_OWNERS}}},
+                # received_at: the reports' polling source reads by it, and a reassignment moves heartbeats.
+                {
+                    "$set": {"user_id": spec.user_id, "received_at": now},
+                    "$push": {"owners": {"$each": [owner], "$slice": -MAX_OWNERS}},
+                },
             ),
             UpdateOne(
                 key,

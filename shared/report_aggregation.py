@@ -1,7 +1,8 @@
 """A page of changes in, report writes out: coalesce into buckets, recompute them from source, write what differs.
 
 Replay-safe by construction. A change only *names* buckets: an opened/closed event its (bottle, device hour),
-a heartbeat document every hour its window of `times` reaches. Each bucket is recomputed from the source
+a heartbeat document the hours of its window of `times` that heartbeats received since the consumer's last
+checkpoint can have changed (every hour of the window when nothing is known). Each bucket is recomputed from the source
 collections as they are now, and the user-hour documents are written with deterministic `_id`s only where the
 recomputed content differs; so processing a change twice, or a page again after a crash, writes the same
 documents (or nothing). Reads and writes per page grow with the buckets touched, never with the changes: a
@@ -60,7 +61,7 @@ _ACTION_FIELDS = dict.fromkeys(
     ],
     1,
 )
-_HEARTBEAT_FIELDS = {"bottle_id": 1, "user_id": 1, "medication": 1, "times": 1, "owners": 1}
+_HEARTBEAT_FIELDS = {"bottle_id": 1, "user_id": 1, "medication": 1, "times": 1, "owners": 1, "late": 1}
 
 
 @dataclass(frozen=True)
@@ -137,11 +138,15 @@ def refresh_hourly(
     policy: RetryPolicy,
     within: Window | None = None,
     only_user: str | None = None,
+    changed_since: datetime | None = None,
 ) -> HourlyResult:
     """Recompute the buckets a page of `bottle_actions`/`bottle_heartbeats` changes touches and write the
-    user-hour documents that differ. `within` and `only_user` narrow a rebuild to its range and user."""
+    user-hour documents that differ. `within` and `only_user` narrow a rebuild to its range and user.
+
+    `changed_since`: every heartbeat received before it has been aggregated already, so of a heartbeat
+    document only the hours that may have changed since are recomputed (shared/reports.py); None: all."""
     buckets = coalesce(changes)
-    parts = recomputed_parts(db, buckets, policy, within=within, only_user=only_user)
+    parts = recomputed_parts(db, buckets, policy, within=within, only_user=only_user, changed_since=changed_since)
     written, emptied = write_hourly(db, parts, stamp, policy)
     if emptied:  # a deleted document never reaches the hourly feed (no deletes in it): roll its day up now
         refresh_daily(db, {(user_id, day_of(hour)) for user_id, hour in emptied}, policy)
@@ -155,6 +160,7 @@ def recomputed_parts(
     *,
     within: Window | None = None,
     only_user: str | None = None,
+    changed_since: datetime | None = None,
 ) -> Parts:
     """Per user-hour and bottle, the parts recomputed from source: one range query per bottle's run of
     action hours, one `$in` read of the heartbeat documents."""
@@ -169,7 +175,7 @@ def recomputed_parts(
             if wanted(user_id, hour):
                 parts[(user_id, hour)][bottle_id].action = action
     for doc in load_heartbeat_documents(db, buckets.heartbeat_bottles, policy):
-        for (user_id, hour), heartbeat in heartbeat_parts(doc, within).items():
+        for (user_id, hour), heartbeat in heartbeat_parts(doc, within, changed_since=changed_since).items():
             if wanted(user_id, hour):
                 parts[(user_id, hour)][str(doc["_id"])].heartbeat = heartbeat
     return {key: dict(bottles) for key, bottles in parts.items()}

@@ -138,29 +138,62 @@ def ownerships(heartbeat_doc: Mapping[str, Any]) -> list[Ownership]:
     return spans
 
 
+# A heartbeat that arrives more than LATE_AFTER after its device time is recorded in the heartbeat document's
+# `late` list (hour, arrival), which keeps the newest LATE_KEPT; the consumer finds a prompter one by its time.
+LATE_AFTER = timedelta(minutes=5)
+LATE_KEPT = 16
+
+
+def late_arrival(moment: datetime, received_at: datetime) -> Document | None:
+    """The `late` entry a heartbeat of `moment` received at `received_at` adds (None if it is prompt)."""
+    if received_at - moment <= LATE_AFTER:
+        return None
+    return {"hour": hour_of(moment), "received_at": received_at}
+
+
+def hours_changed_since(heartbeat_doc: Mapping[str, Any], since: datetime) -> set[datetime] | None:
+    """The hours whose heartbeat counts may have changed since `since` (None: any hour of the window).
+
+    A heartbeat received since then is either prompt, so its time is no earlier than `since - LATE_AFTER`, or
+    late and listed in `late` with its arrival, unless more late ones than `late` keeps arrived since. (A
+    reassignment since then moves only heartbeats dated after it, whose hours are among the prompt ones.)"""
+    late = heartbeat_doc.get("late") or []
+    if len(late) >= LATE_KEPT and min(entry["received_at"] for entry in late) >= since:
+        return None
+    hours = {hour_of(moment) for moment in heartbeat_doc.get("times") or [] if moment >= since - LATE_AFTER}
+    return hours | {entry["hour"] for entry in late if entry["received_at"] >= since}
+
+
 def heartbeat_parts(
-    heartbeat_doc: Mapping[str, Any], within: tuple[datetime, datetime] | None = None
+    heartbeat_doc: Mapping[str, Any],
+    within: tuple[datetime, datetime] | None = None,
+    *,
+    changed_since: datetime | None = None,
 ) -> dict[tuple[str, datetime], HeartbeatPart]:
-    """Per (user, hour), the heartbeat part of one bottle, for every hour its window of `times` reaches.
+    """Per (user, hour), the heartbeat part of one bottle, for every hour its window of `times` reaches, or
+    with `changed_since`, only those whose counts may have changed since then (hours_changed_since).
 
     A heartbeat counts for whoever owned the bottle at its device time. Every owner of the bottle during an
     hour gets a part for it (possibly 0), so a heartbeat attributed anew is also taken away from the other.
     Hours before the window are not recomputed at all: their counts stay as they were."""
-    times = sorted(heartbeat_doc.get("times") or [])
+    times = heartbeat_doc.get("times") or []
     if not times:
         return {}
+    changed = None if changed_since is None else hours_changed_since(heartbeat_doc, changed_since)
+    oldest = hour_of(min(times))
     spans = ownerships(heartbeat_doc)
+    hours: set[datetime] = set()
     counts: Counter[tuple[str, datetime]] = Counter()
     for moment in times:
-        owner = next((s.user_id for s in spans if s.holds(moment)), None)
-        if owner is not None:  # None only if reassignment instants ever went backwards
-            counts[(owner, hour_of(moment))] += 1
-    oldest = hour_of(times[0])
+        hour = hour_of(moment)
+        if (within is None or within[0] <= hour < within[1]) and (changed is None or hour in changed):
+            hours.add(hour)
+            owner = next((s.user_id for s in spans if s.holds(moment)), None)
+            if owner is not None:  # None only if reassignment instants ever went backwards
+                counts[(owner, hour)] += 1
     medication = str(heartbeat_doc.get("medication", ""))
     parts = {}
-    for hour in sorted({hour_of(t) for t in times}):
-        if within is not None and not within[0] <= hour < within[1]:
-            continue
+    for hour in sorted(hours):
         for span in spans:
             # A heartbeat received before a reassignment may be dated up to MAX_FUTURE_SKEW after it, and so
             # counted for the earlier owner then: that owner's hour is recomputed too.

@@ -3,7 +3,7 @@
 import argparse
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pymongo import MongoClient
@@ -24,15 +24,21 @@ class StoreNotConfigured(RuntimeError):
     """MONGODB_CONNECTION_STRING is missing."""
 
 
-def create_client(uri: str) -> MongoClient[Document]:
-    """A client tuned for Cosmos DB for MongoDB (works on any MongoDB). Connects lazily."""
+def create_client(uri: str, *, event_listeners: Sequence[Any] = ()) -> MongoClient[Document]:
+    """A client tuned for Cosmos DB for MongoDB (works on any MongoDB). Connects lazily.
+
+    Every client of the app's data is made here, the local tools' too, so they run as the app does.
+    `event_listeners`: pymongo command listeners (the cost tests and benchmarks count commands)."""
     return MongoClient(
         uri,
         tz_aware=True,
         maxIdleTimeMS=MAX_IDLE_TIME_MS,
-        retryWrites=False,  # Cosmos DB rejects retryable writes; our writes are idempotent and retried by us.
+        # Cosmos DB rejects retryable writes; our writes are idempotent and retried by us. (SecantusDB
+        # accepts them, but scans every one it has recorded on each write, slowing several-fold in a long run.)
+        retryWrites=False,
         appname="pillbottle-functions",
         connect=False,
+        event_listeners=list(event_listeners),
     )
 
 

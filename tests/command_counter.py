@@ -9,21 +9,33 @@ READS = {"find", "aggregate", "count", "getMore", "distinct"}
 
 
 class CommandCounter(monitoring.CommandListener):
+    """The commands sent, as (command, collection), and the documents each (command, collection) read back."""
+
     def __init__(self) -> None:
         self.commands: list[tuple[str, str]] = []
+        self.documents_read: Counter[tuple[str, str]] = Counter()
+        self._started: dict[int, tuple[str, str]] = {}
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         collection = event.command.get(event.command_name)
-        self.commands.append((event.command_name, collection if isinstance(collection, str) else ""))
+        name = collection if isinstance(collection, str) else ""
+        if event.command_name == "getMore":
+            name = str(event.command.get("collection", ""))
+        self.commands.append((event.command_name, name))
+        self._started[event.request_id] = (event.command_name, name)
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
+        command = self._started.pop(event.request_id, ("", ""))
+        cursor = event.reply.get("cursor")
+        if isinstance(cursor, dict):
+            self.documents_read[command] += len(cursor.get("firstBatch", cursor.get("nextBatch", [])))
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
+        self._started.pop(event.request_id, None)
 
     def reset(self) -> None:
         self.commands.clear()
+        self.documents_read.clear()
 
     @property
     def writes(self) -> list[tuple[str, str]]:

@@ -93,7 +93,7 @@ def real_db(secantus_client: MongoClient[Any], monkeypatch: pytest.MonkeyPatch) 
 def counted(secantus_uri: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Database[Any], CommandCounter]]:
     """A set-up database on SecantusDB whose client counts every command the app sends (cost tests)."""
     counter = CommandCounter()
-    client: MongoClient[Any] = MongoClient(secantus_uri, tz_aware=True, event_listeners=[counter])
+    client = store.create_client(secantus_uri, event_listeners=[counter])
     db = _fresh_database(client, monkeypatch)
     yield db, counter
     client.drop_database(db.name)

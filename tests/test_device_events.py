@@ -1,10 +1,12 @@
 """POST /api/bottles/{bottle_id}/events: what devices see and what gets stored."""
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from shared import schema
+from shared.reports import LATE_KEPT, hour_of
 from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned
 
 
@@ -66,6 +68,29 @@ def test_a_late_heartbeat_never_moves_last_backwards(db):
     post_events("bottle-1", key, heartbeat(ago(minutes=5)))
     post_events("bottle-1", key, heartbeat(ago(hours=6)))
     assert heartbeat_document(db)["last"] == ago(minutes=5)
+
+
+def test_a_late_heartbeat_is_listed_with_its_arrival_for_the_report_consumer(db):
+    key = provisioned()
+    prompt, buffered = ago(minutes=2), ago(hours=6, minutes=10)
+    before = datetime.now(UTC) - timedelta(milliseconds=1)  # the store keeps milliseconds
+
+    post_events("bottle-1", key, {"events": [heartbeat(prompt), heartbeat(buffered)]})
+    post_events("bottle-1", key, heartbeat(buffered))  # a device retry
+
+    [late] = heartbeat_document(db)["late"]  # the prompt heartbeat and the repeat add nothing
+    assert late["hour"] == hour_of(buffered)
+    assert before <= late["received_at"] <= datetime.now(UTC)
+
+
+def test_only_the_newest_late_heartbeats_are_listed(db):
+    key = provisioned()
+    buffered = [ago(hours=3, minutes=5 * i) for i in range(LATE_KEPT + 4)]
+
+    post_events("bottle-1", key, {"events": [heartbeat(t) for t in buffered]})
+
+    late = heartbeat_document(db)["late"]
+    assert [entry["hour"] for entry in late] == [hour_of(t) for t in buffered[-LATE_KEPT:]]
 
 
 def test_actions_are_stored_with_owner_and_medication_from_the_registry(db):

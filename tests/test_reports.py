@@ -12,7 +12,7 @@ import pytest
 from shared import change_feed, instants, rebuild_reports, schema
 from shared.cosmos import RetryPolicy, StoreUnavailable
 from shared.instants import utc_now
-from shared.reports import day_of, hour_of
+from shared.reports import LATE_KEPT, day_of, hour_of
 from shared.settings import get_settings
 from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned, put_bottle
 from tests.cosmos_fakes import ThrottlingDatabase
@@ -194,6 +194,20 @@ def test_late_events_land_in_their_past_hour_and_its_day_is_recomputed(db):
     assert day["bottles"][0]["last_number_of_pills"] == 29
 
 
+def test_more_late_heartbeats_than_the_bottle_lists_still_count_in_every_hour(db):
+    key = provisioned("bottle-1")
+    post_events("bottle-1", key, heartbeat(at(H8, 1)))
+    aggregate()  # caught up: from now on only hours changed since are recomputed
+
+    # Back from a day offline: one buffered heartbeat an hour, more than the document lists as late.
+    hours = [H10 + timedelta(hours=i) for i in range(LATE_KEPT + 4)]
+    post_events("bottle-1", key, {"events": [heartbeat(at(hour, 1)) for hour in hours]})
+    aggregate()
+
+    counted = [(r["hour"][:13], r["heartbeats"]) for r in hourly(end=hours[-1] + timedelta(hours=1))]
+    assert counted == [(f"{hour:%Y-%m-%dT%H}", 1) for hour in (H8, *hours)]
+
+
 def test_aggregating_again_changes_nothing(db):
     key = provisioned("bottle-1")
     post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2)), closed(at(H10, 3))]})
@@ -231,7 +245,7 @@ def test_a_page_aggregated_again_after_a_crash_before_its_checkpoint_gives_the_s
 
 def test_a_reassigned_bottles_later_events_count_for_the_new_user_only(db):
     key = provisioned("bottle-1")
-    before = ago(hours=2)
+    before = hour_of(ago(hours=2)) + timedelta(minutes=10)  # both events in one hour, whatever the clock says
     post_events("bottle-1", key, {"events": [heartbeat(before), opened(before + timedelta(minutes=1))]})
     # Reassigned before the consumer ever ran: the earlier heartbeat must still stay with the earlier owner.
     assert put_bottle("bottle-1", {**SPEC, "user_id": "newowner"}).status == 200

@@ -7,7 +7,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from pymongo import MongoClient
 from pymongo.database import Database
 
 from shared import store
@@ -73,7 +72,7 @@ def local_store(
             if data_dir:
                 os.makedirs(data_dir, exist_ok=True)
             uri = stack.enter_context(secantus_process(data_dir or ":memory:"))
-        client: MongoClient[Any] = MongoClient(uri, tz_aware=True, event_listeners=listeners or [])
+        client = store.create_client(uri, event_listeners=listeners or [])
         stack.callback(client.close)
         db = client[get_settings().mongodb_database]
         ensure_store(db, get_settings(), on_cosmos=False)

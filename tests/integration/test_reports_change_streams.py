@@ -3,21 +3,18 @@ aggregate, read; a crash between the writes and the checkpoint; a restart that r
 a rejected token; both change sources; and what a page costs in database commands."""
 
 import logging
-from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from pymongo import MongoClient
 
-from shared import change_feed, rebuild_reports, schema, store
+from shared import change_feed, instants, rebuild_reports, schema, store
 from shared.cosmos import RetryPolicy, StoreUnavailable
 from shared.instants import utc_now
 from shared.reports import day_of
 from shared.settings import get_settings
-from shared.store_setup import ensure_store
 from tests.api import SPEC, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
-from tests.command_counter import CommandCounter
 from tests.report_client import aggregate, clear_reports, get_reports, set_setting, stored_reports
 
 pytestmark = pytest.mark.integration
@@ -201,19 +198,6 @@ def test_change_streams_and_polling_give_identical_reports(real_db, monkeypatch)
 # --- cost ---------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def counted(secantus_uri: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, CommandCounter]]:
-    counter = CommandCounter()
-    client: MongoClient[Any] = MongoClient(secantus_uri, tz_aware=True, event_listeners=[counter])
-    set_setting(monkeypatch, "MONGODB_DATABASE", "report_cost")
-    client.drop_database("report_cost")
-    ensure_store(client["report_cost"], get_settings(), on_cosmos=False)
-    store.use_client(client)
-    yield client["report_cost"], counter
-    client.drop_database("report_cost")
-    client.close()
-
-
 def test_a_page_costs_the_same_commands_whatever_its_number_of_changes(counted):
     db, counter = counted
     key = provisioned("bottle-1")
@@ -235,6 +219,33 @@ def test_a_page_costs_the_same_commands_whatever_its_number_of_changes(counted):
     assert reports == [("insert", schema.USER_HOURLY_REPORTS), ("update", schema.USER_DAILY_REPORTS)]
     assert 2 <= len(checkpoints) <= 2 + 3
     assert db[schema.USER_HOURLY_REPORTS].find_one({"hour": H9 + timedelta(hours=1)})["opened"] == 50
+
+
+def test_a_new_heartbeat_rereads_only_the_user_hour_it_changed_not_its_whole_window(counted):
+    db, counter = counted
+    clock = [datetime(2026, 11, 20, 0, 10, tzinfo=UTC)]
+    instants.set_clock(lambda: clock[0])
+    try:
+        key = provisioned("bottle-1")
+        # Back from two days offline: 96 buffered heartbeats, the bottle's whole window, uploaded at once.
+        window = [clock[0] - timedelta(minutes=30 * k) for k in range(96)]
+        post_events("bottle-1", key, {"events": [heartbeat(moment) for moment in window]})
+        clock[0] += timedelta(minutes=10)
+        run()
+        assert db[schema.USER_HOURLY_REPORTS].count_documents({}) == 49  # 47.5 hours, over 49 clock hours
+
+        clock[0] += timedelta(minutes=10)  # 00:30, past the checkpoint and its overlap
+        post_events("bottle-1", key, heartbeat(clock[0]))
+        counter.reset()
+        run()
+    finally:
+        instants.set_clock(None)
+
+    # One user-hour read to merge the heartbeat into (not the 49 of the window), one to roll up its day.
+    assert counter.documents_read[("find", schema.USER_HOURLY_REPORTS)] == 2
+    hour = db[schema.USER_HOURLY_REPORTS].find_one({"hour": datetime(2026, 11, 20, 0, tzinfo=UTC)})
+    assert hour["heartbeats"] == 2
+    assert db[schema.USER_DAILY_REPORTS].find_one({"day": datetime(2026, 11, 20, tzinfo=UTC)})["heartbeats"] == 2
 
 
 def test_the_rebuild_command_restores_a_users_reports(real_db, secantus_uri, capsys):
