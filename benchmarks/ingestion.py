@@ -1,12 +1,14 @@
 """Ingestion throughput and cost: events/s and database commands per event, through the real HTTP
-function, for single events and batches of 100, beside the seeds' naive one-insert-per-event approach
-measured on the same server in the same run.
+function, for single events and batches of 100, beside the seeds' naive one-insert-per-event storage behind
+the same request handling, measured on the same server in the same run.
 
     python -m benchmarks.ingestion [--events 4000] [--bottles 50]
 """
 
 import argparse
 import json
+from collections.abc import Iterator
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,6 +17,11 @@ import azure.functions as func
 from benchmarks.harness import Measurement, measure, print_table, secantus_store
 from functions.bottles import provision_bottle
 from functions.device_events import post_events
+from shared.events import parse_events
+from shared.instants import utc_now
+from shared.payloads import check_size, decode_json
+from shared.registry import check_key_shape
+from shared.settings import get_settings
 
 _post = post_events.build().get_user_function()
 _provision = provision_bottle.build().get_user_function()
@@ -57,21 +64,37 @@ def device_events(count: int, start: datetime) -> list[dict[str, Any]]:
     return events
 
 
+def naive_post_all(db: Any, keys: dict[str, str], events: list[dict[str, Any]]) -> None:
+    for request in requests(keys, events, 1):
+        naive_post(db, request)
+
+
 def post_all(keys: dict[str, str], events: list[dict[str, Any]], batch: int) -> None:
+    for request in requests(keys, events, batch):
+        response = _post(request)
+        assert response.status_code == 202, response.get_body()
+
+
+def requests(keys: dict[str, str], events: list[dict[str, Any]], batch: int) -> Iterator[func.HttpRequest]:
+    """The events as device requests of `batch` events each, the bottles taking turns."""
     bottles = list(keys)
     for n, first in enumerate(range(0, len(events), batch)):
         bottle_id = bottles[n % len(bottles)]
         chunk = events[first : first + batch]
         payload = chunk[0] if batch == 1 else {"events": chunk}
-        response = _post(_request("POST", bottle_id, json.dumps(payload).encode(), keys[bottle_id]))
-        assert response.status_code == 202, response.get_body()
+        yield _request("POST", bottle_id, json.dumps(payload).encode(), keys[bottle_id])
 
 
-def naive_inserts(db: Any, events: list[dict[str, Any]], bottles: int) -> None:
-    """The seeds: each event becomes one document, inserted on its own."""
-    for i, event in enumerate(events):
-        document = {**event, "bottle_id": f"bench-{i % bottles}", "time": datetime.fromisoformat(event["time"])}
-        db["naive_events"].insert_one(document)
+def naive_post(db: Any, request: func.HttpRequest) -> None:
+    """The seeds' storage behind the app's own request handling (the same size, key-shape and event
+    checks): each event becomes one document, inserted on its own. Only the storage differs, so events/s
+    compare like with like."""
+    body = request.get_body()
+    check_size(body)
+    check_key_shape(request.headers.get("X-Device-Key"))
+    events = parse_events(decode_json(body), utc_now(), timedelta(days=get_settings().max_event_age_days))
+    for event in events:
+        db["naive_events"].insert_one({**asdict(event), "bottle_id": request.route_params["bottle_id"]})
 
 
 def run(events: int, bottles: int) -> str:
@@ -81,9 +104,8 @@ def run(events: int, bottles: int) -> str:
         keys = provision(bottles)
         post_all(keys, device_events(50, start - timedelta(hours=1)), 1)  # warm the worker's registry cache
         stream = device_events(events, start)
-        rows.append(
-            measure("naive: insert_one per event (seeds)", events, tally, lambda: naive_inserts(db, stream, bottles))
-        )
+        naive = "naive: insert_one per event (seeds), one event per request"
+        rows.append(measure(naive, events, tally, lambda: naive_post_all(db, keys, stream)))
         single = device_events(events, start + timedelta(hours=6))
         rows.append(measure("app: one event per request", events, tally, lambda: post_all(keys, single, 1)))
         batched = device_events(events, start + timedelta(hours=12))

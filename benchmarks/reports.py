@@ -294,8 +294,7 @@ def opened_in(db: Database[Any], collection: str) -> Callable[[str], int]:
 
 
 def run(users: int, *, quick: bool = False) -> str:
-    """Each scenario on a fresh server: SecantusDB slows down several-fold after ~10 K writes (measured with a
-    bare insert loop), which would penalise whichever approach ran later or wrote more."""
+    """Each scenario on a fresh server, so that neither approach inherits the other's data."""
     slices, hours = (4, 3) if quick else (6, 4)
     rate, seconds = (80.0, 4.0) if quick else (120.0, 12.0)
     rows: list[Row] = []

@@ -1,10 +1,10 @@
 """A page of changes in, report writes out: coalesce into buckets, recompute them from source, write what differs.
 
 Replay-safe by construction. A change only *names* buckets: an opened/closed event its (bottle, device hour),
-a heartbeat document the hours of its window of `times` that heartbeats received since the consumer's last
-checkpoint can have changed (every hour of the window when nothing is known). Each bucket is recomputed from the source
-collections as they are now, and the user-hour documents are written with deterministic `_id`s only where the
-recomputed content differs; so processing a change twice, or a page again after a crash, writes the same
+a heartbeat document the hours of its window that heartbeats received since the consumer's checkpoint can
+have changed (every hour of the window when nothing is known). Each bucket is recomputed from the source
+collections as they are now, and the user-hour documents are written with deterministic `_id`s only where
+the recomputed content differs; so processing a change twice, or a page again after a crash, writes the same
 documents (or nothing). Reads and writes per page grow with the buckets touched, never with the changes: a
 page costs one query per source range it touches (single-partition each), one read of the user-hours it
 touches and one bulk write.

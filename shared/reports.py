@@ -212,8 +212,8 @@ def merged_entry(
     """A bottle's entry after recomputing the parts given (None: that part is unchanged, keep `stored`).
 
     `medication` is that of the bottle's latest opened/closed event of the hour, or in an hour of heartbeats
-    only, the bottle's current one. None when the entry counts nothing: the bottle did nothing that hour for
-    this user."""
+    only, the bottle's as its heartbeat document had it when the hour's heartbeats were last counted. None
+    when the entry counts nothing: the bottle did nothing that hour for this user."""
     old = stored or {}
     entry: Document = {"bottle_id": bottle_id, "medication": old.get("medication")}
     for field in (*ACTION_COUNTERS, *LAST_READINGS):

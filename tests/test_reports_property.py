@@ -7,7 +7,6 @@ is aggregated either knowing nothing of what came before it, or knowing the earl
 has not been delivered yet (the consumer's checkpoint), as tightly as that bound allows."""
 
 import json
-from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
@@ -22,10 +21,11 @@ from shared.ingestion import receive
 from shared.rebuild_reports import rebuild
 from shared.registry import BottleSpec, provision
 from shared.report_aggregation import Change, Stamper, refresh_daily, refresh_hourly
-from shared.reports import COUNTERS, day_of
+from shared.reports import day_of
 from shared.settings import Settings
 from shared.store_setup import ensure_store
 from tests.report_client import stored_reports
+from tools.report_truth import reported_totals, source_totals
 
 START = datetime(2026, 11, 20, 6, tzinfo=UTC)  # the server clock when the history begins
 STEP = timedelta(minutes=25)  # server time between two operations
@@ -151,28 +151,4 @@ def replay(operations: list[tuple[Any, ...]], data: st.DataObject) -> None:
     rebuild(history.db, start=START - timedelta(days=1), end=end, user_id=None, now=end, policy=POLICY)
 
     assert consumed == stored_reports(history.db)
-    assert hourly_totals(consumed) == expected_totals(history.db)
-
-
-def hourly_totals(reports: dict[str, dict[str, Any]]) -> dict[tuple[str, datetime], tuple[int, ...]]:
-    hourly = (r for r in reports.values() if "hour" in r)
-    return {(r["user_id"], r["hour"]): tuple(r[c] for c in COUNTERS) for r in hourly}
-
-
-def expected_totals(db: Any) -> dict[tuple[str, datetime], tuple[int, ...]]:
-    """The same totals counted straight from the source, as the README defines them."""
-    totals: dict[tuple[str, datetime], list[int]] = defaultdict(lambda: [0] * len(COUNTERS))
-    for action in db[schema.BOTTLE_ACTIONS].find():
-        counts = totals[(action["user_id"], action["time"].replace(minute=0, second=0, microsecond=0))]
-        taken = action.get("pills_taken", 0)
-        for counter, value in zip(
-            COUNTERS[:4],
-            (action["action"] == "opened", action["action"] == "closed", taken > 0, taken),
-            strict=True,
-        ):
-            counts[COUNTERS.index(counter)] += int(value)
-    for doc in db[schema.BOTTLE_HEARTBEATS].find():
-        for moment in doc["times"]:
-            owner = [o for i, o in enumerate(doc["owners"]) if i == 0 or o["since"] <= moment][-1]["user_id"]
-            totals[(owner, moment.replace(minute=0, second=0, microsecond=0))][4] += 1
-    return {key: tuple(values) for key, values in totals.items() if any(values)}
+    assert reported_totals(history.db) == source_totals(history.db)

@@ -45,6 +45,9 @@ def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions
     assert result.queue_messages == len([n for n in result.notifications if n.get("kind")])
     assert result.daily_report is not None
     assert result.daily_report["heartbeats"] > 0
+    # Every user-hour the reports can be checked for says what the source says.
+    assert result.report_check.user_hours >= 4 * 24
+    assert result.report_check.mismatches == []
 
 
 def test_device_traffic_over_http_against_the_local_server(real_db, registered_functions):

@@ -63,12 +63,14 @@ def local_store(
 ) -> Iterator[Database[Any]]:
     """A set-up database installed as the app's store for the duration of the block.
 
-    Without a URI, SecantusDB serves it (in memory, or persisted under `data_dir`), and the report
-    consumer reads it with the polling source unless CHANGE_SOURCE says otherwise: the embedded store's
-    change streams work, but each empty poll waits on the server, which a local run does not need."""
+    Without a URI, SecantusDB serves it (in memory, or persisted under `data_dir`), and unless the
+    environment says otherwise the report consumer reads it with the polling source (the embedded store's
+    change streams work, but each empty poll waits on the server, which a local run does not need) with a
+    10-second overlap: one process on one clock has no skew between instances to cover, and its writes
+    commit within milliseconds of their receive time."""
     with contextlib.ExitStack() as stack:
         if uri is None:
-            stack.enter_context(setting_defaults(CHANGE_SOURCE="polling"))
+            stack.enter_context(setting_defaults(CHANGE_SOURCE="polling", REPORTS_POLL_OVERLAP_SECONDS="10"))
             if data_dir:
                 os.makedirs(data_dir, exist_ok=True)
             uri = stack.enter_context(secantus_process(data_dir or ":memory:"))

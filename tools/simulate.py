@@ -29,11 +29,13 @@ from shared import schema
 from shared.instants import set_clock
 from shared.settings import get_settings
 from tools.fleet import Bottle, Expected, Plan, Request, make_fleet, plan_fleet
+from tools.report_truth import complete_from, reported_totals, source_totals
 
 # A Saturday just before Europe's spring DST change (29 March 2026): schedules must survive it.
 SIMULATION_START = datetime(2026, 3, 28, 5, 0, tzinfo=UTC)
 KINDS = ("late_dose", "left_open", "silent")
-SIMULATION_REPORTS_SCHEDULE = "0 */5 * * * *"
+SIMULATION_REPORTS_SCHEDULE = "0 */10 * * * *"
+REPORTS_TIMER = "aggregate_reports"
 
 
 @dataclass
@@ -124,6 +126,27 @@ def post(request: Request, keys: dict[str, str], send: Send, tally: Tally) -> No
 
 
 @dataclass
+class ReportCheck:
+    """The hourly reports against the source counted directly (tools/report_truth.py)."""
+
+    user_hours: int  # user-hours compared
+    since: datetime | None  # from this hour on (older hours' heartbeats may have left the window)
+    mismatches: list[str]
+
+
+def check_reports(db: Any) -> ReportCheck:
+    since = complete_from(db)
+    expected, reported = source_totals(db), reported_totals(db)
+    keys = sorted(k for k in expected.keys() | reported.keys() if since is not None and k[1] >= since)
+    mismatches = [
+        f"{user} {hour:%Y-%m-%d %H}:00: reported {reported.get((user, hour))}, source {expected.get((user, hour))}"
+        for user, hour in keys
+        if expected.get((user, hour)) != reported.get((user, hour))
+    ]
+    return ReportCheck(len(keys), since, mismatches)
+
+
+@dataclass
 class SimulationResult:
     plan: Plan
     tally: Tally
@@ -137,6 +160,7 @@ class SimulationResult:
     timer_runs: Counter[str]
     commands_per_event: float
     daily_report: dict[str, Any] | None
+    report_check: ReportCheck
     settings_used: str
 
 
@@ -163,7 +187,7 @@ def run_simulation(
     clock = [plan.start]
     set_clock(lambda: clock[0])
     try:
-        # The checks keep their default schedules; the report consumer runs every 5 simulated minutes (its
+        # The checks keep their default schedules; the report consumer runs every 10 simulated minutes (its
         # cost is per run, and nothing here reads reports sooner). The environment can override both.
         with (
             setting_defaults(REPORTS_SCHEDULE=SIMULATION_REPORTS_SCHEDULE),
@@ -182,55 +206,89 @@ def run_simulation(
                 return response.status_code, json.loads(raw) if raw else None
 
             keys = provision(fleet, send)
-            tally, timer_runs = Tally(), Counter[str]()
-            device_seconds = 0.0
-            timer_seconds: dict[str, float] = {}
-            device_commands = 0
             timeline = list(_merge(plan.requests, host.due_timers(plan.start, plan.end)))
-            bar = Progress(len(timeline), "simulating") if progress else None
-            for done, (at, item) in enumerate(timeline, 1):
-                clock[0] = at
-                started, before = time.perf_counter(), commands.count
-                if isinstance(item, Request):
-                    post(item, keys, send, tally)
-                    device_seconds += time.perf_counter() - started
-                    device_commands += commands.count - before
-                else:
-                    host.run_timer(item)
-                    timer_runs[item] += 1
-                    timer_seconds[item] = timer_seconds.get(item, 0.0) + time.perf_counter() - started
-                if bar is not None and done % 200 == 0:
-                    bar.update(done)
-            if bar is not None:
-                bar.update(len(timeline))
+            # A last consumer run, so the reports include the events sent after its last scheduled run.
+            timeline.append((max(timeline[-1][0], plan.end), REPORTS_TIMER))
+            played = play(
+                timeline,
+                clock,
+                host=host,
+                post_request=lambda request, tally: post(request, keys, send, tally),
+                commands=commands,
+                progress=progress,
+            )
             notifications = list(db[schema.NOTIFICATIONS].find())
             scores, misses, extras = score(plan.expected, notifications)
             queued = sum(len(messages) for messages in host.queues.values())
             report = _daily_report(db, fleet[0].user_id, plan.start + timedelta(days=1))
+            report_check = check_reports(db)
     finally:
         set_clock(None)
     return SimulationResult(
         plan=plan,
-        tally=tally,
+        tally=played.tally,
         scores=scores,
         misses=misses,
         extras=extras,
         queue_messages=queued,
         notifications=notifications,
-        device_seconds=device_seconds,
-        timer_seconds=timer_seconds,
-        timer_runs=timer_runs,
-        commands_per_event=device_commands / max(tally.sent, 1),
+        device_seconds=played.device_seconds,
+        timer_seconds=played.timer_seconds,
+        timer_runs=played.timer_runs,
+        commands_per_event=played.device_commands / max(played.tally.sent, 1),
         daily_report=report,
+        report_check=report_check,
         settings_used=settings_used,
     )
 
 
+@dataclass
+class Playback:
+    tally: Tally = field(default_factory=Tally)
+    device_seconds: float = 0.0
+    device_commands: int = 0
+    timer_runs: Counter[str] = field(default_factory=Counter)
+    timer_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def play(
+    timeline: list[tuple[datetime, Any]],
+    clock: list[datetime],
+    *,
+    host: Any,
+    post_request: Callable[[Request, Tally], None],
+    commands: CommandTally,
+    progress: bool,
+) -> Playback:
+    """Each request and timer firing at its simulated instant, timed and counted."""
+    played = Playback()
+    bar = Progress(len(timeline), "simulating") if progress else None
+    for done, (at, item) in enumerate(timeline, 1):
+        clock[0] = at
+        started, before = time.perf_counter(), commands.count
+        if isinstance(item, Request):
+            post_request(item, played.tally)
+            played.device_seconds += time.perf_counter() - started
+            played.device_commands += commands.count - before
+        else:
+            host.run_timer(item)
+            played.timer_runs[item] += 1
+            played.timer_seconds[item] = played.timer_seconds.get(item, 0.0) + time.perf_counter() - started
+        if bar is not None and done % 200 == 0:
+            bar.update(done)
+    if bar is not None:
+        bar.update(len(timeline))
+    return played
+
+
 def describe_settings(*, embedded: bool) -> str:
     settings = get_settings()
+    source = f"{settings.change_source} source"
+    if settings.change_source == "polling":
+        source += f" (overlap {settings.reports_poll_overlap_seconds} s)"
     return (
-        f"store: {'SecantusDB (embedded)' if embedded else 'MongoDB by URI'}; reports: {settings.change_source} "
-        f"source, schedule '{settings.reports_schedule}'; checks: open '{settings.check_open_bottles_schedule}', "
+        f"store: {'SecantusDB (embedded)' if embedded else 'MongoDB by URI'}; reports: {source}, "
+        f"schedule '{settings.reports_schedule}'; checks: open '{settings.check_open_bottles_schedule}', "
         f"silent '{settings.check_silent_bottles_schedule}', late '{settings.check_late_doses_schedule}'"
     )
 
@@ -372,8 +430,16 @@ def describe(result: SimulationResult) -> str:
         for item in items[:5]:
             lines.append(f"  {label}: {item.kind} {item.bottle_id} episode {item.episode_start:%Y-%m-%d %H:%M:%S}")
     lines.append("")
+    lines += describe_report_check(result.report_check)
     lines += describe_report(result.daily_report)
     return "\n".join(lines)
+
+
+def describe_report_check(check: ReportCheck) -> list[str]:
+    since = f" from {check.since:%Y-%m-%d %H}:00" if check.since else ""
+    verdict = "all match" if not check.mismatches else f"{len(check.mismatches)} differ"
+    lines = [f"hourly reports against the source ({check.user_hours} user-hours{since}): {verdict}"]
+    return lines + [f"  {mismatch}" for mismatch in check.mismatches[:5]]
 
 
 def describe_report(report: dict[str, Any] | None) -> list[str]:
