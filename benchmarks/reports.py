@@ -17,11 +17,11 @@ the change carries the heartbeat document, not the heartbeat).
 """
 
 import argparse
+import contextlib
 import json
 import statistics
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,10 +34,11 @@ from shared import registry, schema
 from shared.change_feed import MAX_AWAIT_MS, PIPELINE, run_consumer
 from shared.cosmos import RetryPolicy
 from shared.ingestion import receive
-from shared.instants import utc_now
+from shared.instants import set_clock, utc_now
 from shared.registry import BottleSpec
-from shared.reports import COUNTERS, daily_id, hour_of, hourly_id, parse_hourly_id
+from shared.reports import COUNTERS, daily_id, hourly_id, parse_hourly_id
 from shared.settings import Settings
+from tools.report_truth import source_totals
 
 SETTINGS = Settings(change_source="change_stream", reports_page_size=500)
 POLICY = RetryPolicy.from_settings(SETTINGS)
@@ -158,21 +159,6 @@ class Meter:
         self.writes += counted.writes - writes
 
 
-def source_totals(db: Database[Any]) -> dict[tuple[str, datetime], tuple[int, ...]]:
-    """Every user-hour's totals counted straight from the source collections."""
-    totals: dict[tuple[str, datetime], list[int]] = defaultdict(lambda: [0] * len(COUNTERS))
-    for action in db[schema.BOTTLE_ACTIONS].find():
-        taken = action.get("pills_taken", 0)
-        values = (action["action"] == "opened", action["action"] == "closed", taken > 0, taken, 0)
-        counts = totals[(action["user_id"], hour_of(action["time"]))]
-        for i, value in enumerate(values):
-            counts[i] += int(value)
-    for doc in db[schema.BOTTLE_HEARTBEATS].find():
-        for moment in doc.get("times", []):
-            totals[(doc["user_id"], hour_of(moment))][4] += 1
-    return {key: tuple(values) for key, values in totals.items()}
-
-
 def share_right(db: Database[Any], collection: str, truth: dict[tuple[str, datetime], tuple[int, ...]]) -> float:
     """The share of the source's user-hours whose report has exactly the source's totals."""
     found = {parse_hourly_id(doc["_id"]): tuple(doc.get(c, 0) for c in COUNTERS) for doc in db[collection].find()}
@@ -203,9 +189,24 @@ def scenario(
     ]  # fmt: skip
 
 
-def steady_traffic(db: Database[Any], keys: dict[str, str], slices: int) -> Iterator[Callable[[], int]]:
-    """Half-hour slices of live traffic: each bottle's heartbeat, a dose pair for one bottle in six."""
-    start = utc_now() - timedelta(minutes=30 * slices)
+@contextlib.contextmanager
+def server_clock(start: datetime) -> Iterator[list[datetime]]:
+    """A settable server clock for the block, starting at `start`."""
+    clock = [start]
+    set_clock(lambda: clock[0])
+    try:
+        yield clock
+    finally:
+        set_clock(None)
+
+
+def steady_traffic(
+    db: Database[Any], keys: dict[str, str], slices: int, clock: list[datetime]
+) -> Iterator[Callable[[], int]]:
+    """Half-hour slices of live traffic from the clock's time on: each bottle's heartbeat, a dose pair for
+    one bottle in six. Each event is received at its own time and the clock then moves to the end of the
+    slice, when the consumer runs: the feed and the consumer read one clock, as they do in production."""
+    start = clock[0]
     for s in range(slices):
         at = start + timedelta(minutes=30 * s)
 
@@ -214,6 +215,7 @@ def steady_traffic(db: Database[Any], keys: dict[str, str], slices: int) -> Iter
             for i, (bottle_id, key) in enumerate(keys.items()):
                 moment = at + timedelta(seconds=i % 1500)
                 stored += post(db, bottle_id, key, events_at(moment, (i + s) % 6 == 0), now=moment)
+            clock[0] = at + timedelta(minutes=30)
             return stored
 
         yield send
@@ -301,7 +303,8 @@ def run(users: int, *, quick: bool = False) -> str:
     lags: dict[str, list[float]] = {}
     with secantus_store("bench_reports") as (db, counted):
         keys = provision_fleet(db, users, utc_now() - timedelta(days=2))
-        rows += scenario(db, counted, "steady stream", steady_traffic(db, keys, slices))
+        with server_clock(utc_now() - timedelta(minutes=30 * slices)) as clock:
+            rows += scenario(db, counted, "steady stream", steady_traffic(db, keys, slices, clock))
     with secantus_store("bench_reports") as (db, counted):
         keys = provision_fleet(db, users, utc_now() - timedelta(days=2))
         rows += scenario(db, counted, "late burst", burst_traffic(db, keys, hours))
