@@ -30,12 +30,16 @@ from typing import Any
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
-from benchmarks.harness import CommandTally, print_table
-from shared import checks, registry, schema, store
-from shared.dose_status import plan_of
-from shared.notifications import KINDS, Episode, Kind, notification_document
+from benchmarks.harness import print_table
+from shared.bottles.entries import forget_all_entries
+from shared.doses.due_tracking import plan_of
+from shared.notifications import checks
+from shared.notifications.documents import KINDS, Episode, Kind, notification_document
 from shared.settings import Settings
-from shared.store_setup import ensure_store
+from shared.store import client as store
+from shared.store import schema
+from shared.store.setup import ensure_store
+from tools.command_tally import CommandTally
 from tools.local_store import secantus_process
 
 NOW = datetime(2026, 5, 4, 12, 0, tzinfo=UTC)
@@ -215,7 +219,7 @@ def run(fleets: list[Fleet] | None = None) -> str:
         for number, fleet in enumerate(fleets):
             with fresh_database(uri, f"bench_checks_{number}") as (db, tally):
                 seed(db, fleet.bottles, fleet.in_trouble)
-                registry.REGISTRY_CACHE.clear()
+                forget_all_entries()
                 for kind in KINDS:
                     rows += _rows(fleet.bottles, fleet.in_trouble, kind, db, tally, baseline=kind in fleet.baseline)
                 if fleet.then_in_trouble:

@@ -6,33 +6,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pymongo import monitoring
-
-from shared import store
 from shared.settings import get_settings
-from shared.store_setup import ensure_store
-
-WRITES = {"insert", "update", "delete", "findAndModify"}
-HANDSHAKE = {"hello", "isMaster", "ismaster", "ping", "endSessions", "buildInfo", "saslStart", "saslContinue"}
-
-
-class CommandTally(monitoring.CommandListener):
-    """Counts database commands, and the writes among them (connection handshakes excluded)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.writes = 0
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name not in HANDSHAKE:
-            self.count += 1
-            self.writes += event.command_name in WRITES
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
+from shared.store import client as store
+from shared.store.setup import ensure_store
+from tools.command_tally import CommandTally
 
 
 @contextlib.contextmanager

@@ -17,10 +17,10 @@ import azure.functions as func
 from benchmarks.harness import Measurement, measure, print_table, secantus_store
 from functions.bottles import provision_bottle
 from functions.device_events import post_events
-from shared.events import parse_events
+from shared.ingestion.authentication import check_key_shape
+from shared.ingestion.events import parse_events
 from shared.instants import utc_now
 from shared.payloads import check_size, decode_json
-from shared.registry import check_key_shape
 from shared.settings import get_settings
 
 _post = post_events.build().get_user_function()

@@ -29,15 +29,18 @@ from typing import Any
 
 from pymongo.database import Database
 
-from benchmarks.harness import CommandTally, print_table, secantus_store
-from shared import registry, schema
-from shared.change_feed import MAX_AWAIT_MS, PIPELINE, run_consumer
-from shared.cosmos import RetryPolicy
-from shared.ingestion import receive
+from benchmarks.harness import print_table, secantus_store
+from shared.bottles.entries import forget_all_entries
+from shared.bottles.provisioning import provision
+from shared.bottles.spec import BottleSpec
+from shared.ingestion.receive import receive
 from shared.instants import set_clock, utc_now
-from shared.registry import BottleSpec
-from shared.reports import COUNTERS, daily_id, hourly_id, parse_hourly_id
+from shared.reports.change_feed import MAX_AWAIT_MS, PIPELINE, run_consumer
+from shared.reports.documents import COUNTERS, daily_id, hourly_id, parse_hourly_id
 from shared.settings import Settings
+from shared.store import schema
+from shared.store.retries import RetryPolicy
+from tools.command_tally import CommandTally
 from tools.report_truth import source_totals
 
 SETTINGS = Settings(change_source="change_stream", reports_page_size=500)
@@ -49,14 +52,14 @@ NAIVE_HOURLY, NAIVE_DAILY = "naive_hourly_reports", "naive_daily_reports"
 def provision_fleet(db: Database[Any], users: int, now: datetime) -> dict[str, str]:
     """Three bottles per user; returns each bottle's device key."""
     keys = {}
-    registry.REGISTRY_CACHE.clear()
+    forget_all_entries()
     for u in range(users):
         for b in range(3):
             spec = BottleSpec.model_validate(
                 {"user_id": f"user-{u}", "medication": f"med-{b}", "schedule": {"every_hours": 12}}
             )
             bottle_id = f"bottle-{u}-{b}"
-            provisioned = registry.provision(db, bottle_id, spec, rotate_key=False, now=now, policy=POLICY)
+            provisioned = provision(db, bottle_id, spec, rotate_key=False, now=now, settings=SETTINGS)
             keys[bottle_id] = provisioned.device_key or ""
     return keys
 

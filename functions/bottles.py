@@ -5,13 +5,15 @@ import logging
 import azure.functions as func
 
 from functions.responses import bool_param, handles_errors, json_response
-from shared import registry
-from shared.cosmos import RetryPolicy
+from shared.bottles.provisioning import provision
+from shared.bottles.spec import parse_bottle_spec
+from shared.bottles.status import bottle_status
+from shared.ids import check_id
 from shared.instants import utc_now
 from shared.observability import log_invocation
 from shared.payloads import check_size, decode_json
 from shared.settings import get_settings
-from shared.store import get_database
+from shared.store.client import get_database
 
 bp = func.Blueprint()
 log = logging.getLogger(__name__)
@@ -21,17 +23,10 @@ log = logging.getLogger(__name__)
 @bp.route(route="bottles/{bottle_id}", methods=["PUT"], auth_level=func.AuthLevel.FUNCTION)
 @handles_errors
 def provision_bottle(req: func.HttpRequest) -> func.HttpResponse:
-    bottle_id = registry.check_id(req.route_params.get("bottle_id", ""), "bottle_id")
+    bottle_id = check_id(req.route_params.get("bottle_id", ""), "bottle_id")
     rotate_key = bool_param(req, "rotate_key")
-    spec = registry.parse_bottle_spec(decode_json(check_size(req.get_body())))
-    result = registry.provision(
-        get_database(),
-        bottle_id,
-        spec,
-        rotate_key=rotate_key,
-        now=utc_now(),
-        policy=RetryPolicy.from_settings(get_settings()),
-    )
+    spec = parse_bottle_spec(decode_json(check_size(req.get_body())))
+    result = provision(get_database(), bottle_id, spec, rotate_key=rotate_key, now=utc_now(), settings=get_settings())
     log_invocation(
         log, "provision_bottle", bottle_id=bottle_id, created=result.created, key_issued=result.device_key is not None
     )
@@ -43,6 +38,6 @@ def provision_bottle(req: func.HttpRequest) -> func.HttpResponse:
 @bp.route(route="bottles/{bottle_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 @handles_errors
 def get_bottle(req: func.HttpRequest) -> func.HttpResponse:
-    bottle_id = registry.check_id(req.route_params.get("bottle_id", ""), "bottle_id")
-    view = registry.bottle_status(get_database(), bottle_id, RetryPolicy.from_settings(get_settings()))
+    bottle_id = check_id(req.route_params.get("bottle_id", ""), "bottle_id")
+    view = bottle_status(get_database(), bottle_id, settings=get_settings())
     return json_response(200, view)

@@ -6,12 +6,12 @@ import time
 
 import azure.functions as func
 
-from shared.checks import run_check
 from shared.instants import utc_now
-from shared.notifications import Kind
+from shared.notifications.checks import run_check
+from shared.notifications.documents import Kind
 from shared.observability import log_invocation
 from shared.settings import get_settings
-from shared.store import get_database
+from shared.store.client import get_database
 
 bp = func.Blueprint()
 log = logging.getLogger(__name__)

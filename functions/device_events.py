@@ -5,12 +5,12 @@ import logging
 import azure.functions as func
 
 from functions.responses import handles_errors, json_response
-from shared import ingestion
+from shared.ids import check_id
+from shared.ingestion.receive import receive
 from shared.instants import utc_now
 from shared.observability import log_invocation
-from shared.registry import check_id
 from shared.settings import get_settings
-from shared.store import get_database
+from shared.store.client import get_database
 
 bp = func.Blueprint()
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 @handles_errors
 def post_events(req: func.HttpRequest) -> func.HttpResponse:
     bottle_id = check_id(req.route_params.get("bottle_id", ""), "bottle_id")
-    result = ingestion.receive(
+    result = receive(
         get_database(),
         bottle_id,
         req.headers.get("X-Device-Key"),

@@ -3,11 +3,10 @@
 import azure.functions as func
 
 from functions.responses import handles_errors, json_response
-from shared import notifications
-from shared.cosmos import RetryPolicy
-from shared.registry import check_id
+from shared.ids import check_id
+from shared.notifications.reading import list_notifications, parse_query
 from shared.settings import get_settings
-from shared.store import get_database
+from shared.store.client import get_database
 
 bp = func.Blueprint()
 
@@ -17,8 +16,6 @@ bp = func.Blueprint()
 @handles_errors
 def get_user_notifications(req: func.HttpRequest) -> func.HttpResponse:
     user_id = check_id(req.route_params.get("user_id", ""), "user_id")
-    query = notifications.parse_query(user_id, req.params)
-    found, next_page = notifications.list_notifications(
-        get_database(), query, RetryPolicy.from_settings(get_settings())
-    )
+    query = parse_query(user_id, req.params)
+    found, next_page = list_notifications(get_database(), query, settings=get_settings())
     return json_response(200, {"user_id": user_id, "notifications": found, "next_page": next_page})

@@ -7,14 +7,13 @@ import time
 import azure.functions as func
 
 from functions.responses import handles_errors, json_response
-from shared import reports
-from shared.change_feed import run_consumer
-from shared.cosmos import RetryPolicy
+from shared.ids import check_id
 from shared.instants import utc_now
 from shared.observability import log_invocation
-from shared.registry import check_id
+from shared.reports.change_feed import run_consumer
+from shared.reports.reading import parse_report_query, read_reports
 from shared.settings import get_settings
-from shared.store import get_database
+from shared.store.client import get_database
 
 bp = func.Blueprint()
 log = logging.getLogger(__name__)
@@ -45,6 +44,6 @@ def aggregate_reports(timer: func.TimerRequest) -> None:
 @handles_errors
 def get_user_reports(req: func.HttpRequest) -> func.HttpResponse:
     user_id = check_id(req.route_params.get("user_id", ""), "user_id")
-    query = reports.parse_report_query(user_id, req.params)
-    found = reports.read_reports(get_database(), query, RetryPolicy.from_settings(get_settings()))
+    query = parse_report_query(user_id, req.params)
+    found = read_reports(get_database(), query, settings=get_settings())
     return json_response(200, {"user_id": user_id, "granularity": query.granularity, "reports": found})

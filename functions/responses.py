@@ -8,9 +8,9 @@ from typing import Any
 
 import azure.functions as func
 
-from shared.cosmos import StoreUnavailable
 from shared.errors import BadRequest, DomainError
-from shared.store import StoreNotConfigured
+from shared.store.client import StoreNotConfigured
+from shared.store.retries import StoreUnavailable
 
 log = logging.getLogger(__name__)
 

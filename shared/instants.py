@@ -21,6 +21,16 @@ def to_stored(moment: datetime) -> datetime:
     return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
+def hour_of(moment: datetime) -> datetime:
+    """The start of the UTC hour holding `moment`."""
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def day_of(moment: datetime) -> datetime:
+    """The start of the UTC day holding `moment`."""
+    return hour_of(moment).replace(hour=0)
+
+
 def format_instant(moment: datetime) -> str:
     """'2026-11-21T08:00:00.000Z'."""
     return to_stored(moment).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"

@@ -11,9 +11,9 @@ from typing import Any
 import azure.functions as func
 
 from functions import checks as check_functions
-from shared import schema
 from shared.instants import set_clock
-from shared.notifications import Kind
+from shared.notifications.documents import Kind
+from shared.store import schema
 from tests.api import SPEC, closed, get_bottle, heartbeat, opened, post_events, put_bottle
 
 TIMERS: dict[Kind, Callable[..., None]] = {

@@ -10,9 +10,10 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from shared import registry, store
+from shared.bottles.entries import forget_all_entries
 from shared.settings import Settings, get_settings
-from shared.store_setup import ensure_store
+from shared.store import client as store
+from shared.store.setup import ensure_store
 from tests.command_counter import CommandCounter
 
 _databases = itertools.count()
@@ -43,11 +44,11 @@ def clean_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         monkeypatch.delenv(name.upper(), raising=False)
     monkeypatch.setenv("STORE_RETRY_BASE_MS", "1")
     get_settings.cache_clear()
-    registry.REGISTRY_CACHE.clear()
+    forget_all_entries()
     yield
     store.use_client(None)
     get_settings.cache_clear()
-    registry.REGISTRY_CACHE.clear()
+    forget_all_entries()
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ import mongomock
 import pytest
 
 from functions import reports
-from shared import schema
 from shared.settings import get_settings
+from shared.store import schema
 from tests.api import Response
 
 _aggregate = reports.aggregate_reports.build().get_user_function()

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from shared import schema
+from shared.store import schema
 from tests.api import ago, closed, heartbeat, iso, opened, post_events, provisioned
 
 

@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from shared import schema
 from shared.instants import format_instant
+from shared.store import schema
 from tests.api import SPEC, ago, closed, get_bottle, heartbeat, opened, post_events, provisioned, put_bottle
 
 

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared import checks, notifications, schema
+from shared.notifications import checks, delivery
 from shared.settings import get_settings
+from shared.store import schema
 from tests.checking import World
 from tests.cosmos_fakes import ThrottlingDatabase
 
@@ -66,7 +67,7 @@ def test_a_run_that_dies_between_the_insert_and_the_send_leaves_it_pending_for_t
     def crash(*args, **kwargs):
         raise RuntimeError("worker recycled")
 
-    monkeypatch.setattr(notifications, "send_pending", crash)
+    monkeypatch.setattr(delivery, "send_pending", crash)
     with pytest.raises(RuntimeError):
         world.check("left_open")
     monkeypatch.undo()

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared import schema
 from shared.instants import format_instant
+from shared.store import schema
 from tests.checking import World
 
 # In May, Europe/Rome is UTC+2: the default schedule's 08:00 and 20:00 are 06:00 and 18:00 UTC.

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared import schema
 from shared.instants import format_instant
 from shared.settings import get_settings
+from shared.store import schema
 from tests.checking import World
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)

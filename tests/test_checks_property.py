@@ -15,10 +15,11 @@ import mongomock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared import registry, store
-from shared.notifications import KINDS
+from shared.bottles.entries import forget_all_entries
+from shared.notifications.documents import KINDS
 from shared.settings import get_settings
-from shared.store_setup import ensure_store
+from shared.store import client as store
+from shared.store.setup import ensure_store
 from tests.api import closed, heartbeat, opened
 from tests.checking import World
 
@@ -113,7 +114,7 @@ def fresh_world() -> World:
     db = client[get_settings().mongodb_database]
     ensure_store(db, get_settings(), on_cosmos=False)
     store.use_client(client)
-    registry.REGISTRY_CACHE.clear()
+    forget_all_entries()
     return World(db, START)
 
 

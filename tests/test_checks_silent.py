@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared import schema
 from shared.settings import get_settings
+from shared.store import schema
 from tests.checking import World
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)

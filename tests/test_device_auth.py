@@ -2,7 +2,9 @@
 
 import pytest
 
-from shared import registry, schema
+from shared.bottles import entries
+from shared.device_keys import hash_key
+from shared.store import schema
 from tests.api import ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
 
 UNAUTHORIZED = {"error": "unknown bottle or wrong device key", "details": []}
@@ -51,7 +53,7 @@ def test_a_wrong_key_stores_nothing_of_a_batch(db, mixed):
 def test_a_rotated_key_is_refused_for_heartbeats_at_once_even_where_it_is_cached(db):
     old_key = provisioned("bottle-1")
     assert post_events("bottle-1", old_key, opened(ago(minutes=5))).status == 202  # caches the entry
-    new_hash = registry.hash_key("the-new-key")
+    new_hash = hash_key("the-new-key")
     db[schema.BOTTLES].update_one({"_id": "bottle-1"}, {"$set": {"key_hash": new_hash}})  # another worker
     db[schema.BOTTLE_HEARTBEATS].update_one({"_id": "bottle-1"}, {"$set": {"key_hash": new_hash}})
 
@@ -83,12 +85,12 @@ def test_rotation_issues_a_new_key_and_the_old_one_stops_working(db):
 def test_a_rotated_key_lingers_on_other_workers_only_until_the_cache_expires(db, monkeypatch):
     old_key = provisioned("bottle-1")
     clock = [1000.0]
-    cache = registry.RegistryCache(clock=lambda: clock[0])
-    monkeypatch.setattr(registry, "REGISTRY_CACHE", cache)
+    cache = entries.RegistryCache(clock=lambda: clock[0])
+    monkeypatch.setattr(entries, "REGISTRY_CACHE", cache)
     assert post_events("bottle-1", old_key, opened(ago(minutes=4))).status == 202  # cached for 60 s
 
     # Another worker rotates the key: it writes the database, not this worker's cache.
-    new_hash = registry.hash_key("the-new-key")
+    new_hash = hash_key("the-new-key")
     db[schema.BOTTLES].update_one({"_id": "bottle-1"}, {"$set": {"key_hash": new_hash}})
 
     clock[0] += 59
@@ -99,18 +101,18 @@ def test_a_rotated_key_lingers_on_other_workers_only_until_the_cache_expires(db,
 
 
 def test_cache_is_bounded_and_evicts_the_least_recently_used():
-    cache = registry.RegistryCache(max_entries=2)
-    entries = [registry.RegistryEntry(f"b{i}", "u", "m", "h") for i in range(3)]
-    cache.put(entries[0], 60)
-    cache.put(entries[1], 60)
-    assert cache.get("b0") is entries[0]  # b0 is now the most recent
-    cache.put(entries[2], 60)
+    cache = entries.RegistryCache(max_entries=2)
+    made = [entries.RegistryEntry(f"b{i}", "u", "m", "h") for i in range(3)]
+    cache.put(made[0], 60)
+    cache.put(made[1], 60)
+    assert cache.get("b0") is made[0]  # b0 is now the most recent
+    cache.put(made[2], 60)
     assert cache.get("b1") is None
-    assert cache.get("b0") is entries[0]
-    assert cache.get("b2") is entries[2]
+    assert cache.get("b0") is made[0]
+    assert cache.get("b2") is made[2]
 
 
 def test_a_zero_cache_ttl_disables_caching():
-    cache = registry.RegistryCache()
-    cache.put(registry.RegistryEntry("b", "u", "m", "h"), 0)
+    cache = entries.RegistryCache()
+    cache.put(entries.RegistryEntry("b", "u", "m", "h"), 0)
     assert cache.get("b") is None

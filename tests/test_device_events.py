@@ -5,8 +5,9 @@ from typing import Any
 
 import pytest
 
-from shared import schema
-from shared.reports import LATE_KEPT, hour_of
+from shared.heartbeat_document import LATE_KEPT
+from shared.instants import hour_of
+from shared.store import schema
 from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned
 
 

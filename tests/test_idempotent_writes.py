@@ -6,7 +6,7 @@ import pytest
 from pymongo import InsertOne, UpdateOne
 from pymongo.errors import BulkWriteError
 
-from shared.cosmos import RetryPolicy, StoreUnavailable, count_matched, write_idempotent
+from shared.store.retries import RetryPolicy, StoreUnavailable, count_matched, write_idempotent
 
 POLICY = RetryPolicy(max_retries=2, base_ms=1)
 

@@ -1,5 +1,5 @@
 """The infrastructure and the code agree, offline: infra/*.bicep (parsed with pycep), host.json, azure.yaml,
-.funcignore, local.settings.json.example and the README against shared/schema.py and shared/settings.py.
+.funcignore, local.settings.json.example and the README against shared/store/schema.py and shared/settings.py.
 
 Everything is compared with the Python source as it is now, so a collection, index or setting added to the code
 fails here until infra/ (and the example settings, and the README) have it too."""
@@ -19,9 +19,9 @@ import yaml
 from packaging.requirements import Requirement
 
 from shared import observability
-from shared.schema import collection_specs
 from shared.settings import Settings
-from shared.store_setup import ensure_store
+from shared.store.schema import collection_specs
+from shared.store.setup import ensure_store
 from tests import bicep
 from tests.cosmos_fakes import FakeCosmosDatabase
 
@@ -94,7 +94,7 @@ def test_bicep_creates_the_collections_shard_keys_and_indexes_the_setup_command_
     expected = setup_command_collections()
     assert set(expected) == {spec.name for spec in collection_specs(Settings())}
     assert bicep_collections() == expected, (
-        "infra/modules/cosmos.bicep `var collections` differs from shared/schema.py: "
+        "infra/modules/cosmos.bicep `var collections` differs from shared/store/schema.py: "
         "paste the output of `python -m tools.bicep_collections` over it"
     )
 

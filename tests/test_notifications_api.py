@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from functions import notifications as notification_functions
-from shared.cosmos import RetryPolicy
 from shared.instants import format_instant
-from shared.notifications import Episode, record
+from shared.notifications.documents import Episode, record
+from shared.store.retries import RetryPolicy
 from tests.api import Response, _call
 
 _get = notification_functions.get_user_notifications.build().get_user_function()

@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 
-from shared import change_feed, instants, rebuild_reports, schema
-from shared.cosmos import RetryPolicy, StoreUnavailable
-from shared.instants import utc_now
-from shared.reports import LATE_KEPT, day_of, hour_of
+from shared import instants
+from shared.heartbeat_document import LATE_KEPT
+from shared.instants import day_of, hour_of, utc_now
+from shared.reports import change_feed
+from shared.reports import rebuild as rebuild_reports
 from shared.settings import get_settings
+from shared.store import schema
+from shared.store.retries import StoreUnavailable
 from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned, put_bottle
 from tests.cosmos_fakes import ThrottlingDatabase
 from tests.report_client import (
@@ -401,7 +404,7 @@ def test_rebuilding_one_user_recomputes_their_reports_from_source(db):
         end=DAY + timedelta(days=1),
         user_id=USER,
         now=utc_now(),
-        policy=RetryPolicy.from_settings(get_settings()),
+        settings=get_settings(),
     )
 
     assert summary.hourly_written == 2
@@ -427,7 +430,7 @@ def test_rebuilding_everyone_from_scratch_gives_the_consumers_reports(db):
         end=DAY + timedelta(days=2),
         user_id=None,
         now=utc_now(),
-        policy=RetryPolicy.from_settings(get_settings()),
+        settings=get_settings(),
     )
 
     assert stored_reports(db) == expected

@@ -15,15 +15,20 @@ import mongomock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared import ingestion, registry, reports, schema
-from shared.cosmos import RetryPolicy
-from shared.ingestion import receive
-from shared.rebuild_reports import rebuild
-from shared.registry import BottleSpec, provision
-from shared.report_aggregation import Change, Stamper, refresh_daily, refresh_hourly
-from shared.reports import day_of
+from shared.bottles.entries import forget_all_entries
+from shared.bottles.provisioning import provision
+from shared.bottles.spec import BottleSpec
+from shared.heartbeat_document import LATE_KEPT
+from shared.ingestion import storing
+from shared.ingestion.receive import receive
+from shared.instants import day_of
+from shared.reports import documents as report_documents
+from shared.reports.aggregation import Change, Stamper, refresh_daily, refresh_hourly
+from shared.reports.rebuild import rebuild
 from shared.settings import Settings
-from shared.store_setup import ensure_store
+from shared.store import schema
+from shared.store.retries import RetryPolicy
+from shared.store.setup import ensure_store
 from tests.report_client import stored_reports
 from tools.report_truth import reported_totals, source_totals
 
@@ -61,12 +66,12 @@ class History:
     def __init__(self) -> None:
         self.db: Any = mongomock.MongoClient(tz_aware=True)["property"]
         ensure_store(self.db, SETTINGS, on_cosmos=False)
-        registry.REGISTRY_CACHE.clear()
+        forget_all_entries()
         self.keys = {b: self._provision(b, f"u{i % 2}", START) for i, b in enumerate(BOTTLES)}
 
     def _provision(self, bottle_id: str, user_id: str, now: datetime) -> str:
         spec = BottleSpec(user_id=user_id, medication=f"med-{bottle_id}", schedule={"every_hours": 12})
-        return provision(self.db, bottle_id, spec, rotate_key=False, now=now, policy=POLICY).device_key or ""
+        return provision(self.db, bottle_id, spec, rotate_key=False, now=now, settings=SETTINGS).device_key or ""
 
     def apply(self, op: tuple[Any, ...], server_now: datetime) -> list[Change]:
         kind, bottle_id, detail = op
@@ -118,8 +123,8 @@ def test_any_delivery_of_the_changes_gives_the_reports_of_a_rebuild_from_scratch
     operations: list[tuple[Any, ...]], data: st.DataObject
 ) -> None:
     # Sometimes a `late` list so short that it often overflows between two pages.
-    kept = data.draw(st.sampled_from([1, reports.LATE_KEPT]), label="late heartbeats kept")
-    with mock.patch.object(reports, "LATE_KEPT", kept), mock.patch.object(ingestion, "LATE_KEPT", kept):
+    kept = data.draw(st.sampled_from([1, LATE_KEPT]), label="late heartbeats kept")
+    with mock.patch.object(report_documents, "LATE_KEPT", kept), mock.patch.object(storing, "LATE_KEPT", kept):
         replay(operations, data)
 
 
@@ -148,7 +153,7 @@ def replay(operations: list[tuple[Any, ...]], data: st.DataObject) -> None:
     for name in (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS):
         history.db[name].delete_many({})
     end = START + STEP * (len(operations) + 1) + timedelta(days=1)
-    rebuild(history.db, start=START - timedelta(days=1), end=end, user_id=None, now=end, policy=POLICY)
+    rebuild(history.db, start=START - timedelta(days=1), end=end, user_id=None, now=end, settings=SETTINGS)
 
     assert consumed == stored_reports(history.db)
     assert reported_totals(history.db) == source_totals(history.db)

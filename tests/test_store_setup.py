@@ -3,10 +3,10 @@
 import mongomock
 import pytest
 
-from shared import cosmos
-from shared.schema import collection_specs
 from shared.settings import get_settings
-from shared.store_setup import ensure_store, main
+from shared.store import cosmos
+from shared.store.schema import collection_specs
+from shared.store.setup import ensure_store, main
 from tests.cosmos_fakes import FakeCosmosDatabase
 
 
@@ -53,7 +53,7 @@ def test_on_cosmos_collections_are_created_sharded_with_the_design_keys():
 
 
 def test_cosmos_ttl_indexes_are_on_ts():
-    from shared.schema import IndexSpec
+    from shared.store.schema import IndexSpec
 
     ttl = IndexSpec("ttl", (("received_at", 1),), expire_after_seconds=60, cosmos_keys=(("_ts", 1),))
     assert ttl.keys_for(True) == (("_ts", 1),)

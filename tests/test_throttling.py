@@ -7,7 +7,7 @@ import pytest
 from pymongo.errors import AutoReconnect, OperationFailure
 
 from functions import device_events
-from shared import cosmos, schema
+from shared.store import cosmos, retries, schema
 from tests.api import ago, closed, get_bottle, heartbeat, opened, post_events, provisioned
 from tests.cosmos_fakes import ThrottlingDatabase, throttled
 
@@ -104,7 +104,7 @@ def test_a_non_transient_database_error_is_503_not_500(db, monkeypatch):
 
 
 def test_retry_policy_honours_retry_after_ms_and_gives_up():
-    policy = cosmos.RetryPolicy(max_retries=2, base_ms=1)
+    policy = retries.RetryPolicy(max_retries=2, base_ms=1)
     attempts: list[int] = []
     sleeps: list[float] = []
 
@@ -112,8 +112,8 @@ def test_retry_policy_honours_retry_after_ms_and_gives_up():
         attempts.append(1)
         raise throttled()
 
-    with pytest.raises(cosmos.StoreUnavailable) as raised:
-        cosmos.with_retries(always_throttled, policy, sleep=sleeps.append)
+    with pytest.raises(retries.StoreUnavailable) as raised:
+        retries.with_retries(always_throttled, policy, sleep=sleeps.append)
 
     assert len(attempts) == 3
     assert sleeps == [0.003, 0.003]  # RetryAfterMs=3 is longer than the 1-2 ms back-off
@@ -121,7 +121,7 @@ def test_retry_policy_honours_retry_after_ms_and_gives_up():
 
 
 def test_connection_drops_are_retried_but_programming_errors_are_not():
-    policy = cosmos.RetryPolicy(max_retries=3, base_ms=1)
+    policy = retries.RetryPolicy(max_retries=3, base_ms=1)
     failures = [AutoReconnect("connection reset")]
 
     def flaky() -> str:
@@ -129,7 +129,7 @@ def test_connection_drops_are_retried_but_programming_errors_are_not():
             raise failures.pop()
         return "ok"
 
-    assert cosmos.with_retries(flaky, policy, sleep=lambda _: None) == "ok"
+    assert retries.with_retries(flaky, policy, sleep=lambda _: None) == "ok"
 
     calls = []
 
@@ -137,8 +137,8 @@ def test_connection_drops_are_retried_but_programming_errors_are_not():
         calls.append(1)
         raise OperationFailure("unknown operator: $foo", code=2)
 
-    with pytest.raises(cosmos.StoreUnavailable):
-        cosmos.with_retries(bad_query, policy, sleep=lambda _: None)
+    with pytest.raises(retries.StoreUnavailable):
+        retries.with_retries(bad_query, policy, sleep=lambda _: None)
     assert len(calls) == 1
 
 
@@ -147,5 +147,5 @@ def test_throttle_delay_is_read_from_bulk_write_errors_too():
 
     error = BulkWriteError({"writeErrors": [{"index": 0, "code": 16500, "errmsg": "RetryAfterMs=250"}]})
     assert cosmos.throttle_delay_ms(error) == 250
-    assert cosmos.is_transient(error)
+    assert retries.is_transient(error)
     assert cosmos.throttle_delay_ms(OperationFailure("duplicate", code=11000)) is None

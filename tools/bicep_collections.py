@@ -1,14 +1,14 @@
-"""Print the `var collections = [...]` block of infra/modules/cosmos.bicep from shared/schema.py.
+"""Print the `var collections = [...]` block of infra/modules/cosmos.bicep from shared/store/schema.py.
 
     python -m tools.bicep_collections        # paste the output over the block in infra/modules/cosmos.bicep
 
-shared/schema.py is the one source of collections, shard keys and indexes; tests/test_infra.py fails when the
+shared/store/schema.py is the one source of collections, shard keys and indexes; tests/test_infra.py fails when the
 Bicep block differs from it, and this prints the block it expects. ARM declares index keys by name only (no
 direction) and cannot name an index; Cosmos DB serves a fully reversed sort from the same compound index.
 """
 
-from shared.schema import CollectionSpec, IndexSpec, collection_specs
 from shared.settings import Settings
+from shared.store.schema import CollectionSpec, IndexSpec, collection_specs
 
 ID_INDEX = "{ key: { keys: ['_id'] } }"
 

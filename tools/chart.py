@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tools.simulate import SimulationResult
+    from tools.simulation_result import SimulationResult
 
 MARKERS = {
     "late_dose": ("X", "#d62728", "late dose"),

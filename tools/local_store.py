@@ -9,9 +9,9 @@ from typing import Any
 
 from pymongo.database import Database
 
-from shared import store
 from shared.settings import get_settings
-from shared.store_setup import ensure_store
+from shared.store import client as store
+from shared.store.setup import ensure_store
 
 
 @contextlib.contextmanager

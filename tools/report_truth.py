@@ -6,7 +6,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from shared import schema
+from shared.store import schema
 
 COUNTED = ("opened", "closed", "doses", "pills_taken", "heartbeats")
 Totals = dict[tuple[str, datetime], tuple[int, ...]]

@@ -24,58 +24,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import CommandTally
-from shared import schema
 from shared.instants import set_clock
 from shared.settings import get_settings
-from tools.fleet import Bottle, Expected, Plan, Request, make_fleet, plan_fleet
+from shared.store import schema
+from tools.command_tally import CommandTally
+from tools.fleet import Bottle, Expected, Request, make_fleet, plan_fleet
 from tools.report_truth import complete_from, reported_totals, source_totals
+from tools.simulation_result import ReportCheck, Score, SimulationResult, Tally
+
+Send = Callable[[str, str, dict[str, str], bytes], tuple[int, Any]]
 
 # A Saturday just before Europe's spring DST change (29 March 2026): schedules must survive it.
 SIMULATION_START = datetime(2026, 3, 28, 5, 0, tzinfo=UTC)
 KINDS = ("late_dose", "left_open", "silent")
 SIMULATION_REPORTS_SCHEDULE = "0 */10 * * * *"
 REPORTS_TIMER = "aggregate_reports"
-
-
-@dataclass
-class Tally:
-    requests: int = 0
-    sent: int = 0
-    stored: int = 0
-    duplicates: int = 0
-    rejected: int = 0
-    statuses: Counter[int] = field(default_factory=Counter)
-    latencies: list[float] = field(default_factory=list)
-
-    def record(self, request: Request, status: int, body: Any, seconds: float) -> None:
-        self.requests += 1
-        self.sent += request.event_count
-        self.statuses[status] += 1
-        self.latencies.append(seconds)
-        if status == 202:
-            self.stored += body["stored"]
-            self.duplicates += body["duplicates"]
-        elif 400 <= status < 500:
-            self.rejected += request.event_count
-
-
-@dataclass
-class Score:
-    expected: int
-    notified: int
-    matched: int
-
-    @property
-    def precision(self) -> float:
-        return self.matched / self.notified if self.notified else 1.0
-
-    @property
-    def recall(self) -> float:
-        return self.matched / self.expected if self.expected else 1.0
-
-
-Send = Callable[[str, str, dict[str, str], bytes], tuple[int, Any]]
 
 
 class Progress:
@@ -125,15 +88,6 @@ def post(request: Request, keys: dict[str, str], send: Send, tally: Tally) -> No
 # --- in-process simulation, simulated time ------------------------------------------------------
 
 
-@dataclass
-class ReportCheck:
-    """The hourly reports against the source counted directly (tools/report_truth.py)."""
-
-    user_hours: int  # user-hours compared
-    since: datetime | None  # from this hour on (older hours' heartbeats may have left the window)
-    mismatches: list[str]
-
-
 def check_reports(db: Any) -> ReportCheck:
     since = complete_from(db)
     expected, reported = source_totals(db), reported_totals(db)
@@ -144,24 +98,6 @@ def check_reports(db: Any) -> ReportCheck:
         if expected.get((user, hour)) != reported.get((user, hour))
     ]
     return ReportCheck(len(keys), since, mismatches)
-
-
-@dataclass
-class SimulationResult:
-    plan: Plan
-    tally: Tally
-    scores: dict[str, Score]
-    misses: list[Expected]
-    extras: list[Expected]
-    queue_messages: int
-    notifications: list[dict[str, Any]]
-    device_seconds: float
-    timer_seconds: dict[str, float]
-    timer_runs: Counter[str]
-    commands_per_event: float
-    daily_report: dict[str, Any] | None
-    report_check: ReportCheck
-    settings_used: str
 
 
 def run_simulation(

@@ -1,5 +1,5 @@
 // Azure Cosmos DB for MongoDB (RU): the account, the app's database, and every collection with its shard key and
-// indexes. The collections come from shared/schema.py (the one source the setup command also follows):
+// indexes. The collections come from shared/store/schema.py (the one source the setup command also follows):
 // `python -m tools.bicep_collections` prints the block below, and tests/test_infra.py fails when they differ.
 
 @description('Cosmos DB account name (3-44 lowercase letters, digits and hyphens).')
@@ -20,7 +20,7 @@ param defaultMaxThroughput int = 1000
 @description('Per-collection autoscale maximum RU/s overriding defaultMaxThroughput, e.g. { bottle_heartbeats: 200000 }.')
 param maxThroughputByCollection object = {}
 
-// One entry per collection of shared/schema.py collection_specs(): the shard key ('' = unsharded) and the indexes in
+// One entry per collection of shared/store/schema.py collection_specs(): the shard key ('' = unsharded) and the indexes in
 // ARM's form (key names only: ARM has no index direction or name; Cosmos serves a fully reversed sort from the same
 // index). `_id` is always indexed; a TTL index is on `_ts`, the only TTL field Cosmos allows.
 var collections = [
@@ -115,7 +115,7 @@ resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
     capabilities: [
       { name: 'EnableMongo' }
       // Server-side retry: a throttled request is retried by Cosmos (up to 60 s) instead of failing with 16500;
-      // the app's own bounded retries (shared/cosmos.py) remain for what still gets through.
+      // the app's own bounded retries (shared/store/retries.py) remain for what still gets through.
       { name: 'DisableRateLimitingResponses' }
     ]
     minimalTlsVersion: 'Tls12'

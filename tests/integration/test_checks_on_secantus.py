@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from shared import checks, schema
 from shared.instants import set_clock
-from shared.notifications import KINDS
+from shared.notifications import checks
+from shared.notifications.documents import KINDS
 from shared.settings import get_settings
+from shared.store import schema
 from tests.api import SPEC, closed, heartbeat, opened
 from tests.checking import World
 from tests.command_counter import CommandCounter

@@ -2,7 +2,7 @@
 
 import pytest
 
-from shared import schema
+from shared.store import schema
 from tests.api import ago, closed, heartbeat, opened, post_events, provisioned
 
 pytestmark = pytest.mark.integration

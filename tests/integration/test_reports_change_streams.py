@@ -9,11 +9,14 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from shared import change_feed, instants, rebuild_reports, schema, store
-from shared.cosmos import RetryPolicy, StoreUnavailable
-from shared.instants import utc_now
-from shared.reports import day_of
+from shared import instants
+from shared.instants import day_of, utc_now
+from shared.reports import change_feed
+from shared.reports import rebuild as rebuild_reports
 from shared.settings import get_settings
+from shared.store import client as store
+from shared.store import schema
+from shared.store.retries import StoreUnavailable
 from tests.api import SPEC, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
 from tests.report_client import aggregate, clear_reports, get_reports, set_setting, stored_reports
 
@@ -52,7 +55,7 @@ def from_scratch(db: Any) -> dict[str, Any]:
         end=utc_now() + timedelta(days=1),
         user_id=None,
         now=utc_now(),
-        policy=RetryPolicy.from_settings(get_settings()),
+        settings=get_settings(),
     )
     rebuilt = stored_reports(db)
     clear_reports_only(db)

@@ -1,7 +1,7 @@
 """Recompute reports from the source collections over a time range: one user's, or everyone's.
 
-    python -m shared.rebuild_reports --user willcross1024 --from 2026-11-01T00:00:00Z --to 2026-11-22T00:00:00Z
-    python -m shared.rebuild_reports --all --from 2026-11-21T00:00:00Z --to 2026-11-22T00:00:00Z
+    python -m shared.reports.rebuild --user willcross1024 --from 2026-11-01T00:00:00Z --to 2026-11-22T00:00:00Z
+    python -m shared.reports.rebuild --all --from 2026-11-21T00:00:00Z --to 2026-11-22T00:00:00Z
 
 For a lost consumer position or a changed report shape. It feeds every source document of the range through
 the consumer's own recompute, so it is replay-safe, safe beside a running consumer (writes are guarded) and
@@ -18,14 +18,13 @@ from typing import Any
 
 from pymongo.database import Database
 
-from shared import schema
-from shared.cosmos import RetryPolicy, with_retries
-from shared.events import MAX_FUTURE_SKEW
-from shared.instants import parse_instant, utc_now
-from shared.report_aggregation import Change, Stamper, UserDay, refresh_daily, refresh_hourly
-from shared.reports import day_of, hour_of
-from shared.settings import get_settings
-from shared.store import add_store_arguments, command_line_database
+from shared.device_time import MAX_FUTURE_SKEW
+from shared.instants import day_of, hour_of, parse_instant, utc_now
+from shared.reports.aggregation import Change, Stamper, UserDay, refresh_daily, refresh_hourly
+from shared.settings import Settings, get_settings
+from shared.store import schema
+from shared.store.command_line import add_store_arguments, command_line_database
+from shared.store.retries import RetryPolicy, with_retries
 
 Document = dict[str, Any]
 
@@ -45,11 +44,12 @@ def rebuild(
     end: datetime,
     user_id: str | None,
     now: datetime,
-    policy: RetryPolicy,
-    page_size: int = 500,
+    settings: Settings,
 ) -> RebuildSummary:
     """Recompute the hourly reports of [hour of `start`, `end`) for `user_id` (None: every user) from source,
-    then their days."""
+    then their days, a page of REPORTS_PAGE_SIZE source documents at a time."""
+    policy = RetryPolicy.from_settings(settings)
+    page_size = settings.reports_page_size
     first = hour_of(start)
     stamper = Stamper(now)
     summary = RebuildSummary()
@@ -122,17 +122,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(error))
     if end <= start:
         parser.error("--to must be later than --from")
-    settings = get_settings()
     with command_line_database(parser, args) as (db, _uri):
-        summary = rebuild(
-            db,
-            start=start,
-            end=end,
-            user_id=args.user,
-            now=utc_now(),
-            policy=RetryPolicy.from_settings(settings),
-            page_size=settings.reports_page_size,
-        )
+        summary = rebuild(db, start=start, end=end, user_id=args.user, now=utc_now(), settings=get_settings())
     print(
         f"read {summary.source_documents} source documents; {summary.hourly_written} hourly and "
         f"{summary.daily_written} daily report writes"

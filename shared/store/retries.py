@@ -1,11 +1,9 @@
-"""Cosmos DB for MongoDB specifics behind one seam: throttling, retries, sharded collections, RU charges.
-
-Everything here also works on plain MongoDB, where the Cosmos-only commands are simply not used.
-"""
+"""Retrying store calls: one loop (`with_retries`) that every database call goes through, and the idempotent
+bulk writes built on it. Throttling (Cosmos DB's 16500), dropped connections, failovers and timeouts are
+retried with bounded back-off; what persists becomes StoreUnavailable, which the HTTP layer turns into a 503."""
 
 import math
 import random
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,7 +11,6 @@ from typing import Any, TypeVar
 
 from pymongo import InsertOne, UpdateOne
 from pymongo.collection import Collection
-from pymongo.database import Database
 from pymongo.errors import (
     AutoReconnect,
     BulkWriteError,
@@ -26,13 +23,12 @@ from pymongo.errors import (
 )
 
 from shared.settings import Settings
+from shared.store.cosmos import DUPLICATE_KEY, THROTTLED, delay_from_message, throttle_delay_ms
 
 T = TypeVar("T")
+WriteError = dict[str, Any]
 
-THROTTLED = 16500  # Cosmos DB "TooManyRequests": the request exceeded the provisioned RU/s.
-DUPLICATE_KEY = 11000
 MAX_BACKOFF_S = 2.0
-_RETRY_AFTER = re.compile(r"RetryAfterMs=(\d+)")
 
 
 class StoreUnavailable(Exception):
@@ -41,30 +37,6 @@ class StoreUnavailable(Exception):
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
-
-
-def is_cosmos_uri(uri: str) -> bool:
-    """Cosmos DB for MongoDB (RU) endpoints live under *.mongo.cosmos.azure.com (or .cosmos.azure.us/.cn)."""
-    return ".mongo.cosmos." in uri.lower() or ".cosmos.azure." in uri.lower()
-
-
-def throttle_delay_ms(error: BaseException) -> int | None:
-    """The server's suggested wait if `error` is Cosmos throttling (16500), else None."""
-    if isinstance(error, BulkWriteError):
-        delays = [
-            _delay_from_message(e.get("errmsg", ""))
-            for e in error.details.get("writeErrors", [])
-            if e.get("code") == THROTTLED
-        ]
-        return max(delays) if delays else None
-    if isinstance(error, OperationFailure) and (error.code == THROTTLED or "TooManyRequests" in str(error)):
-        return _delay_from_message(str(error))
-    return None
-
-
-def _delay_from_message(message: str) -> int:
-    match = _RETRY_AFTER.search(message)
-    return int(match.group(1)) if match else 0
 
 
 def is_transient(error: BaseException) -> bool:
@@ -94,7 +66,10 @@ class RetryPolicy:
 
 
 def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep) -> T:
-    """Run an idempotent database operation, retrying transient failures; StoreUnavailable when they persist."""
+    """Run an idempotent database operation, retrying transient failures; StoreUnavailable when they persist.
+
+    The one retry loop of the app: an operation that made partial progress keeps what it did in its own
+    state and raises a transient error for the rest (as the bulk writes below do)."""
     for attempt in range(policy.max_retries + 1):
         try:
             return operation()
@@ -120,25 +95,21 @@ def write_idempotent(
     written: list[bool] = [False] * len(ops)
     pending = list(range(len(ops)))
     asked_again: set[int] = set()
-    retries = 0
-    while pending:
-        failures: dict[int, dict[str, Any]] = {}
-        try:
-            collection.bulk_write([ops[i] for i in pending], ordered=False)
-        except BulkWriteError as error:
-            failures = {pending[e["index"]]: e for e in error.details.get("writeErrors", [])}
-        except PyMongoError as error:  # the whole command failed: nothing, or an unknown part, was applied
-            if not is_transient(error) or retries == policy.max_retries:
-                raise _unavailable(error, retries, policy) from error
-            sleep(policy.delay_s(retries, error))
-            retries += 1
-            continue
-        pending, throttled = _settle(ops, pending, failures, written, asked_again)
-        if throttled is not None:
-            if retries == policy.max_retries:
-                raise _unavailable(throttled, retries, policy)
-            sleep(policy.delay_s(retries, throttled))
-            retries += 1
+
+    def attempt() -> None:
+        nonlocal pending
+        while pending:
+            failures: dict[int, WriteError] = {}
+            try:
+                collection.bulk_write([ops[i] for i in pending], ordered=False)
+            except BulkWriteError as error:
+                failures = {pending[e["index"]]: e for e in error.details.get("writeErrors", [])}
+            pending = _settle(ops, pending, failures, written, asked_again)
+            throttled = [failures[i] for i in pending if failures.get(i, {}).get("code") == THROTTLED]
+            if throttled:
+                raise _throttling(throttled)
+
+    with_retries(attempt, policy, sleep)
     return written
 
 
@@ -154,40 +125,35 @@ def count_matched(
     Only throttled ops are sent again, so nothing is counted twice."""
     matched = 0
     pending = list(ops)
-    retries = 0
-    while pending:
+
+    def attempt() -> None:
+        nonlocal matched, pending
         try:
             matched += collection.bulk_write(pending, ordered=False).matched_count
-            return matched
+            pending = []
         except BulkWriteError as error:
             matched += error.details.get("nMatched", 0)
             failures = error.details.get("writeErrors", [])
-            if any(f.get("code") != THROTTLED for f in failures):
-                code = next(f.get("code") for f in failures if f.get("code") != THROTTLED)
-                raise StoreUnavailable(f"database rejected a write (code {code})", retry_after_s=1) from error
+            for failure in failures:
+                if failure.get("code") != THROTTLED:
+                    raise _rejected(failure) from error
             pending = [pending[f["index"]] for f in failures]
-            last: PyMongoError = error
-        except PyMongoError as error:  # the whole command failed: nothing, or an unknown part, was applied
-            if not is_transient(error):
-                raise _unavailable(error, retries, policy) from error
-            last = error
-        if retries == policy.max_retries:
-            raise _unavailable(last, retries, policy)
-        sleep(policy.delay_s(retries, last))
-        retries += 1
+            raise _throttling(failures) from error
+
+    if pending:
+        with_retries(attempt, policy, sleep)
     return matched
 
 
 def _settle(
     ops: Sequence[InsertOne[Any] | UpdateOne],
     pending: list[int],
-    failures: dict[int, dict[str, Any]],
+    failures: dict[int, WriteError],
     written: list[bool],
     asked_again: set[int],
-) -> tuple[list[int], OperationFailure | None]:
-    """Record the outcome of one bulk round; return the ops to send again and the throttling error, if any."""
+) -> list[int]:
+    """Record the outcome of one bulk round; return the ops to send again (throttled, or asked again)."""
     again: list[int] = []
-    throttled: OperationFailure | None = None
     for i in pending:
         failure = failures.get(i)
         if failure is None:
@@ -197,11 +163,20 @@ def _settle(
                 asked_again.add(i)
                 again.append(i)
         elif failure.get("code") == THROTTLED:
-            throttled = OperationFailure(failure.get("errmsg", "throttled"), code=THROTTLED)
             again.append(i)
         else:
-            raise StoreUnavailable(f"database rejected a write (code {failure.get('code')})", retry_after_s=1)
-    return again, throttled
+            raise _rejected(failure)
+    return again
+
+
+def _throttling(failures: Sequence[WriteError]) -> OperationFailure:
+    """One throttling error for the throttled ops of a bulk write, carrying the longest RetryAfterMs."""
+    longest = max(failures, key=lambda f: delay_from_message(f.get("errmsg", "")))
+    return OperationFailure(longest.get("errmsg", "throttled"), code=THROTTLED)
+
+
+def _rejected(failure: WriteError) -> StoreUnavailable:
+    return StoreUnavailable(f"database rejected a write (code {failure.get('code')})", retry_after_s=1)
 
 
 def _unavailable(error: BaseException, retries: int, policy: RetryPolicy) -> StoreUnavailable:
@@ -211,28 +186,3 @@ def _unavailable(error: BaseException, retries: int, policy: RetryPolicy) -> Sto
         f"database unavailable after {retries + 1} attempts: {type(error).__name__}",
         retry_after_s=max(1, math.ceil(policy.delay_s(retries, error))),
     )
-
-
-def create_sharded_collection(db: Database[Any], name: str, shard_key: str | None) -> None:
-    """Create `name` sharded on `shard_key` on Cosmos DB (its `customAction` extension command).
-
-    Cosmos answers an existing collection with an error that we treat as success, so setup is idempotent.
-    """
-    command: dict[str, Any] = {"customAction": "CreateCollection", "collection": name}
-    if shard_key is not None:
-        command["shardKey"] = shard_key
-    try:
-        db.command(command)
-    except OperationFailure as error:
-        if error.code != 48 and "already exists" not in str(error).lower():  # 48 = NamespaceExists
-            raise
-
-
-def last_request_charge(db: Database[Any]) -> float | None:
-    """Request units charged for this connection's last operation (Cosmos only); None elsewhere."""
-    try:
-        stats = db.command({"getLastRequestStatistics": 1})
-    except OperationFailure:
-        return None
-    charge = stats.get("RequestCharge")
-    return float(charge) if charge is not None else None

@@ -1,6 +1,6 @@
 """Create every collection and index the app needs. Idempotent: safe to run any number of times.
 
-    python -m shared.store_setup            # uses MONGODB_CONNECTION_STRING / MONGODB_DATABASE
+    python -m shared.store.setup            # uses MONGODB_CONNECTION_STRING / MONGODB_DATABASE
 
 On Cosmos DB the sharded collections are created with their shard keys first (Cosmos' `customAction`);
 on any other MongoDB they are plain collections. Azure deployments get the same from infra/ (Bicep).
@@ -13,10 +13,10 @@ from typing import Any
 from pymongo import IndexModel
 from pymongo.database import Database
 
-from shared import cosmos
-from shared.schema import CollectionSpec, collection_specs
 from shared.settings import Settings, get_settings
-from shared.store import add_store_arguments, command_line_database
+from shared.store import cosmos
+from shared.store.command_line import add_store_arguments, command_line_database
+from shared.store.schema import CollectionSpec, collection_specs
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,7 @@
 """The process-wide database handle: one lazily created MongoClient, no network I/O at import."""
 
-import argparse
-import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pymongo import MongoClient
@@ -65,26 +63,3 @@ def use_client(client: MongoClient[Document] | None) -> None:
 def get_database() -> Database[Document]:
     """The app's database on the process-wide client."""
     return get_client()[get_settings().mongodb_database]
-
-
-def add_store_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--uri` and `--database` for the operations commands (setup, rebuild)."""
-    parser.add_argument("--uri", help="connection string (default: MONGODB_CONNECTION_STRING)")
-    parser.add_argument("--database", help="database name (default: MONGODB_DATABASE)")
-
-
-@contextlib.contextmanager
-def command_line_database(
-    parser: argparse.ArgumentParser, args: argparse.Namespace
-) -> Iterator[tuple[Database[Document], str]]:
-    """The database an operations command names (or the settings do) and its URI; a usage error without
-    one. The client is closed when the block ends."""
-    settings = get_settings()
-    uri = args.uri or settings.mongodb_connection_string
-    if not uri:
-        parser.error("no connection string: pass --uri or set MONGODB_CONNECTION_STRING")
-    client = create_client(uri)
-    try:
-        yield client[args.database or settings.mongodb_database], uri
-    finally:
-        client.close()

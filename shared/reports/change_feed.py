@@ -24,11 +24,11 @@ from pymongo.change_stream import ChangeStream
 from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
-from shared import schema
-from shared.cosmos import RetryPolicy, StoreUnavailable, is_transient, with_retries
 from shared.instants import format_instant
-from shared.report_aggregation import Change, Stamper, find_all, refresh_daily, refresh_hourly, user_days_of
+from shared.reports.aggregation import Change, Stamper, find_all, refresh_daily, refresh_hourly, user_days_of
 from shared.settings import Settings
+from shared.store import schema
+from shared.store.retries import RetryPolicy, StoreUnavailable, is_transient, with_retries
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ Token = Mapping[str, Any]
 class Feed:
     lease_id: str
     collection: str
-    time_field: str  # the server-side time the polling source reads by (indexed in shared/schema.py)
+    time_field: str  # the server-side time the polling source reads by (indexed in shared/store/schema.py)
     fields: tuple[str, ...] = ()  # what aggregation reads of a changed document besides its `_id`
 
     @property

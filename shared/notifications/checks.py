@@ -3,7 +3,7 @@ indexed range queries over status fields that ingestion keeps current, so a swee
 trouble (or whose trouble just ended), never the fleet; results are streamed and written in batches.
 
 Per check, two sweeps:
-- **detect**: bottles in trouble not yet notified. For each, a notification per episode (shared/notifications.py)
+- **detect**: bottles in trouble not yet notified. For each, a notification per episode (shared/notifications/documents.py)
   and a guarded write that marks the episode handled, so the bottle leaves the sweep's range;
 - **resolve**: bottles with an unresolved notification whose state changed since. Their notification gets
   `resolved_at`, and the marker goes.
@@ -31,11 +31,13 @@ from typing import Any
 from pymongo import UpdateMany, UpdateOne
 from pymongo.database import Database
 
-from shared import notifications, schema
-from shared.cosmos import RetryPolicy, write_idempotent
-from shared.dose_status import plan_of, review_update
-from shared.notifications import Episode, Kind
+from shared.doses.due_tracking import plan_of, review_update
+from shared.notifications import delivery
+from shared.notifications import documents as notifications
+from shared.notifications.documents import Episode, Kind
 from shared.settings import Settings
+from shared.store import schema
+from shared.store.retries import RetryPolicy, write_idempotent
 
 # A late dose found this long after it went late (the checks were down) is recorded but not sent.
 PUSH_WITHIN = timedelta(hours=24)
@@ -115,7 +117,7 @@ def run_check(
                     break
         if not run.complete:
             break
-    run.queued = notifications.send_pending(
+    run.queued = delivery.send_pending(
         db, kind, now=now, limit=settings.queue_messages_per_run, send=send, policy=policy
     )
     return run

@@ -7,21 +7,20 @@ of heartbeats costs one write; an opened/closed event two; a batch of any size a
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pymongo import InsertOne, UpdateOne
 from pymongo.database import Database
 
-from shared import schema
-from shared.cosmos import RetryPolicy, count_matched, write_idempotent
-from shared.dose_status import ingestion_updates
-from shared.events import DeviceEvent, parse_events
-from shared.payloads import check_size, decode_json
-from shared.registry import RegistryEntry, authenticate, check_key_shape, confirm_heartbeat_key, hash_key
-from shared.reports import LATE_KEPT, late_arrival
-from shared.schedules import DosePlan
-from shared.settings import Settings
+from shared.bottles.entries import RegistryEntry
+from shared.doses.due_tracking import ingestion_updates
+from shared.doses.schedules import DosePlan
+from shared.heartbeat_document import LATE_KEPT, late_arrival
+from shared.ingestion.authentication import confirm_heartbeat_key
+from shared.ingestion.events import DeviceEvent
+from shared.store import schema
+from shared.store.retries import RetryPolicy, count_matched, write_idempotent
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ def _first_of_each(events: Any) -> list[DeviceEvent]:
 def _heartbeat_update(bottle_id: str, key_hash: str, event: DeviceEvent, now: datetime, history: int) -> UpdateOne:
     """One heartbeat into the bottle's heartbeat document (created at provisioning): `last` and
     `alive_at` move forward only, `times` keeps the newest `history` instants in order, and a late
-    heartbeat is listed in `late` with its arrival, for the report consumer (shared/reports.py).
+    heartbeat is listed in `late` with its arrival, for the report consumer (shared/heartbeat_document.py).
 
     The filter is the whole check: the device's key hash must be the bottle's, and `$ne` makes a
     repeated heartbeat match nothing. One write, no read, on the hot path."""
@@ -131,7 +130,7 @@ def status_updates(
     """The bottle's status after these actions, guarded so an older event never moves it backwards.
 
     `open_pending` tells the left-open check the open/closed state changed since it last looked; the dose
-    ops keep the next dose due current (shared/dose_status.py). All of it is one bulk write."""
+    ops keep the next dose due current (shared/doses/due_tracking.py). All of it is one bulk write."""
     # At the same instant a close sorts after an open: the bottle ends closed.
     latest = max(actions, key=lambda e: (e.time, e.type == "closed"))
     key = {"_id": bottle_id, "bottle_id": bottle_id}
@@ -153,38 +152,3 @@ def status_updates(
         updates.append(UpdateOne(key, {"$max": {"last_dose_time": max(doses)}, "$set": {"dose_pending": True}}))
         updates += ingestion_updates(bottle_id, plan, doses, fresh_doses, dose_history)
     return updates
-
-
-def receive(
-    db: Database[Any],
-    bottle_id: str,
-    device_key: str | None,
-    body: bytes,
-    *,
-    now: datetime,
-    settings: Settings,
-) -> IngestResult:
-    """A device's request, end to end: check the key's shape, decode and validate every event, then
-    store them all, authenticating on the way.
-
-    Validation needs no database, so it comes before anything is read or written; its answers say
-    nothing about the registry. A request of heartbeats only is authenticated by its own write; one
-    with actions reads the registry entry (cached per worker) for their owner and medication."""
-    check_size(body)
-    key = check_key_shape(device_key)
-    events = parse_events(decode_json(body), now, timedelta(days=settings.max_event_age_days))
-    policy = RetryPolicy.from_settings(settings)
-    registry = None
-    if any(e.type != "heartbeat" for e in events):
-        registry = authenticate(db, bottle_id, key, settings.registry_cache_seconds, policy)
-    return ingest_events(
-        db,
-        bottle_id,
-        hash_key(key),
-        events,
-        registry=registry,
-        now=now,
-        policy=policy,
-        history=settings.heartbeat_history,
-        dose_history=settings.dose_history,
-    )

@@ -3,45 +3,27 @@
 `user_hourly_reports` hold one document per user per UTC hour, with one entry per bottle; each entry has an
 action part (recomputed from the bottle's `bottle_actions` of that hour) and a heartbeat count (recomputed
 from the `times` window of the bottle's heartbeat document). `user_daily_reports` sum a day's hourly
-documents. Everything here is pure: shared/report_aggregation.py reads the sources and writes the documents,
-and `read_reports` serves GET /api/users/{user_id}/reports.
+documents. Everything here is pure: `aggregation` reads the sources and writes the documents, and `reading` serves
+GET /api/users/{user_id}/reports.
 """
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
-from pymongo.database import Database
-
-from shared import schema
-from shared.cosmos import RetryPolicy, with_retries
-from shared.errors import BadRequest
-from shared.events import MAX_FUTURE_SKEW
-from shared.instants import format_instant, parse_instant
+from shared.device_time import LATE_AFTER, MAX_FUTURE_SKEW
+from shared.heartbeat_document import LATE_KEPT
+from shared.instants import day_of, hour_of
 
 Document = dict[str, Any]
-Granularity = Literal["hour", "day"]
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 ACTION_COUNTERS = ("opened", "closed", "doses", "pills_taken")
 COUNTERS = (*ACTION_COUNTERS, "heartbeats")
 LAST_READINGS = ("last_number_of_pills", "last_mass_of_contents")
-# The longest range one read may ask for: a month of hours, a year of days.
-MAX_PERIODS: dict[Granularity, int] = {"hour": 31 * 24, "day": 366}
-PERIOD: dict[Granularity, timedelta] = {"hour": HOUR, "day": DAY}
-
-
-def hour_of(moment: datetime) -> datetime:
-    """The start of the UTC hour holding `moment`."""
-    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-
-
-def day_of(moment: datetime) -> datetime:
-    """The start of the UTC day holding `moment`."""
-    return hour_of(moment).replace(hour=0)
 
 
 def hourly_id(user_id: str, hour: datetime) -> str:
@@ -138,19 +120,6 @@ def ownerships(heartbeat_doc: Mapping[str, Any]) -> list[Ownership]:
     return spans
 
 
-# A heartbeat that arrives more than LATE_AFTER after its device time is recorded in the heartbeat document's
-# `late` list (hour, arrival), which keeps the newest LATE_KEPT; the consumer finds a prompter one by its time.
-LATE_AFTER = timedelta(minutes=5)
-LATE_KEPT = 16
-
-
-def late_arrival(moment: datetime, received_at: datetime) -> Document | None:
-    """The `late` entry a heartbeat of `moment` received at `received_at` adds (None if it is prompt)."""
-    if received_at - moment <= LATE_AFTER:
-        return None
-    return {"hour": hour_of(moment), "received_at": received_at}
-
-
 def hours_changed_since(heartbeat_doc: Mapping[str, Any], since: datetime) -> set[datetime] | None:
     """The hours whose heartbeat counts may have changed since `since` (None: any hour of the window).
 
@@ -237,10 +206,10 @@ def merged_entry(
             entry["medication"] = heartbeat.medication
     if not any(entry[c] for c in COUNTERS) and all(entry[r] is None for r in LAST_READINGS):
         return None
-    return _ordered_entry(entry)
+    return ordered_entry(entry)
 
 
-def _ordered_entry(entry: Mapping[str, Any]) -> Document:
+def ordered_entry(entry: Mapping[str, Any]) -> Document:
     """The entry's fields in their documented order (documents compare equal field by field)."""
     fields = ("bottle_id", "medication", *ACTION_COUNTERS, "heartbeats", *LAST_READINGS)
     return {f: entry.get(f) for f in fields}
@@ -281,7 +250,7 @@ def daily_document(user_id: str, day: datetime, hourly: Iterable[Mapping[str, An
     for report in hours:
         for entry in report["bottles"]:
             total = bottles.setdefault(
-                entry["bottle_id"], _ordered_entry({"bottle_id": entry["bottle_id"], **dict.fromkeys(COUNTERS, 0)})
+                entry["bottle_id"], ordered_entry({"bottle_id": entry["bottle_id"], **dict.fromkeys(COUNTERS, 0)})
             )
             for counter in COUNTERS:
                 total[counter] += entry[counter]
@@ -298,73 +267,3 @@ def daily_document(user_id: str, day: datetime, hourly: Iterable[Mapping[str, An
         "bottles": entries,
         "updated_at": max(h["updated_at"] for h in hours),
     }
-
-
-# --- the read API ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReportQuery:
-    user_id: str
-    granularity: Granularity
-    start: datetime  # the first period overlapping [from, to)
-    end: datetime
-
-
-def parse_report_query(user_id: str, params: Mapping[str, str]) -> ReportQuery:
-    """`granularity` (hour|day, default hour), `from` and `to` (ISO-8601 with offset; `to` exclusive).
-
-    BadRequest listing every problem: a missing or unparsable bound, an empty or reversed range, or more
-    periods than MAX_PERIODS."""
-    problems: list[dict[str, Any]] = []
-    granularity = params.get("granularity", "hour")
-    if granularity not in PERIOD:
-        problems.append({"field": "granularity", "message": "must be 'hour' or 'day'"})
-    bounds: dict[str, datetime] = {}
-    for name in ("from", "to"):
-        raw = params.get(name)
-        if not raw:
-            problems.append({"field": name, "message": "required: an ISO-8601 date-time with a UTC offset"})
-            continue
-        try:
-            bounds[name] = parse_instant(raw)
-        except ValueError as error:
-            problems.append({"field": name, "message": str(error)})
-    if problems:
-        raise BadRequest("invalid report query", problems)
-    size: Granularity = "day" if granularity == "day" else "hour"
-    start = day_of(bounds["from"]) if size == "day" else hour_of(bounds["from"])
-    end = bounds["to"]
-    if end <= bounds["from"]:
-        raise BadRequest("invalid report query", [{"field": "to", "message": "must be later than 'from'"}])
-    periods = -((start - end) // PERIOD[size])  # ceiling: a partial last period counts
-    if periods > MAX_PERIODS[size]:
-        message = f"the range covers {periods} {size}s; at most {MAX_PERIODS[size]} per request"
-        raise BadRequest("invalid report query", [{"field": "to", "message": message}])
-    return ReportQuery(user_id, size, start, end)
-
-
-def read_reports(db: Database[Any], query: ReportQuery, policy: RetryPolicy) -> list[Document]:
-    """The user's reports of the range, oldest first: one partition, one indexed range."""
-    collection, field = (
-        (schema.USER_HOURLY_REPORTS, "hour") if query.granularity == "hour" else (schema.USER_DAILY_REPORTS, "day")
-    )
-    found = with_retries(
-        lambda: list(
-            db[collection]
-            .find({"user_id": query.user_id, field: {"$gte": query.start, "$lt": query.end}}, {"_id": 0})
-            .sort([("user_id", 1), (field, 1)])
-            .limit(MAX_PERIODS[query.granularity])
-        ),
-        policy,
-    )
-    return [report_view(report, field) for report in found]
-
-
-def report_view(report: Mapping[str, Any], period_field: str) -> Document:
-    """A stored report as the API shows it: instants as ISO-8601 strings, fields in their documented order."""
-    view: Document = {"user_id": report["user_id"], period_field: format_instant(report[period_field])}
-    view |= {c: report[c] for c in COUNTERS}
-    view["bottles"] = [_ordered_entry(e) for e in report["bottles"]]
-    view["updated_at"] = format_instant(report["updated_at"])
-    return view

@@ -7,11 +7,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 from pydantic_core import ErrorDetails
 
+from shared.device_time import MAX_FUTURE_SKEW
 from shared.errors import BadRequest, Detail, PayloadTooLarge, first_per_field, plain_message
 from shared.instants import format_instant, parse_instant
 
 MAX_EVENTS_PER_REQUEST = 500
-MAX_FUTURE_SKEW = timedelta(minutes=5)
 
 EventType = Literal["heartbeat", "opened", "closed"]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0)]

@@ -25,9 +25,8 @@ from pymongo import InsertOne, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared import schema
-from shared.cosmos import RetryPolicy, StoreUnavailable, with_retries, write_idempotent
-from shared.reports import (
+from shared.instants import day_of, hour_of
+from shared.reports.documents import (
     DAY,
     HOUR,
     ActionPart,
@@ -36,15 +35,15 @@ from shared.reports import (
     action_parts,
     daily_document,
     daily_id,
-    day_of,
     heartbeat_parts,
-    hour_of,
     hourly_document,
     hourly_id,
     merged_entry,
     parse_hourly_id,
     same_content,
 )
+from shared.store import schema
+from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries, write_idempotent
 
 T = TypeVar("T")
 UserHour = tuple[str, datetime]
@@ -144,7 +143,7 @@ def refresh_hourly(
     user-hour documents that differ. `within` and `only_user` narrow a rebuild to its range and user.
 
     `changed_since`: every heartbeat received before it has been aggregated already, so of a heartbeat
-    document only the hours that may have changed since are recomputed (shared/reports.py); None: all."""
+    document only the hours that may have changed since are recomputed (shared/reports/documents.py); None: all."""
     buckets = coalesce(changes)
     parts = recomputed_parts(db, buckets, policy, within=within, only_user=only_user, changed_since=changed_since)
     written, emptied = write_hourly(db, parts, stamp, policy)

@@ -21,7 +21,7 @@ from typing import Any
 
 from pymongo import UpdateOne
 
-from shared.schedules import DosePlan, IntervalSchedule, Review, TimesSchedule, parse_schedule
+from shared.doses.schedules import DosePlan, IntervalSchedule, Review, TimesSchedule, parse_schedule
 
 
 def plan_of(bottle: dict[str, Any]) -> DosePlan:

@@ -1,0 +1,120 @@
+"""Provisioning a bottle (PUT /api/bottles/{bottle_id}): create or update its registry entry, issue or rotate
+its device key, restart its dose tracking when the schedule changes, and keep its heartbeat document in step."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pymongo import ReturnDocument, UpdateOne
+from pymongo.database import Database
+
+from shared.bottles.entries import forget_entry
+from shared.bottles.spec import BottleSpec
+from shared.bottles.status import registry_view
+from shared.device_keys import hash_key, new_device_key
+from shared.doses.due_tracking import initial_fields
+from shared.doses.schedules import DosePlan
+from shared.heartbeat_document import MAX_OWNERS
+from shared.settings import Settings
+from shared.store import schema
+from shared.store.retries import RetryPolicy, with_retries
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    created: bool
+    bottle: dict[str, Any]
+    device_key: str | None  # only on create or rotation: shown once, never stored
+
+
+def provision(
+    db: Database[Any], bottle_id: str, spec: BottleSpec, *, rotate_key: bool, now: datetime, settings: Settings
+) -> Provisioned:
+    """Create or update a bottle in one atomic upsert. A new bottle, or a rotation, gets a fresh key."""
+    policy = RetryPolicy.from_settings(settings)
+    device_key = new_device_key()
+    registry = {
+        "user_id": spec.user_id,
+        "medication": spec.medication,
+        "schedule": spec.schedule.model_dump(),
+        "grace_minutes": spec.grace_minutes,
+        "updated_at": now,
+    }
+    # Status fields start absent: `$max` (last_dose_time) treats a missing field as "no value yet".
+    on_insert: dict[str, Any] = {"provisioned_at": now, **initial_fields(DosePlan(spec.schedule, spec.grace, now))}
+    if rotate_key:
+        registry |= {"key_hash": hash_key(device_key), "key_rotated_at": now}
+    else:
+        on_insert["key_hash"] = hash_key(device_key)
+    before = with_retries(
+        lambda: db[schema.BOTTLES].find_one_and_update(
+            {"_id": bottle_id, "bottle_id": bottle_id},
+            {"$set": registry, "$setOnInsert": on_insert},
+            upsert=True,
+            return_document=ReturnDocument.BEFORE,
+        ),
+        policy,
+    )
+    created = before is None
+    if before is not None and _schedule_changed(before, registry):
+        _restart_schedule(db, bottle_id, DosePlan(spec.schedule, spec.grace, now), before, policy)
+    after = {**(before or on_insert), "_id": bottle_id, **registry}
+    with_retries(lambda: _sync_heartbeat_document(db, bottle_id, spec, now, after["key_hash"]), policy)
+    forget_entry(bottle_id)
+    return Provisioned(
+        created=created,
+        bottle=registry_view(after),
+        device_key=device_key if created or rotate_key else None,
+    )
+
+
+def _schedule_changed(before: dict[str, Any], registry: dict[str, Any]) -> bool:
+    return bool(
+        before.get("schedule") != registry["schedule"] or before.get("grace_minutes") != registry["grace_minutes"]
+    )
+
+
+def _restart_schedule(
+    db: Database[Any], bottle_id: str, plan: DosePlan, before: dict[str, Any], policy: RetryPolicy
+) -> None:
+    """A changed schedule (or grace) takes effect now: slots before the change are never late under it."""
+    fields = initial_fields(plan, before.get("doses", []))
+    with_retries(
+        lambda: db[schema.BOTTLES].update_one({"_id": bottle_id, "bottle_id": bottle_id}, {"$set": fields}), policy
+    )
+
+
+def _sync_heartbeat_document(db: Database[Any], bottle_id: str, spec: BottleSpec, now: datetime, key_hash: str) -> None:
+    """Create the bottle's heartbeat document with `alive_at` = provisioning time (a bottle that never
+    sends a heartbeat is silent from then on), and keep its owner, medication and key hash current.
+
+    The key hash is here so that a heartbeat authenticates inside its own write (shared/ingestion/):
+    the hot path never reads the registry.
+
+    `owners` records who owned the bottle from when, so the reports count each heartbeat time for the user
+    who owned the bottle then: a reassigned bottle's earlier heartbeats stay with its earlier owner. The
+    first op only matches a reassignment, so a retried PUT never records it twice."""
+    key = {"_id": bottle_id, "bottle_id": bottle_id}
+    owner = {"user_id": spec.user_id, "since": now}
+    db[schema.BOTTLE_HEARTBEATS].bulk_write(
+        [
+            UpdateOne(
+                {**key, "user_id": {"$ne": spec.user_id}},
+                # received_at: the reports' polling source reads by it, and a reassignment moves heartbeats.
+                {
+                    "$set": {"user_id": spec.user_id, "received_at": now},
+                    "$push": {"owners": {"$each": [owner], "$slice": -MAX_OWNERS}},
+                },
+            ),
+            UpdateOne(
+                key,
+                {
+                    "$set": {"user_id": spec.user_id, "medication": spec.medication, "key_hash": key_hash},
+                    # silent_pending: the silent check has yet to look at this `alive_at` (shared/checks.py).
+                    "$setOnInsert": {"alive_at": now, "silent_pending": True, "times": [], "owners": [owner]},
+                },
+                upsert=True,
+            ),
+        ],
+        ordered=True,
+    )

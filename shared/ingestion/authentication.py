@@ -1,0 +1,50 @@
+"""Device authentication: every request carries its bottle's device key (X-Device-Key). Unknown bottles and
+wrong keys get the same answer."""
+
+from typing import Any
+
+from pymongo.database import Database
+
+from shared.bottles.entries import RegistryEntry, cached_entry, forget_entry, load_entry
+from shared.device_keys import MAX_KEY_LENGTH, same_hash
+from shared.errors import Unauthorized
+from shared.store import schema
+from shared.store.retries import RetryPolicy, with_retries
+
+UNAUTHORIZED_MESSAGE = "unknown bottle or wrong device key"
+
+
+def check_key_shape(device_key: str | None) -> str:
+    """A key worth hashing, or Unauthorized without touching the database."""
+    if not device_key or len(device_key) > MAX_KEY_LENGTH:
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    return device_key
+
+
+def confirm_heartbeat_key(db: Database[Any], bottle_id: str, key_hash: str, policy: RetryPolicy) -> None:
+    """Unauthorized unless the bottle exists and `key_hash` is its key: the check heartbeats need only
+    when one of their guarded writes matched nothing (a repeat, or a wrong key: the write cannot tell)."""
+    found = with_retries(
+        lambda: db[schema.BOTTLE_HEARTBEATS].find_one({"_id": bottle_id, "bottle_id": bottle_id}, {"key_hash": 1}),
+        policy,
+    )
+    if found is None or not same_hash(str(found.get("key_hash", "")), key_hash):
+        forget_entry(bottle_id)  # a cached entry accepted a key the bottle no longer has
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+
+
+def authenticate(
+    db: Database[Any], bottle_id: str, device_key: str | None, cache_ttl_s: float, policy: RetryPolicy
+) -> RegistryEntry:
+    """The registry entry of a bottle whose device presented the right key; Unauthorized otherwise.
+
+    Served from the worker's cache when it can be; a key the cached entry rejects is checked against
+    the database once (the key may just have been rotated on another worker)."""
+    device_key = check_key_shape(device_key)
+    cached = cached_entry(bottle_id)
+    if cached is not None and cached.accepts(device_key):
+        return cached
+    entry = load_entry(db, bottle_id, cache_ttl_s, policy)
+    if entry is None or not entry.accepts(device_key):
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    return entry

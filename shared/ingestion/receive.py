@@ -1,0 +1,49 @@
+"""A device request end to end: check the key's shape, validate every event, authenticate, store."""
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from pymongo.database import Database
+
+from shared.device_keys import hash_key
+from shared.ingestion.authentication import authenticate, check_key_shape
+from shared.ingestion.events import parse_events
+from shared.ingestion.storing import IngestResult, ingest_events
+from shared.payloads import check_size, decode_json
+from shared.settings import Settings
+from shared.store.retries import RetryPolicy
+
+
+def receive(
+    db: Database[Any],
+    bottle_id: str,
+    device_key: str | None,
+    body: bytes,
+    *,
+    now: datetime,
+    settings: Settings,
+) -> IngestResult:
+    """A device's request, end to end: check the key's shape, decode and validate every event, then
+    store them all, authenticating on the way.
+
+    Validation needs no database, so it comes before anything is read or written; its answers say
+    nothing about the registry. A request of heartbeats only is authenticated by its own write; one
+    with actions reads the registry entry (cached per worker) for their owner and medication."""
+    check_size(body)
+    key = check_key_shape(device_key)
+    events = parse_events(decode_json(body), now, timedelta(days=settings.max_event_age_days))
+    policy = RetryPolicy.from_settings(settings)
+    registry = None
+    if any(e.type != "heartbeat" for e in events):
+        registry = authenticate(db, bottle_id, key, settings.registry_cache_seconds, policy)
+    return ingest_events(
+        db,
+        bottle_id,
+        hash_key(key),
+        events,
+        registry=registry,
+        now=now,
+        policy=policy,
+        history=settings.heartbeat_history,
+        dose_history=settings.dose_history,
+    )

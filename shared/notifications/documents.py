@@ -1,0 +1,104 @@
+"""Notification documents: one per (bottle, kind, episode), recorded once and resolved when the episode ends.
+
+A notification's `_id` is `"{bottle_id}|{kind}|{episode_start}"`, so recording the same episode again (a re-run,
+overlapping or retried timer runs, a restart) is a duplicate-key answer, never a second notification.
+
+Delivery is at least once: a notification is inserted `pending`, then its check run hands it to the queue output
+binding and marks it `queued`. A run that dies in between leaves it `pending`, and a later run of the same check
+sends it again (the consumer deduplicates on `notification_id`). A late-dose slot found more than a day after it
+went late (the checks were down) is recorded `withheld`: kept, never sent.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pymongo import InsertOne, UpdateMany, UpdateOne
+from pymongo.database import Database
+
+from shared.instants import format_instant
+from shared.store import schema
+from shared.store.retries import RetryPolicy, with_retries, write_idempotent
+
+Kind = Literal["late_dose", "left_open", "silent"]
+KINDS: tuple[Kind, ...] = ("late_dose", "left_open", "silent")
+PENDING, QUEUED, WITHHELD = "pending", "queued", "withheld"
+
+
+def notification_id(bottle_id: str, kind: str, episode_start: datetime) -> str:
+    return f"{bottle_id}|{kind}|{format_instant(episode_start)}"
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One episode of trouble, as a check finds it."""
+
+    bottle_id: str
+    user_id: str
+    medication: str
+    kind: Kind
+    start: datetime
+    push: bool = True  # False: recorded but never sent to the user (found too long after it happened)
+
+    @property
+    def notification_id(self) -> str:
+        return notification_id(self.bottle_id, self.kind, self.start)
+
+
+def notification_document(episode: Episode, now: datetime) -> dict[str, Any]:
+    """The stored notification. `feed_key` orders a user's notifications newest first (created_at, then _id)."""
+    _id = episode.notification_id
+    return {
+        "_id": _id,
+        "user_id": episode.user_id,
+        "bottle_id": episode.bottle_id,
+        "medication": episode.medication,
+        "kind": episode.kind,
+        "episode_start": episode.start,
+        "created_at": now,
+        "resolved_at": None,
+        "delivery": PENDING if episode.push else WITHHELD,
+        "queued_at": None,
+        "feed_key": f"{format_instant(now)}|{_id}",
+    }
+
+
+def record(db: Database[Any], episodes: Iterable[Episode], now: datetime, policy: RetryPolicy) -> list[Episode]:
+    """Insert a notification per episode in one bulk write; the episodes that were new (not recorded before)."""
+    episodes = list(episodes)
+    if not episodes:
+        return []
+    ops: list[InsertOne[Any] | UpdateOne] = [InsertOne(notification_document(e, now)) for e in episodes]
+    written = write_idempotent(db[schema.NOTIFICATIONS], ops, policy)
+    return [episode for episode, new in zip(episodes, written, strict=True) if new]
+
+
+def resolve_episode(user_id: str, bottle_id: str, kind: Kind, episode_start: datetime, now: datetime) -> UpdateOne:
+    """Resolve one notification (a no-op if it is resolved already, or was never recorded)."""
+    return UpdateOne(
+        {"_id": notification_id(bottle_id, kind, episode_start), "user_id": user_id, "resolved_at": None},
+        {"$set": {"resolved_at": now}},
+    )
+
+
+def resolve_up_to(user_id: str, bottle_id: str, kind: Kind, latest_start: datetime, now: datetime) -> UpdateMany:
+    """Resolve every unresolved notification of this bottle and kind whose episode started by `latest_start`."""
+    return UpdateMany(
+        {
+            "user_id": user_id,
+            "bottle_id": bottle_id,
+            "kind": kind,
+            "episode_start": {"$lte": latest_start},
+            "resolved_at": None,
+        },
+        {"$set": {"resolved_at": now}},
+    )
+
+
+def apply_resolutions(db: Database[Any], ops: list[UpdateOne | UpdateMany], policy: RetryPolicy) -> int:
+    """One bulk write of resolutions (each guarded by `resolved_at: null`, so a retry is harmless)."""
+    if not ops:
+        return 0
+    result = with_retries(lambda: db[schema.NOTIFICATIONS].bulk_write(ops, ordered=False), policy)
+    return int(result.modified_count)

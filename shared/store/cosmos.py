@@ -1,0 +1,64 @@
+"""Cosmos DB for MongoDB specifics behind one seam: its error codes, its `customAction` and
+`getLastRequestStatistics` commands. Everything here also works on plain MongoDB, where the Cosmos-only
+commands are simply not used."""
+
+import re
+from typing import Any
+
+from pymongo.database import Database
+from pymongo.errors import BulkWriteError, OperationFailure
+
+THROTTLED = 16500  # Cosmos DB "TooManyRequests": the request exceeded the provisioned RU/s.
+DUPLICATE_KEY = 11000
+NAMESPACE_EXISTS = 48
+_RETRY_AFTER = re.compile(r"RetryAfterMs=(\d+)")
+
+
+def is_cosmos_uri(uri: str) -> bool:
+    """Cosmos DB for MongoDB (RU) endpoints live under *.mongo.cosmos.azure.com (or .cosmos.azure.us/.cn)."""
+    return ".mongo.cosmos." in uri.lower() or ".cosmos.azure." in uri.lower()
+
+
+def throttle_delay_ms(error: BaseException) -> int | None:
+    """The server's suggested wait if `error` is Cosmos throttling (16500), else None."""
+    if isinstance(error, BulkWriteError):
+        delays = [
+            delay_from_message(e.get("errmsg", ""))
+            for e in error.details.get("writeErrors", [])
+            if e.get("code") == THROTTLED
+        ]
+        return max(delays) if delays else None
+    if isinstance(error, OperationFailure) and (error.code == THROTTLED or "TooManyRequests" in str(error)):
+        return delay_from_message(str(error))
+    return None
+
+
+def delay_from_message(message: str) -> int:
+    """The `RetryAfterMs=` of a Cosmos DB error message (0 when it has none)."""
+    match = _RETRY_AFTER.search(message)
+    return int(match.group(1)) if match else 0
+
+
+def create_sharded_collection(db: Database[Any], name: str, shard_key: str | None) -> None:
+    """Create `name` sharded on `shard_key` on Cosmos DB (its `customAction` extension command).
+
+    Cosmos answers an existing collection with an error that we treat as success, so setup is idempotent.
+    """
+    command: dict[str, Any] = {"customAction": "CreateCollection", "collection": name}
+    if shard_key is not None:
+        command["shardKey"] = shard_key
+    try:
+        db.command(command)
+    except OperationFailure as error:
+        if error.code != NAMESPACE_EXISTS and "already exists" not in str(error).lower():
+            raise
+
+
+def last_request_charge(db: Database[Any]) -> float | None:
+    """Request units charged for this connection's last operation (Cosmos only); None elsewhere."""
+    try:
+        stats = db.command({"getLastRequestStatistics": 1})
+    except OperationFailure:
+        return None
+    charge = stats.get("RequestCharge")
+    return float(charge) if charge is not None else None

@@ -1,0 +1,124 @@
+"""The shape of the code: `shared/` is packages by job over a few common modules, jobs never reach into each
+other, and nothing imports in a cycle (developer tools included)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("function_app.py", "functions", "shared", "tools", "benchmarks")
+
+# What each package of `shared/` may import besides the common modules (shared/*.py): a job may use the
+# store, the registry entries and the dose rules, never another job.
+ALLOWED: dict[str, set[str]] = {
+    "store": set(),
+    "doses": set(),
+    "bottles": {"store", "doses"},
+    "ingestion": {"store", "doses", "bottles"},
+    "notifications": {"store", "doses"},
+    "reports": {"store"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_files() -> list[Path]:
+    files: list[Path] = []
+    for source in SOURCES:
+        path = ROOT / source
+        files += [path] if path.is_file() else sorted(path.rglob("*.py"))
+    return files
+
+
+MODULES = {module_name(path): path for path in source_files()}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every project module `path` imports, at any depth of the file (functions and TYPE_CHECKING included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name in MODULES}
+
+
+GRAPH = {name: imports_of(path) - {name} for name, path in MODULES.items()}
+
+
+def test_nothing_imports_in_a_cycle():
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for target in sorted(GRAPH[name]):
+            if state.get(target) == 1:
+                cycles.append([*path[path.index(target) :], target] if target in path else [name, target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[name] = 2
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_the_developer_tools_are_not_imported_by_the_deployed_code():
+    deployed = [m for m in GRAPH if m.split(".")[0] in ("function_app", "functions", "shared")]
+    leaks = {m: sorted(t for t in GRAPH[m] if t.split(".")[0] in ("tools", "benchmarks")) for m in deployed}
+    assert {m: t for m, t in leaks.items() if t} == {}
+
+
+def test_the_tools_do_not_import_the_benchmarks():
+    assert {
+        m: sorted(GRAPH[m])
+        for m in GRAPH
+        if m.startswith("tools") and any(t.startswith("benchmarks") for t in GRAPH[m])
+    } == {}
+
+
+def package_of(module: str) -> str | None:
+    """The job package of a `shared` module, or None for a common module (shared/*.py)."""
+    parts = module.split(".")
+    return parts[1] if (parts[0] == "shared" and len(parts) > 2) or module in (f"shared.{p}" for p in ALLOWED) else None
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_a_job_package_imports_only_what_it_may(package):
+    reached = {
+        (module, target)
+        for module in GRAPH
+        if package_of(module) == package
+        for target in GRAPH[module]
+        if target.startswith("shared.") and package_of(target) not in (None, package, *ALLOWED[package])
+    }
+    assert reached == set()
+
+
+def test_the_common_modules_import_no_job_package():
+    common = [m for m in GRAPH if m.startswith("shared.") and package_of(m) is None]
+    assert common, "expected common modules in shared/"
+    reached = {(m, t) for m in common for t in GRAPH[m] if package_of(t) is not None}
+    assert reached == set()
+
+
+def test_every_package_says_what_it_owns():
+    packages = list(ROOT.joinpath("shared").rglob("__init__.py"))
+    assert len(packages) == len(ALLOWED) + 1
+    undocumented = [str(p.relative_to(ROOT)) for p in packages if not ast.get_docstring(ast.parse(p.read_text()))]
+    assert undocumented == []
+
+
+def test_the_common_modules_stay_few():
+    common = sorted(p.name for p in ROOT.joinpath("shared").glob("*.py") if p.name != "__init__.py")
+    assert len(common) <= 10, f"shared/ has {len(common)} loose modules: does one belong to a job? {common}"
