@@ -38,6 +38,28 @@ class Settings(BaseSettings):
     store_retry_base_ms: int = Field(
         default=100, ge=1, le=10_000, description="First back-off delay; doubles per retry (capped at 2 s)."
     )
+    store_server_selection_timeout_ms: int = Field(
+        default=3000, ge=100, le=60_000, description="Longest wait for a reachable database server per attempt."
+    )
+    store_connect_timeout_ms: int = Field(
+        default=3000, ge=100, le=60_000, description="Longest wait to open a connection to the database."
+    )
+    store_socket_timeout_ms: int = Field(
+        default=8000, ge=100, le=300_000, description="Longest wait for a database reply on an open connection."
+    )
+    request_deadline_seconds: float = Field(
+        default=8.0,
+        gt=0,
+        le=200,  # below the 230 s an HTTP trigger may take in Azure
+        description="Longest an HTTP invocation spends on the database, retries included, before it answers 503.",
+    )
+    outage_retry_after_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=3600,
+        description="Retry-After of a 503 when the database is unreachable: this plus up to as much again, "
+        "at random, so a fleet does not come back at once (throttling answers with the server's shorter hint).",
+    )
 
     # Reports (the change-feed consumer `aggregate_reports`).
     reports_schedule: str = Field(

@@ -114,9 +114,9 @@ resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
     }
     capabilities: [
       { name: 'EnableMongo' }
-      // Server-side retry: a throttled request is retried by Cosmos (up to 60 s) instead of failing with 16500;
-      // the app's own bounded retries (shared/store/retries.py) remain for what still gets through.
-      { name: 'DisableRateLimitingResponses' }
+      // No server-side retry (DisableRateLimitingResponses): it is account-wide, and would hold a device's request
+      // up to 60 s before code 50. The app sees 16500 at once and retries on the server's RetryAfterMs hint
+      // within each invocation's deadline (shared/store/retries.py); see the README's "Throttling".
     ]
     minimalTlsVersion: 'Tls12'
     publicNetworkAccess: 'Enabled'

@@ -31,7 +31,7 @@ def provision(
     db: Database[Any], bottle_id: str, spec: BottleSpec, *, rotate_key: bool, now: datetime, settings: Settings
 ) -> Provisioned:
     """Create or update a bottle in one atomic upsert. A new bottle, or a rotation, gets a fresh key."""
-    policy = RetryPolicy.from_settings(settings)
+    policy = RetryPolicy.for_request(settings)
     device_key = new_device_key()
     registry = {
         "user_id": spec.user_id,

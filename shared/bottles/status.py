@@ -17,7 +17,7 @@ from shared.store.retries import RetryPolicy, with_retries
 
 def bottle_status(db: Database[Any], bottle_id: str, *, settings: Settings) -> dict[str, Any]:
     """Registry fields and live status of a bottle (never its key); NotFound if unknown."""
-    policy = RetryPolicy.from_settings(settings)
+    policy = RetryPolicy.for_request(settings)
     bottle = with_retries(
         lambda: db[schema.BOTTLES].find_one({"_id": bottle_id, "bottle_id": bottle_id}, {"key_hash": 0}), policy
     )

@@ -32,7 +32,7 @@ def receive(
     check_size(body)
     key = check_key_shape(device_key)
     events = parse_events(decode_json(body), now, timedelta(days=settings.max_event_age_days))
-    policy = RetryPolicy.from_settings(settings)
+    policy = RetryPolicy.for_request(settings)
     registry = None
     if any(e.type != "heartbeat" for e in events):
         registry = authenticate(db, bottle_id, key, settings.registry_cache_seconds, policy)

@@ -100,7 +100,7 @@ def run_check(
 ) -> CheckRun:
     """One run of a check at `now`: its sweeps, then its pending queue messages, handed to `send` once."""
     check = CHECKS[kind]
-    policy = RetryPolicy.from_settings(settings)
+    policy = RetryPolicy.for_run(settings, settings.checks_time_budget_seconds)
     run = CheckRun(kind)
     deadline = clock() + settings.checks_time_budget_seconds
     for sweep in check.sweeps(now, settings):

@@ -83,7 +83,7 @@ def list_notifications(
     db: Database[Any], query: NotificationQuery, *, settings: Settings
 ) -> tuple[list[dict[str, Any]], str | None]:
     """A page of the user's notifications, newest first, and the token of the next page (None at the end)."""
-    policy = RetryPolicy.from_settings(settings)
+    policy = RetryPolicy.for_request(settings)
     selector: dict[str, Any] = {"user_id": query.user_id}
     feed: dict[str, str] = {}
     if query.since is not None:

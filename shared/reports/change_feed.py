@@ -308,7 +308,7 @@ def run_consumer(
     time budget is spent (checked between rounds, so it can be overrun by one round, and the daily hop is
     never starved by a backlog upstream). A feed that fails stops for this run; its lease still holds its
     last page."""
-    policy = RetryPolicy.from_settings(settings)
+    policy = RetryPolicy.for_run(settings, settings.reports_time_budget_seconds)
     deadline = clock() + settings.reports_time_budget_seconds
     stamper = Stamper(now)
     summary = RunSummary()

@@ -63,7 +63,7 @@ def parse_report_query(user_id: str, params: Mapping[str, str]) -> ReportQuery:
 
 def read_reports(db: Database[Any], query: ReportQuery, *, settings: Settings) -> list[Document]:
     """The user's reports of the range, oldest first: one partition, one indexed range."""
-    policy = RetryPolicy.from_settings(settings)
+    policy = RetryPolicy.for_request(settings)
     collection, field = (
         (schema.USER_HOURLY_REPORTS, "hour") if query.granularity == "hour" else (schema.USER_DAILY_REPORTS, "day")
     )

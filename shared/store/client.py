@@ -26,7 +26,10 @@ def create_client(uri: str, *, event_listeners: Sequence[Any] = ()) -> MongoClie
     """A client tuned for Cosmos DB for MongoDB (works on any MongoDB). Connects lazily.
 
     Every client of the app's data is made here, the local tools' too, so they run as the app does.
-    `event_listeners`: pymongo command listeners (the cost tests and benchmarks count commands)."""
+    `event_listeners`: pymongo command listeners (the cost tests and benchmarks count commands). The timeouts
+    (STORE_*_TIMEOUT_MS) bound each attempt, so an unreachable store fails fast instead of hanging for pymongo's
+    default 30 s of server selection; the retry policy's deadline bounds the attempts together."""
+    settings = get_settings()
     return MongoClient(
         uri,
         tz_aware=True,
@@ -36,6 +39,9 @@ def create_client(uri: str, *, event_listeners: Sequence[Any] = ()) -> MongoClie
         retryWrites=False,
         appname="pillbottle-functions",
         connect=False,
+        serverSelectionTimeoutMS=settings.store_server_selection_timeout_ms,
+        connectTimeoutMS=settings.store_connect_timeout_ms,
+        socketTimeoutMS=settings.store_socket_timeout_ms,
         event_listeners=list(event_listeners),
     )
 

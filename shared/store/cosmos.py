@@ -9,6 +9,9 @@ from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
 
 THROTTLED = 16500  # Cosmos DB "TooManyRequests": the request exceeded the provisioned RU/s.
+# "ExceededTimeLimit": with server-side retry on, what a request still throttled after 60 s ends in (and what any
+# MongoDB answers when an operation's maxTimeMS runs out).
+EXCEEDED_TIME_LIMIT = 50
 DUPLICATE_KEY = 11000
 NAMESPACE_EXISTS = 48
 _RETRY_AFTER = re.compile(r"RetryAfterMs=(\d+)")
@@ -19,16 +22,22 @@ def is_cosmos_uri(uri: str) -> bool:
     return ".mongo.cosmos." in uri.lower() or ".cosmos.azure." in uri.lower()
 
 
+def is_throttling_code(code: Any) -> bool:
+    """Throttling as the server reports it: 16500, or 50 once server-side retry gave up."""
+    return code in (THROTTLED, EXCEEDED_TIME_LIMIT)
+
+
 def throttle_delay_ms(error: BaseException) -> int | None:
-    """The server's suggested wait if `error` is Cosmos throttling (16500), else None."""
+    """The server's suggested wait if `error` is Cosmos throttling (16500, or 50 after server-side retry), else
+    None. 0 when the server suggested nothing."""
     if isinstance(error, BulkWriteError):
         delays = [
             delay_from_message(e.get("errmsg", ""))
             for e in error.details.get("writeErrors", [])
-            if e.get("code") == THROTTLED
+            if is_throttling_code(e.get("code"))
         ]
         return max(delays) if delays else None
-    if isinstance(error, OperationFailure) and (error.code == THROTTLED or "TooManyRequests" in str(error)):
+    if isinstance(error, OperationFailure) and (is_throttling_code(error.code) or "TooManyRequests" in str(error)):
         return delay_from_message(str(error))
     return None
 

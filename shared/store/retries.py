@@ -2,13 +2,15 @@
 bulk writes built on it. Throttling (Cosmos DB's 16500), dropped connections, failovers and timeouts are
 retried with bounded back-off; what persists becomes StoreUnavailable, which the HTTP layer turns into a 503."""
 
+import contextlib
 import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import pymongo
 from pymongo import InsertOne, UpdateOne
 from pymongo.collection import Collection
 from pymongo.errors import (
@@ -23,7 +25,7 @@ from pymongo.errors import (
 )
 
 from shared.settings import Settings
-from shared.store.cosmos import DUPLICATE_KEY, THROTTLED, delay_from_message, throttle_delay_ms
+from shared.store.cosmos import DUPLICATE_KEY, THROTTLED, delay_from_message, is_throttling_code, throttle_delay_ms
 
 T = TypeVar("T")
 WriteError = dict[str, Any]
@@ -50,34 +52,83 @@ def is_transient(error: BaseException) -> bool:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded exponential back-off with full jitter, honouring Cosmos' RetryAfterMs when it is longer."""
+    """Bounded exponential back-off with full jitter, honouring Cosmos' RetryAfterMs when it is longer, within
+    an optional deadline (a `clock` reading): past it no attempt starts and no back-off waits, and each attempt
+    runs under pymongo's client-side timeout for the time left, so one slow call cannot overrun it either."""
 
     max_retries: int = 3
     base_ms: int = 100
+    deadline: float | None = None
+    outage_retry_after_s: int = 30
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "RetryPolicy":
-        return cls(max_retries=settings.store_max_retries, base_ms=settings.store_retry_base_ms)
+    def from_settings(cls, settings: Settings, *, budget_s: float | None = None) -> "RetryPolicy":
+        """The policy of an operations command (`budget_s` None: no deadline) or of a run with a budget."""
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        return cls(
+            max_retries=settings.store_max_retries,
+            base_ms=settings.store_retry_base_ms,
+            deadline=deadline,
+            outage_retry_after_s=settings.outage_retry_after_seconds,
+        )
+
+    @classmethod
+    def for_request(cls, settings: Settings) -> "RetryPolicy":
+        """An HTTP invocation's policy: REQUEST_DEADLINE_SECONDS from now for everything it asks of the store."""
+        return cls.from_settings(settings, budget_s=settings.request_deadline_seconds)
+
+    @classmethod
+    def for_run(cls, settings: Settings, budget_s: float) -> "RetryPolicy":
+        """A timer run's policy: its time budget, plus one request's deadline for the call in flight when the
+        budget runs out (the run checks its budget between batches)."""
+        return cls.from_settings(settings, budget_s=budget_s + settings.request_deadline_seconds)
+
+    def remaining_s(self) -> float | None:
+        return None if self.deadline is None else self.deadline - self.clock()
 
     def delay_s(self, attempt: int, error: BaseException) -> float:
         backoff = min(MAX_BACKOFF_S, self.base_ms * (2**attempt) / 1000.0)
         suggested = (throttle_delay_ms(error) or 0) / 1000.0
         return min(MAX_BACKOFF_S, max(suggested, random.uniform(0, backoff)))
 
+    def retry_after_s(self, attempt: int, error: BaseException) -> int:
+        """What a 503 tells the client: the back-off hint when throttled; when the store is unreachable, longer
+        and jittered, so a fleet of devices does not come back at the same instant."""
+        if throttle_delay_ms(error) is not None:
+            return max(1, math.ceil(self.delay_s(attempt, error)))
+        return self.outage_retry_after_s + random.randint(0, self.outage_retry_after_s)
+
 
 def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep) -> T:
-    """Run an idempotent database operation, retrying transient failures; StoreUnavailable when they persist.
+    """Run an idempotent database operation, retrying transient failures; StoreUnavailable when they persist
+    or the policy's deadline passes.
 
     The one retry loop of the app: an operation that made partial progress keeps what it did in its own
     state and raises a transient error for the rest (as the bulk writes below do)."""
     for attempt in range(policy.max_retries + 1):
+        remaining = policy.remaining_s()
+        if remaining is not None and remaining <= 0:
+            raise StoreUnavailable(
+                "database did not answer within the deadline", retry_after_s=policy.outage_retry_after_s
+            )
         try:
-            return operation()
+            with _client_timeout(remaining):
+                return operation()
         except PyMongoError as error:
             if not is_transient(error) or attempt == policy.max_retries:
                 raise _unavailable(error, attempt, policy) from error
-            sleep(policy.delay_s(attempt, error))
+            delay = policy.delay_s(attempt, error)
+            left = policy.remaining_s()
+            if left is not None and left <= delay:  # waiting would only end past the deadline
+                raise _unavailable(error, attempt, policy) from error
+            sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _client_timeout(remaining_s: float | None) -> contextlib.AbstractContextManager[Any]:
+    """pymongo's client-side operation timeout for the time left (server selection, connection and reply)."""
+    return contextlib.nullcontext() if remaining_s is None else pymongo.timeout(remaining_s)
 
 
 def write_idempotent(
@@ -105,7 +156,7 @@ def write_idempotent(
             except BulkWriteError as error:
                 failures = {pending[e["index"]]: e for e in error.details.get("writeErrors", [])}
             pending = _settle(ops, pending, failures, written, asked_again)
-            throttled = [failures[i] for i in pending if failures.get(i, {}).get("code") == THROTTLED]
+            throttled = [failures[i] for i in pending if is_throttling_code(failures.get(i, {}).get("code"))]
             if throttled:
                 raise _throttling(throttled)
 
@@ -135,7 +186,7 @@ def count_matched(
             matched += error.details.get("nMatched", 0)
             failures = error.details.get("writeErrors", [])
             for failure in failures:
-                if failure.get("code") != THROTTLED:
+                if not is_throttling_code(failure.get("code")):
                     raise _rejected(failure) from error
             pending = [pending[f["index"]] for f in failures]
             raise _throttling(failures) from error
@@ -162,7 +213,7 @@ def _settle(
             if isinstance(ops[i], UpdateOne) and i not in asked_again:
                 asked_again.add(i)
                 again.append(i)
-        elif failure.get("code") == THROTTLED:
+        elif is_throttling_code(failure.get("code")):
             again.append(i)
         else:
             raise _rejected(failure)
@@ -172,7 +223,7 @@ def _settle(
 def _throttling(failures: Sequence[WriteError]) -> OperationFailure:
     """One throttling error for the throttled ops of a bulk write, carrying the longest RetryAfterMs."""
     longest = max(failures, key=lambda f: delay_from_message(f.get("errmsg", "")))
-    return OperationFailure(longest.get("errmsg", "throttled"), code=THROTTLED)
+    return OperationFailure(longest.get("errmsg", "throttled"), code=THROTTLED)  # 50 is retried as 16500
 
 
 def _rejected(failure: WriteError) -> StoreUnavailable:
@@ -184,5 +235,5 @@ def _unavailable(error: BaseException, retries: int, policy: RetryPolicy) -> Sto
         return StoreUnavailable(f"database error: {type(error).__name__}", retry_after_s=1)
     return StoreUnavailable(
         f"database unavailable after {retries + 1} attempts: {type(error).__name__}",
-        retry_after_s=max(1, math.ceil(policy.delay_s(retries, error))),
+        retry_after_s=policy.retry_after_s(retries, error),
     )
