@@ -8,7 +8,9 @@ from functions.device_events import bp as device_events
 from functions.notifications import bp as notifications
 from functions.reports import bp as reports
 from shared.observability import configure_telemetry
+from shared.settings import get_settings
 
+get_settings()  # a bad app setting stops the start-up here, naming the setting, not every invocation later
 configure_telemetry()  # Application Insights in Azure; nothing without APPLICATIONINSIGHTS_CONNECTION_STRING
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 for blueprint in (bottles, device_events, reports, checks, notifications):

@@ -11,7 +11,7 @@ from shared.bottles.status import bottle_status
 from shared.ids import check_id
 from shared.instants import utc_now
 from shared.observability import log_invocation
-from shared.payloads import check_size, decode_json
+from shared.payloads import check_media_type, check_size, decode_json
 from shared.settings import get_settings
 from shared.store.client import get_database
 
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 def provision_bottle(req: func.HttpRequest) -> func.HttpResponse:
     bottle_id = check_id(req.route_params.get("bottle_id", ""), "bottle_id")
     rotate_key = bool_param(req, "rotate_key")
+    check_media_type(req.headers.get("Content-Type"))
     spec = parse_bottle_spec(decode_json(check_size(req.get_body())))
     result = provision(get_database(), bottle_id, spec, rotate_key=rotate_key, now=utc_now(), settings=get_settings())
     log_invocation(

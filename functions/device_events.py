@@ -28,6 +28,7 @@ def post_events(req: func.HttpRequest) -> func.HttpResponse:
         bottle_id,
         req.headers.get("X-Device-Key"),
         req.get_body(),
+        content_type=req.headers.get("Content-Type"),
         now=utc_now(),
         settings=get_settings(),
     )

@@ -3,7 +3,10 @@
 import functools
 import json
 import logging
+import traceback
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import azure.functions as func
@@ -24,7 +27,8 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
 
 
 def handles_errors(handler: Handler) -> Handler:
-    """Turn domain errors into their 4xx, an unavailable store into 503 + Retry-After; log the rest."""
+    """Turn domain errors into their 4xx, an unavailable store into 503 + Retry-After, and anything else
+    (a bug) into a JSON 500 with an `error_id` that is also logged: the one catch-all of the HTTP layer."""
 
     @functools.wraps(handler)
     def wrapper(req: func.HttpRequest) -> func.HttpResponse:
@@ -43,8 +47,24 @@ def handles_errors(handler: Handler) -> Handler:
         except StoreNotConfigured as error:
             log.error("%s misconfigured: %s", handler.__name__, error)
             return json_response(503, {"error": "the service is not configured", "details": []}, {"Retry-After": "60"})
+        except Exception as error:
+            return unexpected_error(handler.__name__, error)
 
     return wrapper
+
+
+def unexpected_error(function: str, error: Exception) -> func.HttpResponse:
+    """A 500 for an error the code did not foresee. The log line (which the host tags with the invocation id)
+    names the exception's type and where it was raised, never its message: that could echo a body or a key."""
+    error_id = uuid.uuid4().hex
+    log.error("%s failed error_id=%s %s at %s", function, error_id, type(error).__name__, _raised_at(error))
+    return json_response(500, {"error": "internal error; it has been logged", "error_id": error_id, "details": []})
+
+
+def _raised_at(error: BaseException) -> str:
+    """The innermost frames of the traceback as file:line (function), innermost last."""
+    frames = traceback.extract_tb(error.__traceback__)[-4:]
+    return " < ".join(f"{Path(f.filename).name}:{f.lineno} ({f.name})" for f in reversed(frames))
 
 
 def bool_param(req: func.HttpRequest, name: str) -> bool:

@@ -32,6 +32,10 @@ class PayloadTooLarge(DomainError):
     status = 413
 
 
+class UnsupportedMediaType(DomainError):
+    status = 415
+
+
 _PLAIN_MESSAGES = {"extra_forbidden": "unknown field", "missing": "required"}
 
 

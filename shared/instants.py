@@ -12,7 +12,10 @@ def parse_instant(text: str) -> datetime:
         raise ValueError(f"'{text}' is not an ISO-8601 date-time") from None
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise ValueError(f"'{text}' has no UTC offset; add 'Z' or '+hh:mm'")
-    return to_stored(parsed)
+    try:
+        return to_stored(parsed)
+    except OverflowError:  # 0001-01-01T00:00+01:00 and 9999-12-31T23:59-01:00 have no UTC instant
+        raise ValueError(f"'{text}' is outside the range of representable times (years 1-9999 in UTC)") from None
 
 
 def to_stored(moment: datetime) -> datetime:

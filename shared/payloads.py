@@ -1,11 +1,13 @@
-"""Request bodies: size limit and strict JSON decoding, with errors a client can act on."""
+"""Request bodies: size limit, media type and strict JSON decoding, with errors a client can act on."""
 
 import json
 from typing import Any
 
-from shared.errors import BadRequest, PayloadTooLarge
+from shared.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 
 MAX_BODY_BYTES = 256 * 1024
+# No request of the API nests deeper than 4; anything much deeper is an attack on the parser.
+MAX_JSON_DEPTH = 16
 
 
 def check_size(body: bytes, limit: int = MAX_BODY_BYTES) -> bytes:
@@ -15,6 +17,31 @@ def check_size(body: bytes, limit: int = MAX_BODY_BYTES) -> bytes:
             [{"field": None, "message": f"at most {limit // 1024} KiB"}],
         )
     return body
+
+
+def check_media_type(content_type: str | None) -> None:
+    """JSON or nothing said: a body declared as anything else (a form, text) is 415, never guessed at.
+
+    A missing Content-Type is read as JSON, so the smallest device firmware need not send the header."""
+    if content_type is None or not content_type.strip():
+        return
+    media_type, _, parameters = content_type.partition(";")
+    media_type = media_type.strip().lower()
+    charset = _parameter(parameters, "charset")
+    if (media_type == "application/json" or media_type.endswith("+json")) and charset in (None, "utf-8", "utf8"):
+        return
+    raise UnsupportedMediaType(
+        f"Content-Type {content_type.strip()!r} is not JSON; send 'application/json' (UTF-8)",
+        [{"field": "Content-Type", "message": "must be application/json"}],
+    )
+
+
+def _parameter(parameters: str, name: str) -> str | None:
+    for parameter in parameters.split(";"):
+        key, _, value = parameter.partition("=")
+        if key.strip().lower() == name:
+            return value.strip().strip('"').lower()
+    return None
 
 
 def decode_json(body: bytes) -> Any:
@@ -28,14 +55,40 @@ def decode_json(body: bytes) -> Any:
             "body is not UTF-8 JSON", [{"field": None, "message": f"invalid UTF-8 at byte {error.start}"}]
         ) from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        payload = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise _too_deep() from None
     except json.JSONDecodeError as error:
         raise BadRequest(
             "body is not valid JSON",
             [{"field": None, "message": f"{error.msg} at line {error.lineno} column {error.colno}"}],
         ) from None
-    except ValueError as error:
+    except ValueError as error:  # a constant (NaN, Infinity) or an integer of more than 4300 digits
         raise BadRequest("body is not valid JSON", [{"field": None, "message": str(error)}]) from None
+    if _depth(payload) > MAX_JSON_DEPTH:
+        raise _too_deep()
+    return payload
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in `value` (a scalar is 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth > MAX_JSON_DEPTH:
+                break
+            stack.extend((child, depth) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _too_deep() -> BadRequest:
+    return BadRequest(
+        "body nests too deeply", [{"field": None, "message": f"arrays and objects nest at most {MAX_JSON_DEPTH} deep"}]
+    )
 
 
 def _reject_constant(name: str) -> Any:

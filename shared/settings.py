@@ -3,7 +3,7 @@
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -128,7 +128,16 @@ class Settings(BaseSettings):
     )
 
 
+class InvalidSettings(ValueError):
+    """An app setting has a value the app cannot run with; the message names each such setting."""
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process-wide settings, read once from the environment."""
-    return Settings()
+    """The process-wide settings, read once from the environment. InvalidSettings names every bad setting
+    (never its value: it may be a connection string)."""
+    try:
+        return Settings()
+    except ValidationError as error:
+        problems = [f"{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in error.errors()]
+        raise InvalidSettings("invalid app settings: " + "; ".join(problems)) from None

@@ -46,19 +46,33 @@ def _call(
     return Response(response.status_code, json.loads(raw) if raw else None, dict(response.headers))
 
 
-def put_bottle(bottle_id: str, spec: Any = None, *, rotate_key: bool = False, raw: bytes | None = None) -> Response:
+def put_bottle(
+    bottle_id: str,
+    spec: Any = None,
+    *,
+    rotate_key: bool = False,
+    raw: bytes | None = None,
+    content_type: str | None = "application/json",
+) -> Response:
     body = raw if raw is not None else json.dumps(SPEC if spec is None else spec).encode()
     params = {"rotate_key": "true"} if rotate_key else {}
-    return _call(_provision, "PUT", f"/api/bottles/{bottle_id}", {"bottle_id": bottle_id}, body, params=params)
+    headers = {"Content-Type": content_type} if content_type is not None else {}
+    return _call(
+        _provision, "PUT", f"/api/bottles/{bottle_id}", {"bottle_id": bottle_id}, body, params=params, headers=headers
+    )
 
 
 def get_bottle(bottle_id: str) -> Response:
     return _call(_get_bottle, "GET", f"/api/bottles/{bottle_id}", {"bottle_id": bottle_id})
 
 
-def post_events(bottle_id: str, key: str | None, payload: Any = None, *, raw: bytes | None = None) -> Response:
+def post_events(
+    bottle_id: str, key: str | None, payload: Any = None, *, raw: bytes | None = None, content_type: str | None = None
+) -> Response:
     body = raw if raw is not None else json.dumps(payload).encode()
     headers = {"X-Device-Key": key} if key is not None else {}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
     return _call(
         _post_events, "POST", f"/api/bottles/{bottle_id}/events", {"bottle_id": bottle_id}, body, headers=headers
     )

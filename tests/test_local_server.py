@@ -24,7 +24,10 @@ def server(real_db, registered_functions):
 
 def call(server: LocalServer, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None):
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(server.base_url + path, data=data, method=method, headers=headers or {})
+    json_type = {"Content-Type": "application/json"} if data is not None else {}
+    request = urllib.request.Request(
+        server.base_url + path, data=data, method=method, headers=json_type | (headers or {})
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             raw = response.read()

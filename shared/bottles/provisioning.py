@@ -7,6 +7,7 @@ from typing import Any
 
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.database import Database
+from pymongo.errors import DuplicateKeyError
 
 from shared.bottles.entries import forget_entry
 from shared.bottles.spec import BottleSpec
@@ -17,7 +18,7 @@ from shared.doses.schedules import DosePlan
 from shared.heartbeat_document import MAX_OWNERS
 from shared.settings import Settings
 from shared.store import schema
-from shared.store.retries import RetryPolicy, with_retries
+from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,9 @@ class Provisioned:
 def provision(
     db: Database[Any], bottle_id: str, spec: BottleSpec, *, rotate_key: bool, now: datetime, settings: Settings
 ) -> Provisioned:
-    """Create or update a bottle in one atomic upsert. A new bottle, or a rotation, gets a fresh key."""
+    """Create a bottle with one insert guarded by its unique `_id`, or update it. A new bottle, or a
+    rotation, gets a fresh key. Of concurrent creates exactly one inserts, answers `created` and holds the
+    key; the others update the bottle it made and get no key (an upsert is not atomic on every store)."""
     policy = RetryPolicy.for_request(settings)
     device_key = new_device_key()
     registry = {
@@ -40,25 +43,35 @@ def provision(
         "grace_minutes": spec.grace_minutes,
         "updated_at": now,
     }
+    key_hash = hash_key(device_key)
     # Status fields start absent: `$max` (last_dose_time) treats a missing field as "no value yet".
-    on_insert: dict[str, Any] = {"provisioned_at": now, **initial_fields(DosePlan(spec.schedule, spec.grace, now))}
-    if rotate_key:
-        registry |= {"key_hash": hash_key(device_key), "key_rotated_at": now}
+    new_bottle = {
+        "_id": bottle_id,
+        "bottle_id": bottle_id,
+        **registry,
+        "provisioned_at": now,
+        **initial_fields(DosePlan(spec.schedule, spec.grace, now)),
+        "key_hash": key_hash,
+    }
+    created = with_retries(lambda: _insert_new(db, new_bottle), policy)
+    if created:
+        after = new_bottle
     else:
-        on_insert["key_hash"] = hash_key(device_key)
-    before = with_retries(
-        lambda: db[schema.BOTTLES].find_one_and_update(
-            {"_id": bottle_id, "bottle_id": bottle_id},
-            {"$set": registry, "$setOnInsert": on_insert},
-            upsert=True,
-            return_document=ReturnDocument.BEFORE,
-        ),
-        policy,
-    )
-    created = before is None
-    if before is not None and _schedule_changed(before, registry):
-        _restart_schedule(db, bottle_id, DosePlan(spec.schedule, spec.grace, now), before, policy)
-    after = {**(before or on_insert), "_id": bottle_id, **registry}
+        if rotate_key:
+            registry |= {"key_hash": key_hash, "key_rotated_at": now}
+        before = with_retries(
+            lambda: db[schema.BOTTLES].find_one_and_update(
+                {"_id": bottle_id, "bottle_id": bottle_id}, {"$set": registry}, return_document=ReturnDocument.BEFORE
+            ),
+            policy,
+        )
+        if before is None:  # bottles are never deleted: only a store that lost the insert gets here
+            raise StoreUnavailable("the bottle was not found after its insert; retry", retry_after_s=1)
+        # Our own insert, applied by an attempt whose answer was lost: still a create, and this key is its key.
+        created = before.get("key_hash") == key_hash and before.get("provisioned_at") == now
+        if not created and _schedule_changed(before, registry):
+            _restart_schedule(db, bottle_id, DosePlan(spec.schedule, spec.grace, now), before, policy)
+        after = {**before, **registry}
     with_retries(lambda: _sync_heartbeat_document(db, bottle_id, spec, now, after["key_hash"]), policy)
     forget_entry(bottle_id)
     return Provisioned(
@@ -66,6 +79,15 @@ def provision(
         bottle=registry_view(after),
         device_key=device_key if created or rotate_key else None,
     )
+
+
+def _insert_new(db: Database[Any], bottle: dict[str, Any]) -> bool:
+    """Insert a new bottle; False if one with its `_id` exists (the unique `_id` decides between racers)."""
+    try:
+        db[schema.BOTTLES].insert_one(bottle)
+    except DuplicateKeyError:
+        return False
+    return True
 
 
 def _schedule_changed(before: dict[str, Any], registry: dict[str, Any]) -> bool:

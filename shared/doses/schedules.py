@@ -15,8 +15,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
+from importlib import resources
 from typing import Annotated, Any
-from zoneinfo import ZoneInfo, available_timezones
+from zoneinfo import ZoneInfo
 
 from pydantic import (
     BaseModel,
@@ -38,9 +39,24 @@ HHMM = Annotated[StrictStr, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
 REVIEW_LOOKBACK = timedelta(hours=48)
 
 
+# Not a place: "Factory" is tzdata's placeholder zone for unconfigured machines.
+_NOT_PLACES = frozenset({"Factory"})
+
+
 @lru_cache(maxsize=1)
 def _known_zones() -> frozenset[str]:
-    return frozenset(available_timezones())
+    """The IANA zones of the `tzdata` package the app ships (never the host's zoneinfo directory, which may
+    hold `localtime`, `posixrules` or an older database)."""
+    names = resources.files("tzdata").joinpath("zones").read_text(encoding="utf-8").split()
+    return frozenset(names) - _NOT_PLACES
+
+
+@lru_cache(maxsize=1024)
+def zone(name: str) -> ZoneInfo:
+    """A zone's rules from the shipped `tzdata` package, so every host computes the same slots."""
+    path = resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
+    with path.open("rb") as rules:
+        return ZoneInfo.from_file(rules, key=name)
 
 
 class TimesSchedule(BaseModel):
@@ -68,12 +84,12 @@ class TimesSchedule(BaseModel):
     def slots_on(self, day: date) -> list[datetime]:
         """The UTC instants of the day's slots (local calendar day), in order. Two local times that a DST
         gap maps to the same instant are one slot."""
-        zone = ZoneInfo(self.timezone)
-        return sorted({local_instant(day, time.fromisoformat(hhmm), zone) for hhmm in self.times})
+        rules = zone(self.timezone)
+        return sorted({local_instant(day, time.fromisoformat(hhmm), rules) for hhmm in self.times})
 
     def slots_from(self, start: datetime) -> Iterator[datetime]:
         """Every slot at or after `start`, in order, forever."""
-        day = start.astimezone(ZoneInfo(self.timezone)).date() - timedelta(days=1)
+        day = start.astimezone(zone(self.timezone)).date() - timedelta(days=1)
         while True:
             for slot in self.slots_on(day):
                 if slot >= start:
@@ -118,17 +134,17 @@ def parse_schedule(stored: Any) -> TimesSchedule | IntervalSchedule:
     return _SCHEDULE.validate_python(stored)
 
 
-def local_instant(day: date, wall: time, zone: ZoneInfo) -> datetime:
+def local_instant(day: date, wall: time, rules: ZoneInfo) -> datetime:
     """The UTC instant of a local wall time. A time skipped by a DST change moves to the next valid
     instant (the end of the gap); a repeated one takes its first occurrence."""
     candidate = datetime.combine(day, wall)
     for _ in range(24 * 60):
-        local = candidate.replace(tzinfo=zone, fold=0)
+        local = candidate.replace(tzinfo=rules, fold=0)
         instant = local.astimezone(UTC)
-        if instant.astimezone(zone).replace(tzinfo=None) == candidate:
+        if instant.astimezone(rules).replace(tzinfo=None) == candidate:
             return instant
         candidate += timedelta(minutes=1)  # inside a DST gap: walk to its end
-    raise AssertionError(f"no valid local time after {day} {wall} in {zone}")  # pragma: no cover
+    raise AssertionError(f"no valid local time after {day} {wall} in {rules}")  # pragma: no cover
 
 
 def satisfied_slots(slots: Sequence[datetime], doses: Iterable[datetime], grace: timedelta) -> set[datetime]:

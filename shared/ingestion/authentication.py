@@ -6,12 +6,13 @@ from typing import Any
 from pymongo.database import Database
 
 from shared.bottles.entries import RegistryEntry, cached_entry, forget_entry, load_entry
-from shared.device_keys import MAX_KEY_LENGTH, same_hash
+from shared.device_keys import MAX_KEY_LENGTH, hash_key, same_hash
 from shared.errors import Unauthorized
 from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries
 
 UNAUTHORIZED_MESSAGE = "unknown bottle or wrong device key"
+_NO_KEY = "0" * 64  # what an unknown bottle's key hash is compared with: no key hashes to it
 
 
 def check_key_shape(device_key: str | None) -> str:
@@ -28,7 +29,7 @@ def confirm_heartbeat_key(db: Database[Any], bottle_id: str, key_hash: str, poli
         lambda: db[schema.BOTTLE_HEARTBEATS].find_one({"_id": bottle_id, "bottle_id": bottle_id}, {"key_hash": 1}),
         policy,
     )
-    if found is None or not same_hash(str(found.get("key_hash", "")), key_hash):
+    if not same_hash(str((found or {}).get("key_hash", _NO_KEY)), key_hash) or found is None:
         forget_entry(bottle_id)  # a cached entry accepted a key the bottle no longer has
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
 
@@ -39,12 +40,14 @@ def authenticate(
     """The registry entry of a bottle whose device presented the right key; Unauthorized otherwise.
 
     Served from the worker's cache when it can be; a key the cached entry rejects is checked against
-    the database once (the key may just have been rotated on another worker)."""
-    device_key = check_key_shape(device_key)
+    the database once (the key may just have been rotated on another worker). An unknown bottle and a wrong
+    key take the same steps (one registry read, one hash, one constant-time comparison), so neither the
+    answer nor its timing tells them apart."""
+    presented = hash_key(check_key_shape(device_key))
     cached = cached_entry(bottle_id)
-    if cached is not None and cached.accepts(device_key):
+    if cached is not None and same_hash(cached.key_hash, presented):
         return cached
     entry = load_entry(db, bottle_id, cache_ttl_s, policy)
-    if entry is None or not entry.accepts(device_key):
+    if not same_hash(entry.key_hash if entry is not None else _NO_KEY, presented) or entry is None:
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
     return entry

@@ -14,8 +14,11 @@ from shared.instants import format_instant, parse_instant
 MAX_EVENTS_PER_REQUEST = 500
 
 EventType = Literal["heartbeat", "opened", "closed"]
-NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
-Grams = Annotated[StrictFloat | StrictInt, Field(ge=0, allow_inf_nan=False)]
+# Bounds a real bottle never reaches, so every stored number fits BSON (a 64-bit integer, a finite double).
+MAX_PILLS = 10_000
+MAX_GRAMS = 100_000
+PillCount = Annotated[StrictInt, Field(ge=0, le=MAX_PILLS)]
+Grams = Annotated[StrictFloat | StrictInt, Field(ge=0, le=MAX_GRAMS, allow_inf_nan=False)]
 
 # Which optional fields each event type requires; any other optional field is not allowed on it.
 REQUIRED_BY_TYPE: dict[str, frozenset[str]] = {
@@ -33,8 +36,8 @@ class _EventBody(BaseModel):
     time: StrictStr
     event_id: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = None
     mass_of_contents: Grams | None = None
-    number_of_pills: NonNegativeInt | None = None
-    pills_taken: NonNegativeInt | None = None
+    number_of_pills: PillCount | None = None
+    pills_taken: PillCount | None = None
 
 
 @dataclass(frozen=True)
@@ -70,10 +73,24 @@ def parse_events(payload: Any, now: datetime, max_age: timedelta) -> list[Device
         problems.extend(event_problems)
         if event is not None:
             events.append(event)
+    if not problems:
+        problems = _reused_ids(events)
     if problems:
         noun = "event" if len(raw_events) == 1 else "events"
         raise BadRequest(f"invalid {noun}: nothing was stored", problems)
     return events
+
+
+def _reused_ids(events: list[DeviceEvent]) -> list[Detail]:
+    """An event_id names one event: sent twice in a request it must be the same event (a repeat is kept once)."""
+    first: dict[str, int] = {}
+    problems: list[Detail] = []
+    for index, event in enumerate(events):
+        seen = first.setdefault(event.event_id, index)
+        if events[seen] != event:
+            message = f"event {seen} has this event_id with different content; an event_id names one event"
+            problems.append({"index": index, "field": "event_id", "message": message})
+    return problems
 
 
 def _raw_events(payload: Any) -> list[Any]:

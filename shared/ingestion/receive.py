@@ -9,7 +9,7 @@ from shared.device_keys import hash_key
 from shared.ingestion.authentication import authenticate, check_key_shape
 from shared.ingestion.events import parse_events
 from shared.ingestion.storing import IngestResult, ingest_events
-from shared.payloads import check_size, decode_json
+from shared.payloads import check_media_type, check_size, decode_json
 from shared.settings import Settings
 from shared.store.retries import RetryPolicy
 
@@ -22,14 +22,16 @@ def receive(
     *,
     now: datetime,
     settings: Settings,
+    content_type: str | None = None,
 ) -> IngestResult:
-    """A device's request, end to end: check the key's shape, decode and validate every event, then
-    store them all, authenticating on the way.
+    """A device's request, end to end: check the body's size and media type and the key's shape, decode
+    and validate every event, then store them all, authenticating on the way.
 
     Validation needs no database, so it comes before anything is read or written; its answers say
     nothing about the registry. A request of heartbeats only is authenticated by its own write; one
     with actions reads the registry entry (cached per worker) for their owner and medication."""
     check_size(body)
+    check_media_type(content_type)
     key = check_key_shape(device_key)
     events = parse_events(decode_json(body), now, timedelta(days=settings.max_event_age_days))
     policy = RetryPolicy.for_request(settings)

@@ -20,7 +20,7 @@ from shared.heartbeat_document import LATE_KEPT, late_arrival
 from shared.ingestion.authentication import confirm_heartbeat_key
 from shared.ingestion.events import DeviceEvent
 from shared.store import schema
-from shared.store.retries import RetryPolicy, count_matched, write_idempotent
+from shared.store.retries import RetryPolicy, count_matched, with_retries, write_idempotent
 
 
 @dataclass(frozen=True)
@@ -62,12 +62,40 @@ def ingest_events(
         inserts: list[InsertOne[Any] | UpdateOne] = [InsertOne(action_document(registry, e, now)) for e in actions]
         written = write_idempotent(db[schema.BOTTLE_ACTIONS], inserts, policy)
         stored += sum(written)
+        repeats = [e for e, new in zip(actions, written, strict=True) if not new]
+        reused = _reused_ids(db, bottle_id, repeats, policy) if repeats else set()
+        kept = [e for e in actions if e.event_id not in reused]  # only events as they are stored count
         fresh = [e.time for e, new in zip(actions, written, strict=True) if new and e.is_dose]
-        updates = status_updates(
-            bottle_id, actions, plan=registry.dose_plan, fresh_doses=fresh, dose_history=dose_history
-        )
-        write_idempotent(db[schema.BOTTLES], updates, policy)
+        if kept:
+            updates = status_updates(
+                bottle_id, kept, plan=registry.dose_plan, fresh_doses=fresh, dose_history=dose_history
+            )
+            write_idempotent(db[schema.BOTTLES], updates, policy)
     return IngestResult(stored=stored, duplicates=len(events) - stored)
+
+
+_COMPARED = ("action", "time", "mass_of_contents", "number_of_pills", "pills_taken")
+
+
+def _reused_ids(db: Database[Any], bottle_id: str, repeats: list[DeviceEvent], policy: RetryPolicy) -> set[str]:
+    """The event ids among `repeats` (actions already stored) that are stored with other content: an id reused
+    for a different event, which changes nothing. A true repeat (a device retry) still re-applies the status,
+    which repairs a request that failed after storing its events. One read, only when a request repeats."""
+    ids = [f"{bottle_id}|{e.event_id}" for e in repeats]
+    found = with_retries(
+        lambda: list(db[schema.BOTTLE_ACTIONS].find({"_id": {"$in": ids}, "bottle_id": bottle_id}, _COMPARED)),
+        policy,
+    )
+    stored = {doc["_id"].split("|", 1)[1]: doc for doc in found}
+    return {
+        e.event_id
+        for e in repeats
+        if e.event_id not in stored or _content(stored[e.event_id]) != _content(action_document_fields(e))
+    }
+
+
+def _content(document: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(document.get(name) for name in _COMPARED)
 
 
 def _first_of_each(events: Any) -> list[DeviceEvent]:
@@ -102,21 +130,28 @@ def _heartbeat_update(bottle_id: str, key_hash: str, event: DeviceEvent, now: da
 
 def action_document(bottle: RegistryEntry, event: DeviceEvent, now: datetime) -> dict[str, Any]:
     """An opened/closed event as stored: the device's readings, the registry's owner and medication."""
-    document: dict[str, Any] = {
+    return {
         "_id": f"{bottle.bottle_id}|{event.event_id}",
         "bottle_id": bottle.bottle_id,
         "user_id": bottle.user_id,
         "medication": bottle.medication,
+        **action_document_fields(event),
+        "event_id": event.event_id,
+        "received_at": now,
+    }
+
+
+def action_document_fields(event: DeviceEvent) -> dict[str, Any]:
+    """What the device said of an opened/closed event, as stored."""
+    fields: dict[str, Any] = {
         "mass_of_contents": event.mass_of_contents,
         "number_of_pills": event.number_of_pills,
         "time": event.time,
         "action": event.type,
-        "event_id": event.event_id,
-        "received_at": now,
     }
     if event.type == "closed":
-        document["pills_taken"] = event.pills_taken
-    return document
+        fields["pills_taken"] = event.pills_taken
+    return fields
 
 
 def status_updates(
@@ -131,12 +166,16 @@ def status_updates(
 
     `open_pending` tells the left-open check the open/closed state changed since it last looked; the dose
     ops keep the next dose due current (shared/doses/due_tracking.py). All of it is one bulk write."""
-    # At the same instant a close sorts after an open: the bottle ends closed.
+    # At the same instant a close sorts after an open, in one request or across several in any order: the
+    # bottle ends closed.
     latest = max(actions, key=lambda e: (e.time, e.type == "closed"))
     key = {"_id": bottle_id, "bottle_id": bottle_id}
+    newer: list[dict[str, Any]] = [{"last_action_time": None}, {"last_action_time": {"$lt": latest.time}}]
+    if latest.type == "closed":
+        newer.append({"last_action_time": latest.time, "last_action": "opened"})
     updates: list[InsertOne[Any] | UpdateOne] = [
         UpdateOne(
-            {**key, "$or": [{"last_action_time": None}, {"last_action_time": {"$lt": latest.time}}]},
+            {**key, "$or": newer},
             {
                 "$set": {
                     "last_action": latest.type,
