@@ -97,9 +97,17 @@ class LocalHost:
         return host
 
     def handle(
-        self, method: str, path: str, *, headers: dict[str, str], params: dict[str, str], body: bytes
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: dict[str, str],
+        params: dict[str, str],
+        body: bytes,
+        url: str | None = None,
     ) -> func.HttpResponse:
-        """Route `/api/...` to its function, as the host does; 404/405 otherwise."""
+        """Route `/api/...` (the decoded path) to its function, as the host does; 404/405 otherwise.
+        `url` is what the function sees as `req.url` (the path by default)."""
         relative = path.removeprefix("/api/")
         allowed: set[str] = set()
         for route in self.routes:
@@ -110,7 +118,12 @@ class LocalHost:
                 allowed |= route.methods
                 continue
             request = func.HttpRequest(
-                method=method, url=path, headers=headers, params=params, route_params=match.groupdict(), body=body
+                method=method,
+                url=url or path,
+                headers=headers,
+                params=params,
+                route_params=match.groupdict(),
+                body=body,
             )
             return route.handler(request)
         if allowed:

@@ -8,70 +8,185 @@ Function keys are not enforced, as under `func start`. Queue messages the timers
 
 import argparse
 import logging
+import re
 import threading
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+from wsgiref.util import is_hop_by_hop
+
+from waitress import wasyncore
+from waitress.server import BaseWSGIServer, create_server
 
 from tools.local_host import LocalHost
 
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
 log = logging.getLogger("serve")
 
+# --- the Functions host's view of a request ----------------------------------------------------
 
-def _handler_for(host: LocalHost) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+_ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})")
+_UNDECODED = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by surrogateescape
 
-        def _dispatch(self) -> None:
-            url = urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            if not url.path.startswith("/api/"):
-                response_status, headers, payload = 404, {}, b""
-            else:
-                response = host.handle(
-                    self.command,
-                    url.path,
-                    headers=dict(self.headers.items()),
-                    params=dict(parse_qsl(url.query)),
-                    body=body,
-                )
-                response_status, payload = response.status_code, response.get_body()
-                headers = dict(response.headers)
-                if response.mimetype:
-                    headers.setdefault("Content-Type", response.mimetype)
-            self.send_response(response_status)
-            for name, value in headers.items():
-                if name.lower() != "content-length":
-                    self.send_header(name, value)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
 
-        do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = _dispatch  # noqa: N815 - http.server's naming
+def _unescape(raw: str, *, path: bool) -> str:
+    """Percent-decoding as ASP.NET Core does it (Kestrel's UrlDecoder for the path, Uri.UnescapeDataString
+    for the query): escapes are decoded as UTF-8, and escapes whose bytes are not UTF-8 stay as they were
+    (re-spelt in upper case). In a path, `%2F` stays encoded (so a route value can hold an encoded slash
+    and never spans two segments) and `%00` is refused."""
 
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug(format, *args)
+    def byte(match: re.Match[bytes]) -> bytes:
+        value = int(match.group(1), 16)
+        if path and value == 0x2F:
+            return match.group(0)
+        if path and value == 0:
+            raise ValueError("the path contains a null character")
+        return bytes([value])
 
-    return Handler
+    decoded = _ESCAPE.sub(byte, raw.encode("latin-1")).decode("utf-8", "surrogateescape")
+    return _UNDECODED.sub(lambda m: f"%{ord(m.group(0)) - 0xDC00:02X}", decoded)
+
+
+def decode_path(raw: str) -> str:
+    """The request path as the host routes on it (HttpRequest.Path): route parameters come out of it
+    percent-decoded, e.g. `/api/bottles/bottle%2D1` gives `bottle_id` `bottle-1`."""
+    return _unescape(raw, path=True)
+
+
+def parse_query(raw: str) -> dict[str, str]:
+    """The query parameters as the host hands them to a Python function (`req.params`).
+
+    The host parses the query with ASP.NET Core (QueryHelpers): pairs split on `&`, name and value split
+    on the first `=`, then in each a `+` is a space and percent-escapes are decoded: `a+b` and `a%20b`
+    are both "a b", and a literal plus must be sent as `%2B` (`since=...T00:00:00%2B01:00` is "+01:00",
+    `since=...T00:00:00+01:00` is " 01:00"). Names match case-insensitively (the first spelling is kept)
+    and the values of a repeated name are joined with "," (StringValues.ToString(), which skips empty
+    values); a parameter whose value is then empty is not passed to the worker at all."""
+    values: dict[str, list[str]] = {}
+    names: dict[str, str] = {}
+    for pair in raw.split("&"):
+        if not pair:
+            continue
+        name, _, value = pair.partition("=")
+        name = _unescape(name.replace("+", " "), path=False)
+        value = _unescape(value.replace("+", " "), path=False)
+        key = names.setdefault(name.upper(), name)
+        values.setdefault(key, []).extend([value] if value else [])
+    return {name: ",".join(found) for name, found in values.items() if found}
+
+
+def _headers(environ: "WSGIEnvironment") -> dict[str, str]:
+    """Request headers by lower-case name, as the host passes them (waitress joins repeats with ", ")."""
+    headers = {key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")}
+    for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if environ.get(key):
+            headers[key.replace("_", "-").lower()] = environ[key]
+    return headers
+
+
+def _status_line(code: int) -> str:
+    try:
+        return f"{code} {HTTPStatus(code).phrase}"
+    except ValueError:
+        return f"{code} Unknown"
+
+
+def wsgi_app(host: LocalHost) -> "WSGIApplication":
+    """The HTTP functions as a WSGI application: one request in, one azure.functions.HttpRequest to the
+    function of its route, its HttpResponse back out. Framing (Content-Length, chunked bodies,
+    keep-alive) is the server's job: by here the body is whole and exactly the one request's."""
+
+    def app(environ: "WSGIEnvironment", start_response: "StartResponse") -> Iterable[bytes]:
+        target = environ["REQUEST_URI"]  # waitress': the request target as sent, not yet decoded
+        if not target.startswith("/"):  # absolute-form (http://host/path?query), as a proxy sends it
+            parts = urlsplit(target)
+            target = parts.path + (f"?{parts.query}" if parts.query else "")
+        raw_path, _, raw_query = target.partition("?")
+        try:
+            path = decode_path(raw_path)
+        except ValueError:
+            start_response(_status_line(400), [("Content-Length", "0")])
+            return [b""]
+        length = int(environ.get("CONTENT_LENGTH") or 0)  # validated (digits only) by waitress
+        body = environ["wsgi.input"].read(length) if length else b""
+        if not path.startswith("/api/"):
+            start_response(_status_line(404), [("Content-Length", "0")])
+            return [b""]
+        request_host = environ.get("HTTP_HOST") or f"{environ['SERVER_NAME']}:{environ['SERVER_PORT']}"
+        query = f"?{raw_query}" if raw_query else ""
+        response = host.handle(
+            environ["REQUEST_METHOD"],
+            path,
+            headers=_headers(environ),
+            params=parse_query(raw_query),
+            body=body,
+            url=f"{environ['wsgi.url_scheme']}://{request_host}{path}{query}",
+        )
+        payload = response.get_body()
+        headers = [
+            (name, value)
+            for name, value in response.headers.items()
+            if name.lower() != "content-length" and not is_hop_by_hop(name)
+        ]
+        if response.mimetype and not any(name.lower() == "content-type" for name, _ in headers):
+            headers.append(("Content-Type", response.mimetype))
+        headers.append(("Content-Length", str(len(payload))))
+        start_response(_status_line(response.status_code), headers)
+        return [payload]
+
+    return app
+
+
+# --- the server --------------------------------------------------------------------------------
 
 
 class LocalServer:
-    """The HTTP adapter and the timer loop; start() returns at once, stop() ends both."""
+    """The HTTP server (waitress) and the timer loop; start() returns at once, stop() ends both.
 
-    def __init__(self, host: LocalHost, address: tuple[str, int], *, timers: bool = True) -> None:
+    Waitress parses and frames every request (chunked bodies, a Content-Length that is not one plain
+    number is a 400), reads requests on one event loop and hands only whole ones to its worker threads
+    (so a slow or stalled client holds no thread), and closes a connection that has sent nothing for
+    `timeout` seconds while no request of it is running."""
+
+    def __init__(
+        self,
+        host: LocalHost,
+        address: tuple[str, int],
+        *,
+        timers: bool = True,
+        timeout: int = 10,  # whole seconds (waitress' channel_timeout)
+        threads: int = 8,
+        connections: int = 1000,
+    ) -> None:
         self.host = host
-        self.http = ThreadingHTTPServer(address, _handler_for(host))
+        self._map: dict[int, Any] = {}  # waitress' sockets (its dispatchers) by file descriptor
+        server = create_server(
+            wsgi_app(host),
+            map=self._map,
+            host=address[0],
+            port=address[1],
+            threads=threads,
+            channel_timeout=timeout,
+            cleanup_interval=1,  # how often idle connections are looked for
+            connection_limit=connections,
+            backlog=1024,
+            max_request_body_size=100 * 1024 * 1024,  # the Functions host's limit
+        )
+        assert isinstance(server, BaseWSGIServer)  # one address: one listening socket
+        self.http = server
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self.http.serve_forever, daemon=True)]
+        self._threads = [threading.Thread(target=self._serve, name="serve-http", daemon=True)]
         if timers and host.timers:
-            self._threads.append(threading.Thread(target=self._run_timers, daemon=True))
+            self._threads.append(threading.Thread(target=self._run_timers, name="serve-timers", daemon=True))
 
     @property
     def base_url(self) -> str:
-        address, port = self.http.server_address[:2]
-        return f"http://{address!s}:{port}"
+        address, port = self.http.getsockname()
+        return f"http://{address}:{port}"
 
     def start(self) -> "LocalServer":
         for thread in self._threads:
@@ -79,9 +194,25 @@ class LocalServer:
         return self
 
     def stop(self) -> None:
+        if self._stop.is_set():
+            return
         self._stop.set()
-        self.http.shutdown()
-        self.http.server_close()
+        self.http.pull_trigger()  # wakes the event loop, which closes every socket and returns
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=10)
+        if not self._threads[0].is_alive():
+            wasyncore.close_all(self._map)  # if it never ran (closed sockets are off the map: no-op)
+        self.http.task_dispatcher.shutdown(timeout=5)
+
+    def _serve(self) -> None:
+        """Waitress' event loop, one wait at a time until stop(); the sockets are closed on this thread."""
+        try:
+            while not self._stop.is_set():
+                # poll(), not select(), which fails past file descriptor 1023
+                wasyncore.loop(timeout=1, use_poll=True, map=self._map, count=1)
+        finally:
+            wasyncore.close_all(self._map)
 
     def _run_timers(self) -> None:
         last = datetime.now(UTC)
