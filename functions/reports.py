@@ -10,7 +10,7 @@ from functions.responses import handles_errors, json_response
 from shared.ids import check_id
 from shared.instants import utc_now
 from shared.observability import log_invocation
-from shared.reports.change_feed import run_consumer
+from shared.reports.change_feed import FeedsFailed, run_consumer
 from shared.reports.reading import parse_report_query, read_reports
 from shared.settings import get_settings
 from shared.store.client import get_database
@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 @bp.function_name("aggregate_reports")
 @bp.timer_trigger(arg_name="timer", schedule="%REPORTS_SCHEDULE%", run_on_startup=False, use_monitor=True)
 def aggregate_reports(timer: func.TimerRequest) -> None:
+    """A feed that failed fails the invocation (after the others' progress is saved), so the host counts it."""
     started = time.perf_counter()
     summary = run_consumer(get_database(), get_settings(), now=utc_now())
     log_invocation(
@@ -37,6 +38,8 @@ def aggregate_reports(timer: func.TimerRequest) -> None:
         past_due=timer.past_due,
         duration_ms=round((time.perf_counter() - started) * 1000),
     )
+    if summary.failed:
+        raise FeedsFailed(summary.failed)
 
 
 @bp.function_name("get_user_reports")

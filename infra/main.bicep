@@ -85,6 +85,13 @@ var appSettings = {
   SILENT_MINUTES: '60'
   DOSE_HISTORY: '32'
   NOTIFICATIONS_QUEUE: notificationsQueueName
+  // The checks send to that queue with the Storage Queue SDK, on the host's storage account and the host's
+  // identity-based settings: its queue endpoint and the app's user-assigned identity (the host reads both too).
+  // AzureWebJobsStorage itself, a connection string, is for local runs only: no storage key is ever deployed.
+  AzureWebJobsStorage__queueServiceUri: 'https://${storage.outputs.name}.queue.${environment().suffixes.storage}'
+  AzureWebJobsStorage__clientId: identity.outputs.clientId
+  QUEUE_SEND_TIMEOUT_SECONDS: '5'
+  QUEUE_SEND_RETRIES: '2'
   CHECK_BATCH_SIZE: '500'
   QUEUE_MESSAGES_PER_RUN: '5000'
   CHECKS_TIME_BUDGET_SECONDS: '50'
@@ -123,7 +130,7 @@ module applicationInsights 'br/public:avm/res/insights/component:0.6.0' = {
 }
 
 // The host's storage (identity-based AzureWebJobsStorage: no keys), the deployment package container and the
-// notifications queue.
+// notifications queue (which the checks send to with the SDK; it is created here, not by the app).
 module storage 'br/public:avm/res/storage/storage-account:0.8.3' = {
   name: 'storage'
   params: {

@@ -111,6 +111,32 @@ class Settings(BaseSettings):
         pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",
         description="Azure Storage queue the checks send a message to per new notification (delivery service).",
     )
+    # The queue's storage account is the host's own (AzureWebJobsStorage), read under the host's setting names:
+    # a connection string locally; identity-based in Azure (shared/notifications/queue.py).
+    storage_connection_string: str = Field(
+        default="",
+        validation_alias="AzureWebJobsStorage",
+        description="Storage connection string for local runs (UseDevelopmentStorage=true, Azurite); unset in Azure.",
+    )
+    storage_queue_service_uri: str = Field(
+        default="",
+        validation_alias="AzureWebJobsStorage__queueServiceUri",
+        description="Queue endpoint of the host's storage account, reached with a managed identity (Azure).",
+    )
+    storage_client_id: str = Field(
+        default="",
+        validation_alias="AzureWebJobsStorage__clientId",
+        description="Client id of the user-assigned identity for that endpoint (empty: DefaultAzureCredential).",
+    )
+    queue_send_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=60, description="Connect and read timeout of each queue send."
+    )
+    queue_send_retries: int = Field(
+        default=2,
+        ge=0,
+        le=5,
+        description="Retries of a failed queue send (1 s apart) before the run leaves it and the rest pending.",
+    )
     check_batch_size: int = Field(
         default=500, ge=1, le=10_000, description="Bottles a check reads and writes per batch (bounds its memory)."
     )

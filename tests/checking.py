@@ -1,6 +1,6 @@
 """The notification checks' test bench: a controlled server clock, the app's real HTTP functions for
-provisioning and device events, and the three timer functions invoked the way the Functions host does
-(a timer request and a queue output binding)."""
+provisioning and device events, the three timer functions invoked the way the Functions host does (a timer
+request), and a fake notifications queue in place of the Storage queue client."""
 
 import json
 from collections.abc import Callable, Sequence
@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import azure.functions as func
-
 from functions import checks as check_functions
 from shared.instants import set_clock
+from shared.notifications.delivery import SendFailed
 from shared.notifications.documents import Kind
+from shared.notifications.queue import use_sender
 from shared.store import schema
 from tests.api import SPEC, closed, get_bottle, heartbeat, opened, post_events, put_bottle
 
@@ -23,17 +23,20 @@ TIMERS: dict[Kind, Callable[..., None]] = {
 }
 
 
-class Out(func.Out[Any]):
-    """A queue output binding that records every `set` (the checks must set it exactly once)."""
+class FakeQueue:
+    """The notifications queue as the checks' sender sees it: keeps every message it accepts, in order. After
+    `accepting` more messages (None: no limit) every send fails, as an unreachable queue's would."""
 
     def __init__(self) -> None:
-        self.values: list[Any] = []
+        self.messages: list[str] = []
+        self.accepting: int | None = None
 
-    def set(self, val: Any) -> None:
-        self.values.append(val)
-
-    def get(self) -> Any:
-        return self.values[-1] if self.values else None
+    def __call__(self, message: str) -> None:
+        if self.accepting is not None:
+            if self.accepting <= 0:
+                raise SendFailed("queue unreachable")
+            self.accepting -= 1
+        self.messages.append(message)
 
 
 @dataclass
@@ -44,15 +47,20 @@ class FakeTimer:
 class World:
     """One store, one clock: provision bottles, post events at the current instant, run checks."""
 
-    def __init__(self, db: Any, start: datetime) -> None:
+    def __init__(self, db: Any, start: datetime, *, fake_queue: bool = True) -> None:
+        """`fake_queue=False`: the checks send with the app's own queue client (settings `AzureWebJobsStorage`,
+        `NOTIFICATIONS_QUEUE`), and `check` returns nothing of what they sent."""
         self.db = db
         self.now = start
         self.keys: dict[str, str] = {}
         self.sent: list[dict[str, Any]] = []  # every queue message, parsed, in order
+        self.queue = FakeQueue()
         set_clock(lambda: self.now)
+        use_sender(self.queue if fake_queue else None)
 
     def stop(self) -> None:
         set_clock(None)
+        use_sender(None)
 
     def at(self, moment: datetime) -> "World":
         self.now = moment
@@ -89,10 +97,9 @@ class World:
 
     def check(self, kind: Kind, *, past_due: bool = False) -> list[dict[str, Any]]:
         """Run a check's timer function; the queue messages it sent this run."""
-        out = Out()
-        TIMERS[kind](timer=FakeTimer(past_due=past_due), messages=out)
-        assert len(out.values) == 1, "a check sets its queue output exactly once per run"
-        messages = [json.loads(message) for message in out.values[0]]
+        before = len(self.queue.messages)
+        TIMERS[kind](timer=FakeTimer(past_due=past_due))
+        messages = [json.loads(message) for message in self.queue.messages[before:]]
         self.sent += messages
         return messages
 

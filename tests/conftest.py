@@ -1,5 +1,6 @@
 """Fixtures: a fresh store per test (mongomock, and SecantusDB in-process for the integration runs),
-settings from a clean environment, and the registry cache emptied between tests."""
+settings from a clean environment, the registry cache emptied between tests, and Azurite's queue service for
+the queue tests."""
 
 import itertools
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from shared.bottles.entries import forget_all_entries
 from shared.settings import Settings, get_settings
 from shared.store import client as store
 from shared.store.setup import ensure_store
+from tests import azurite
 from tests.command_counter import CommandCounter
 
 _databases = itertools.count()
@@ -40,8 +42,9 @@ _teach_mongomock_bulk_sort()
 @pytest.fixture(autouse=True)
 def clean_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test starts from default settings with fast retries, and no cached bottles."""
-    for name in Settings.model_fields:
-        monkeypatch.delenv(name.upper(), raising=False)
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias  # the host's own names: AzureWebJobsStorage, ...
+        monkeypatch.delenv(alias if isinstance(alias, str) else name.upper(), raising=False)
     monkeypatch.setenv("STORE_RETRY_BASE_MS", "1")
     get_settings.cache_clear()
     forget_all_entries()
@@ -106,6 +109,16 @@ def db(request: pytest.FixtureRequest) -> Database[Any]:
     """The app's store, once on mongomock and once on SecantusDB: API behaviour must not depend on it."""
     database: Database[Any] = request.getfixturevalue("mock_db" if request.param == "mongomock" else "real_db")
     return database
+
+
+@pytest.fixture(scope="session")
+def azurite_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """Azurite's queue service, in memory, for the whole session: its port."""
+    reason = azurite.missing()
+    if reason:
+        pytest.skip(reason)
+    with azurite.azurite_queue(tmp_path_factory.mktemp("azurite")) as port:
+        yield port
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""How a check run records and sends: at-least-once queue delivery across crashes, one notification however many
-runs overlap or repeat, batches, the per-run message cap, the time budget, and throttling."""
+"""How a check run records and sends: at-least-once queue delivery across crashes and failed sends, one
+notification however many runs overlap or repeat, batches, the per-run message cap, the time budget, and
+throttling. (tests/test_queue_delivery.py sends to a real queue, on Azurite.)"""
 
 import json
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from tests.checking import World
 from tests.cosmos_fakes import ThrottlingDatabase
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
+REAL_MARK = delivery._mark_queued
 
 
 @pytest.fixture
@@ -37,36 +39,74 @@ def run(world: World, db=None, **kwargs) -> tuple[checks.CheckRun, list[str]]:
         "left_open",
         now=world.now,
         settings=get_settings(),
-        send=sent.extend,
+        send=sent.append,
         **kwargs,
     )
     return result, sent
 
 
-def test_a_run_that_dies_before_the_queue_output_is_flushed_is_sent_by_the_next_run(world):
-    left_open(world, "bottle-1")
+def test_a_send_that_fails_leaves_it_and_the_rest_pending_and_the_next_run_sends_them(world, caplog):
+    left_open(world, "bottle-1", "bottle-2", "bottle-3")
+    world.queue.accepting = 1  # the queue goes away after the first message
 
-    def broken_binding(messages: list[str]) -> None:
-        raise RuntimeError("the host died before flushing the output binding")
+    first = world.check("left_open")
+
+    assert [m["bottle_id"] for m in first] == ["bottle-1"]
+    assert [(n["bottle_id"], n["delivery"]) for n in world.notifications("left_open")] == [
+        ("bottle-1", "queued"),
+        ("bottle-2", "pending"),
+        ("bottle-3", "pending"),
+    ]
+    assert "2 left_open notifications stay pending for the next run" in caplog.text
+
+    world.queue.accepting = None  # back
+    second = world.after(minutes=1).check("left_open")
+
+    assert [m["bottle_id"] for m in second] == ["bottle-2", "bottle-3"]
+    assert {n["delivery"] for n in world.notifications("left_open")} == {"queued"}
+    assert world.after(minutes=1).check("left_open") == []
+
+
+def test_a_run_that_dies_between_a_send_and_its_mark_sends_it_again(world, monkeypatch):
+    left_open(world, "bottle-1")
+    monkeypatch.setattr(delivery, "_mark_queued", crash)
 
     with pytest.raises(RuntimeError):
-        checks.run_check(world.db, "left_open", now=world.now, settings=get_settings(), send=broken_binding)
+        world.check("left_open")  # the queue has the message; the notification was never marked
+    monkeypatch.setattr(delivery, "_mark_queued", REAL_MARK)
     [notification] = world.notifications("left_open")
     assert notification["delivery"] == "pending"
 
-    messages = world.after(minutes=1).check("left_open")
+    world.after(minutes=1).check("left_open")
 
-    assert [m["notification_id"] for m in messages] == [notification["_id"]]
+    ids = [json.loads(m)["notification_id"] for m in world.queue.messages]
+    assert ids == [notification["_id"]] * 2  # at least once: a duplicate, which the consumer drops by its id
     assert world.notifications("left_open")[0]["delivery"] == "queued"
     assert world.after(minutes=1).check("left_open") == []
 
 
+def test_sent_notifications_are_marked_in_batches_so_a_crash_resends_at_most_a_batch(world, monkeypatch):
+    monkeypatch.setattr(delivery, "MARK_BATCH", 2)
+    left_open(world, *(f"bottle-{i}" for i in range(5)))
+    world.queue.accepting = 3  # the run dies on its fourth send (not a queue error: the worker is gone)
+
+    def dying(message: str) -> None:
+        if world.queue.accepting == 0:
+            raise RuntimeError("worker recycled")
+        world.queue(message)
+
+    with pytest.raises(RuntimeError):
+        checks.run_check(world.db, "left_open", now=world.now, settings=get_settings(), send=dying)
+
+    assert sorted(n["delivery"] for n in world.notifications("left_open")) == ["pending"] * 3 + ["queued"] * 2
+
+
+def crash(*args, **kwargs):
+    raise RuntimeError("worker recycled")
+
+
 def test_a_run_that_dies_between_the_insert_and_the_send_leaves_it_pending_for_the_next_run(world, monkeypatch):
     left_open(world, "bottle-1")
-
-    def crash(*args, **kwargs):
-        raise RuntimeError("worker recycled")
-
     monkeypatch.setattr(delivery, "send_pending", crash)
     with pytest.raises(RuntimeError):
         world.check("left_open")

@@ -1,5 +1,6 @@
-"""The three timer functions as the Functions host sees them: their binding metadata (schedules and queue from
-app settings, one queue output on the host's storage), a direct invocation, and the local host adapter."""
+"""The three timer functions as the Functions host sees them: their binding metadata (a schedule from app
+settings, and no output binding: they send with the Storage Queue SDK inside the invocation), a direct
+invocation, and the local host adapter."""
 
 import json
 import logging
@@ -10,7 +11,7 @@ import pytest
 
 from shared.settings import Settings, get_settings
 from tests.checking import TIMERS as HANDLERS
-from tests.checking import FakeTimer, Out, World
+from tests.checking import FakeTimer, World
 from tools.local_host import LocalHost
 
 TIMERS = {
@@ -30,21 +31,13 @@ def bindings(registered_functions: dict[str, Any], name: str) -> list[dict[str, 
 
 
 @pytest.mark.parametrize("name", TIMERS)
-def test_each_check_is_a_timer_on_its_schedule_setting_with_one_queue_output(registered_functions, name):
+def test_each_check_is_a_timer_on_its_schedule_setting_and_has_no_output_binding(registered_functions, name):
     found = bindings(registered_functions, name)
 
     [trigger] = [b for b in found if b["type"] == "timerTrigger"]
     assert trigger["schedule"] == f"%{TIMERS[name]}%"
     assert trigger["runOnStartup"] is False
-    [queue] = [b for b in found if b["type"] == "queue"]
-    assert queue == {
-        "direction": "OUT",
-        "type": "queue",
-        "name": "messages",
-        "queueName": "%NOTIFICATIONS_QUEUE%",
-        "connection": "AzureWebJobsStorage",
-    }
-    assert len(found) == 2
+    assert found == [trigger]  # a queue output binding would be written only after the function returned
     assert Settings.model_fields[TIMERS[name].lower()].default == DEFAULT_SCHEDULES[name]
 
 
@@ -58,23 +51,43 @@ def test_the_notifications_endpoint_is_registered(registered_functions):
 
 
 @pytest.mark.parametrize("past_due", [False, True])
-def test_a_timer_invoked_directly_sets_its_queue_output_once_with_json_messages(mock_db, past_due, caplog):
+def test_a_timer_invoked_directly_sends_json_messages_during_the_invocation(mock_db, past_due, caplog):
     world = World(mock_db, datetime(2026, 5, 4, 9, 0, tzinfo=UTC))
     try:
         world.provision()
         world.open()
         world.after(minutes=6)
-        out = Out()
         with caplog.at_level(logging.INFO):
-            HANDLERS["left_open"](timer=FakeTimer(past_due=past_due), messages=out)
+            HANDLERS["left_open"](timer=FakeTimer(past_due=past_due))
+        delivery = [n["delivery"] for n in world.notifications("left_open")]
     finally:
         world.stop()
 
-    [messages] = out.values
-    assert [json.loads(m)["kind"] for m in messages] == ["left_open"]
+    assert [json.loads(m)["kind"] for m in world.queue.messages] == ["left_open"]
+    assert delivery == ["queued"]
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invocation check_open_bottles")]
     logged = json.loads(line.split(" ", 2)[2])
-    assert (logged["notified"], logged["queued"], logged["past_due"]) == (1, 1, past_due)
+    assert (logged["notified"], logged["queued"], logged["send_failed"], logged["past_due"]) == (1, 1, False, past_due)
+
+
+def test_a_timer_whose_queue_is_down_logs_it_and_keeps_the_notification_pending(mock_db, caplog):
+    world = World(mock_db, datetime(2026, 5, 4, 9, 0, tzinfo=UTC))
+    try:
+        world.provision()
+        world.open()
+        world.after(minutes=6)
+        world.queue.accepting = 0
+        with caplog.at_level(logging.INFO):
+            HANDLERS["left_open"](timer=FakeTimer())  # returns: the run did its sweeps
+        delivery = [n["delivery"] for n in world.notifications("left_open")]
+    finally:
+        world.stop()
+
+    assert delivery == ["pending"]
+    assert "1 left_open notifications stay pending for the next run" in caplog.text
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invocation check_open_bottles")]
+    logged = json.loads(line.split(" ", 2)[2])
+    assert (logged["notified"], logged["queued"], logged["send_failed"]) == (1, 0, True)
 
 
 def test_the_local_host_runs_the_checks_and_queues_their_messages_by_the_setting(

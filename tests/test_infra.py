@@ -30,9 +30,8 @@ BICEP_FILES = sorted(str(path.relative_to(bicep.INFRA)) for path in bicep.INFRA.
 
 # App settings that no Settings field reads, each with the reader that needs it.
 HOST_APP_SETTINGS = {
-    "AzureWebJobsStorage__accountName": "the Functions host and the queue output binding: identity-based storage",
+    "AzureWebJobsStorage__accountName": "the Functions host: identity-based storage",
     "AzureWebJobsStorage__credential": "the same connection: authenticate with a managed identity",
-    "AzureWebJobsStorage__clientId": "the same connection: which user-assigned identity",
     "APPLICATIONINSIGHTS_CONNECTION_STRING": "the host, and shared/observability.configure_telemetry (the distro)",
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING": "Entra ID telemetry auth (App Insights local auth is off)",
     "PYTHON_ENABLE_OPENTELEMETRY": "the Python worker streams OpenTelemetry logs; the host does not repeat them",
@@ -41,18 +40,35 @@ HOST_APP_SETTINGS = {
 }
 LOCAL_HOST_SETTINGS = {
     "FUNCTIONS_WORKER_RUNTIME": "func start needs the worker language (Flex Consumption: functionAppConfig)",
-    "AzureWebJobsStorage": "the host's storage under func start: Azurite",
     "AzureWebJobsFeatureFlags": "EnableWorkerIndexing, for Core Tools older than the v2 model's default",
+}
+# Settings the code reads that only one side sets, each with the reason.
+LOCAL_ONLY_SETTINGS = {
+    "AzureWebJobsStorage": "a storage connection string (Azurite's) for func start and the tests; in Azure the "
+    "identity-based AzureWebJobsStorage__* settings replace it, and no storage key is deployed",
+}
+AZURE_ONLY_SETTINGS = {
+    "AzureWebJobsStorage__queueServiceUri": "the identity-based queue endpoint; locally the connection string wins",
+    "AzureWebJobsStorage__clientId": "the app's user-assigned identity; there is none locally",
 }
 
 
+def env_name(field: str) -> str:
+    """The app setting a Settings field reads: its alias (the host's own names), else its upper-cased name."""
+    alias = Settings.model_fields[field].validation_alias
+    return alias if isinstance(alias, str) else field.upper()
+
+
+FIELDS = {env_name(field): field for field in Settings.model_fields}
+
+
 def env_names() -> set[str]:
-    return {name.upper() for name in Settings.model_fields}
+    return set(FIELDS)
 
 
-def parses_to_default(env_name: str, value: str) -> bool:
-    field = env_name.lower()
-    return bool(getattr(Settings(**{field: value}), field) == Settings.model_fields[field].default)
+def parses_to_default(name: str, value: str) -> bool:
+    field = FIELDS[name]
+    return bool(getattr(Settings(**{name: value}), field) == Settings.model_fields[field].default)
 
 
 # --- collections, shard keys, indexes ---------------------------------------------------------------------
@@ -141,10 +157,13 @@ def deployed_host_settings() -> dict[str, Any]:
 
 def test_the_bicep_sets_every_setting_the_code_reads_and_nothing_that_nothing_reads() -> None:
     app, host = deployed_app_settings(), deployed_host_settings()
-    assert set(app) == env_names(), (
-        f"infra/main.bicep appSettings: missing {sorted(env_names() - set(app))}, "
+    deployed = env_names() - set(LOCAL_ONLY_SETTINGS)
+    assert set(app) == deployed, (
+        f"infra/main.bicep appSettings: missing {sorted(deployed - set(app))}, "
         f"not read by shared/settings.py {sorted(set(app) - env_names())}"
     )
+    assert set(LOCAL_ONLY_SETTINGS) <= env_names(), "LOCAL_ONLY_SETTINGS lists settings the code no longer reads"
+    assert not set(LOCAL_ONLY_SETTINGS) & (set(app) | set(host))
     unexplained = set(host) - set(HOST_APP_SETTINGS)
     assert not unexplained, f"host settings nothing here reads (explain them in HOST_APP_SETTINGS): {unexplained}"
     assert set(HOST_APP_SETTINGS) <= set(host), "HOST_APP_SETTINGS lists settings the Bicep no longer sets"
@@ -203,14 +222,17 @@ def local_settings() -> dict[str, str]:
 
 def test_local_settings_example_lists_every_setting_and_only_known_host_settings() -> None:
     names = set(local_settings())
-    assert env_names() <= names, f"local.settings.json.example lacks {sorted(env_names() - names)}"
-    unknown = names - env_names() - set(LOCAL_HOST_SETTINGS)
+    local = env_names() - set(AZURE_ONLY_SETTINGS)
+    assert local <= names, f"local.settings.json.example lacks {sorted(local - names)}"
+    assert set(AZURE_ONLY_SETTINGS) <= env_names(), "AZURE_ONLY_SETTINGS lists settings the code no longer reads"
+    unknown = names - local - set(LOCAL_HOST_SETTINGS)
     assert not unknown, f"local.settings.json.example sets what nothing reads: {sorted(unknown)}"
 
 
 def test_local_settings_example_values_are_accepted_by_the_settings_class() -> None:
-    values = {name.lower(): value for name, value in local_settings().items() if name in env_names()}
-    Settings(**values)
+    values = {name: value for name, value in local_settings().items() if name in env_names()}
+    settings = Settings(**values)
+    assert settings.storage_connection_string == values["AzureWebJobsStorage"]  # read under the host's name
 
 
 def test_readme_configuration_table_has_a_row_per_setting() -> None:
@@ -249,9 +271,14 @@ def test_the_function_app_runs_python_3_11_on_flex_consumption_with_identity_bas
     assert config["runtime"] == {"name": "python", "version": "3.11"}
     assert config["deployment"]["storage"]["authentication"]["type"] == "UserAssignedIdentity"
     assert site["identity"]["type"] == "UserAssigned"
-    host = deployed_host_settings()
+    host, app = deployed_host_settings(), deployed_app_settings()
     assert host["AzureWebJobsStorage__credential"] == "managedidentity"
-    assert "AzureWebJobsStorage" not in host  # no key-based connection string
+    assert "AzureWebJobsStorage" not in host | app  # no key-based connection string
+    # The checks' queue client: the same account's queue endpoint, and the same user-assigned identity.
+    raw = bicep.variable("main.bicep", "appSettings")
+    assert raw["AzureWebJobsStorage__queueServiceUri"].startswith("https://${storage.outputs.name}.queue.")
+    assert '"operand_1": "identity"' in json.dumps(raw["AzureWebJobsStorage__clientId"], default=str)
+    assert '"operand_2": "clientId"' in json.dumps(raw["AzureWebJobsStorage__clientId"], default=str)
     storage = bicep.module("main.bicep", "storage")["params"]
     assert storage["allowSharedKeyAccess"] is False
 
@@ -260,7 +287,8 @@ def test_the_app_identity_holds_the_roles_its_storage_queue_and_telemetry_need()
     rbac = bicep.text("modules/rbac.bicep")
     for role in (
         "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",  # Storage Blob Data Owner: host storage, deployment package
-        "974c5e8b-45b9-4653-ba55-5f855dd0fb88",  # Storage Queue Data Contributor: the notifications queue
+        "974c5e8b-45b9-4653-ba55-5f855dd0fb88",  # Storage Queue Data Contributor: the host's storage queues
+        "c6a89b2d-59bc-44d0-9896-0f6e12d7b80a",  # Storage Queue Data Message Sender: the checks' queue sends
         "3913510d-42f4-4e42-8a64-420c390055eb",  # Monitoring Metrics Publisher: Entra ID telemetry
     ):
         assert role in rbac
@@ -290,8 +318,10 @@ def test_the_package_leaves_out_tests_tools_and_local_secrets_and_keeps_the_app(
     def ignored(name: str) -> bool:
         return any(fnmatch.fnmatch(name, pattern.rstrip("/")) for pattern in patterns)
 
-    for left_out in ("tests", "tools", "benchmarks", ".venv", "infra", "local.settings.json", ".azure", ".git"):
-        assert ignored(left_out), left_out
+    left_out = ("tests", "tools", "benchmarks", ".venv", "infra", "local.settings.json", ".azure", ".git")
+    dev_only = ("node_modules", "package.json", "package-lock.json")  # Azurite, for the tests
+    for name in (*left_out, *dev_only):
+        assert ignored(name), name
     for kept in ("function_app.py", "functions", "shared", "host.json", "requirements.txt"):
         assert not ignored(kept), kept
 

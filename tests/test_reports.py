@@ -322,6 +322,32 @@ def test_a_throttled_page_is_not_checkpointed_and_the_next_run_completes_it(db):
     assert [(r["opened"], r["heartbeats"]) for r in hourly()] == [(1, 1)]
 
 
+def test_the_timer_fails_when_a_feed_fails_after_saving_the_feeds_that_progressed(db, monkeypatch):
+    key = provisioned("bottle-1")
+    post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2))]})
+    save_lease = change_feed.save_lease
+
+    def heartbeats_checkpoint_throttled(store: Any, feed: change_feed.Feed, *args: Any, **kwargs: Any) -> None:
+        if feed is change_feed.HEARTBEATS_FEED:
+            raise StoreUnavailable("leases: request rate is large", retry_after_s=1)
+        save_lease(store, feed, *args, **kwargs)
+
+    monkeypatch.setattr(change_feed, "save_lease", heartbeats_checkpoint_throttled)
+    with pytest.raises(change_feed.FeedsFailed) as failure:
+        aggregate()  # the timer function, as the host calls it: the host counts a failed invocation
+
+    assert failure.value.failed == [schema.BOTTLE_HEARTBEATS]
+    saved = {lease["_id"] for lease in db[schema.LEASES].find()}
+    assert saved == {change_feed.ACTIONS_FEED.lease_id, change_feed.HOURLY_FEED.lease_id}
+    assert [r["opened"] for r in hourly()] == [1]
+
+    monkeypatch.setattr(change_feed, "save_lease", save_lease)
+    aggregate()  # the store is back: the run succeeds, and the heartbeats feed is checkpointed
+
+    assert change_feed.HEARTBEATS_FEED.lease_id in {lease["_id"] for lease in db[schema.LEASES].find()}
+    assert [(r["opened"], r["heartbeats"]) for r in hourly()] == [(1, 1)]
+
+
 # --- the read API ---------------------------------------------------------------------------------------------
 
 

@@ -37,10 +37,10 @@ resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing
 // Settings read by the Functions host, the Python worker or the OpenTelemetry distro, not by shared/settings.py.
 // tests/test_infra.py keeps this list to an explained allow-list. Flex Consumption rejects FUNCTIONS_WORKER_RUNTIME
 // and FUNCTIONS_EXTENSION_VERSION as app settings: the runtime is functionAppConfig.runtime below.
+// AzureWebJobsStorage__clientId and __queueServiceUri, which the code reads as well, come with appSettings.
 var hostSettings = {
   AzureWebJobsStorage__accountName: storage.name
   AzureWebJobsStorage__credential: 'managedidentity'
-  AzureWebJobsStorage__clientId: identityClientId
   APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsights.properties.ConnectionString
   APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
   PYTHON_ENABLE_OPENTELEMETRY: 'true'

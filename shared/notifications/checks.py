@@ -86,6 +86,7 @@ class CheckRun:
     withheld: int = 0
     resolved: int = 0
     queued: int = 0
+    send_failed: bool = False  # a queue send failed: the rest stays pending for the next run
     complete: bool = True  # False: the time budget ran out; the next run carries on
 
 
@@ -95,10 +96,10 @@ def run_check(
     *,
     now: datetime,
     settings: Settings,
-    send: Callable[[list[str]], None],
+    send: delivery.Send,
     clock: Callable[[], float] = time.monotonic,
 ) -> CheckRun:
-    """One run of a check at `now`: its sweeps, then its pending queue messages, handed to `send` once."""
+    """One run of a check at `now`: its sweeps, then its pending notifications, sent one `send` each."""
     check = CHECKS[kind]
     policy = RetryPolicy.for_run(settings, settings.checks_time_budget_seconds)
     run = CheckRun(kind)
@@ -117,9 +118,8 @@ def run_check(
                     break
         if not run.complete:
             break
-    run.queued = delivery.send_pending(
-        db, kind, now=now, limit=settings.queue_messages_per_run, send=send, policy=policy
-    )
+    sent = delivery.send_pending(db, kind, now=now, limit=settings.queue_messages_per_run, send=send, policy=policy)
+    run.queued, run.send_failed = sent.queued, sent.failed
     return run
 
 

@@ -1,9 +1,12 @@
-"""Delivery: each check run hands its kind's pending notifications to the notifications queue, then marks
-them queued. At least once: a run that dies in between leaves them pending, and a later run sends them again
-(the consumer deduplicates on `notification_id`)."""
+"""Delivery: each check run sends its kind's pending notifications to the notifications queue, one message
+each, inside the run, and marks a notification queued only after its message was accepted. At least once: a run
+that dies between a send and its mark leaves the notification pending, and a later run sends it again (the
+consumer deduplicates on `notification_id`); a send that fails leaves it and the rest pending for the next run."""
 
 import json
+import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +17,26 @@ from shared.instants import format_instant
 from shared.notifications.documents import PENDING, QUEUED, Kind
 from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
+
+log = logging.getLogger(__name__)
+
+# Sent notifications are marked queued this many at a time: a run that dies resends at most this many.
+MARK_BATCH = 100
+
+Send = Callable[[str], None]
+"""Sends one queue message, or raises SendFailed (shared/notifications/queue.py; a fake in tests)."""
+
+
+class SendFailed(Exception):
+    """The queue did not take a message (unreachable, timed out, refused): it stays pending."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a run's sending did: messages the queue accepted (and marked queued), and whether a send failed."""
+
+    queued: int
+    failed: bool
 
 
 def queue_message(notification: Mapping[str, Any]) -> str:
@@ -38,25 +61,51 @@ def send_pending(
     *,
     now: datetime,
     limit: int,
-    send: Callable[[list[str]], None],
+    send: Send,
     policy: RetryPolicy,
-) -> int:
-    """Hand this kind's pending notifications (oldest first, at most `limit`) to `send` (the queue output
-    binding, set once per run), then mark them queued. Returns how many were sent."""
+) -> Delivery:
+    """Send this kind's pending notifications (oldest first, at most `limit`), one `send` each, marking them
+    queued in batches as their sends succeed. The first failed send stops the sending: that notification and
+    the ones after it stay pending for the next run."""
     pending = with_retries(
         lambda: list(
             db[schema.NOTIFICATIONS].find({"delivery": PENDING, "kind": kind}).sort("created_at", 1).limit(limit)
         ),
         policy,
     )
-    send([queue_message(n) for n in pending])
+    sent: list[Mapping[str, Any]] = []
+    queued = 0
+    failed = False
+    for index, notification in enumerate(pending):
+        try:
+            send(queue_message(notification))
+        except SendFailed as error:
+            log.warning(
+                "notifications: sending %s failed; %d %s notifications stay pending for the next run: %s",
+                notification["_id"],
+                len(pending) - index,
+                kind,
+                error,
+            )
+            failed = True
+            break
+        sent.append(notification)
+        if len(sent) == MARK_BATCH:
+            queued += _mark_queued(db, sent, now=now, policy=policy)
+            sent = []
+    queued += _mark_queued(db, sent, now=now, policy=policy)
+    return Delivery(queued, failed)
+
+
+def _mark_queued(db: Database[Any], sent: list[Mapping[str, Any]], *, now: datetime, policy: RetryPolicy) -> int:
+    """Mark notifications whose messages the queue accepted. How many were marked."""
     marks: list[InsertOne[Any] | UpdateOne] = [
         UpdateOne(
             {"_id": n["_id"], "user_id": n["user_id"], "delivery": PENDING},
             {"$set": {"delivery": QUEUED, "queued_at": now}},
         )
-        for n in pending
+        for n in sent
     ]
     if marks:
         write_idempotent(db[schema.NOTIFICATIONS], marks, policy)
-    return len(pending)
+    return len(sent)

@@ -3,10 +3,10 @@
 A notification's `_id` is `"{bottle_id}|{kind}|{episode_start}"`, so recording the same episode again (a re-run,
 overlapping or retried timer runs, a restart) is a duplicate-key answer, never a second notification.
 
-Delivery is at least once: a notification is inserted `pending`, then its check run hands it to the queue output
-binding and marks it `queued`. A run that dies in between leaves it `pending`, and a later run of the same check
-sends it again (the consumer deduplicates on `notification_id`). A late-dose slot found more than a day after it
-went late (the checks were down) is recorded `withheld`: kept, never sent.
+Delivery is at least once: a notification is inserted `pending`, then its check run sends it to the queue and,
+once the queue accepted it, marks it `queued`. A failed send, or a run that dies in between, leaves it `pending`,
+and a later run of the same check sends it again (the consumer deduplicates on `notification_id`). A late-dose
+slot found more than a day after it went late (the checks were down) is recorded `withheld`: kept, never sent.
 """
 
 from collections.abc import Iterable

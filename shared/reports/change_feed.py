@@ -287,6 +287,15 @@ class RunSummary:
     failed: list[str] = field(default_factory=list)  # feeds stopped by a database error (retried next run)
 
 
+class FeedsFailed(Exception):
+    """Raised by `aggregate_reports` after a run in which some feeds stopped on a database error (the others'
+    progress is saved): the host then counts the invocation as failed."""
+
+    def __init__(self, failed: list[str]) -> None:
+        super().__init__(f"report feeds stopped by a database error, retried next run: {', '.join(failed)}")
+        self.failed = failed
+
+
 @dataclass
 class _OpenFeed:
     feed: Feed
