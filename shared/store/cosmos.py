@@ -9,6 +9,9 @@ from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
 
 THROTTLED = 16500  # Cosmos DB "TooManyRequests": the request exceeded the provisioned RU/s.
+# "ExceededTimeLimit": with server-side retry on (DisableRateLimitingResponses), a request Cosmos DB kept throttled
+# for the whole of its retries (up to 60 s); also a query's own maxTimeMS.
+EXCEEDED_TIME_LIMIT = 50
 DUPLICATE_KEY = 11000
 NAMESPACE_EXISTS = 48
 _RETRY_AFTER = re.compile(r"RetryAfterMs=(\d+)")
@@ -30,6 +33,15 @@ def throttle_delay_ms(error: BaseException) -> int | None:
         return max(delays) if delays else None
     if isinstance(error, OperationFailure) and (error.code == THROTTLED or "TooManyRequests" in str(error)):
         return delay_from_message(str(error))
+    return None
+
+
+def throttle_code(error: BaseException) -> int | None:
+    """THROTTLED or EXCEEDED_TIME_LIMIT when `error` is throttling as the app sees it; None otherwise."""
+    if throttle_delay_ms(error) is not None:
+        return THROTTLED
+    if isinstance(error, OperationFailure) and error.code == EXCEEDED_TIME_LIMIT:
+        return EXCEEDED_TIME_LIMIT
     return None
 
 
