@@ -21,6 +21,15 @@ CHECK_BUDGET_EXHAUSTED = "pillbottle.checks.budget_exhausted"
 HTTP_503 = "pillbottle.http.responses_503"
 STORE_THROTTLED = "pillbottle.store.throttled"
 NAMES = (REPORT_LAG, PENDING_NOTIFICATIONS, CHECK_RUNS, CHECK_BUDGET_EXHAUSTED, HTTP_503, STORE_THROTTLED)
+# The attributes each metric carries (custom dimensions in Application Insights, which the alert rules split by).
+ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    REPORT_LAG: ("feed",),
+    PENDING_NOTIFICATIONS: ("kind",),
+    CHECK_RUNS: ("kind",),
+    CHECK_BUDGET_EXHAUSTED: ("kind",),
+    HTTP_503: ("function", "reason"),
+    STORE_THROTTLED: ("code",),
+}
 
 Unavailable = Literal["store_unavailable", "not_configured"]
 

@@ -52,7 +52,9 @@ def readings(data: MetricsData | None) -> Readings:
                 continue
             for metric in scope.metrics:
                 for point in metric.data.data_points:
-                    key = (metric.name, tuple(sorted((point.attributes or {}).items())))
+                    attributes = dict(point.attributes or {})
+                    assert set(attributes) == set(metrics.ATTRIBUTES[metric.name]), metric.name
+                    key = (metric.name, tuple(sorted(attributes.items())))
                     if isinstance(point, HistogramDataPoint):
                         found[key] = (point.count, point.min, point.max)
                     elif isinstance(point, NumberDataPoint) and point.value:
