@@ -294,6 +294,12 @@ def test_local_settings_example_values_are_accepted_by_the_settings_class() -> N
     Settings(**values)
 
 
+def test_readme_lists_every_metric_and_every_alert_rule() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [name for name in [*metrics.NAMES, *alert_rules()] if f"| `{name}` |" not in readme]
+    assert not missing, f"README Metrics and alerts lacks rows for {missing}"
+
+
 def test_readme_configuration_table_has_a_row_per_setting() -> None:
     readme = (ROOT / "README.md").read_text()
     missing = [name for name in sorted(env_names()) if f"| `{name}` |" not in readme]
