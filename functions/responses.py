@@ -11,6 +11,7 @@ from typing import Any
 
 import azure.functions as func
 
+from shared import metrics
 from shared.errors import BadRequest, DomainError
 from shared.store.client import StoreNotConfigured
 from shared.store.retries import StoreUnavailable
@@ -39,6 +40,7 @@ def handles_errors(handler: Handler) -> Handler:
             return json_response(error.status, {"error": error.message, "details": error.details})
         except StoreUnavailable as error:
             log.warning("%s store unavailable: %s", handler.__name__, error)
+            metrics.unavailable_response(handler.__name__, "store_unavailable")
             return json_response(
                 503,
                 {"error": "the database is busy or unavailable; retry later", "details": []},
@@ -46,6 +48,7 @@ def handles_errors(handler: Handler) -> Handler:
             )
         except StoreNotConfigured as error:
             log.error("%s misconfigured: %s", handler.__name__, error)
+            metrics.unavailable_response(handler.__name__, "not_configured")
             return json_response(503, {"error": "the service is not configured", "details": []}, {"Retry-After": "60"})
         except Exception as error:
             return unexpected_error(handler.__name__, error)

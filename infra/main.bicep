@@ -52,6 +52,32 @@ param logDailyQuotaGb int = -1
 @description('App settings to set or override on top of the ones below, e.g. { STORE_MAX_RETRIES: \'5\' }.')
 param appSettingOverrides object = {}
 
+@description('Email address the alerts notify (through an action group created for it); empty: none (README: Metrics and alerts).')
+param alertEmail string = ''
+
+@description('Resource ID of an existing action group the alerts notify too; empty: none.')
+param alertActionGroupId string = ''
+
+@description('Alert when every report consumer run of 15 minutes left a feed more than this many minutes behind.')
+param alertReportLagMinutes int = 10
+
+@description('Alert when, after every check run of 15 minutes, more notifications of a kind than this wait for the queue.')
+param alertPendingNotifications int = 1000
+
+@description('Alert when every run of a check hit its time budget in this many 5-minute periods in a row.')
+@minValue(1)
+@maxValue(6)
+param alertCheckBudgetPeriodsInARow int = 3
+
+@description('Alert when a function answers more 503s than this in 5 minutes.')
+param alertUnavailableResponsesPer5Minutes int = 50
+
+@description('Alert when more database calls than this are throttled in each of 3 periods of 5 minutes in a row.')
+param alertThrottlesPer5Minutes int = 300
+
+@description('Alert when more than this percentage of HTTP requests in 5 minutes answer 5xx.')
+param alertHttp5xxPercent int = 5
+
 var abbrs = loadJsonContent('./abbreviations.json')
 var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName, location))
 var tags = { 'azd-env-name': environmentName }
@@ -204,6 +230,25 @@ module rbac 'modules/rbac.bicep' = {
     storageAccountName: storage.outputs.name
     applicationInsightsName: applicationInsights.outputs.name
     principalId: identity.outputs.principalId
+  }
+}
+
+// Alerts on the app's metrics and its HTTP 5xx rate (README: Metrics and alerts).
+module alerts 'modules/alerts.bicep' = {
+  name: 'alerts'
+  params: {
+    location: location
+    tags: tags
+    namePrefix: 'alert-${resourceToken}'
+    applicationInsightsName: applicationInsights.outputs.name
+    actionGroupId: alertActionGroupId
+    alertEmail: alertEmail
+    reportLagMinutes: alertReportLagMinutes
+    pendingNotifications: alertPendingNotifications
+    checkBudgetPeriodsInARow: alertCheckBudgetPeriodsInARow
+    unavailableResponsesPer5Minutes: alertUnavailableResponsesPer5Minutes
+    throttlesPer5Minutes: alertThrottlesPer5Minutes
+    http5xxPercent: alertHttp5xxPercent
   }
 }
 

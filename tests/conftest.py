@@ -1,6 +1,6 @@
 """Fixtures: a fresh store per test (mongomock, and SecantusDB in-process for the integration runs),
-settings from a clean environment, the registry cache emptied between tests, and Azurite's queue service for
-the queue tests."""
+settings from a clean environment, the registry cache emptied between tests, Azurite's queue service for the
+queue tests, and every sorted query checked against the declared indexes."""
 
 import itertools
 from collections.abc import Iterator
@@ -8,15 +8,17 @@ from typing import Any
 
 import mongomock
 import pytest
-from pymongo import MongoClient
+from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
 from shared.bottles.entries import forget_all_entries
 from shared.settings import Settings, get_settings
 from shared.store import client as store
+from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
 from tests import azurite
 from tests.command_counter import CommandCounter
+from tests.sort_audit import SortAudit
 
 _databases = itertools.count()
 
@@ -37,6 +39,24 @@ def _teach_mongomock_bulk_sort() -> None:
 
 
 _teach_mongomock_bulk_sort()
+
+# Registered process-wide before any test runs, so it hears every client the tests make, however they make it
+# (fixtures, the simulator, the local server, the operations commands). mongomock sends no commands: the
+# SecantusDB runs are what it checks, and tests/integration/test_sorted_reads.py drives every read path there.
+_SORTS = SortAudit()
+monitoring.register(_SORTS)
+
+
+@pytest.fixture(autouse=True)
+def sort_audit() -> Iterator[SortAudit]:
+    """The queries this test sent to a real server. A test whose code sorts in a way no declared index serves
+    exactly (tests/sort_audit.py: the rule) errors at teardown, naming the query."""
+    _SORTS.clear()
+    yield _SORTS
+    unserved = _SORTS.unserved(collection_specs(Settings()))
+    _SORTS.clear()
+    if unserved:
+        pytest.fail("sorts Cosmos DB would not serve from an index:\n" + "\n".join(unserved), pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from shared import observability
+from shared import metrics, observability
 from shared.settings import Settings
 from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
@@ -142,6 +142,89 @@ def test_the_cosmos_account_speaks_mongodb_4_2_or_later_and_retries_throttled_re
     assert tuple(int(part) for part in version.split(".")) >= (4, 2)
 
 
+# --- alerts -------------------------------------------------------------------------------------------------
+
+
+def alert_rules() -> dict[str, dict[str, Any]]:
+    """infra/modules/alerts.bicep `var rules` by name, thresholds and windows at their parameters' defaults."""
+    rules = bicep.literal(bicep.parse("modules/alerts.bicep"), bicep.variable("modules/alerts.bicep", "rules"))
+    return {rule["name"]: rule for rule in rules}
+
+
+def metric_names_in(query: str) -> set[str]:
+    return set(re.findall(r"'(pillbottle\.[a-z0-9_.]+)'", query))
+
+
+def dimensions_in(query: str) -> set[str]:
+    """The custom dimensions (metric attributes) a query reads: customDimensions.x or customDimensions['x']."""
+    return {dot or bracket for dot, bracket in re.findall(r"customDimensions(?:\.(\w+)|\['(\w+)'\])", query)}
+
+
+def test_every_metric_the_code_emits_has_an_alert_rule_and_every_rule_queries_what_the_code_emits() -> None:
+    rules = alert_rules().values()
+    alerted = {name for rule in rules for name in rule["metrics"] if name.startswith("pillbottle.")}
+    assert alerted == set(metrics.NAMES), (
+        f"shared/metrics.py emits {sorted(set(metrics.NAMES) - alerted)} with no alert rule in "
+        f"infra/modules/alerts.bicep; rules read {sorted(alerted - set(metrics.NAMES))}, which the code never emits"
+    )
+    for rule in rules:
+        named = set(rule["metrics"]) - {"requests"}
+        assert metric_names_in(rule["query"]) == named, rule["name"]
+        for dimension in dimensions_in(rule["query"]):
+            assert all(dimension in metrics.ATTRIBUTES[name] for name in named), (rule["name"], dimension)
+
+
+def test_the_http_5xx_rule_reads_the_sampled_requests_by_item_count() -> None:
+    query = alert_rules()["http-5xx-rate"]["query"]
+    assert query.lstrip().startswith("requests")
+    assert "resultCode startswith '5'" in query
+    assert "sum(itemCount)" in query
+
+
+def test_alert_thresholds_are_parameters_with_sane_defaults_that_main_bicep_passes_on() -> None:
+    rules = alert_rules()
+    defaults = {name: (rule["threshold"], rule["window"], rule["periods"]) for name, rule in rules.items()}
+    assert defaults == {
+        "report-lag": (10, 15, 1),  # minutes behind, for every run of 15 minutes
+        "report-consumer-silent": (1, 15, 1),  # fewer than one consumer run in 15 minutes
+        "notifications-pending": (1000, 15, 1),
+        "check-time-budget": (0, 5, 3),  # every run of a check hit its budget, 3 periods of 5 minutes in a row
+        "http-503": (50, 5, 1),
+        "store-throttled": (300, 5, 3),  # per 5 minutes, 3 periods in a row
+        "http-5xx-rate": (5, 5, 1),  # percent of requests
+    }
+    tree = bicep.parse("modules/alerts.bicep")
+    raw = {rule["name"]: rule for rule in bicep.variable("modules/alerts.bicep", "rules")}
+    for name in ("report-lag", "notifications-pending", "http-503", "store-throttled", "http-5xx-rate"):
+        assert str(raw[name]["threshold"]) in tree["parameters"], f"{name}: the threshold is not a parameter"
+    assert str(raw["check-time-budget"]["periods"]) in tree["parameters"]
+    main = bicep.parse("main.bicep")
+    passed = bicep.module("main.bicep", "alerts")["params"]
+    assert set(passed) <= set(tree["parameters"])
+    for name in ("actionGroupId", "alertEmail", "reportLagMinutes", "pendingNotifications",
+                 "checkBudgetPeriodsInARow", "unavailableResponsesPer5Minutes", "throttlesPer5Minutes",
+                 "http5xxPercent"):  # fmt: skip
+        assert bicep.literal(main, passed[name]) == bicep.literal(tree, tree["parameters"][name]["default"]), name
+
+
+def test_each_rule_is_a_log_alert_over_app_insights_that_notifies_the_action_groups() -> None:
+    loop = bicep.resource("modules/alerts.bicep", "alertRules")
+    assert loop["type"] == "Microsoft.Insights/scheduledQueryRules"
+    assert loop["config"]["loop_type"]["detail"] == {"item_name": "rule", "array_name": "rules"}
+    rule = loop["config"]["config"]
+    body = json.dumps(rule, default=str)
+    assert '"operand_1": "applicationInsights", "operand_2": "id"' in json.dumps(rule["properties"]["scopes"])
+    assert str(rule["properties"]["actions"]["actionGroups"]) == "actionGroups"
+    for uses in ("query", "threshold", "measure", "aggregation", "comparison", "periods", "dimensions"):
+        assert f'"operand_2": "{uses}"' in body, f"the alert rule loop no longer uses rule.{uses}"
+    assert rule["properties"]["windowSize"] == "PT${rule.window}M"
+    email = bicep.resource("modules/alerts.bicep", "emailGroup")
+    assert email["type"] == "Microsoft.Insights/actionGroups"
+    assert "alertEmail" in json.dumps(email["config"]["condition"], default=str)
+    assert bicep.parse("modules/alerts.bicep")["parameters"]["alertEmail"]["default"] == ""
+    assert bicep.parse("modules/alerts.bicep")["parameters"]["actionGroupId"]["default"] == ""
+
+
 # --- app settings -----------------------------------------------------------------------------------------
 
 
@@ -233,6 +316,12 @@ def test_local_settings_example_values_are_accepted_by_the_settings_class() -> N
     values = {name: value for name, value in local_settings().items() if name in env_names()}
     settings = Settings(**values)
     assert settings.storage_connection_string == values["AzureWebJobsStorage"]  # read under the host's name
+
+
+def test_readme_lists_every_metric_and_every_alert_rule() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [name for name in [*metrics.NAMES, *alert_rules()] if f"| `{name}` |" not in readme]
+    assert not missing, f"README Metrics and alerts lacks rows for {missing}"
 
 
 def test_readme_configuration_table_has_a_row_per_setting() -> None:

@@ -6,9 +6,11 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 from pymongo.database import Database
 
 from shared import observability
@@ -44,15 +46,74 @@ def test_without_a_connection_string_telemetry_stays_off_and_silent(
     assert caplog.records == []
 
 
-def test_a_connection_string_configures_the_distro_once_with_logs_sampled_with_their_traces(
-    distro: list[dict[str, Any]],
-) -> None:
+def test_a_connection_string_configures_the_distro_once(distro: list[dict[str, Any]]) -> None:
     environ = {observability.CONNECTION_STRING_SETTING: APP_INSIGHTS}
 
     assert observability.configure_telemetry(environ) is True
     assert observability.configure_telemetry(environ) is True
 
-    assert distro == [{"enable_trace_based_sampling_for_logs": True}]
+    assert len(distro) == 1
+
+
+@pytest.fixture
+def exported_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], list[str]]]:
+    """Stands in for configure_azure_monitor's logging set-up as the distro builds it (its own trace-based sampling
+    processor, the OpenTelemetry LoggingHandler on the root logger), exporting to memory; returns a reader of
+    the messages exported."""
+    import azure.monitor.opentelemetry
+    from azure.monitor.opentelemetry.exporter.export.logs._processor import _AzureBatchLogRecordProcessor
+    from opentelemetry.instrumentation.logging.handler import LoggingHandler
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
+
+    exporter = InMemoryLogRecordExporter()
+    provider = LoggerProvider()
+    handlers: list[logging.Handler] = []
+
+    def configure_azure_monitor(enable_trace_based_sampling_for_logs: bool = False, **_: Any) -> None:
+        option = {"enable_trace_based_sampling_for_logs": enable_trace_based_sampling_for_logs}
+        provider.add_log_record_processor(_AzureBatchLogRecordProcessor(exporter, option))
+        handlers.append(LoggingHandler(logger_provider=provider))
+        logging.getLogger().addHandler(handlers[-1])
+
+    def read() -> list[str]:
+        provider.force_flush()
+        return [str(data.log_record.body) for data in exporter.get_finished_logs()]
+
+    monkeypatch.setattr(azure.monitor.opentelemetry, "configure_azure_monitor", configure_azure_monitor)
+    monkeypatch.setattr(observability, "_telemetry_configured", False)
+    yield read
+    for handler in handlers:
+        logging.getLogger().removeHandler(handler)
+    provider.shutdown()
+
+
+def in_trace(sampled: bool) -> Any:
+    flags = trace.TraceFlags(trace.TraceFlags.SAMPLED if sampled else trace.TraceFlags.DEFAULT)
+    return trace.use_span(trace.NonRecordingSpan(trace.SpanContext(0xA1, 0xB2, is_remote=True, trace_flags=flags)))
+
+
+def test_warnings_and_errors_are_exported_whatever_the_sampling_and_lesser_logs_only_with_a_sampled_trace(
+    exported_logs: Callable[[], list[str]],
+) -> None:
+    assert observability.configure_telemetry({observability.CONNECTION_STRING_SETTING: APP_INSIGHTS}) is True
+    logger = logging.getLogger("shared.sampling_probe")
+    logger.setLevel(logging.INFO)
+
+    with in_trace(sampled=False):
+        logger.info("invocation of a request the sampler dropped")
+        logger.warning("store unavailable in a request the sampler dropped")
+        logger.error("misconfigured in a request the sampler dropped")
+    with in_trace(sampled=True):
+        logger.info("invocation of a sampled request")
+    logger.info("outside any trace")
+
+    assert exported_logs() == [
+        "store unavailable in a request the sampler dropped",
+        "misconfigured in a request the sampler dropped",
+        "invocation of a sampled request",
+        "outside any trace",
+    ]
 
 
 def test_a_telemetry_fault_is_logged_without_the_connection_string_and_the_app_carries_on(

@@ -1,7 +1,7 @@
 """A thin stand-in for the Functions host: finds the app's registered functions and invokes them the
-way the host would (HTTP requests by route, timers). No logic of its own: the simulator and the local server
-both drive the real functions through it. What the checks send to the notifications queue is kept in `queues`
-(a sender installed for the run) instead of going to a Storage queue."""
+way the host would (HTTP requests by route, timers with their output bindings). No logic of its own: the
+simulator and the local server both drive the real functions through it. What the checks send to the
+notifications queue is kept in `queues` (a sender installed for the run) instead of going to a Storage queue."""
 
 import json
 import logging
@@ -33,6 +33,19 @@ def resolve_setting(value: str) -> str:
     return str(setting)
 
 
+class CollectingOut(func.Out[Any]):
+    """An output binding that keeps what the function set."""
+
+    def __init__(self) -> None:
+        self.value: Any = None
+
+    def set(self, val: Any) -> None:
+        self.value = val
+
+    def get(self) -> Any:
+        return self.value
+
+
 @dataclass
 class FakeTimer:
     """What a timer trigger receives."""
@@ -53,6 +66,7 @@ class Timer:
     name: str
     schedule: Schedule
     trigger_arg: str
+    outputs: dict[str, str]  # argument name -> queue name
     handler: Callable[..., Any]
 
 
@@ -79,8 +93,9 @@ class LocalHost:
             if trigger["type"] == "httpTrigger":
                 host.routes.append(_http_route(name, trigger, handler))
             elif trigger["type"] == "timerTrigger":
+                outputs = {b["name"]: resolve_setting(b["queueName"]) for b in bindings if b["type"] == "queue"}
                 schedule = Schedule.parse(resolve_setting(trigger["schedule"]))
-                host.timers[name] = Timer(name, schedule, trigger["name"], handler)
+                host.timers[name] = Timer(name, schedule, trigger["name"], outputs, handler)
         return host
 
     def handle(
@@ -118,17 +133,25 @@ class LocalHost:
         return func.HttpResponse(status_code=404)
 
     def run_timer(self, name: str, *, past_due: bool = False) -> list[str]:
-        """Invoke a timer function; the notifications queue messages it sends are appended to `queues` (by the
-        NOTIFICATIONS_QUEUE setting) and returned."""
+        """Invoke a timer function; the queue messages it sends (through its output bindings, and the
+        notifications it sends with the queue SDK, by the NOTIFICATIONS_QUEUE setting) are appended to `queues`
+        and returned."""
         timer = self.timers[name]
-        sent: list[str] = []
-        use_sender(sent.append)
+        outs = {arg: CollectingOut() for arg in timer.outputs}
+        notified: list[str] = []
+        use_sender(notified.append)
         try:
-            timer.handler(**{timer.trigger_arg: FakeTimer(past_due=past_due)})
+            timer.handler(**{timer.trigger_arg: FakeTimer(past_due=past_due)}, **outs)
         finally:
             use_sender(None)
-            if sent:
-                self.queues.setdefault(get_settings().notifications_queue, []).extend(sent)
+            if notified:
+                self.queues.setdefault(get_settings().notifications_queue, []).extend(notified)
+        sent: list[str] = list(notified)
+        for arg, out in outs.items():
+            value = out.get()
+            messages = value if isinstance(value, list) else ([] if value is None else [value])
+            self.queues.setdefault(timer.outputs[arg], []).extend(str(m) for m in messages)
+            sent += [str(m) for m in messages]
         return sent
 
     def due_timers(self, since: datetime, until: datetime) -> list[tuple[datetime, str]]:

@@ -22,6 +22,7 @@ duplicate-key no-op.
 """  # noqa: E501 - the table reads better unwrapped
 
 import itertools
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -31,13 +32,16 @@ from typing import Any
 from pymongo import UpdateMany, UpdateOne
 from pymongo.database import Database
 
+from shared import metrics
 from shared.doses.due_tracking import plan_of, review_update
 from shared.notifications import delivery
 from shared.notifications import documents as notifications
-from shared.notifications.documents import Episode, Kind
+from shared.notifications.documents import PENDING, Episode, Kind
 from shared.settings import Settings
 from shared.store import schema
-from shared.store.retries import RetryPolicy, write_idempotent
+from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries, write_idempotent
+
+log = logging.getLogger(__name__)
 
 # A late dose found this long after it went late (the checks were down) is recorded but not sent.
 PUSH_WITHIN = timedelta(hours=24)
@@ -120,7 +124,28 @@ def run_check(
             break
     sent = delivery.send_pending(db, kind, now=now, limit=settings.queue_messages_per_run, send=send, policy=policy)
     run.queued, run.send_failed = sent.queued, sent.failed
+    pending = _still_pending(
+        db, kind, sent=run.queued, all_sent=not sent.failed, limit=settings.queue_messages_per_run, policy=policy
+    )
+    metrics.check_run(kind, budget_exhausted=not run.complete, pending=pending)
     return run
+
+
+def _still_pending(
+    db: Database[Any], kind: Kind, *, sent: int, all_sent: bool, limit: int, policy: RetryPolicy
+) -> int | None:
+    """The notifications of `kind` left pending after delivery: none when every send succeeded below its cap (it
+    sent all it found), else counted with one query over the delivery_pending index (None if that fails: the
+    run's work is done and stays done)."""
+    if all_sent and sent < limit:
+        return 0
+    try:
+        return with_retries(
+            lambda: db[schema.NOTIFICATIONS].count_documents({"delivery": PENDING, "kind": kind}), policy
+        )
+    except StoreUnavailable as error:
+        log.warning("%s: pending notifications not counted: %s", kind, error)
+        return None
 
 
 def _batches(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:

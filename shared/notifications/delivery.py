@@ -55,6 +55,10 @@ def queue_message(notification: Mapping[str, Any]) -> str:
     )
 
 
+# The index delivery_pending's keys, all of them: Cosmos DB serves a sort only from an index it matches exactly.
+OLDEST_FIRST = [("delivery", 1), ("kind", 1), ("created_at", 1)]
+
+
 def send_pending(
     db: Database[Any],
     kind: Kind,
@@ -69,7 +73,7 @@ def send_pending(
     the ones after it stay pending for the next run."""
     pending = with_retries(
         lambda: list(
-            db[schema.NOTIFICATIONS].find({"delivery": PENDING, "kind": kind}).sort("created_at", 1).limit(limit)
+            db[schema.NOTIFICATIONS].find({"delivery": PENDING, "kind": kind}).sort(OLDEST_FIRST).limit(limit)
         ),
         policy,
     )

@@ -94,8 +94,11 @@ def list_notifications(
         selector["feed_key"] = feed
     if query.kinds:
         selector["kind"] = {"$in": list(query.kinds)}
+    # The index user_feed (user_id, feed_key) walked backwards: Cosmos DB serves a sort only from an index whose
+    # keys it matches exactly, so the equality-filtered user_id is in the sort too (it changes no order).
+    newest_first = [("user_id", -1), ("feed_key", -1)]
     found = with_retries(
-        lambda: list(db[schema.NOTIFICATIONS].find(selector).sort("feed_key", -1).limit(query.limit + 1)), policy
+        lambda: list(db[schema.NOTIFICATIONS].find(selector).sort(newest_first).limit(query.limit + 1)), policy
     )
     page = found[: query.limit]
     next_page = _encode_page(page[-1]["feed_key"]) if len(found) > query.limit else None

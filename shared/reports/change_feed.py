@@ -24,6 +24,7 @@ from pymongo.change_stream import ChangeStream
 from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
+from shared import metrics
 from shared.instants import format_instant
 from shared.reports.aggregation import Change, Stamper, find_all, refresh_daily, refresh_hourly, user_days_of
 from shared.settings import Settings
@@ -316,16 +317,21 @@ def run_consumer(
     """One run of `aggregate_reports`: rounds of a page per feed until a round finds nothing, or until the
     time budget is spent (checked between rounds, so it can be overrun by one round, and the daily hop is
     never starved by a backlog upstream). A feed that fails stops for this run; its lease still holds its
-    last page."""
+    last page.
+
+    At the end, each feed's lag (`now` minus its saved checkpoint time) is recorded (shared/metrics.py), a
+    failed feed's too: its lag grows while it keeps failing."""
     policy = RetryPolicy.for_run(settings, settings.reports_time_budget_seconds)
     deadline = clock() + settings.reports_time_budget_seconds
     stamper = Stamper(now)
     summary = RunSummary()
     feeds: list[_OpenFeed] = []
+    loaded: dict[str, Lease] = {}  # each feed's lease as the run found it, where it could be read
     try:
         for feed in FEEDS:
             try:
                 lease = load_lease(db, feed, policy)
+                loaded[feed.collection] = lease or Lease()
                 source, recovering = open_source(db, feed, lease, settings, now=now, policy=policy)
             except (PyMongoError, StoreUnavailable) as error:
                 _stopped(feed, error, summary)
@@ -335,6 +341,7 @@ def run_consumer(
             )
             if recovering:
                 summary.recovered.append(feed.collection)
+        opened = list(feeds)  # `feeds` loses those that fail
         while feeds and clock() < deadline:
             progressed = False
             for open_feed in list(feeds):  # one page each, so no feed waits for another's backlog
@@ -355,7 +362,15 @@ def run_consumer(
     finally:
         for open_feed in feeds:
             open_feed.source.close()
+    _record_lag(now, loaded | {open_feed.feed.collection: open_feed.saved for open_feed in opened})
     return summary
+
+
+def _record_lag(now: datetime, saved: Mapping[str, Lease]) -> None:
+    """Each feed's lag behind `now`, by its lease as saved (a feed without a checkpoint yet has none)."""
+    for collection, lease in saved.items():
+        if lease.checkpoint_time is not None:
+            metrics.report_lag(collection, (now - lease.checkpoint_time).total_seconds())
 
 
 def _take_page(

@@ -42,6 +42,15 @@ def throttle_delay_ms(error: BaseException) -> int | None:
     return None
 
 
+def throttle_code(error: BaseException) -> int | None:
+    """THROTTLED or EXCEEDED_TIME_LIMIT when `error` is throttling as the app sees it; None otherwise."""
+    if isinstance(error, OperationFailure) and error.code == EXCEEDED_TIME_LIMIT:
+        return EXCEEDED_TIME_LIMIT
+    if throttle_delay_ms(error) is not None:
+        return THROTTLED
+    return None
+
+
 def delay_from_message(message: str) -> int:
     """The `RetryAfterMs=` of a Cosmos DB error message (0 when it has none)."""
     match = _RETRY_AFTER.search(message)

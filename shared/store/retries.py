@@ -24,8 +24,16 @@ from pymongo.errors import (
     WTimeoutError,
 )
 
+from shared import metrics
 from shared.settings import Settings
-from shared.store.cosmos import DUPLICATE_KEY, THROTTLED, delay_from_message, is_throttling_code, throttle_delay_ms
+from shared.store.cosmos import (
+    DUPLICATE_KEY,
+    THROTTLED,
+    delay_from_message,
+    is_throttling_code,
+    throttle_code,
+    throttle_delay_ms,
+)
 
 T = TypeVar("T")
 WriteError = dict[str, Any]
@@ -116,6 +124,8 @@ def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callabl
             with _client_timeout(remaining):
                 return operation()
         except PyMongoError as error:
+            if (code := throttle_code(error)) is not None:
+                metrics.store_throttled(code)
             if not is_transient(error) or attempt == policy.max_retries:
                 raise _unavailable(error, attempt, policy) from error
             delay = policy.delay_s(attempt, error)

@@ -3,6 +3,10 @@
 Index reasoning (the seeds' rule): equality fields first, then the sort/range field; every query the app
 issues names its shard key or is a deliberate fan-out (the checks). Cosmos DB limits: compound indexes of
 at most 8 fields and no arrays; TTL only on `_ts` (an index may name a different key for Cosmos).
+
+A sorted query sorts by one index's keys exactly: all of them, in order, every direction as declared or every
+one reversed (equality-filtered fields included), or by `_id` alone; Cosmos DB serves no other sort from an
+index. tests/sort_audit.py holds every query the tests send on a real server to that rule.
 """
 
 from dataclasses import dataclass, field

@@ -1,0 +1,258 @@
+// Azure Monitor alerts on what an operator must act on: the app's own metrics (shared/metrics.py; OpenTelemetry,
+// exported by the distro to Application Insights' customMetrics table, never sampled) and the HTTP 5xx rate of the
+// Function App (its requests, which are sampled: counted by itemCount). One log search alert rule each, over the
+// Application Insights component. tests/test_infra.py checks that every metric the code emits has a rule here and
+// that every pillbottle.* metric a rule queries is one the code emits. README: Metrics and alerts.
+
+param location string
+param tags object = {}
+
+@description('Prefix of the alert rule names.')
+param namePrefix string
+
+@description('Application Insights component the app sends its telemetry to: the scope of every rule.')
+param applicationInsightsName string
+
+@description('Resource ID of an existing action group to notify (optional).')
+param actionGroupId string = ''
+
+@description('Email address to notify through an action group created here (optional).')
+param alertEmail string = ''
+
+@description('A report feed alerts when every consumer run of reportLagWindowMinutes left it more than this many minutes behind.')
+param reportLagMinutes int = 10
+
+@description('Minutes of the report lag condition; also how long without any consumer run alerts.')
+@allowed([5, 10, 15, 30, 45, 60])
+param reportLagWindowMinutes int = 15
+
+@description('Notifications of a kind still waiting for the queue, after every check run of 15 minutes, above which to alert.')
+param pendingNotifications int = 1000
+
+@description('Consecutive 5-minute periods in which every run of a check stopped at its time budget before alerting.')
+@minValue(1)
+@maxValue(6)
+param checkBudgetPeriodsInARow int = 3
+
+@description('HTTP 503 answers of one function in 5 minutes above which to alert (the store stayed unavailable through its retries).')
+param unavailableResponsesPer5Minutes int = 50
+
+@description('Throttled database calls per 5 minutes above which to alert, when sustained for 3 periods in a row (15 minutes).')
+param throttlesPer5Minutes int = 300
+
+@description('Percentage of HTTP requests answered 5xx in 5 minutes (of at least 20 requests) above which to alert.')
+param http5xxPercent int = 5
+
+resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: applicationInsightsName
+}
+
+resource emailGroup 'Microsoft.Insights/actionGroups@2023-01-01' = if (!empty(alertEmail)) {
+  name: '${namePrefix}-email'
+  location: 'Global'
+  tags: tags
+  properties: {
+    groupShortName: 'pillbottle'
+    enabled: true
+    emailReceivers: [
+      {
+        name: 'operator'
+        emailAddress: alertEmail
+        useCommonAlertSchema: true
+      }
+    ]
+  }
+}
+
+var actionGroups = concat(empty(actionGroupId) ? [] : [actionGroupId], empty(alertEmail) ? [] : [emailGroup.id])
+
+// Each rule: the metrics it reads (`metrics`: pillbottle.* names of shared/metrics.py, or `requests` for the 5xx
+// rate); a KQL query returning one numeric `measure` column per `dimensions` and 5-minute bin (no measure: its rows
+// are counted); and the condition: `aggregation` of the measure over `window` minutes, `comparison` with
+// `threshold`, in each of `periods` consecutive windows.
+var rules = [
+  {
+    name: 'report-lag'
+    title: 'Reports lag behind their sources'
+    description: 'Every report consumer run of the window left a feed more than reportLagMinutes behind (its checkpoint). The consumer is failing, throttled, or cannot keep up within REPORTS_TIME_BUDGET_SECONDS.'
+    severity: 2
+    metrics: ['pillbottle.reports.lag_seconds']
+    query: '''
+customMetrics
+| where name == 'pillbottle.reports.lag_seconds'
+| extend feed = tostring(customDimensions.feed)
+| summarize lag_minutes = min(valueMin) / 60.0 by feed, bin(timestamp, 5m)
+'''
+    measure: 'lag_minutes'
+    dimensions: ['feed']
+    aggregation: 'Minimum'
+    comparison: 'GreaterThan'
+    threshold: reportLagMinutes
+    window: reportLagWindowMinutes
+    periods: 1
+  }
+  {
+    name: 'report-consumer-silent'
+    title: 'The report consumer has not run'
+    description: 'No report consumer run recorded its lag in the window: aggregate_reports is not running (timer, host or deployment), or its telemetry is off.'
+    severity: 1
+    metrics: ['pillbottle.reports.lag_seconds']
+    query: '''
+customMetrics
+| where name == 'pillbottle.reports.lag_seconds'
+'''
+    measure: ''
+    dimensions: []
+    aggregation: 'Count'
+    comparison: 'LessThan'
+    threshold: 1
+    window: reportLagWindowMinutes
+    periods: 1
+  }
+  {
+    name: 'notifications-pending'
+    title: 'Notifications wait for the queue'
+    description: 'After every check run of the window, more than pendingNotifications notifications of a kind were still not handed to the queue: raise QUEUE_MESSAGES_PER_RUN, or look at why delivery fails.'
+    severity: 2
+    metrics: ['pillbottle.notifications.pending']
+    query: '''
+customMetrics
+| where name == 'pillbottle.notifications.pending'
+| extend kind = tostring(customDimensions.kind)
+| summarize pending = min(valueMin) by kind, bin(timestamp, 5m)
+'''
+    measure: 'pending'
+    dimensions: ['kind']
+    aggregation: 'Minimum'
+    comparison: 'GreaterThan'
+    threshold: pendingNotifications
+    window: 15
+    periods: 1
+  }
+  {
+    name: 'check-time-budget'
+    title: 'A check keeps running out of time'
+    description: 'In each of checkBudgetPeriodsInARow 5-minute periods, every run of a check stopped at CHECKS_TIME_BUDGET_SECONDS with bottles left: its sweep is falling behind (more trouble than it can write, or a slow store).'
+    severity: 2
+    metrics: ['pillbottle.checks.runs', 'pillbottle.checks.budget_exhausted']
+    query: '''
+customMetrics
+| where name in ('pillbottle.checks.runs', 'pillbottle.checks.budget_exhausted')
+| extend kind = tostring(customDimensions.kind)
+| summarize runs = sumif(valueSum, name == 'pillbottle.checks.runs'), exhausted = sumif(valueSum, name == 'pillbottle.checks.budget_exhausted') by kind, bin(timestamp, 5m)
+| extend every_run_exhausted = iff(runs > 0 and exhausted >= runs, 1, 0)
+'''
+    measure: 'every_run_exhausted'
+    dimensions: ['kind']
+    aggregation: 'Maximum'
+    comparison: 'GreaterThan'
+    threshold: 0
+    window: 5
+    periods: checkBudgetPeriodsInARow
+  }
+  {
+    name: 'http-503'
+    title: 'Requests answered 503'
+    description: 'A function answered more than unavailableResponsesPer5Minutes 503s in 5 minutes: the database stayed throttled or unreachable through the retries (or is not configured). Devices retry; look at the Cosmos DB throughput.'
+    severity: 1
+    metrics: ['pillbottle.http.responses_503']
+    query: '''
+customMetrics
+| where name == 'pillbottle.http.responses_503'
+| extend function_name = tostring(customDimensions['function'])
+| summarize responses = sum(valueSum) by function_name, bin(timestamp, 5m)
+'''
+    measure: 'responses'
+    dimensions: ['function_name']
+    aggregation: 'Total'
+    comparison: 'GreaterThan'
+    threshold: unavailableResponsesPer5Minutes
+    window: 5
+    periods: 1
+  }
+  {
+    name: 'store-throttled'
+    title: 'The database keeps throttling'
+    description: 'More than throttlesPer5Minutes throttled database calls (16500, or 50 when server-side retry ran out) in each of 3 periods of 5 minutes: raise the collections\' autoscale maximum (README: cost).'
+    severity: 2
+    metrics: ['pillbottle.store.throttled']
+    query: '''
+customMetrics
+| where name == 'pillbottle.store.throttled'
+| summarize throttled = sum(valueSum) by bin(timestamp, 5m)
+'''
+    measure: 'throttled'
+    dimensions: []
+    aggregation: 'Total'
+    comparison: 'GreaterThan'
+    threshold: throttlesPer5Minutes
+    window: 5
+    periods: 3
+  }
+  {
+    name: 'http-5xx-rate'
+    title: 'HTTP 5xx rate'
+    description: 'More than http5xxPercent % of the Function App\'s HTTP requests in 5 minutes answered 5xx (of at least 20).'
+    severity: 1
+    metrics: ['requests']
+    query: '''
+requests
+| summarize total = sum(itemCount), failed = sumif(itemCount, resultCode startswith '5') by bin(timestamp, 5m)
+| where total >= 20
+| extend failed_percent = 100.0 * failed / total
+'''
+    measure: 'failed_percent'
+    dimensions: []
+    aggregation: 'Maximum'
+    comparison: 'GreaterThan'
+    threshold: http5xxPercent
+    window: 5
+    periods: 1
+  }
+]
+
+resource alertRules 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = [
+  for rule in rules: {
+    name: '${namePrefix}-${rule.name}'
+    location: location
+    tags: tags
+    kind: 'LogAlert'
+    properties: {
+      displayName: rule.title
+      description: rule.description
+      severity: rule.severity
+      enabled: true
+      scopes: [
+        applicationInsights.id
+      ]
+      evaluationFrequency: 'PT5M'
+      windowSize: 'PT${rule.window}M'
+      criteria: {
+        allOf: [
+          {
+            query: rule.query
+            timeAggregation: rule.aggregation
+            metricMeasureColumn: empty(rule.measure) ? null : rule.measure
+            operator: rule.comparison
+            threshold: rule.threshold
+            dimensions: [
+              for dimension in rule.dimensions: {
+                name: dimension
+                operator: 'Include'
+                values: ['*']
+              }
+            ]
+            failingPeriods: {
+              numberOfEvaluationPeriods: rule.periods
+              minFailingPeriodsToAlert: rule.periods
+            }
+          }
+        ]
+      }
+      autoMitigate: true
+      actions: {
+        actionGroups: actionGroups
+      }
+    }
+  }
+]

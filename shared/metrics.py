@@ -1,0 +1,90 @@
+"""The metrics an operator alerts on (infra/modules/alerts.bicep; README: Metrics and alerts), as OpenTelemetry
+instruments. In Azure the distro that shared/observability.py configures exports them to Application Insights
+(the `customMetrics` table); without it the OpenTelemetry API's default provider makes every call a no-op.
+
+A common module: the jobs call it with plain values and it imports none of them.
+
+Per-run values (lag, pending) are histograms, not gauges: a histogram exports each run's sample once, so a run
+that stops happening shows as missing data, where a gauge would repeat its last value for as long as the worker
+lives."""
+
+from typing import Literal
+
+from opentelemetry import metrics
+
+METER = "pillbottle"
+
+REPORT_LAG = "pillbottle.reports.lag_seconds"
+PENDING_NOTIFICATIONS = "pillbottle.notifications.pending"
+CHECK_RUNS = "pillbottle.checks.runs"
+CHECK_BUDGET_EXHAUSTED = "pillbottle.checks.budget_exhausted"
+HTTP_503 = "pillbottle.http.responses_503"
+STORE_THROTTLED = "pillbottle.store.throttled"
+NAMES = (REPORT_LAG, PENDING_NOTIFICATIONS, CHECK_RUNS, CHECK_BUDGET_EXHAUSTED, HTTP_503, STORE_THROTTLED)
+# The attributes each metric carries (custom dimensions in Application Insights, which the alert rules split by).
+ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    REPORT_LAG: ("feed",),
+    PENDING_NOTIFICATIONS: ("kind",),
+    CHECK_RUNS: ("kind",),
+    CHECK_BUDGET_EXHAUSTED: ("kind",),
+    HTTP_503: ("function", "reason"),
+    STORE_THROTTLED: ("code",),
+}
+
+Unavailable = Literal["store_unavailable", "not_configured"]
+
+_meter = metrics.get_meter(METER)
+_report_lag = _meter.create_histogram(
+    REPORT_LAG,
+    unit="s",
+    description="At the end of each report consumer run, per feed: the run's time minus the feed's saved checkpoint "
+    "time (everything the feed received before the checkpoint is in the reports)",
+)
+_pending = _meter.create_histogram(
+    PENDING_NOTIFICATIONS,
+    unit="{notification}",
+    description="After each check run's delivery: notifications of its kind still waiting to be sent to the queue",
+)
+_check_runs = _meter.create_counter(CHECK_RUNS, unit="{run}", description="Check runs, per kind")
+_budget_exhausted = _meter.create_counter(
+    CHECK_BUDGET_EXHAUSTED,
+    unit="{run}",
+    description="Check runs that stopped at CHECKS_TIME_BUDGET_SECONDS with bottles left to sweep, per kind",
+)
+_http_503 = _meter.create_counter(
+    HTTP_503,
+    unit="{response}",
+    description="HTTP 503 answers, per function and reason (the store stayed unavailable through its retries, "
+    "or is not configured)",
+)
+_store_throttled = _meter.create_counter(
+    STORE_THROTTLED,
+    unit="{error}",
+    description="Database calls answered with throttling, per code: 16500 (TooManyRequests) or 50 "
+    "(ExceededTimeLimit: Cosmos DB's server-side retry ran out); each attempt counts, retried or not",
+)
+
+
+def report_lag(feed: str, seconds: float) -> None:
+    """Record a report feed's lag (`feed`: its source collection) at the end of a consumer run."""
+    _report_lag.record(max(0.0, seconds), {"feed": feed})
+
+
+def check_run(kind: str, *, budget_exhausted: bool, pending: int | None) -> None:
+    """Count a check run of `kind`; whether it hit its time budget; the notifications it left pending (None:
+    unknown, not recorded)."""
+    _check_runs.add(1, {"kind": kind})
+    if budget_exhausted:
+        _budget_exhausted.add(1, {"kind": kind})
+    if pending is not None:
+        _pending.record(pending, {"kind": kind})
+
+
+def unavailable_response(function: str, reason: Unavailable) -> None:
+    """Count a 503 answered by an HTTP function."""
+    _http_503.add(1, {"function": function, "reason": reason})
+
+
+def store_throttled(code: int) -> None:
+    """Count one throttled database call (an attempt: with_retries may retry it)."""
+    _store_throttled.add(1, {"code": code})

@@ -1,0 +1,233 @@
+"""The metrics operators alert on (shared/metrics.py), read through the OpenTelemetry SDK as Application Insights
+would get them: each is recorded when its event happens, with the value and attributes the alert rules query."""
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from opentelemetry import metrics as otel_metrics
+from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    MetricsData,
+    NumberDataPoint,
+)
+from pymongo.errors import AutoReconnect, ExecutionTimeout
+
+from functions import device_events
+from shared import metrics
+from shared.instants import utc_now
+from shared.notifications import checks
+from shared.reports import change_feed
+from shared.settings import get_settings
+from shared.store import schema
+from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
+from tests.api import ago, get_bottle, heartbeat, opened, post_events, provisioned
+from tests.checking import World
+from tests.cosmos_fakes import ThrottlingDatabase, throttled
+from tests.report_client import set_setting
+
+START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
+# (metric name, its attributes sorted) -> a counter's sum, or a histogram's (count, min, max)
+Readings = dict[tuple[str, tuple[tuple[str, Any], ...]], Any]
+
+
+@pytest.fixture(scope="session")
+def reader() -> InMemoryMetricReader:
+    """The process's MeterProvider (set once), read by delta: each read returns what was recorded since the last."""
+    delta = AggregationTemporality.DELTA
+    found = InMemoryMetricReader(preferred_temporality={Counter: delta, Histogram: delta})
+    otel_metrics.set_meter_provider(MeterProvider(metric_readers=[found]))
+    return found
+
+
+def readings(data: MetricsData | None) -> Readings:
+    found: Readings = {}
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            if scope.scope.name != metrics.METER:
+                continue
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    attributes = dict(point.attributes or {})
+                    assert set(attributes) == set(metrics.ATTRIBUTES[metric.name]), metric.name
+                    key = (metric.name, tuple(sorted(attributes.items())))
+                    if isinstance(point, HistogramDataPoint):
+                        found[key] = (point.count, point.min, point.max)
+                    elif isinstance(point, NumberDataPoint) and point.value:
+                        found[key] = point.value
+    return found
+
+
+@pytest.fixture
+def recorded(reader: InMemoryMetricReader) -> Callable[[], Readings]:
+    """What the app records from now on: call it to read (and reset)."""
+    reader.get_metrics_data()
+    return lambda: readings(reader.get_metrics_data())
+
+
+def of(found: Readings, name: str) -> dict[tuple[tuple[str, Any], ...], Any]:
+    return {attributes: value for (metric, attributes), value in found.items() if metric == name}
+
+
+# --- the store and HTTP -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def throttle(mock_db: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[[dict[str, float]], ThrottlingDatabase]:
+    def install(failures: dict[str, float]) -> ThrottlingDatabase:
+        fake = ThrottlingDatabase(mock_db, failures)
+        monkeypatch.setattr(device_events, "get_database", lambda: fake)
+        return fake
+
+    return install
+
+
+def test_each_throttled_attempt_is_counted_even_when_the_retry_succeeds(
+    throttle: Any, recorded: Callable[[], Readings]
+) -> None:
+    key = provisioned()
+    throttle({f"{schema.BOTTLE_HEARTBEATS}.bulk_write": 2})
+
+    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 202
+
+    found = recorded()
+    assert of(found, metrics.STORE_THROTTLED) == {(("code", 16500),): 2}
+    assert of(found, metrics.HTTP_503) == {}
+
+
+def test_a_request_throttled_through_its_retries_counts_a_503_of_its_function(
+    throttle: Any, recorded: Callable[[], Readings]
+) -> None:
+    key = provisioned()
+    throttle({schema.BOTTLE_HEARTBEATS: float("inf")})
+
+    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 503
+
+    found = recorded()
+    assert of(found, metrics.HTTP_503) == {(("function", "post_events"), ("reason", "store_unavailable")): 1}
+    assert of(found, metrics.STORE_THROTTLED) == {(("code", 16500),): 4}  # the first try and 3 retries
+
+
+def test_a_store_that_is_not_configured_counts_a_503_of_its_function(recorded: Callable[[], Readings]) -> None:
+    assert get_bottle("bottle-1").status == 503
+
+    assert of(recorded(), metrics.HTTP_503) == {(("function", "get_bottle"), ("reason", "not_configured")): 1}
+
+
+def test_server_side_retry_running_out_counts_as_throttling_and_a_dropped_connection_does_not(
+    recorded: Callable[[], Readings],
+) -> None:
+    failures = iter([ExecutionTimeout("Request timed out. Retries due to rate limiting: True.", code=50), throttled()])
+
+    def flaky() -> str:
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        return "done"
+
+    def disconnected() -> None:
+        raise AutoReconnect("connection closed")
+
+    assert with_retries(flaky, RetryPolicy(max_retries=3, base_ms=1), sleep=lambda _: None) == "done"
+    with pytest.raises(StoreUnavailable):
+        with_retries(disconnected, RetryPolicy(max_retries=1, base_ms=1), sleep=lambda _: None)
+
+    assert of(recorded(), metrics.STORE_THROTTLED) == {(("code", 50),): 1, (("code", 16500),): 1}
+
+
+# --- the checks --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def world(mock_db: Any) -> Iterator[World]:
+    bench = World(mock_db, START)
+    yield bench
+    bench.stop()
+
+
+def left_open(world: World, count: int) -> None:
+    for i in range(count):
+        world.provision(f"bottle-{i}")
+        world.open(f"bottle-{i}")
+    world.after(minutes=10)
+
+
+def run_left_open(world: World, **kwargs: Any) -> checks.CheckRun:
+    return checks.run_check(
+        world.db, "left_open", now=world.now, settings=get_settings(), send=lambda _: None, **kwargs
+    )
+
+
+def test_a_run_that_hits_its_time_budget_is_counted_by_kind(
+    world: World, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
+) -> None:
+    set_setting(monkeypatch, "CHECK_BATCH_SIZE", "1")
+    set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "1")
+    left_open(world, 3)
+    ticks = iter(range(0, 1000, 2))  # every batch takes two "seconds"
+
+    stopped = run_left_open(world, clock=lambda: float(next(ticks)))
+    between = recorded()
+    finished = run_left_open(world)
+    after = recorded()
+
+    assert (stopped.complete, finished.complete) == (False, True)
+    assert of(between, metrics.CHECK_BUDGET_EXHAUSTED) == {(("kind", "left_open"),): 1}
+    assert of(between, metrics.CHECK_RUNS) == {(("kind", "left_open"),): 1}
+    assert of(after, metrics.CHECK_BUDGET_EXHAUSTED) == {}
+    assert of(after, metrics.CHECK_RUNS) == {(("kind", "left_open"),): 1}
+
+
+def test_notifications_left_pending_by_the_message_cap_are_recorded_after_each_run(
+    world: World, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
+) -> None:
+    set_setting(monkeypatch, "QUEUE_MESSAGES_PER_RUN", "2")
+    left_open(world, 5)
+
+    pending = []
+    for _ in range(3):
+        run_left_open(world)
+        pending.append(of(recorded(), metrics.PENDING_NOTIFICATIONS))
+
+    assert pending == [{(("kind", "left_open"),): (1, n, n)} for n in (3, 1, 0)]
+
+
+# --- the report consumer -----------------------------------------------------------------------------------------
+
+
+def test_each_consumer_run_records_every_feed_s_lag_behind_its_saved_checkpoint(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
+) -> None:
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    now = utc_now()
+    policy = RetryPolicy()
+    checkpoint = change_feed.Lease(checkpoint_time=now - timedelta(minutes=7))
+    change_feed.save_lease(mock_db, change_feed.ACTIONS_FEED, checkpoint, source="polling", now=now, policy=policy)
+
+    change_feed.run_consumer(mock_db, get_settings(), now=now)
+
+    # The other feeds have no checkpoint yet: no lag to tell.
+    assert of(recorded(), metrics.REPORT_LAG) == {(("feed", schema.BOTTLE_ACTIONS),): (1, 420.0, 420.0)}
+
+
+def test_a_feed_that_keeps_failing_still_records_its_growing_lag(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
+) -> None:
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    key = provisioned()
+    assert post_events("bottle-1", key, {"events": [heartbeat(ago(minutes=3)), opened(ago(minutes=2))]}).status == 202
+    change_feed.run_consumer(mock_db, get_settings(), now=utc_now())
+    caught_up = of(recorded(), metrics.REPORT_LAG)
+    broken = ThrottlingDatabase(mock_db, {f"{schema.BOTTLE_HEARTBEATS}.find": float("inf")})
+
+    summary = change_feed.run_consumer(broken, get_settings(), now=utc_now() + timedelta(minutes=30))
+
+    assert schema.BOTTLE_HEARTBEATS in summary.failed
+    assert {feed for ((_, feed),) in caught_up} == {feed.collection for feed in change_feed.FEEDS}
+    assert all(lag < 5 for _, lag, _ in caught_up.values())  # polling: received a moment before the run
+    (_, heartbeats_lag, _) = of(recorded(), metrics.REPORT_LAG)[(("feed", schema.BOTTLE_HEARTBEATS),)]
+    assert 30 * 60 <= heartbeats_lag < 30 * 60 + 5
