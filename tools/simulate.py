@@ -40,6 +40,7 @@ SIMULATION_START = datetime(2026, 3, 28, 5, 0, tzinfo=UTC)
 KINDS = ("late_dose", "left_open", "silent")
 SIMULATION_REPORTS_SCHEDULE = "0 */10 * * * *"
 REPORTS_TIMER = "aggregate_reports"
+MAX_DAYS = 366
 
 
 def provision(fleet: list[Bottle], send: Send, function_key: str | None = None) -> dict[str, str]:
@@ -126,8 +127,10 @@ def run_simulation(
 
             keys = provision(fleet, send)
             timeline = list(_merge(plan.requests, host.due_timers(plan.start, plan.end)))
-            # A last consumer run, so the reports include the events sent after its last scheduled run.
-            timeline.append((max([plan.end, *(at for at, _ in timeline[-1:])]), REPORTS_TIMER))
+            # A last consumer run, so the reports include the events sent after its last scheduled run (a very
+            # short run may have nothing else).
+            last = timeline[-1][0] if timeline else plan.end
+            timeline.append((max(last, plan.end), REPORTS_TIMER))
             played = play(
                 timeline,
                 clock,
@@ -370,9 +373,6 @@ def describe_report(report: dict[str, Any] | None) -> list[str]:
         counts = ", ".join(f"{k} {entry.get(k)}" for k in ("opened", "closed", "doses", "pills_taken", "heartbeats"))
         lines.append(f"  {entry.get('bottle_id')} ({entry.get('medication')}): {counts}")
     return lines
-
-
-MAX_DAYS = 366
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
