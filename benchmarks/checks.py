@@ -39,6 +39,7 @@ from shared.settings import Settings
 from shared.store import client as store
 from shared.store import schema
 from shared.store.setup import ensure_store
+from tools.arguments import float_above, int_between
 from tools.command_tally import CommandTally
 from tools.local_store import secantus_process
 
@@ -48,6 +49,9 @@ GRACE = timedelta(minutes=60)
 PER_BOTTLE_NOTIFICATIONS = "notifications_per_bottle"  # the baseline writes apart, so both see the same fleet
 INSERT_CHUNK = 5000
 SETTINGS = Settings()
+# The three kinds of trouble, then a fifth as many more of each, must fit in a fleet of distinct bottles.
+MAX_TROUBLE = 0.25
+MIN_FLEET = 100
 
 
 @dataclass(frozen=True)
@@ -282,14 +286,29 @@ def default_fleets(
     return fleets
 
 
+def fleet_sizes(text: str) -> list[int]:
+    """`--sizes`: comma-separated whole numbers, each a fleet large enough for its share of trouble."""
+    size = int_between(MIN_FLEET)
+    return [size(part.strip()) for part in text.split(",")]
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.checks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="1 K and 5 K bottles instead of 10 K and 50 K")
-    parser.add_argument("--sizes", help="comma-separated fleet sizes, e.g. 10000,50000")
-    parser.add_argument("--trouble", type=float, default=0.01, help="share of bottles in trouble per check")
+    parser.add_argument(
+        "--sizes", type=fleet_sizes, help=f"comma-separated fleet sizes of at least {MIN_FLEET}, e.g. 10000,50000"
+    )
+    parser.add_argument(
+        "--trouble",
+        type=float_above(0, MAX_TROUBLE),
+        default=0.01,
+        help=f"share of bottles in trouble per check, at most {MAX_TROUBLE} (default 0.01)",
+    )
     parser.add_argument("--full", action="store_true", help="measure the per-bottle approach for every check")
     args = parser.parse_args(argv)
-    sizes = [int(size) for size in args.sizes.split(",")] if args.sizes else None
+    sizes = args.sizes
     started = time.perf_counter()
     run(default_fleets(args.quick, sizes, args.trouble, args.full))
     print(f"finished in {time.perf_counter() - started:.0f} s")

@@ -22,6 +22,10 @@ from shared.ingestion.events import parse_events
 from shared.instants import utc_now
 from shared.payloads import check_size, decode_json
 from shared.settings import get_settings
+from tools.arguments import int_between, positive_int
+
+# Each approach's events are one a second within its own 6 hours, so the three streams never overlap.
+MAX_EVENTS = 6 * 3600
 
 _post = post_events.build().get_user_function()
 _provision = provision_bottle.build().get_user_function()
@@ -126,9 +130,18 @@ def run(events: int, bottles: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=4000)
-    parser.add_argument("--bottles", type=int, default=50)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.ingestion",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--events",
+        type=int_between(1, MAX_EVENTS),
+        default=4000,
+        help=f"events per approach, at most {MAX_EVENTS:,} (default 4000)",
+    )
+    parser.add_argument("--bottles", type=positive_int, default=50, help="bottles sending them (default 50)")
     args = parser.parse_args(argv)
     run(args.events, args.bottles)
 

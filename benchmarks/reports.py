@@ -40,6 +40,7 @@ from shared.reports.documents import COUNTERS, daily_id, hourly_id, parse_hourly
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy
+from tools.arguments import positive_int
 from tools.command_tally import CommandTally
 from tools.report_truth import source_totals
 
@@ -367,8 +368,12 @@ def _p95(values: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--users", type=int, default=None, help="users, three bottles each (default 100; quick 40)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.reports", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--users", type=positive_int, default=None, help="users, three bottles each (default 100; quick 40)"
+    )
     parser.add_argument("--quick", action="store_true", help="a smaller, shorter run (about 30 s)")
     args = parser.parse_args(argv)
     run(args.users or (40 if args.quick else 100), quick=args.quick)

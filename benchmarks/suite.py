@@ -2,7 +2,9 @@
 same-run baseline (the seeds' approach) with the ratio. Prints the tables and writes them, with the commit
 and the machine, to benchmarks/RESULTS.md so results can be compared across commits.
 
-    python -m benchmarks.suite [--quick] [--output benchmarks/RESULTS.md]
+    ./dev bench [--quick] [--output benchmarks/RESULTS.md]
+
+Each benchmark says on stderr when it starts and ends, and every 10 seconds that it is still running.
 """
 
 import argparse
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from benchmarks import checks, ingestion, reports
 from benchmarks.harness import PRINTED, Table, print_table
+from tools.progress import Ticker
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
@@ -58,12 +61,16 @@ def summary_rows(tables: list[Table]) -> list[list[str]]:
     return rows
 
 
-def run(quick: bool) -> str:
+def run(quick: bool, ticker: Ticker | None = None) -> str:
+    ticker = ticker or Ticker()
     sections: list[tuple[str, str]] = []
     started = time.perf_counter()
-    sections.append(("Ingestion", ingestion.run(events=1000 if quick else 4000, bottles=50)))
-    sections.append(("Notification checks", checks.run(checks.default_fleets(quick))))
-    sections.append(("Report consumer", reports.run(30 if quick else 100, quick=quick)))
+    with ticker.running("bench: ingestion (1 of 3)"):
+        sections.append(("Ingestion", ingestion.run(events=1000 if quick else 4000, bottles=50)))
+    with ticker.running("bench: notification checks (2 of 3)"):
+        sections.append(("Notification checks", checks.run(checks.default_fleets(quick))))
+    with ticker.running("bench: report consumer (3 of 3)"):
+        sections.append(("Report consumer", reports.run(30 if quick else 100, quick=quick)))
     elapsed = time.perf_counter() - started
     summary = print_table(
         "Summary: the app against the seeds' approach, measured in the same run",
@@ -82,10 +89,16 @@ def run(quick: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="./dev bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="smaller fleets and streams (about a minute)")
-    parser.add_argument("--output", type=Path, default=RESULTS, help="where to write the results")
+    parser.add_argument(
+        "--output", type=Path, default=RESULTS, help="where to write the results (default benchmarks/RESULTS.md)"
+    )
     args = parser.parse_args(argv)
+    if not args.output.parent.is_dir():
+        parser.error(f"--output {args.output}: no directory {args.output.parent}")
     document = run(args.quick)
     args.output.write_text(document)
     print(f"\nwritten to {args.output}")

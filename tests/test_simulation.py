@@ -64,3 +64,18 @@ def test_device_traffic_over_http_against_the_local_server(real_db, registered_f
     assert set(tally.statuses) <= {202, 400}
     assert tally.stored > 0
     assert tally.stored + tally.duplicates + tally.rejected == tally.sent
+
+
+def test_a_run_too_short_for_any_traffic_still_ends_with_its_report(registered_functions):
+    result = run_simulation(
+        bottles=1,
+        users=1,
+        days=0.0005,
+        seed=1,
+        mongodb_uri=None,
+        progress=False,
+        functions=registered_functions.values(),
+    )
+
+    assert result.tally.requests == 0
+    assert result.timer_runs == {"aggregate_reports": 1}

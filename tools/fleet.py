@@ -60,6 +60,23 @@ class Expected:
     episode_start: datetime
 
 
+@dataclass(frozen=True)
+class DoseSlot:
+    """A scheduled dose and what the user did about it."""
+
+    bottle_id: str
+    due: datetime
+    taken: datetime | None  # the dose (its close), or None: not taken within the simulated days
+    late: bool  # injected trouble: taken after the grace ran out, or never
+
+    @property
+    def outcome(self) -> str:
+        """on_time, late, missed, or due (the simulation ended before the dose was taken or overdue)."""
+        if self.late:
+            return "late" if self.taken else "missed"
+        return "on_time" if self.taken else "due"
+
+
 @dataclass
 class Plan:
     start: datetime
@@ -68,8 +85,7 @@ class Plan:
     heartbeat: timedelta = HEARTBEAT
     requests: list[Request] = field(default_factory=list)
     expected: set[Expected] = field(default_factory=set)
-    doses: list[tuple[str, datetime]] = field(default_factory=list)
-    slots: list[tuple[str, datetime]] = field(default_factory=list)
+    slots: list[DoseSlot] = field(default_factory=list)
 
 
 def make_fleet(rng: random.Random, bottles: int, users: int) -> list[Bottle]:
@@ -132,37 +148,39 @@ class BottleLife:
         """Plan every dose and its trouble, then perhaps a spell offline between doses."""
         if "times" in self.bottle.schedule:
             for slot in dose_slots(self.bottle, self.plan.start, self.plan.end):
-                self.plan.slots.append((self.bottle.bottle_id, slot))
-                self._take_or_skip(slot)
+                self._record(slot, *self._take_or_skip(slot))
         else:
             every = timedelta(hours=self.bottle.schedule["every_hours"])
             due = self.plan.start + every
             while due < self.plan.end:
-                self.plan.slots.append((self.bottle.bottle_id, due))
-                taken = self._take_or_skip_interval(due)
+                taken, late = self._take_or_skip_interval(due)
+                self._record(due, taken, late)
                 due = (taken if taken is not None else due) + every
         self._plan_offline_window()
 
     def _trouble_allowed(self, at: datetime) -> bool:
         return at < self.plan.end - QUIET_TAIL
 
-    def _take_or_skip(self, slot: datetime) -> None:
+    def _record(self, due: datetime, taken: datetime | None, late: bool) -> None:
+        self.plan.slots.append(DoseSlot(self.bottle.bottle_id, due, taken, late))
+
+    def _take_or_skip(self, slot: datetime) -> tuple[datetime | None, bool]:
+        """The dose's time (None when missed) and whether it is late."""
         roll = self.rng.random()
         grace = self.bottle.grace
         if roll < 0.05 and self._trouble_allowed(slot + grace):
             self.plan.expected.add(Expected(self.bottle.bottle_id, "late_dose", slot))
             if roll < 0.03:
-                return  # missed altogether
-            self._dose_at(slot + grace + timedelta(minutes=self.rng.uniform(15, 40)), slot)  # too late
-            return
-        self._dose_at(slot + timedelta(minutes=self.rng.uniform(-20, 20)), slot)
+                return None, True  # missed altogether
+            return self._dose_at(slot + grace + timedelta(minutes=self.rng.uniform(15, 40)), slot), True
+        return self._dose_at(slot + timedelta(minutes=self.rng.uniform(-20, 20)), slot), False
 
-    def _take_or_skip_interval(self, due: datetime) -> datetime | None:
-        """The dose's time, or None when missed (the next dose is then due N hours after the missed one)."""
+    def _take_or_skip_interval(self, due: datetime) -> tuple[datetime | None, bool]:
+        """As `_take_or_skip`; after a missed dose the next is due N hours after the missed one."""
         if self.rng.random() < 0.04 and self._trouble_allowed(due + self.bottle.grace):
             self.plan.expected.add(Expected(self.bottle.bottle_id, "late_dose", due))
-            return None
-        return self._dose_at(due + timedelta(minutes=self.rng.uniform(-20, 20)), due)
+            return None, True
+        return self._dose_at(due + timedelta(minutes=self.rng.uniform(-20, 20)), due), False
 
     def _dose_at(self, opened_at: datetime, slot: datetime) -> datetime | None:
         """Open, take a pill, close; returns the dose (close) time. Sometimes the bottle is left open."""
@@ -187,7 +205,6 @@ class BottleLife:
             "number_of_pills": self.pills,
             "pills_taken": 1,
         }
-        self.plan.doses.append((self.bottle.bottle_id, _ms(closed_at)))
         self.outbox += [(opened_at, opened), (closed_at, closed)]
         return _ms(closed_at)
 
@@ -196,7 +213,7 @@ class BottleLife:
         """One bottle in ten drops offline for 2.5-3.5 h between doses, then uploads what it buffered."""
         if self.rng.random() >= 0.10:
             return
-        busy = [at for at, _ in self.outbox] + [s for b, s in self.plan.slots if b == self.bottle.bottle_id]
+        busy = [at for at, _ in self.outbox] + [s.due for s in self.plan.slots if s.bottle_id == self.bottle.bottle_id]
         minutes = (self.plan.end - self.plan.start).total_seconds() / 60
         for _ in range(10):
             begin = self.plan.start + timedelta(minutes=self.rng.uniform(60, minutes))

@@ -1,7 +1,7 @@
 """The app on http://127.0.0.1:7071/api/... with its timers running, on the default store (SecantusDB
 in-process) or any MongoDB: the same routes as under `func start`, without Core Tools.
 
-    python -m tools.serve [--port 7071] [--mongodb-uri URI] [--data-dir DIR] [--no-timers]
+    ./dev serve [--port 7071] [--mongodb-uri URI] [--data-dir DIR] [--no-timers]
 
 Function keys are not enforced, as under `func start`. Queue messages the timers send are logged.
 """
@@ -20,6 +20,7 @@ from wsgiref.util import is_hop_by_hop
 from waitress import wasyncore
 from waitress.server import BaseWSGIServer, create_server
 
+from tools.arguments import int_between
 from tools.local_host import LocalHost
 
 if TYPE_CHECKING:
@@ -232,9 +233,13 @@ class LocalServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=7071)
+    parser = argparse.ArgumentParser(
+        prog="./dev serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    parser.add_argument(
+        "--port", type=int_between(0, 65535), default=7071, help="port to listen on, 0 for any free one (default 7071)"
+    )
     parser.add_argument("--mongodb-uri", help="any MongoDB (default: SecantusDB in-process)")
     parser.add_argument("--data-dir", help="persist the in-process store here (default: in memory)")
     parser.add_argument("--no-timers", action="store_true", help="do not run the timer functions")

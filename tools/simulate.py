@@ -2,8 +2,8 @@
 (device requests, the three checks and the report consumer on their schedules, in simulated time), then
 score the notifications against the trouble that was injected.
 
-    python -m tools.simulate [--bottles 200] [--users 30] [--days 2] [--seed 7] [--mongodb-uri URI]
-    python -m tools.simulate --http http://127.0.0.1:7071 [--function-key KEY] [--minutes 2]
+    ./dev simulate [--bottles 200] [--users 30] [--days 2] [--seed 7] [--mongodb-uri URI] [--chart PATH]
+    ./dev simulate --http http://127.0.0.1:7071 [--function-key KEY] [--minutes 2] [--heartbeat-seconds 10]
 
 The first form runs on the default store (SecantusDB in-process) or any MongoDB. The second sends the
 same kind of device traffic over real HTTP, in real time, to a local server, `func start` or a deployed
@@ -13,7 +13,6 @@ app: a smoke and load test for operations.
 import argparse
 import json
 import random
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,8 +26,10 @@ from typing import Any
 from shared.instants import set_clock
 from shared.settings import get_settings
 from shared.store import schema
+from tools.arguments import float_above, positive_float, positive_int
 from tools.command_tally import CommandTally
 from tools.fleet import Bottle, Expected, Request, make_fleet, plan_fleet
+from tools.progress import Progress
 from tools.report_truth import complete_from, reported_totals, source_totals
 from tools.simulation_result import ReportCheck, Score, SimulationResult, Tally
 
@@ -39,24 +40,7 @@ SIMULATION_START = datetime(2026, 3, 28, 5, 0, tzinfo=UTC)
 KINDS = ("late_dose", "left_open", "silent")
 SIMULATION_REPORTS_SCHEDULE = "0 */10 * * * *"
 REPORTS_TIMER = "aggregate_reports"
-
-
-class Progress:
-    """A one-line progress bar on stderr (silent when stderr is not a terminal, except at the end)."""
-
-    def __init__(self, total: int, label: str) -> None:
-        self.total = max(total, 1)
-        self.label = label
-        self.shown = -1
-        self.interactive = sys.stderr.isatty()
-
-    def update(self, done: int) -> None:
-        percent = done * 100 // self.total
-        if percent != self.shown and (self.interactive or percent == 100):
-            self.shown = percent
-            bar = "#" * (percent // 4) + "." * (25 - percent // 4)
-            end = "\n" if percent == 100 else "\r"
-            print(f"{self.label} [{bar}] {percent:3d}%", end=end, file=sys.stderr, flush=True)
+MAX_DAYS = 366
 
 
 def provision(fleet: list[Bottle], send: Send, function_key: str | None = None) -> dict[str, str]:
@@ -143,8 +127,10 @@ def run_simulation(
 
             keys = provision(fleet, send)
             timeline = list(_merge(plan.requests, host.due_timers(plan.start, plan.end)))
-            # A last consumer run, so the reports include the events sent after its last scheduled run.
-            timeline.append((max(timeline[-1][0], plan.end), REPORTS_TIMER))
+            # A last consumer run, so the reports include the events sent after its last scheduled run (a very
+            # short run may have nothing else).
+            last = timeline[-1][0] if timeline else plan.end
+            timeline.append((max(last, plan.end), REPORTS_TIMER))
             played = play(
                 timeline,
                 clock,
@@ -198,7 +184,7 @@ def play(
 ) -> Playback:
     """Each request and timer firing at its simulated instant, timed and counted."""
     played = Playback()
-    bar = Progress(len(timeline), "simulating") if progress else None
+    bar = Progress(len(timeline), "simulating", what="requests and timer runs") if progress else None
     for done, (at, item) in enumerate(timeline, 1):
         clock[0] = at
         started, before = time.perf_counter(), commands.count
@@ -211,9 +197,9 @@ def play(
             played.timer_runs[item] += 1
             played.timer_seconds[item] = played.timer_seconds.get(item, 0.0) + time.perf_counter() - started
         if bar is not None and done % 200 == 0:
-            bar.update(done)
+            bar.update(done, f"simulated {at:%Y-%m-%d %H:%M} UTC")
     if bar is not None:
-        bar.update(len(timeline))
+        bar.finish(f"simulated {clock[0]:%Y-%m-%d %H:%M} UTC")
     return played
 
 
@@ -309,16 +295,16 @@ def run_over_http(
     start = datetime.now(UTC)
     plan = plan_fleet(rng, fleet, start, minutes / 1440, heartbeat=timedelta(seconds=heartbeat_seconds))
     tally = Tally()
-    bar = Progress(len(plan.requests), "sending") if progress else None
+    bar = Progress(len(plan.requests), "sending", what="requests") if progress else None
     for done, request in enumerate(plan.requests, 1):
         delay = (request.at - datetime.now(UTC)).total_seconds()
         if delay > 0:
             time.sleep(delay)
         post(request, keys, send, tally)
         if bar is not None and done % 50 == 0:
-            bar.update(done)
+            bar.update(done, f"{done:,} requests sent")
     if bar is not None:
-        bar.update(len(plan.requests))
+        bar.finish(f"{len(plan.requests):,} requests sent")
     return tally
 
 
@@ -389,19 +375,42 @@ def describe_report(report: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bottles", type=int, default=200)
-    parser.add_argument("--users", type=int, default=30)
-    parser.add_argument("--days", type=float, default=2.0, help="simulated days (in-process mode)")
-    parser.add_argument("--seed", type=int, default=7)
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="./dev simulate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--bottles", type=positive_int, default=200, help="bottles in the fleet (default 200)")
+    parser.add_argument(
+        "--users", type=positive_int, default=30, help="users owning them, at most one per bottle (default 30)"
+    )
+    parser.add_argument(
+        "--days",
+        type=float_above(0, MAX_DAYS),
+        default=2.0,
+        help=f"simulated days, at most {MAX_DAYS} (default 2; in-process mode)",
+    )
+    parser.add_argument("--seed", type=int, default=7, help="another seed, another deterministic run (default 7)")
     parser.add_argument("--mongodb-uri", help="any MongoDB, Cosmos DB included (default: SecantusDB in-process)")
-    parser.add_argument("--chart", default="simulation.png", help="where to write the PNG chart")
+    parser.add_argument("--chart", default="simulation.png", help="where to write the PNG chart (default %(default)s)")
     parser.add_argument("--http", metavar="BASE_URL", help="send device traffic over HTTP in real time instead")
     parser.add_argument("--function-key", help="Functions key for the provisioning route (--http)")
-    parser.add_argument("--minutes", type=float, default=2.0, help="how long to send (--http)")
-    parser.add_argument("--heartbeat-seconds", type=float, default=10.0, help="heartbeat period (--http)")
+    parser.add_argument(
+        "--minutes", type=positive_float, default=2.0, help="how long to send, in minutes (default 2; --http)"
+    )
+    parser.add_argument(
+        "--heartbeat-seconds",
+        type=positive_float,
+        default=10.0,
+        help="each bottle's heartbeat period in seconds (default 10; --http)",
+    )
     args = parser.parse_args(argv)
+    if args.users > args.bottles:
+        parser.error(f"--users {args.users} is more than --bottles {args.bottles}: every user needs a bottle")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
 
     if args.http:
         started = time.perf_counter()

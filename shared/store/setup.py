@@ -53,7 +53,9 @@ def _index_model(index: Any, *, on_cosmos: bool) -> IndexModel:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="./dev setup-store", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_store_arguments(parser)
     args = parser.parse_args(argv)
     with command_line_database(parser, args) as (db, uri):
