@@ -23,6 +23,7 @@ from tests.report_client import (
     aggregate,
     clear_reports,
     get_reports,
+    run_round,
     set_setting,
     stored_reports,
     use_change_source_of,
@@ -233,11 +234,12 @@ def test_a_page_aggregated_again_after_a_crash_before_its_checkpoint_gives_the_s
     def crash(*args: Any, **kwargs: Any) -> None:
         raise StoreUnavailable("the process died before the checkpoint", retry_after_s=1)
 
-    monkeypatch.setattr(change_feed, "save_lease", crash)
-    summary = change_feed.run_consumer(db, get_settings(), now=utc_now())
-    assert summary.hourly_written > 0  # written, but never checkpointed
+    monkeypatch.setattr(change_feed, "checkpoint", crash)
+    summary = run_round(db)
+    assert db[schema.USER_HOURLY_REPORTS].count_documents({}) > 0  # written, but never checkpointed
     assert summary.failed
-    assert db[schema.LEASES].count_documents({}) == 0
+    assert all(lease["token"] is None and lease["checkpoint_time"] is None for lease in db[schema.LEASES].find())
+    assert all(lease["owner"] is None for lease in db[schema.LEASES].find())  # released for the retry
     monkeypatch.undo()
     use_change_source_of(db, monkeypatch)
 
@@ -299,7 +301,7 @@ def test_a_run_stops_at_its_time_budget_and_the_next_run_carries_on(db, monkeypa
     runs = 0
     while True:
         runs += 1
-        summary = change_feed.run_consumer(db, get_settings(), now=utc_now(), clock=clock)
+        summary = run_round(db, clock=clock)
         if summary.caught_up:
             break
         assert runs < 50
@@ -314,7 +316,7 @@ def test_a_throttled_page_is_not_checkpointed_and_the_next_run_completes_it(db):
     post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2))]})
     throttled = ThrottlingDatabase(db, {f"{schema.USER_HOURLY_REPORTS}.bulk_write": float("inf")})
 
-    summary = change_feed.run_consumer(throttled, get_settings(), now=utc_now())
+    summary = run_round(throttled)
 
     assert set(summary.failed) == {schema.BOTTLE_ACTIONS, schema.BOTTLE_HEARTBEATS}
     assert db[schema.USER_HOURLY_REPORTS].count_documents({}) == 0
