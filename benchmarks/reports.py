@@ -35,8 +35,9 @@ from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
 from shared.instants import set_clock, utc_now
-from shared.reports.change_feed import MAX_AWAIT_MS, PIPELINE, run_consumer
+from shared.reports.change_feed import MAX_AWAIT_MS, PIPELINE, dispatch, process_partition
 from shared.reports.documents import COUNTERS, daily_id, hourly_id, parse_hourly_id
+from shared.reports.leases import Partition
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy
@@ -48,6 +49,14 @@ SETTINGS = Settings(change_source="change_stream", reports_page_size=500)
 POLICY = RetryPolicy.from_settings(SETTINGS)
 NAIVE_HOURLY, NAIVE_DAILY = "naive_hourly_reports", "naive_daily_reports"
 # --- the fleet and its traffic ------------------------------------------------------------------------------
+
+
+def run_consumer(db: Any, settings: Settings, *, now: Any) -> None:
+    """One dispatch of the report feeds and a worker run per partition, one after another."""
+    messages: list[str] = []
+    dispatch(db, now=now, settings=settings, send=messages.extend)
+    for body in messages:
+        process_partition(db, Partition.from_message(json.loads(body)), now=now, settings=settings)
 
 
 def provision_fleet(db: Database[Any], users: int, now: datetime) -> dict[str, str]:

@@ -1,6 +1,8 @@
-"""Reports: the change-feed consumer (a timer; Python has no change-feed trigger for the MongoDB API) and the
-read endpoint reporting consumers use."""
+"""Reports: the change-feed processor's dispatcher (a timer: Python has no change-feed trigger for the MongoDB
+API, and a timer runs on one instance) and its workers (queue-triggered, so they scale out), and the read
+endpoint reporting consumers use."""
 
+import json
 import logging
 import time
 
@@ -10,7 +12,8 @@ from functions.responses import handles_errors, json_response
 from shared.ids import check_id
 from shared.instants import utc_now
 from shared.observability import log_invocation
-from shared.reports.change_feed import FeedsFailed, run_consumer
+from shared.reports.change_feed import dispatch, process_partition
+from shared.reports.leases import Partition
 from shared.reports.reading import parse_report_query, read_reports
 from shared.settings import get_settings
 from shared.store.client import get_database
@@ -18,28 +21,49 @@ from shared.store.client import get_database
 bp = func.Blueprint()
 log = logging.getLogger(__name__)
 
+QUEUE = "%REPORTS_QUEUE%"
+CONNECTION = "AzureWebJobsStorage"
+
 
 @bp.function_name("aggregate_reports")
 @bp.timer_trigger(arg_name="timer", schedule="%REPORTS_SCHEDULE%", run_on_startup=False, use_monitor=True)
-def aggregate_reports(timer: func.TimerRequest) -> None:
-    """A feed that failed fails the invocation (after the others' progress is saved), so the host counts it."""
+@bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
+def aggregate_reports(timer: func.TimerRequest, work: func.Out[list[str]]) -> None:
     started = time.perf_counter()
-    summary = run_consumer(get_database(), get_settings(), now=utc_now())
+    run = dispatch(get_database(), now=utc_now(), settings=get_settings(), send=work.set)
     log_invocation(
         log,
         "aggregate_reports",
-        pages=summary.pages,
-        changes=summary.changes,
-        hourly_written=summary.hourly_written,
-        daily_written=summary.daily_written,
-        caught_up=summary.caught_up,
-        recovered=summary.recovered,
-        failed=summary.failed,
+        partitions=run.partitions,
+        leases_created=run.leases_created,
+        dispatched=len(run.sent),
         past_due=timer.past_due,
         duration_ms=round((time.perf_counter() - started) * 1000),
     )
-    if summary.failed:
-        raise FeedsFailed(summary.failed)
+
+
+@bp.function_name("aggregate_report_partition")
+@bp.queue_trigger(arg_name="message", queue_name=QUEUE, connection=CONNECTION)
+def aggregate_report_partition(message: func.QueueMessage) -> None:
+    """A malformed message raises, so the host retries it and then moves it to the poison queue."""
+    started = time.perf_counter()
+    partition = Partition.from_message(json.loads(message.get_body()))
+    run = process_partition(get_database(), partition, now=utc_now(), settings=get_settings())
+    log_invocation(
+        log,
+        "aggregate_report_partition",
+        partition=run.lease_id,
+        claimed=run.claimed,
+        pages=run.pages,
+        changes=run.changes,
+        hourly_written=run.hourly_written,
+        daily_written=run.daily_written,
+        caught_up=run.caught_up,
+        recovered=run.recovered,
+        lost_lease=run.lost_lease,
+        dequeue_count=message.dequeue_count,
+        duration_ms=round((time.perf_counter() - started) * 1000),
+    )
 
 
 @bp.function_name("get_user_reports")

@@ -34,6 +34,9 @@ param cosmosKeyInUse string = 'primary'
 @description('Name of the Storage queue the notification checks write to (the NOTIFICATIONS_QUEUE setting).')
 param notificationsQueueName string = 'notifications'
 
+@description('Name of the Storage queue of the report workers\' work messages (the REPORTS_QUEUE setting).')
+param reportsQueueName string = 'report-partitions'
+
 @description('Most instances Flex Consumption may scale the app out to.')
 @minValue(40)
 @maxValue(1000)
@@ -100,6 +103,9 @@ var appSettings = {
   REQUEST_DEADLINE_SECONDS: '8'
   OUTAGE_RETRY_AFTER_SECONDS: '30'
   REPORTS_SCHEDULE: '0 */1 * * * *'
+  REPORTS_PARTITIONS: '4'
+  REPORTS_QUEUE: reportsQueueName
+  REPORTS_LEASE_SECONDS: '120'
   CHANGE_SOURCE: 'change_stream'
   REPORTS_TIME_BUDGET_SECONDS: '45'
   REPORTS_PAGE_SIZE: '500'
@@ -181,6 +187,7 @@ module storage 'br/public:avm/res/storage/storage-account:0.8.3' = {
     queueServices: {
       queues: [
         { name: notificationsQueueName }
+        { name: reportsQueueName }
       ]
     }
   }

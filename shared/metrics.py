@@ -66,7 +66,8 @@ _store_throttled = _meter.create_counter(
 
 
 def report_lag(feed: str, seconds: float) -> None:
-    """Record a report feed's lag (`feed`: its source collection) at the end of a consumer run."""
+    """Record a report feed's lag (`feed`: its source collection: now minus the checkpoint time of its
+    furthest-behind partition) at each dispatch."""
     _report_lag.record(max(0.0, seconds), {"feed": feed})
 
 

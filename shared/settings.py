@@ -61,9 +61,28 @@ class Settings(BaseSettings):
         "at random, so a fleet does not come back at once (throttling answers with the server's shorter hint).",
     )
 
-    # Reports (the change-feed consumer `aggregate_reports`).
+    # Reports (the dispatcher `aggregate_reports` and the workers `aggregate_report_partition`).
     reports_schedule: str = Field(
-        default="0 */1 * * * *", min_length=1, description="NCRONTAB schedule of the report consumer."
+        default="0 */1 * * * *", min_length=1, description="NCRONTAB schedule of the report feeds' dispatcher."
+    )
+    reports_partitions: int = Field(
+        default=4,
+        ge=1,
+        le=1024,
+        description="Partitions of each report feed outside Cosmos DB (which has one per physical partition); "
+        "each is read by one worker at a time.",
+    )
+    reports_queue: str = Field(
+        default="report-partitions",
+        pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",
+        description="Azure Storage queue of the report workers' work messages, one per feed partition.",
+    )
+    reports_lease_seconds: int = Field(
+        default=120,
+        ge=10,
+        le=3600,
+        description="How long a worker holds a feed partition's lease without renewing it; a dead worker's "
+        "partition is dispatched again once it expires. Longer than the time budget.",
     )
     change_source: Literal["change_stream", "polling"] = Field(
         default="change_stream",
@@ -74,7 +93,7 @@ class Settings(BaseSettings):
         default=45.0,
         gt=0,
         le=540,  # below host.json's functionTimeout (10 minutes)
-        description="Longest a consumer run reads and aggregates before it stops.",
+        description="Longest a report worker reads and aggregates its partition before it stops.",
     )
     reports_page_size: int = Field(
         default=500, ge=1, le=10_000, description="Changes per page; a page is aggregated, then checkpointed."

@@ -1,20 +1,27 @@
-"""Driving the report functions as the Functions host would: the `aggregate_reports` timer and the read API;
-and reading what they stored."""
+"""Driving the report functions as the Functions host would: the `aggregate_reports` dispatcher timer, its
+work messages delivered to `aggregate_report_partition`, and the read API; and reading what they stored."""
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import azure.functions as func
 import mongomock
 import pytest
+from pymongo.errors import PyMongoError
 
 from functions import reports
+from shared.instants import utc_now
+from shared.reports.change_feed import PartitionRun, dispatch, process_partition
+from shared.reports.leases import Partition
 from shared.settings import get_settings
 from shared.store import schema
+from shared.store.retries import StoreUnavailable
 from tests.api import Response
 
-_aggregate = reports.aggregate_reports.build().get_user_function()
+_dispatch = reports.aggregate_reports.build().get_user_function()
+_work = reports.aggregate_report_partition.build().get_user_function()
 _get_reports = reports.get_user_reports.build().get_user_function()
 
 
@@ -23,9 +30,89 @@ class Timer:
     past_due: bool = False
 
 
-def aggregate() -> None:
-    """One run of the timer function, on the app's store, at the server's clock."""
-    _aggregate(Timer())
+class Collect(func.Out[Any]):
+    def __init__(self) -> None:
+        self.value: Any = None
+
+    def set(self, val: Any) -> None:
+        self.value = val
+
+    def get(self) -> Any:
+        return self.value
+
+
+def dispatched() -> list[str]:
+    """One run of the dispatcher timer function: the work messages it sent."""
+    sent = Collect()
+    _dispatch(Timer(), sent)
+    return list(sent.get() or [])
+
+
+def work(message: str) -> None:
+    """One delivery of a work message to the worker function."""
+    _work(func.QueueMessage(body=message.encode()))
+
+
+def aggregate() -> list[str]:
+    """One dispatch by the timer function, and each work message it sent delivered to the worker function in
+    order (the source feeds' partitions before the hourly feed's), as one queue worker would; the messages."""
+    messages = dispatched()
+    for message in messages:
+        work(message)
+    return messages
+
+
+@dataclass
+class Round:
+    """What one dispatch and its partition runs did, summed over the partitions (feeds by collection)."""
+
+    runs: list[PartitionRun] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def changes(self) -> int:
+        return sum(r.changes for r in self.runs)
+
+    @property
+    def hourly_written(self) -> int:
+        return sum(r.hourly_written for r in self.runs)
+
+    @property
+    def daily_written(self) -> int:
+        return sum(r.daily_written for r in self.runs)
+
+    @property
+    def caught_up(self) -> bool:
+        return not self.failed and all(r.caught_up for r in self.runs)
+
+    @property
+    def recovered(self) -> list[str]:
+        return _feeds_in_order(r.lease_id for r in self.runs if r.recovered)
+
+
+def _feeds_in_order(lease_ids: Any) -> list[str]:
+    order = [schema.BOTTLE_ACTIONS, schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS]
+    feeds = {lease_id.split(":")[1] for lease_id in lease_ids}
+    return [feed for feed in order if feed in feeds]
+
+
+def run_round(db: Any, *, clock: Callable[[], float] | None = None) -> Round:
+    """One dispatch and a worker run per work message on `db` (a fake may stand in for the store); a partition
+    whose run raised a database error is listed in `failed` by its feed, as the host would retry it."""
+    settings, now = get_settings(), utc_now()
+    messages: list[str] = []
+    dispatch(db, now=now, settings=settings, send=messages.extend)
+    done = Round()
+    failed: list[str] = []
+    for body in messages:
+        partition = Partition.from_message(json.loads(body))
+        try:
+            extra = {"clock": clock} if clock is not None else {}
+            done.runs.append(process_partition(db, partition, now=now, settings=settings, **extra))
+        except (PyMongoError, StoreUnavailable):
+            failed.append(partition.lease_id)
+    done.failed = _feeds_in_order(failed)
+    return done
 
 
 def get_reports(user_id: str, **params: str) -> Response:

@@ -1,8 +1,8 @@
 """Every registered function's bindings agree with openapi.yaml, the README, the settings class and the infra:
-HTTP routes, methods and auth levels; timer schedules from app settings (`%SETTING%`); no queue output bindings
-(the host writes those after the function returns, so the checks send with the SDK), and the queue they send to
-is the one the infra creates. Written over whatever functions are registered, so new ones are checked as they
-land."""
+HTTP routes, methods and auth levels; timer schedules and queue names from app settings (`%SETTING%`); queue
+output bindings only for work queues that a function of the app consumes (the host writes outputs after the
+function returns, so what must be sent at least once, the notifications, goes with the SDK), and every queue is
+one the infra creates. Written over whatever functions are registered, so new ones are checked as they land."""
 
 import json
 import re
@@ -16,9 +16,7 @@ from tests import bicep
 from tools.ncrontab import Schedule
 
 ROOT = bicep.ROOT
-# No "queue": a message that must be sent at least once, with state marked after the send, is sent with the
-# Storage Queue SDK inside the invocation (shared/notifications/queue.py), never by an output binding.
-KNOWN_BINDINGS = {"httpTrigger", "http", "timerTrigger"}
+KNOWN_BINDINGS = {"httpTrigger", "http", "timerTrigger", "queue", "queueTrigger"}
 SETTING_REFERENCE = re.compile(r"%([A-Z0-9_]+)%")
 AUTH_README = {"function": "function key", "anonymous": "anonymous"}
 
@@ -142,6 +140,8 @@ def test_the_readme_lists_every_function_with_its_trigger_auth_and_output(regist
             assert row["auth"].startswith(AUTH_README[trigger["authLevel"].lower()]), name
         if any(b["type"] == "timerTrigger" for b in found):
             assert row["trigger"] == f"timer `{one(found, 'timerTrigger')['schedule']}`", name
+        if any(b["type"] == "queueTrigger" for b in found):
+            assert row["trigger"] == f"queue `{one(found, 'queueTrigger')['queueName']}`", name
         queues = [b["queueName"] for b in found if b["type"] == "queue" and b["direction"] == "OUT"]
         assert row["output"] == ", ".join(f"queue `{queue}`" for queue in queues), name
 
@@ -167,3 +167,36 @@ def test_the_queue_the_checks_send_to_is_created_by_the_infra_and_deployed_as_th
     queue = Settings.model_fields["notifications_queue"].default
     assert deployed["NOTIFICATIONS_QUEUE"] == queue, "infra/main.bicep sets NOTIFICATIONS_QUEUE otherwise"
     assert queue in created, f"infra/main.bicep does not create queue '{queue}'"
+
+
+def created_queues() -> set[str]:
+    tree = bicep.parse("main.bicep")
+    queues = bicep.literal(tree, bicep.module("main.bicep", "storage")["params"])["queueServices"]["queues"]
+    return {str(queue["name"]) for queue in queues}
+
+
+def test_queue_outputs_only_feed_work_queues_that_the_app_consumes(registered_functions: dict[str, Any]) -> None:
+    """A queue output binding is written by the host after the function returns, so it may carry only messages
+    whose loss the next run repairs: work messages for the app's own queue-triggered functions."""
+    every = {name: bindings_of(function) for name, function in registered_functions.items()}
+    triggers = {b["queueName"] for found in every.values() for b in found if b["type"] == "queueTrigger"}
+    for name, found in every.items():
+        for output in (b for b in found if b["type"] == "queue"):
+            assert output["direction"] == "OUT", name
+            assert output["queueName"] in triggers, f"{name}: output to {output['queueName']}, which no function reads"
+            assert output["queueName"] != "%NOTIFICATIONS_QUEUE%", f"{name}: notifications are sent with the SDK"
+
+
+def test_queue_triggers_read_queues_named_by_settings_that_the_infra_creates(
+    registered_functions: dict[str, Any],
+) -> None:
+    triggered = functions_with(registered_functions, "queueTrigger")
+    assert triggered, "no queue-triggered function registered"
+    deployed = bicep.literal(bicep.parse("main.bicep"), bicep.variable("main.bicep", "appSettings"))
+    for name, found in triggered.items():
+        trigger = one(found, "queueTrigger")
+        field = setting_named(trigger["queueName"], name)
+        assert trigger["connection"] == "AzureWebJobsStorage", name
+        default = str(Settings.model_fields[field].default)
+        assert deployed.get(field.upper()) == default, f"infra/main.bicep sets {field.upper()} otherwise"
+        assert default in created_queues(), f"infra/main.bicep does not create queue '{default}'"

@@ -8,6 +8,7 @@ import pytest
 from shared.heartbeat_document import LATE_KEPT
 from shared.instants import hour_of
 from shared.store import schema
+from shared.store.partitioning import bucket_of
 from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned
 
 
@@ -109,6 +110,7 @@ def test_actions_are_stored_with_owner_and_medication_from_the_registry(db):
     assert docs["opened"] | {"received_at": None} == {
         "_id": f"bottle-1|opened@{iso(t_open)[:-1]}.000Z",
         "bottle_id": "bottle-1",
+        "bucket": bucket_of("bottle-1"),  # the report feed's partitions select by it
         "user_id": "willcross1024",
         "medication": "Cordrazine",
         "mass_of_contents": 15.0,

@@ -28,7 +28,7 @@ from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
 from tests.api import ago, get_bottle, heartbeat, opened, post_events, provisioned
 from tests.checking import World
 from tests.cosmos_fakes import ThrottlingDatabase, throttled
-from tests.report_client import set_setting
+from tests.report_client import run_round, set_setting
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
 # (metric name, its attributes sorted) -> a counter's sum, or a histogram's (count, min, max)
@@ -199,35 +199,43 @@ def test_notifications_left_pending_by_the_message_cap_are_recorded_after_each_r
 # --- the report consumer -----------------------------------------------------------------------------------------
 
 
-def test_each_consumer_run_records_every_feed_s_lag_behind_its_saved_checkpoint(
+def test_each_dispatch_records_every_feed_s_lag_behind_its_furthest_behind_partition(
     mock_db: Any, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
 ) -> None:
     set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
     now = utc_now()
-    policy = RetryPolicy()
-    checkpoint = change_feed.Lease(checkpoint_time=now - timedelta(minutes=7))
-    change_feed.save_lease(mock_db, change_feed.ACTIONS_FEED, checkpoint, source="polling", now=now, policy=policy)
+    run_round(mock_db)  # makes the leases
+    mock_db[schema.LEASES].update_many({}, {"$set": {"checkpoint_time": now - timedelta(minutes=1)}})
+    behind = mock_db[schema.LEASES].find_one({"feed": schema.BOTTLE_ACTIONS})["_id"]
+    mock_db[schema.LEASES].update_one({"_id": behind}, {"$set": {"checkpoint_time": now - timedelta(minutes=7)}})
+    recorded()  # forget the first round's readings
 
-    change_feed.run_consumer(mock_db, get_settings(), now=now)
+    run = change_feed.dispatch(mock_db, now=now, settings=get_settings(), send=lambda messages: None)
 
-    # The other feeds have no checkpoint yet: no lag to tell.
-    assert of(recorded(), metrics.REPORT_LAG) == {(("feed", schema.BOTTLE_ACTIONS),): (1, 420.0, 420.0)}
+    assert run.lag_seconds == {
+        schema.BOTTLE_ACTIONS: 420.0,
+        schema.BOTTLE_HEARTBEATS: 60.0,
+        schema.USER_HOURLY_REPORTS: 60.0,
+    }
+    assert of(recorded(), metrics.REPORT_LAG)[(("feed", schema.BOTTLE_ACTIONS),)] == (1, 420.0, 420.0)
 
 
-def test_a_feed_that_keeps_failing_still_records_its_growing_lag(
+def test_a_feed_that_keeps_failing_shows_its_growing_lag(
     mock_db: Any, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
 ) -> None:
     set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
     key = provisioned()
     assert post_events("bottle-1", key, {"events": [heartbeat(ago(minutes=3)), opened(ago(minutes=2))]}).status == 202
-    change_feed.run_consumer(mock_db, get_settings(), now=utc_now())
-    caught_up = of(recorded(), metrics.REPORT_LAG)
+    run_round(mock_db)
     broken = ThrottlingDatabase(mock_db, {f"{schema.BOTTLE_HEARTBEATS}.find": float("inf")})
+    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 202
+    failed = run_round(broken)
+    recorded()
 
-    summary = change_feed.run_consumer(broken, get_settings(), now=utc_now() + timedelta(minutes=30))
+    later = utc_now() + timedelta(minutes=30)
+    run = change_feed.dispatch(mock_db, now=later, settings=get_settings(), send=lambda messages: None)
 
-    assert schema.BOTTLE_HEARTBEATS in summary.failed
-    assert {feed for ((_, feed),) in caught_up} == {feed.collection for feed in change_feed.FEEDS}
-    assert all(lag < 5 for _, lag, _ in caught_up.values())  # polling: received a moment before the run
+    assert failed.failed == [schema.BOTTLE_HEARTBEATS]
+    assert 30 * 60 <= run.lag_seconds[schema.BOTTLE_HEARTBEATS] < 30 * 60 + 10
     (_, heartbeats_lag, _) = of(recorded(), metrics.REPORT_LAG)[(("feed", schema.BOTTLE_HEARTBEATS),)]
-    assert 30 * 60 <= heartbeats_lag < 30 * 60 + 5
+    assert heartbeats_lag == run.lag_seconds[schema.BOTTLE_HEARTBEATS]

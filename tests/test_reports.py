@@ -3,6 +3,7 @@ the heartbeat window, replays, the time budget, throttling, the read API and the
 
 Every behaviour test runs on mongomock (the polling change source) and on SecantusDB (real change streams)."""
 
+import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,10 +23,13 @@ from tests.cosmos_fakes import ThrottlingDatabase
 from tests.report_client import (
     aggregate,
     clear_reports,
+    dispatched,
     get_reports,
+    run_round,
     set_setting,
     stored_reports,
     use_change_source_of,
+    work,
 )
 
 USER = SPEC["user_id"]
@@ -233,11 +237,12 @@ def test_a_page_aggregated_again_after_a_crash_before_its_checkpoint_gives_the_s
     def crash(*args: Any, **kwargs: Any) -> None:
         raise StoreUnavailable("the process died before the checkpoint", retry_after_s=1)
 
-    monkeypatch.setattr(change_feed, "save_lease", crash)
-    summary = change_feed.run_consumer(db, get_settings(), now=utc_now())
-    assert summary.hourly_written > 0  # written, but never checkpointed
+    monkeypatch.setattr(change_feed, "checkpoint", crash)
+    summary = run_round(db)
+    assert db[schema.USER_HOURLY_REPORTS].count_documents({}) > 0  # written, but never checkpointed
     assert summary.failed
-    assert db[schema.LEASES].count_documents({}) == 0
+    assert all(lease["token"] is None and lease["checkpoint_time"] is None for lease in db[schema.LEASES].find())
+    assert all(lease["owner"] is None for lease in db[schema.LEASES].find())  # released for the retry
     monkeypatch.undo()
     use_change_source_of(db, monkeypatch)
 
@@ -299,7 +304,7 @@ def test_a_run_stops_at_its_time_budget_and_the_next_run_carries_on(db, monkeypa
     runs = 0
     while True:
         runs += 1
-        summary = change_feed.run_consumer(db, get_settings(), now=utc_now(), clock=clock)
+        summary = run_round(db, clock=clock)
         if summary.caught_up:
             break
         assert runs < 50
@@ -314,7 +319,7 @@ def test_a_throttled_page_is_not_checkpointed_and_the_next_run_completes_it(db):
     post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2))]})
     throttled = ThrottlingDatabase(db, {f"{schema.USER_HOURLY_REPORTS}.bulk_write": float("inf")})
 
-    summary = change_feed.run_consumer(throttled, get_settings(), now=utc_now())
+    summary = run_round(throttled)
 
     assert set(summary.failed) == {schema.BOTTLE_ACTIONS, schema.BOTTLE_HEARTBEATS}
     assert db[schema.USER_HOURLY_REPORTS].count_documents({}) == 0
@@ -322,30 +327,37 @@ def test_a_throttled_page_is_not_checkpointed_and_the_next_run_completes_it(db):
     assert [(r["opened"], r["heartbeats"]) for r in hourly()] == [(1, 1)]
 
 
-def test_the_timer_fails_when_a_feed_fails_after_saving_the_feeds_that_progressed(db, monkeypatch):
+def test_a_worker_fails_its_invocation_when_its_partition_fails_and_the_retried_message_completes(db, monkeypatch):
     key = provisioned("bottle-1")
     post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2))]})
-    save_lease = change_feed.save_lease
+    real_checkpoint = change_feed.checkpoint  # type: ignore[attr-defined]
 
-    def heartbeats_checkpoint_throttled(store: Any, feed: change_feed.Feed, *args: Any, **kwargs: Any) -> None:
-        if feed is change_feed.HEARTBEATS_FEED:
+    def heartbeats_checkpoint_throttled(store: Any, partition: Any, *args: Any, **kwargs: Any) -> bool:
+        if partition.feed.collection == schema.BOTTLE_HEARTBEATS:
             raise StoreUnavailable("leases: request rate is large", retry_after_s=1)
-        save_lease(store, feed, *args, **kwargs)
+        return bool(real_checkpoint(store, partition, *args, **kwargs))
 
-    monkeypatch.setattr(change_feed, "save_lease", heartbeats_checkpoint_throttled)
-    with pytest.raises(change_feed.FeedsFailed) as failure:
-        aggregate()  # the timer function, as the host calls it: the host counts a failed invocation
+    monkeypatch.setattr(change_feed, "checkpoint", heartbeats_checkpoint_throttled)
+    failed = []
+    for message in dispatched():
+        try:
+            work(message)  # the worker function, as the host calls it: it counts a failed invocation
+        except StoreUnavailable:
+            failed.append(message)
 
-    assert failure.value.failed == [schema.BOTTLE_HEARTBEATS]
-    saved = {lease["_id"] for lease in db[schema.LEASES].find()}
-    assert saved == {change_feed.ACTIONS_FEED.lease_id, change_feed.HOURLY_FEED.lease_id}
+    # The partition with the bottle's heartbeats (and, on change streams, any whose idle position moved).
+    assert {json.loads(m)["feed"] for m in failed} == {schema.BOTTLE_HEARTBEATS}
+    leases = list(db[schema.LEASES].find())
+    assert all(lease["owner"] is None for lease in leases)  # released, so the retry can claim it at once
+    assert any(lease["checkpoint_time"] for lease in leases if lease["feed"] == schema.BOTTLE_ACTIONS)
     assert [r["opened"] for r in hourly()] == [1]
 
-    monkeypatch.setattr(change_feed, "save_lease", save_lease)
-    aggregate()  # the store is back: the run succeeds, and the heartbeats feed is checkpointed
+    monkeypatch.setattr(change_feed, "checkpoint", real_checkpoint)
+    for message in failed:
+        work(message)  # the host delivers the messages again: the store is back
 
-    assert change_feed.HEARTBEATS_FEED.lease_id in {lease["_id"] for lease in db[schema.LEASES].find()}
     assert [(r["opened"], r["heartbeats"]) for r in hourly()] == [(1, 1)]
+    assert any(lease["checkpoint_time"] for lease in db[schema.LEASES].find({"feed": schema.BOTTLE_HEARTBEATS}))
 
 
 # --- the read API ---------------------------------------------------------------------------------------------

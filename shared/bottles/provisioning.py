@@ -18,6 +18,7 @@ from shared.doses.schedules import DosePlan
 from shared.heartbeat_document import MAX_OWNERS
 from shared.settings import Settings
 from shared.store import schema
+from shared.store.partitioning import BUCKET_FIELD, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
 
 
@@ -131,7 +132,12 @@ def _sync_heartbeat_document(db: Database[Any], bottle_id: str, spec: BottleSpec
             UpdateOne(
                 key,
                 {
-                    "$set": {"user_id": spec.user_id, "medication": spec.medication, "key_hash": key_hash},
+                    "$set": {
+                        "user_id": spec.user_id,
+                        "medication": spec.medication,
+                        "key_hash": key_hash,
+                        BUCKET_FIELD: bucket_of(bottle_id),
+                    },
                     # silent_pending: the silent check has yet to look at this `alive_at` (shared/checks.py).
                     "$setOnInsert": {"alive_at": now, "silent_pending": True, "times": [], "owners": [owner]},
                 },

@@ -20,6 +20,7 @@ from shared.heartbeat_document import LATE_KEPT, late_arrival
 from shared.ingestion.authentication import confirm_heartbeat_key
 from shared.ingestion.events import DeviceEvent
 from shared.store import schema
+from shared.store.partitioning import BUCKET_FIELD, bucket_of
 from shared.store.retries import RetryPolicy, count_matched, with_retries, write_idempotent
 
 
@@ -133,6 +134,7 @@ def action_document(bottle: RegistryEntry, event: DeviceEvent, now: datetime) ->
     return {
         "_id": f"{bottle.bottle_id}|{event.event_id}",
         "bottle_id": bottle.bottle_id,
+        BUCKET_FIELD: bucket_of(bottle.bottle_id),
         "user_id": bottle.user_id,
         "medication": bottle.medication,
         **action_document_fields(event),

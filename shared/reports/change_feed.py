@@ -1,22 +1,32 @@
-"""The report consumer: reads three feeds page by page within a time budget, aggregates each page, and only
-then saves the feed's position in `leases`.
+"""The report feeds as a partitioned change-feed processor, after Cosmos DB's own: a timer dispatcher sends one
+work message per feed partition that no live worker holds, and a queue-triggered worker claims the partition's
+lease, reads its changes page by page within a time budget, aggregates each page, and only then checkpoints.
 
     bottle_actions, bottle_heartbeats  ->  user_hourly_reports  ->  user_daily_reports (the second hop)
 
-Each feed has a source of pages:
-- a change stream (Cosmos DB's required pipeline, `updateLookup`), positioned by the resume token saved
-  after the last page; a restart replays at most that page, which aggregation makes harmless;
-- or polling by an indexed server-side time (`received_at`; `updated_at` for the hourly reports) from the
-  last checkpoint time minus an overlap, for stores without change streams (CHANGE_SOURCE=polling).
+A partition's source of pages:
+- a change stream (Cosmos DB's required pipeline, `updateLookup`; on other stores narrowed to the partition's
+  buckets by `$match`), positioned by the resume token saved after the last page;
+- or polling by an indexed server-side time (`received_at`; `updated_at` for the hourly reports) from the last
+  checkpoint time minus an overlap, for stores without change streams (CHANGE_SOURCE=polling).
 
-A missing, expired or rejected resume token is not fatal: the consumer opens a new stream, catches up by
-polling from the feed's last checkpoint time (minus the overlap), then carries on with the new stream.
+Cosmos DB's change streams, as its documentation describes them, and what this module does about each:
+- a resume token belongs to a server batch: every document of a batch carries the same token, which points
+  after the batch. A page therefore ends only where a server batch ends, and only then is it checkpointed;
+  stopping inside a batch would skip the rest of it for good;
+- a throttled stream answers with empty batches, so an empty or short page is no proof of being caught up:
+  a checkpoint time is the newest server time among the documents read, never the clock's;
+- no deletes, no `operationType` in the output, order only within a shard key: aggregation recomputes
+  buckets from source, so order and repeats do not matter;
+- a rejected resume token (expired, or its partition split): the partition polls from its checkpoint time
+  minus the overlap, then carries on with a new change stream opened before the polling began.
 """
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -27,72 +37,51 @@ from pymongo.errors import OperationFailure, PyMongoError
 from shared import metrics
 from shared.instants import format_instant
 from shared.reports.aggregation import Change, Stamper, find_all, refresh_daily, refresh_hourly, user_days_of
+from shared.reports.leases import (
+    FEEDS,
+    HOURLY_FEED,
+    Feed,
+    Lease,
+    Partition,
+    Token,
+    checkpoint,
+    claim,
+    ensure_leases,
+    feed_lags,
+    feed_partitions,
+    leases_to_dispatch,
+    new_owner,
+    release,
+)
 from shared.settings import Settings
-from shared.store import schema
+from shared.store.cosmos import is_cosmos_uri
+from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, StoreUnavailable, is_transient, with_retries
 
 log = logging.getLogger(__name__)
 
+OPERATIONS = {"operationType": {"$in": ["insert", "update", "replace"]}}
+PROJECTION = {"$project": {"_id": 1, "fullDocument": 1, "ns": 1, "documentKey": 1}}
 # What Cosmos DB for MongoDB requires of a change stream (and any MongoDB accepts).
-PIPELINE: list[dict[str, Any]] = [
-    {"$match": {"operationType": {"$in": ["insert", "update", "replace"]}}},
-    {"$project": {"_id": 1, "fullDocument": 1, "ns": 1, "documentKey": 1}},
-]
-MAX_AWAIT_MS = 20  # how long an empty getMore waits for changes before the feed counts as caught up
+PIPELINE: list[dict[str, Any]] = [{"$match": OPERATIONS}, PROJECTION]
+MAX_AWAIT_MS = 20  # how long an empty getMore waits for changes before the page counts as the last
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-Token = Mapping[str, Any]
 
-
-@dataclass(frozen=True)
-class Feed:
-    lease_id: str
-    collection: str
-    time_field: str  # the server-side time the polling source reads by (indexed in shared/store/schema.py)
-    fields: tuple[str, ...] = ()  # what aggregation reads of a changed document besides its `_id`
-
-    @property
-    def projection(self) -> dict[str, int]:
-        """What the polling source reads of a document: a change only names what to recompute."""
-        return dict.fromkeys((self.time_field, *self.fields), 1)
-
-
-ACTIONS_FEED = Feed("reports:bottle_actions", schema.BOTTLE_ACTIONS, "received_at", ("bottle_id", "time"))
-HEARTBEATS_FEED = Feed("reports:bottle_heartbeats", schema.BOTTLE_HEARTBEATS, "received_at")
-HOURLY_FEED = Feed("reports:user_hourly_reports", schema.USER_HOURLY_REPORTS, "updated_at")
-FEEDS = (ACTIONS_FEED, HEARTBEATS_FEED, HOURLY_FEED)
-
-
-# --- leases -------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A feed's saved position: the resume token of its change stream (None while it has none), and the
-    time before which everything the feed received has been aggregated (None: nothing yet)."""
-
-    token: Token | None = None
-    checkpoint_time: datetime | None = None
-
-
-def load_lease(db: Database[Any], feed: Feed, policy: RetryPolicy) -> Lease | None:
-    found = with_retries(lambda: db[schema.LEASES].find_one({"_id": feed.lease_id}), policy)
-    if found is None:
-        return None
-    return Lease(found.get("token"), found.get("checkpoint_time"))
+def partition_pipeline(buckets: BucketRange | None) -> list[dict[str, Any]]:
+    """The required pipeline, narrowed to a bucket range where the store has no physical partitions to read."""
+    if buckets is None:
+        return PIPELINE
+    return [{"$match": {**OPERATIONS, **buckets.selector(f"fullDocument.{BUCKET_FIELD}")}}, PROJECTION]
 
 
 def aggregated_before(lease: Lease | None, settings: Settings) -> datetime | None:
-    """Everything the feed received before this instant has been aggregated: the lease's checkpoint time, less
-    the overlap for writes that commit late and for clock skew between instances (None: nothing known)."""
+    """Everything the partition received before this instant has been aggregated: the lease's checkpoint
+    time, less the overlap for writes that commit late and for clock skew between instances (None: nothing
+    known)."""
     if lease is None or lease.checkpoint_time is None:
         return None
     return lease.checkpoint_time - timedelta(seconds=settings.reports_poll_overlap_seconds)
-
-
-def save_lease(db: Database[Any], feed: Feed, lease: Lease, *, source: str, now: datetime, policy: RetryPolicy) -> None:
-    update = {"token": lease.token, "checkpoint_time": lease.checkpoint_time, "source": source, "updated_at": now}
-    with_retries(lambda: db[schema.LEASES].update_one({"_id": feed.lease_id}, {"$set": update}, upsert=True), policy)
 
 
 # --- sources ------------------------------------------------------------------------------------------------
@@ -101,8 +90,8 @@ def save_lease(db: Database[Any], feed: Feed, lease: Lease, *, source: str, now:
 @dataclass(frozen=True)
 class Page:
     changes: list[Change]
-    token: Token | None  # the position after this page (None: the feed has no stream position yet)
-    checkpoint_time: datetime | None  # everything received before it has now been read (None: unknown)
+    token: Token | None  # the position after this page (None: the source has no stream position)
+    checkpoint_time: datetime | None  # the newest server time among the documents read (None: none known)
 
 
 class Source(Protocol):
@@ -114,8 +103,13 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+def _newest(documents: list[Mapping[str, Any] | None], time_field: str) -> datetime | None:
+    times = [d[time_field] for d in documents if d is not None and d.get(time_field) is not None]
+    return max(times, default=None)
+
+
 class PollingSource:
-    """Pages of documents by ascending server time, from `since` on.
+    """Pages of documents by ascending server time, from `since` on, within the partition's buckets.
 
     A page ends on a whole instant (every document of its last instant is in it), so the next page can
     start strictly after it without an `_id` tie-breaker; a document written later with an earlier time is
@@ -123,17 +117,28 @@ class PollingSource:
 
     name = "polling"
 
-    def __init__(self, db: Database[Any], feed: Feed, since: datetime | None, page_size: int, policy: RetryPolicy):
+    def __init__(
+        self,
+        db: Database[Any],
+        feed: Feed,
+        buckets: BucketRange | None,
+        *,
+        since: datetime | None,
+        page_size: int,
+        policy: RetryPolicy,
+    ) -> None:
         self._collection = db[feed.collection]
         self._feed = feed
-        self._after: datetime | None = None
-        self._since = since or EPOCH
+        self._within = buckets.selector(BUCKET_FIELD) if buckets is not None else {}
+        # Everything received up to `since` has been aggregated (whole instants): read strictly after it.
+        self._after: datetime | None = since
         self._page_size = page_size
         self._policy = policy
 
     def next_page(self) -> Page | None:
         field = self._feed.time_field
-        query = {field: {"$gt": self._after}} if self._after is not None else {field: {"$gte": self._since}}
+        after = {field: {"$gt": self._after}} if self._after is not None else {field: {"$gte": EPOCH}}
+        query = {**after, **self._within}
         projection = self._feed.projection
         docs = with_retries(
             lambda: list(self._collection.find(query, projection).sort(field, 1).limit(self._page_size)), self._policy
@@ -146,7 +151,7 @@ class PollingSource:
             if whole:
                 docs, last = whole, whole[-1][field]
             else:  # the page is one instant: take all of it
-                docs = find_all(self._collection, {field: last}, self._policy, projection)
+                docs = find_all(self._collection, {field: last, **self._within}, self._policy, projection)
         self._after = last
         changes = [Change(self._feed.collection, d["_id"], d) for d in docs]
         return Page(changes, token=None, checkpoint_time=last)
@@ -155,39 +160,77 @@ class PollingSource:
         pass
 
 
-class ChangeStreamSource:
-    """Pages of a change stream: up to `page_size` changes, and the resume token after them."""
-
-    name = "change_stream"
-
-    def __init__(self, stream: ChangeStream[Any], feed: Feed, page_size: int, now: datetime) -> None:
-        self._stream = stream
-        self._feed = feed
-        self._page_size = page_size
-        self._now = now
-        self._saved: Token | None = None
+class ChangeReader(Protocol):
+    """A change stream as the source reads it: one change at a time, the token after what was read, and
+    whether the server batch the last change came from is used up (the only place a token may be saved)."""
 
     @property
-    def token(self) -> Token | None:
+    def resume_token(self) -> Token | None: ...
+
+    def next_change(self) -> Mapping[str, Any] | None: ...
+
+    def at_batch_end(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class PyMongoReader:
+    """pymongo's ChangeStream as a ChangeReader."""
+
+    def __init__(self, stream: ChangeStream[Any]) -> None:
+        self._stream = stream
+
+    @property
+    def resume_token(self) -> Token | None:
         return self._stream.resume_token
 
-    def next_page(self) -> Page | None:
-        changes: list[Change] = []
-        while len(changes) < self._page_size:
-            entry = self._stream.try_next()
-            if entry is None:
-                break
-            changes.append(Change(self._feed.collection, entry["documentKey"]["_id"], entry.get("fullDocument")))
-        token = self._stream.resume_token
-        if not changes and (token is None or token == self._saved):
-            return None
-        self._saved = token
-        # Caught up: every change committed before this run started has been read.
-        caught_up = len(changes) < self._page_size
-        return Page(changes, token=token, checkpoint_time=self._now if caught_up else None)
+    def next_change(self) -> Mapping[str, Any] | None:
+        return self._stream.try_next()
+
+    def at_batch_end(self) -> bool:
+        # pymongo keeps the rest of the server's batch in its cursor; it asks the same private method to
+        # decide when a batch's postBatchResumeToken applies.
+        cursor = getattr(self._stream, "_cursor", None)
+        return cursor is None or not cursor._has_next()
 
     def close(self) -> None:
         self._stream.close()
+
+
+class ChangeStreamSource:
+    """Pages of a change stream: at least `page_size` changes (or all there were), ending where a server batch
+    ends, with the resume token after them."""
+
+    name = "change_stream"
+
+    def __init__(self, reader: ChangeReader, feed: Feed, page_size: int) -> None:
+        self._reader = reader
+        self._feed = feed
+        self._page_size = page_size
+        self._saved: Token | None = reader.resume_token
+
+    @property
+    def token(self) -> Token | None:
+        return self._reader.resume_token
+
+    def next_page(self) -> Page | None:
+        changes: list[Change] = []
+        while True:
+            entry = self._reader.next_change()
+            if entry is None:  # the server had nothing more for now: its batch ended
+                break
+            changes.append(Change(self._feed.collection, entry["documentKey"]["_id"], entry.get("fullDocument")))
+            if len(changes) >= self._page_size and self._reader.at_batch_end():
+                break
+        token = self._reader.resume_token
+        if not changes and (token is None or token == self._saved):
+            return None
+        self._saved = token
+        newest = _newest([c.document for c in changes], self._feed.time_field)
+        return Page(changes, token=token, checkpoint_time=newest)
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 class RecoveringSource:
@@ -217,54 +260,64 @@ class RecoveringSource:
         self._stream.close()
 
 
+Watch = Callable[[Partition, Token | None], ChangeReader]
+
+
 def open_source(
-    db: Database[Any], feed: Feed, lease: Lease | None, settings: Settings, *, now: datetime, policy: RetryPolicy
+    db: Database[Any],
+    partition: Partition,
+    lease: Lease,
+    settings: Settings,
+    *,
+    policy: RetryPolicy,
+    watch: Watch | None = None,
 ) -> tuple[Source, bool]:
-    """The feed's source positioned from its lease, and whether it has to rebuild from a checkpoint time."""
+    """The partition's source positioned from its lease, and whether it has to recover from a checkpoint time.
+    `watch` opens a change stream (tests pass a fake that behaves as Cosmos DB's)."""
+    feed, page_size = partition.feed, settings.reports_page_size
     since = aggregated_before(lease, settings)
-    page_size = settings.reports_page_size
     if settings.change_source == "polling":
-        return PollingSource(db, feed, since, page_size, policy), False
-    if lease is not None and lease.token is not None:
+        return PollingSource(db, feed, partition.buckets, since=since, page_size=page_size, policy=policy), False
+    watch = watch or (lambda p, token: PyMongoReader(_watch(db, p, token, page_size, policy)))
+    if lease.token is not None:
         try:
-            return ChangeStreamSource(_watch(db, feed, lease.token, page_size, policy), feed, page_size, now), False
+            return ChangeStreamSource(watch(partition, lease.token), feed, page_size), False
         except StoreUnavailable as error:
             cause = error.__cause__
             if not isinstance(cause, OperationFailure) or is_transient(cause):
                 raise
             log.warning(
-                "reports: the resume token of %s was rejected (code %s: %s); rebuilding from its last checkpoint "
-                "time %s minus %ds, then continuing on a new change stream",
-                feed.collection,
+                "reports: the resume token of %s was rejected (code %s: %s); recovering from its checkpoint time "
+                "%s minus %ds, then continuing on a new change stream",
+                partition.lease_id,
                 cause.code,
                 cause.details.get("errmsg") if cause.details else cause,
                 format_instant(lease.checkpoint_time) if lease.checkpoint_time else "(none: from the start)",
                 settings.reports_poll_overlap_seconds,
             )
-    elif lease is None:
-        log.info("reports: %s has no saved position; building from the start of its source", feed.collection)
-    else:
-        log.info("reports: %s has no resume token; rebuilding from its last checkpoint time", feed.collection)
+    elif lease.checkpoint_time is None:
+        log.info("reports: %s has no saved position; building from the start of its source", partition.lease_id)
     try:
-        stream = ChangeStreamSource(_watch(db, feed, None, page_size, policy), feed, page_size, now)
+        stream = ChangeStreamSource(watch(partition, lease.start_token), feed, page_size)
     except StoreUnavailable as error:
         if isinstance(error.__cause__, OperationFailure) and not is_transient(error.__cause__):
             log.error(
                 "reports: %s has no change stream here (%s); a store without change streams (a standalone "
                 "mongod, a Cosmos DB account with them off) needs CHANGE_SOURCE=polling",
-                feed.collection,
+                partition.lease_id,
                 error.__cause__,
             )
         raise
-    return RecoveringSource(PollingSource(db, feed, since, page_size, policy), stream), True
+    polling = PollingSource(db, feed, partition.buckets, since=since, page_size=page_size, policy=policy)
+    return RecoveringSource(polling, stream), True
 
 
 def _watch(
-    db: Database[Any], feed: Feed, token: Token | None, page_size: int, policy: RetryPolicy
+    db: Database[Any], partition: Partition, token: Token | None, page_size: int, policy: RetryPolicy
 ) -> ChangeStream[Any]:
     return with_retries(
-        lambda: db[feed.collection].watch(
-            PIPELINE,
+        lambda: db[partition.feed.collection].watch(
+            partition_pipeline(partition.buckets),
             full_document="updateLookup",
             resume_after=token,
             batch_size=page_size,
@@ -274,135 +327,180 @@ def _watch(
     )
 
 
-# --- the consumer -------------------------------------------------------------------------------------------
+# --- the dispatcher -----------------------------------------------------------------------------------------
 
 
 @dataclass
-class RunSummary:
+class DispatchRun:
+    partitions: int = 0  # of every feed
+    leases_created: int = 0
+    sent: list[str] = field(default_factory=list)  # lease ids a work message went out for
+    lag_seconds: dict[str, float] = field(default_factory=dict)  # per feed, its furthest-behind partition
+
+
+def dispatch(
+    db: Database[Any],
+    *,
+    now: datetime,
+    settings: Settings,
+    send: Callable[[list[str]], None],
+    on_cosmos: bool | None = None,
+) -> DispatchRun:
+    """One run of `aggregate_reports`: make sure every partition of every feed has a lease, and send a work
+    message (JSON) for each one that no live worker holds. `send` gets them all at once (the queue output
+    binding: a message lost with it is sent again by the next dispatch)."""
+    policy = RetryPolicy.for_run(settings, settings.reports_time_budget_seconds)
+    cosmos = is_cosmos_uri(settings.mongodb_connection_string) if on_cosmos is None else on_cosmos
+    partitions = [
+        entry
+        for feed in FEEDS
+        for entry in feed_partitions(db, feed, count=settings.reports_partitions, on_cosmos=cosmos, policy=policy)
+    ]
+    run = DispatchRun(partitions=len(partitions))
+    run.leases_created = ensure_leases(db, partitions, now=now, policy=policy)
+    hold = timedelta(seconds=settings.reports_lease_seconds)
+    due = leases_to_dispatch(db, [p for p, _ in partitions], now=now, hold_for=hold, policy=policy)
+    send([_json(p.message()) for p in due])
+    run.sent = [p.lease_id for p in due]
+    run.lag_seconds = feed_lags(db, [p for p, _ in partitions], now=now, policy=policy)
+    for feed, lag in run.lag_seconds.items():
+        metrics.report_lag(feed, lag)
+    return run
+
+
+def _json(message: dict[str, Any]) -> str:
+    return json.dumps(message, separators=(",", ":"))
+
+
+# --- the worker ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PartitionRun:
+    """What one worker invocation did with its partition: for its log line and the tests."""
+
+    lease_id: str
+    claimed: bool = False  # False: a live worker holds the partition (a message delivered twice)
     pages: int = 0
     changes: int = 0
     hourly_written: int = 0
     daily_written: int = 0
     caught_up: bool = False
-    recovered: list[str] = field(default_factory=list)  # feeds rebuilt from a checkpoint time
-    failed: list[str] = field(default_factory=list)  # feeds stopped by a database error (retried next run)
+    recovered: bool = False  # rebuilt from a checkpoint time
+    lost_lease: bool = False  # taken over after it expired: stopped without saving a position
+    checkpoint_time: datetime | None = None
 
 
-class FeedsFailed(Exception):
-    """Raised by `aggregate_reports` after a run in which some feeds stopped on a database error (the others'
-    progress is saved): the host then counts the invocation as failed."""
-
-    def __init__(self, failed: list[str]) -> None:
-        super().__init__(f"report feeds stopped by a database error, retried next run: {', '.join(failed)}")
-        self.failed = failed
-
-
-@dataclass
-class _OpenFeed:
-    feed: Feed
-    source: Source
-    saved: Lease  # as the lease stands in `leases`
-    position: Lease  # where the feed has got to (saved after each page of changes, otherwise at the end)
-    aggregated_before: datetime | None  # as of the start of the run
-
-    def save(self, db: Database[Any], *, now: datetime, policy: RetryPolicy) -> None:
-        if self.position != self.saved:
-            save_lease(db, self.feed, self.position, source=self.source.name, now=now, policy=policy)
-            self.saved = self.position
-
-
-def run_consumer(
-    db: Database[Any], settings: Settings, *, now: datetime, clock: Callable[[], float] = time.monotonic
-) -> RunSummary:
-    """One run of `aggregate_reports`: rounds of a page per feed until a round finds nothing, or until the
-    time budget is spent (checked between rounds, so it can be overrun by one round, and the daily hop is
-    never starved by a backlog upstream). A feed that fails stops for this run; its lease still holds its
-    last page.
-
-    At the end, each feed's lag (`now` minus its saved checkpoint time) is recorded (shared/metrics.py), a
-    failed feed's too: its lag grows while it keeps failing."""
-    policy = RetryPolicy.for_run(settings, settings.reports_time_budget_seconds)
-    deadline = clock() + settings.reports_time_budget_seconds
-    stamper = Stamper(now)
-    summary = RunSummary()
-    feeds: list[_OpenFeed] = []
-    loaded: dict[str, Lease] = {}  # each feed's lease as the run found it, where it could be read
-    try:
-        for feed in FEEDS:
-            try:
-                lease = load_lease(db, feed, policy)
-                loaded[feed.collection] = lease or Lease()
-                source, recovering = open_source(db, feed, lease, settings, now=now, policy=policy)
-            except (PyMongoError, StoreUnavailable) as error:
-                _stopped(feed, error, summary)
-                continue
-            feeds.append(
-                _OpenFeed(feed, source, lease or Lease(), lease or Lease(), aggregated_before(lease, settings))
-            )
-            if recovering:
-                summary.recovered.append(feed.collection)
-        opened = list(feeds)  # `feeds` loses those that fail
-        while feeds and clock() < deadline:
-            progressed = False
-            for open_feed in list(feeds):  # one page each, so no feed waits for another's backlog
-                try:
-                    progressed |= _take_page(db, open_feed, stamper=stamper, policy=policy, now=now, summary=summary)
-                except (PyMongoError, StoreUnavailable) as error:
-                    _stopped(open_feed.feed, error, summary)
-                    open_feed.source.close()
-                    feeds.remove(open_feed)
-            if not progressed:
-                summary.caught_up = not summary.failed
-                break
-        for open_feed in feeds:
-            try:
-                open_feed.save(db, now=now, policy=policy)
-            except (PyMongoError, StoreUnavailable) as error:
-                _stopped(open_feed.feed, error, summary)
-    finally:
-        for open_feed in feeds:
-            open_feed.source.close()
-    _record_lag(now, loaded | {open_feed.feed.collection: open_feed.saved for open_feed in opened})
-    return summary
-
-
-def _record_lag(now: datetime, saved: Mapping[str, Lease]) -> None:
-    """Each feed's lag behind `now`, by its lease as saved (a feed without a checkpoint yet has none)."""
-    for collection, lease in saved.items():
-        if lease.checkpoint_time is not None:
-            metrics.report_lag(collection, (now - lease.checkpoint_time).total_seconds())
-
-
-def _take_page(
+def process_partition(
     db: Database[Any],
-    open_feed: _OpenFeed,
+    partition: Partition,
     *,
-    stamper: Stamper,
-    policy: RetryPolicy,
     now: datetime,
-    summary: RunSummary,
-) -> bool:
-    """Aggregate the feed's next page, then checkpoint it. True if the page had changes."""
-    page = open_feed.source.next_page()
-    if page is None:
-        return False
-    if page.changes:
-        if open_feed.feed is HOURLY_FEED:
-            summary.daily_written += refresh_daily(db, user_days_of(page.changes), policy)
+    settings: Settings,
+    clock: Callable[[], float] = time.monotonic,
+    watch: Watch | None = None,
+) -> PartitionRun:
+    """One run of `aggregate_report_partition`: claim the partition's lease, then page by page aggregate and
+    checkpoint until caught up or the time budget is spent (checked between pages), then release the lease.
+
+    A database error propagates (the invocation fails and its message is retried) after the lease is
+    released, so the retry can claim it at once; what was checkpointed stays."""
+    worker = _Worker(db, partition, settings, now=now, clock=clock)
+    lease = claim(db, partition, worker.owner, now=now, lease_for=worker.lease_for, policy=worker.policy)
+    if lease is None:
+        return worker.run
+    worker.run.claimed = True
+    held = replace(lease, owner=worker.owner)
+    try:
+        held = worker.read_and_aggregate(held, watch)
+    except (PyMongoError, StoreUnavailable):
+        worker.release_quietly(held)
+        raise
+    if not worker.run.lost_lease:
+        release(db, partition, held, now=worker.wall_clock(), policy=worker.policy)
+    worker.run.checkpoint_time = held.checkpoint_time
+    return worker.run
+
+
+class _Worker:
+    """One worker invocation on one partition: its budget, its lease timing and what it did."""
+
+    def __init__(
+        self, db: Database[Any], partition: Partition, settings: Settings, *, now: datetime, clock: Callable[[], float]
+    ) -> None:
+        self.db, self.partition, self.settings = db, partition, settings
+        self.policy = RetryPolicy.for_run(settings, settings.reports_time_budget_seconds)
+        self.lease_for = timedelta(seconds=settings.reports_lease_seconds)
+        self.owner = new_owner()
+        self.run = PartitionRun(partition.lease_id)
+        self._now, self._clock, self._started = now, clock, clock()
+
+    def wall_clock(self) -> datetime:
+        """The server clock as the run goes on (the trigger read `now` once, at the start)."""
+        return self._now + timedelta(seconds=self._clock() - self._started)
+
+    def read_and_aggregate(self, held: Lease, watch: Watch | None) -> Lease:
+        """Pages until caught up or out of budget; the position reached (saved unless the lease was lost)."""
+        deadline = self._started + self.settings.reports_time_budget_seconds
+        changed_since = aggregated_before(held, self.settings)
+        stamper = Stamper(self._now)
+        source, self.run.recovered = open_source(
+            self.db, self.partition, held, self.settings, policy=self.policy, watch=watch
+        )
+        saved = held
+        try:
+            while self._clock() < deadline:
+                page = source.next_page()
+                if page is None:
+                    self.run.caught_up = True
+                    break
+                if page.changes:
+                    self._aggregate(page, stamper, changed_since)
+                held = _advanced(held, page)
+                if page.changes:  # a position without changes (an idle stream's token) is saved once, at the end
+                    if not self._save(held, source):
+                        return held
+                    saved = held
+            if held != saved:
+                self._save(held, source)
+        finally:
+            source.close()
+        return held
+
+    def _aggregate(self, page: Page, stamper: Stamper, changed_since: datetime | None) -> None:
+        if self.partition.feed is HOURLY_FEED:
+            self.run.daily_written += refresh_daily(self.db, user_days_of(page.changes), self.policy)
         else:
-            summary.hourly_written += refresh_hourly(
-                db, page.changes, stamp=stamper.next(), policy=policy, changed_since=open_feed.aggregated_before
-            ).written
-        summary.pages += 1
-        summary.changes += len(page.changes)
-    old = open_feed.position
-    checkpoint = max((t for t in (old.checkpoint_time, page.checkpoint_time) if t is not None), default=None)
-    open_feed.position = Lease(page.token, checkpoint)
-    if page.changes:  # a position without changes (an idle stream's token) is saved once, at the end of the run
-        open_feed.save(db, now=now, policy=policy)
-    return bool(page.changes)
+            result = refresh_hourly(
+                self.db, page.changes, stamp=stamper.next(), policy=self.policy, changed_since=changed_since
+            )
+            self.run.hourly_written += result.written
+        self.run.pages += 1
+        self.run.changes += len(page.changes)
+
+    def _save(self, held: Lease, source: Source) -> bool:
+        saved = checkpoint(
+            self.db,
+            self.partition,
+            held,
+            source=source.name,
+            now=self.wall_clock(),
+            lease_for=self.lease_for,
+            policy=self.policy,
+        )
+        if not saved:
+            log.warning("reports: lost the lease of %s to another worker; stopping unsaved", self.partition.lease_id)
+            self.run.lost_lease = True
+        return saved
+
+    def release_quietly(self, held: Lease) -> None:
+        try:
+            release(self.db, self.partition, held, now=self.wall_clock(), policy=self.policy)
+        except (PyMongoError, StoreUnavailable) as error:  # the lease then expires on its own
+            log.warning("reports: could not release %s: %s", self.partition.lease_id, type(error).__name__)
 
 
-def _stopped(feed: Feed, error: Exception, summary: RunSummary) -> None:
-    log.warning("reports: %s stopped for this run: %s: %s", feed.collection, type(error).__name__, error)
-    summary.failed.append(feed.collection)
+def _advanced(lease: Lease, page: Page) -> Lease:
+    """The position after a page: its token, and the later of the two checkpoint times."""
+    times = [t for t in (lease.checkpoint_time, page.checkpoint_time) if t is not None]
+    return replace(lease, token=page.token, checkpoint_time=max(times, default=None))

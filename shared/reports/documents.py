@@ -16,6 +16,7 @@ from typing import Any
 from shared.device_time import LATE_AFTER, MAX_FUTURE_SKEW
 from shared.heartbeat_document import LATE_KEPT
 from shared.instants import day_of, hour_of
+from shared.store.partitioning import BUCKET_FIELD, bucket_of
 
 Document = dict[str, Any]
 
@@ -220,6 +221,7 @@ def hourly_document(user_id: str, hour: datetime, entries: Iterable[Document], u
     return {
         "_id": hourly_id(user_id, hour),
         "user_id": user_id,
+        BUCKET_FIELD: bucket_of(user_id),
         "hour": hour_of(hour),
         **{c: sum(e[c] for e in bottles) for c in COUNTERS},
         "bottles": bottles,

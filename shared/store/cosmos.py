@@ -72,6 +72,18 @@ def create_sharded_collection(db: Database[Any], name: str, shard_key: str | Non
             raise
 
 
+def change_stream_tokens(db: Database[Any], collection: str) -> list[Any] | None:
+    """One change-stream resume token per physical partition of `collection` (Cosmos DB's
+    `GetChangeStreamTokens` custom command): each opens a change stream that reads that partition only, which
+    is how a consumer scales out on Cosmos DB. None where the command does not exist (any other MongoDB)."""
+    try:
+        reply = db.command({"customAction": "GetChangeStreamTokens", "collection": collection})
+    except OperationFailure:
+        return None
+    tokens = reply.get("resumeAfterTokens")
+    return list(tokens) if tokens else None
+
+
 def last_request_charge(db: Database[Any]) -> float | None:
     """Request units charged for this connection's last operation (Cosmos only); None elsewhere."""
     try:

@@ -18,7 +18,7 @@ from shared.store import client as store
 from shared.store import schema
 from shared.store.retries import StoreUnavailable
 from tests.api import SPEC, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
-from tests.report_client import aggregate, clear_reports, get_reports, set_setting, stored_reports
+from tests.report_client import Round, aggregate, clear_reports, get_reports, run_round, set_setting, stored_reports
 
 pytestmark = pytest.mark.integration
 
@@ -37,8 +37,8 @@ def at(hour: Any, minutes: float) -> Any:
     return hour + timedelta(minutes=minutes)
 
 
-def run() -> change_feed.RunSummary:
-    return change_feed.run_consumer(store.get_database(), get_settings(), now=utc_now())
+def run() -> Round:
+    return run_round(store.get_database())
 
 
 def tokens(db: Any) -> dict[str, Any]:
@@ -119,9 +119,11 @@ def test_a_page_written_but_not_checkpointed_is_aggregated_again_with_the_same_r
         raise StoreUnavailable("the worker died after the writes, before the checkpoint", retry_after_s=1)
 
     with monkeypatch.context() as patched:
-        patched.setattr(change_feed, "save_lease", die)
+        patched.setattr(change_feed, "checkpoint", die)
+        written_before = stored_reports(real_db, with_updated_at=True)
         crashed = run()
-    assert crashed.hourly_written > 0
+    assert crashed.failed
+    assert stored_reports(real_db, with_updated_at=True) != written_before  # written, not checkpointed
     assert tokens(real_db) == checkpointed  # the position still points before the page
     written = stored_reports(real_db, with_updated_at=True)
 
@@ -165,14 +167,14 @@ def test_a_rejected_resume_token_rebuilds_from_the_checkpoint_time_and_says_so(r
     real_db[schema.LEASES].update_many({}, {"$set": {"token": token}})
     history_part_two(keys)
 
-    with caplog.at_level(logging.WARNING, logger="shared.change_feed"):
+    with caplog.at_level(logging.WARNING, logger="shared.reports.change_feed"):
         summary = run()
 
     assert summary.recovered == [schema.BOTTLE_ACTIONS, schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS]
     assert not summary.failed
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 3
-    assert all("was rejected" in w and "rebuilding from its last checkpoint time" in w for w in warnings)
+    assert len(warnings) == 3 * get_settings().reports_partitions  # one per partition of each feed
+    assert all("was rejected" in w and "recovering from its checkpoint time" in w for w in warnings)
     assert stored_reports(real_db) == from_scratch(real_db)
     assert all(lease["token"] not in (None, token) for lease in real_db[schema.LEASES].find())
     assert run().recovered == []  # and carries on from the new stream
@@ -216,11 +218,15 @@ def test_a_page_costs_the_same_commands_whatever_its_number_of_changes(counted):
         costs.append(sorted(counter.writes))
     assert costs[0] == costs[1]
     reports = [write for write in costs[1] if write[1] != schema.LEASES]
-    checkpoints = [write for write in costs[1] if write[1] == schema.LEASES]
-    # One bulk write of the user-hour for the page of actions, one of the day for the page of hourly changes;
-    # a checkpoint after each of those pages, and at most one more per feed at the end of the run.
+    claims = [write for write in costs[1] if write == ("findAndModify", schema.LEASES)]
+    lease_updates = [write for write in costs[1] if write == ("update", schema.LEASES)]
+    partitions = 3 * get_settings().reports_partitions
+    # One bulk write of the user-hour for the page of actions, one of the day for the page of hourly changes.
     assert reports == [("insert", schema.USER_HOURLY_REPORTS), ("update", schema.USER_DAILY_REPORTS)]
-    assert 2 <= len(checkpoints) <= 2 + 3
+    # Per partition: a dispatch mark, a claim and a release; a checkpoint after each of the two pages, and at
+    # most one more per partition whose idle stream moved.
+    assert len(claims) == partitions
+    assert 2 * partitions + 2 <= len(lease_updates) <= 3 * partitions + 2
     assert db[schema.USER_HOURLY_REPORTS].find_one({"hour": H9 + timedelta(hours=1)})["opened"] == 50
 
 
@@ -237,7 +243,12 @@ def test_a_new_heartbeat_rereads_only_the_user_hour_it_changed_not_its_whole_win
         run()
         assert db[schema.USER_HOURLY_REPORTS].count_documents({}) == 49  # 47.5 hours, over 49 clock hours
 
-        clock[0] += timedelta(minutes=10)  # 00:30, past the checkpoint and its overlap
+        # The next prompt heartbeat moves the checkpoint (the newest receive time read) to 00:30, past the
+        # buffered ones' arrival and its overlap.
+        clock[0] += timedelta(minutes=10)
+        post_events("bottle-1", key, heartbeat(clock[0]))
+        run()
+        clock[0] += timedelta(minutes=10)  # 00:40
         post_events("bottle-1", key, heartbeat(clock[0]))
         counter.reset()
         run()
@@ -247,8 +258,8 @@ def test_a_new_heartbeat_rereads_only_the_user_hour_it_changed_not_its_whole_win
     # One user-hour read to merge the heartbeat into (not the 49 of the window), one to roll up its day.
     assert counter.documents_read[("find", schema.USER_HOURLY_REPORTS)] == 2
     hour = db[schema.USER_HOURLY_REPORTS].find_one({"hour": datetime(2026, 11, 20, 0, tzinfo=UTC)})
-    assert hour["heartbeats"] == 2
-    assert db[schema.USER_DAILY_REPORTS].find_one({"day": datetime(2026, 11, 20, tzinfo=UTC)})["heartbeats"] == 2
+    assert hour["heartbeats"] == 3  # 00:10, 00:30 and 00:40
+    assert db[schema.USER_DAILY_REPORTS].find_one({"day": datetime(2026, 11, 20, tzinfo=UTC)})["heartbeats"] == 3
 
 
 def test_the_rebuild_command_restores_a_users_reports(real_db, secantus_uri, capsys):

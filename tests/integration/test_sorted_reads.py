@@ -13,14 +13,14 @@ from functions import notifications as notification_functions
 from shared.instants import format_instant, utc_now
 from shared.notifications.checks import run_check
 from shared.notifications.documents import KINDS, Episode, record
-from shared.reports import change_feed
 from shared.reports import rebuild as rebuild_command
+from shared.reports.leases import FEEDS
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy
 from shared.store.schema import IndexSpec
 from tests.api import SPEC, Response, _call, ago, closed, heartbeat, iso, opened, post_events, provisioned
-from tests.report_client import aggregate, get_reports, set_setting
+from tests.report_client import aggregate, get_reports, run_round, set_setting
 from tests.sort_audit import ID_INDEX, Query, SortAudit, serving_index
 
 SPECS = schema.collection_specs(Settings())
@@ -164,8 +164,8 @@ def test_the_report_consumer_polling_reads_each_feed_by_its_time_index(
     ingest()
     sort_audit.clear()
 
-    first = change_feed.run_consumer(real_db, get_settings(), now=utc_now())
-    again = change_feed.run_consumer(real_db, get_settings(), now=utc_now())
+    first = run_round(real_db)
+    again = run_round(real_db)
 
     assert first.hourly_written >= 1
     assert first.daily_written >= 1
@@ -185,11 +185,11 @@ def test_the_report_consumer_on_change_streams_sorts_only_while_it_recovers_by_p
     ingest()
     sort_audit.clear()
 
-    first = change_feed.run_consumer(real_db, get_settings(), now=utc_now())
+    first = run_round(real_db)
     recovering = sorted_reads(sort_audit)
     sort_audit.clear()
     post_events("bottle-1", provisioned("bottle-2"), heartbeat(ago(minutes=5)))
-    resumed = change_feed.run_consumer(real_db, get_settings(), now=utc_now())
+    resumed = run_round(real_db)
 
     assert len(first.recovered) == 3  # no saved position yet: every feed catches up by polling
     assert first.hourly_written >= 1
@@ -201,7 +201,7 @@ def test_the_report_consumer_on_change_streams_sorts_only_while_it_recovers_by_p
     assert resumed.recovered == []
     assert resumed.changes >= 1
     streams = {q.collection for q in sort_audit.queries if q.command == "aggregate"}
-    assert streams == {feed.collection for feed in change_feed.FEEDS}
+    assert streams == {feed.collection for feed in FEEDS}
     assert sorted_reads(sort_audit) == set()  # resumed from tokens: no sorted read at all
 
 
