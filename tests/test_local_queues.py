@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from shared.instants import set_clock
 from shared.settings import get_settings
 from tools.local_host import PROCESSING_LEASE, LocalHost, QueueTally
 from tools.local_queues import MessageNotFound, QueueOptions, QueueService, parse_timespan
+from tools.serve import LocalServer
 
 T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
 WORK = "work-items"  # the queue `%NOTIFICATIONS_QUEUE%` names in these tests
@@ -370,3 +372,29 @@ def test_a_queue_name_storage_refuses_fails_at_indexing():
 
     with pytest.raises(ValueError, match="Bad_Queue"):
         LocalHost.from_app(app)
+
+
+# --- ./dev serve -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def serving(rec: Recorder) -> Iterator[LocalServer]:
+    host = LocalHost.from_functions(fake_functions(rec))  # the real clock and host.json
+    rec.host = host
+    running = LocalServer(host, ("127.0.0.1", 0), queue_workers=2)
+    running.start()
+    yield running
+    running.stop()
+
+
+def test_serve_delivers_a_timers_message_to_the_triggered_function(rec, serving, caplog):
+    with caplog.at_level(logging.INFO, logger="serve"):
+        deadline = time.monotonic() + 3
+        while not any(name == "work" for name, _, _ in rec.calls) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)  # the delivery's log line follows the function's return
+    assert ("work", '{"tick":1}', 1) in rec.calls
+    assert any(
+        m.startswith(f"queue {WORK}: message ") and m.endswith("to work (dequeue count 1) delivered")
+        for m in caplog.messages
+    )
