@@ -107,19 +107,22 @@ def test_actions_are_stored_with_owner_and_medication_from_the_registry(db):
 
     assert response.body == {"stored": 2, "duplicates": 0}
     docs = {d["action"]: d for d in db[schema.BOTTLE_ACTIONS].find()}
-    assert docs["opened"] | {"received_at": None} == {
-        "_id": f"bottle-1|opened@{iso(t_open)[:-1]}.000Z",
-        "bottle_id": "bottle-1",
-        "bucket": bucket_of("bottle-1"),  # the report feed's partitions select by it
-        "user_id": "willcross1024",
-        "medication": "Cordrazine",
-        "mass_of_contents": 15.0,
-        "number_of_pills": 30,
-        "time": t_open,
-        "action": "opened",
-        "event_id": f"opened@{iso(t_open)[:-1]}.000Z",
-        "received_at": None,
-    }
+    assert (
+        docs["opened"] | {"received_at": None}
+        == {
+            "_id": f"bottle-1|opened@{iso(t_open)[:-1]}.000Z",
+            "bottle_id": "bottle-1",
+            "bucket": bucket_of("bottle-1"),  # the report feed's partitions select by it
+            "user_id": "willcross1024",
+            "medication": "Cordrazine",
+            "mass_of_contents": 15.0,
+            "number_of_pills": 30,
+            "time": t_open,
+            "action": "opened",
+            "event_id": f"opened@{iso(t_open)[:-1]}.000Z",
+            "received_at": None,
+        }
+    )
     assert docs["closed"]["pills_taken"] == 2
     assert "pills_taken" not in docs["opened"]
     assert docs["closed"]["received_at"] >= t_close

@@ -1,9 +1,10 @@
 """The app on http://127.0.0.1:7071/api/... with its timers running, on the default store (SecantusDB
 in-process) or any MongoDB: the same routes as under `func start`, without Core Tools.
 
-    ./dev serve [--port 7071] [--mongodb-uri URI] [--data-dir DIR] [--no-timers]
+    ./dev serve [--port 7071] [--mongodb-uri URI] [--data-dir DIR] [--no-timers] [--queue-workers 2]
 
-Function keys are not enforced, as under `func start`. Queue messages the timers send are logged.
+Function keys are not enforced, as under `func start`. Queue messages the timers send are logged, and
+delivered to the queue-triggered functions (host.json's extensions.queues rules) by --queue-workers threads.
 """
 
 import argparse
@@ -11,7 +12,7 @@ import logging
 import re
 import threading
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -21,7 +22,7 @@ from waitress import wasyncore
 from waitress.server import BaseWSGIServer, create_server
 
 from tools.arguments import int_between
-from tools.local_host import LocalHost
+from tools.local_host import Delivery, LocalHost
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -162,6 +163,7 @@ class LocalServer:
         timeout: int = 10,  # whole seconds (waitress' channel_timeout)
         threads: int = 8,
         connections: int = 1000,
+        queue_workers: int = 2,  # threads delivering queue messages (0: none)
     ) -> None:
         self.host = host
         self._map: dict[int, Any] = {}  # waitress' sockets (its dispatchers) by file descriptor
@@ -183,6 +185,11 @@ class LocalServer:
         self._threads = [threading.Thread(target=self._serve, name="serve-http", daemon=True)]
         if timers and host.timers:
             self._threads.append(threading.Thread(target=self._run_timers, name="serve-timers", daemon=True))
+        self.queue_workers = queue_workers
+        self._queue_activity = threading.Event()  # a message was sent: poll at once
+        if queue_workers > 0 and host.triggers:
+            host.service.add_listener(lambda _: self._queue_activity.set())
+            self._threads.append(threading.Thread(target=self._deliver_queues, name="serve-queues", daemon=True))
 
     @property
     def base_url(self) -> str:
@@ -199,6 +206,7 @@ class LocalServer:
             return
         self._stop.set()
         self.http.pull_trigger()  # wakes the event loop, which closes every socket and returns
+        self._queue_activity.set()
         for thread in self._threads:
             if thread.is_alive():
                 thread.join(timeout=10)
@@ -231,6 +239,35 @@ class LocalServer:
                 last = firings[-1][0]
             self._stop.wait(0.5)
 
+    def _deliver_queues(self) -> None:
+        """The queue listeners: deliver what is visible, then poll again at once after a send, else after
+        a wait that doubles while the queues stay empty, up to host.json's maxPollingInterval."""
+        longest = self.host.options.max_polling_interval
+        shortest = min(timedelta(milliseconds=100), longest)
+        wait = shortest
+        queues = ", ".join(sorted({f"{t.queue} -> {t.name}" for t in self.host.triggers.values()}))
+        log.info("delivering queue messages (%s) with %d workers", queues, self.queue_workers)
+        while not self._stop.is_set():
+            self._queue_activity.clear()
+            try:
+                report = self.host.deliver(workers=self.queue_workers, on_delivery=_log_delivery)
+            except Exception:
+                log.exception("queue delivery failed")
+                report = None
+            wait = shortest if report and report.deliveries else min(wait * 2, longest)
+            self._queue_activity.wait(wait.total_seconds())
+
+
+def _log_delivery(delivery: Delivery) -> None:
+    head = f"queue {delivery.queue}: message {delivery.message_id} to {delivery.function}"
+    head += f" (dequeue count {delivery.dequeue_count})"
+    if delivery.outcome == "delivered":
+        log.info("%s delivered", head)
+    elif delivery.outcome == "retry":
+        log.warning("%s failed (%s), visible again at %s", head, delivery.error, delivery.next_visible_time)
+    else:
+        log.error("%s moved to %s after %s", head, delivery.poison_queue, delivery.error or "too many dequeues")
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
@@ -243,6 +280,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mongodb-uri", help="any MongoDB (default: SecantusDB in-process)")
     parser.add_argument("--data-dir", help="persist the in-process store here (default: in memory)")
     parser.add_argument("--no-timers", action="store_true", help="do not run the timer functions")
+    parser.add_argument(
+        "--queue-workers", type=int_between(0, 64), default=2, help="threads delivering queue messages (0: none)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -250,7 +290,12 @@ def main(argv: list[str] | None = None) -> None:
     from tools.local_store import local_store
 
     with local_store(args.mongodb_uri, data_dir=args.data_dir):
-        server = LocalServer(LocalHost.from_app(function_app.app), (args.host, args.port), timers=not args.no_timers)
+        server = LocalServer(
+            LocalHost.from_app(function_app.app),
+            (args.host, args.port),
+            timers=not args.no_timers,
+            queue_workers=args.queue_workers,
+        )
         server.start()
         log.info("serving %s/api/ (timers: %s); Ctrl-C stops", server.base_url, ", ".join(server.host.timers) or "none")
         try:

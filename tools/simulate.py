@@ -26,7 +26,7 @@ from typing import Any
 from shared.instants import set_clock
 from shared.settings import get_settings
 from shared.store import schema
-from tools.arguments import float_above, positive_float, positive_int
+from tools.arguments import float_above, int_between, positive_float, positive_int
 from tools.command_tally import CommandTally
 from tools.fleet import Bottle, Expected, Request, make_fleet, plan_fleet
 from tools.progress import Progress
@@ -93,9 +93,11 @@ def run_simulation(
     mongodb_uri: str | None,
     progress: bool = True,
     functions: Iterable[Any] | None = None,
+    workers: int = 2,
 ) -> SimulationResult:
     """Play the plan through the app's functions (`functions`: the app's registered functions, when the
-    caller already asked the app for them, which it may do only once per process)."""
+    caller already asked the app for them, which it may do only once per process), with `workers` queue
+    workers side by side for the queue-triggered functions."""
     import function_app
     from tools.local_host import LocalHost
     from tools.local_store import local_store, setting_defaults
@@ -138,10 +140,11 @@ def run_simulation(
                 post_request=lambda request, tally: post(request, keys, send, tally),
                 commands=commands,
                 progress=progress,
+                workers=workers,
             )
             notifications = list(db[schema.NOTIFICATIONS].find())
             scores, misses, extras = score(plan.expected, notifications)
-            queued = sum(len(messages) for messages in host.queues.values())
+            queued = len(host.queues.get(get_settings().notifications_queue, []))
             report = _daily_report(db, fleet[0].user_id, plan.start + timedelta(days=1))
             report_check = check_reports(db)
     finally:
@@ -181,8 +184,10 @@ def play(
     post_request: Callable[[Request, Tally], None],
     commands: CommandTally,
     progress: bool,
+    workers: int = 1,
 ) -> Playback:
-    """Each request and timer firing at its simulated instant, timed and counted."""
+    """Each request and timer firing at its simulated instant, timed and counted; after each firing, the queue
+    messages it sent are delivered to their queue-triggered functions by `workers` threads side by side."""
     played = Playback()
     bar = Progress(len(timeline), "simulating", what="requests and timer runs") if progress else None
     for done, (at, item) in enumerate(timeline, 1):
@@ -194,6 +199,7 @@ def play(
             played.device_commands += commands.count - before
         else:
             host.run_timer(item)
+            host.deliver(now=at, workers=workers)  # the work messages a dispatcher sent, to its queue workers
             played.timer_runs[item] += 1
             played.timer_seconds[item] = played.timer_seconds.get(item, 0.0) + time.perf_counter() - started
         if bar is not None and done % 200 == 0:
@@ -390,6 +396,12 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         help=f"simulated days, at most {MAX_DAYS} (default 2; in-process mode)",
     )
     parser.add_argument("--seed", type=int, default=7, help="another seed, another deterministic run (default 7)")
+    parser.add_argument(
+        "--workers",
+        type=int_between(1, 16),
+        default=2,
+        help="queue workers side by side for the queue-triggered functions (default 2)",
+    )
     parser.add_argument("--mongodb-uri", help="any MongoDB, Cosmos DB included (default: SecantusDB in-process)")
     parser.add_argument("--chart", default="simulation.png", help="where to write the PNG chart (default %(default)s)")
     parser.add_argument("--http", metavar="BASE_URL", help="send device traffic over HTTP in real time instead")
@@ -428,7 +440,12 @@ def main(argv: list[str] | None = None) -> None:
 
     started = time.perf_counter()
     result = run_simulation(
-        bottles=args.bottles, users=args.users, days=args.days, seed=args.seed, mongodb_uri=args.mongodb_uri
+        bottles=args.bottles,
+        users=args.users,
+        days=args.days,
+        seed=args.seed,
+        mongodb_uri=args.mongodb_uri,
+        workers=args.workers,
     )
     print(describe(result))
     from tools.chart import draw
