@@ -54,6 +54,7 @@ from shared.reports.leases import (
     release,
 )
 from shared.settings import Settings
+from shared.store import cosmos
 from shared.store.cosmos import is_cosmos_uri
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, StoreUnavailable, is_transient, with_retries
@@ -297,8 +298,11 @@ def open_source(
             )
     elif lease.checkpoint_time is None:
         log.info("reports: %s has no saved position; building from the start of its source", partition.lease_id)
+    start = lease.start_token
+    if partition.cosmos and lease.token is not None:  # rejected: the partition may have split; ask again
+        start = _fresh_start_token(db, partition, policy)
     try:
-        stream = ChangeStreamSource(watch(partition, lease.start_token), feed, page_size)
+        stream = ChangeStreamSource(watch(partition, start), feed, page_size)
     except StoreUnavailable as error:
         if isinstance(error.__cause__, OperationFailure) and not is_transient(error.__cause__):
             log.error(
@@ -310,6 +314,21 @@ def open_source(
         raise
     polling = PollingSource(db, feed, partition.buckets, since=since, page_size=page_size, policy=policy)
     return RecoveringSource(polling, stream), True
+
+
+class PartitionLayoutChanged(Exception):
+    """Cosmos DB now has another number of physical partitions for the feed (a split): this lease belongs to the
+    old layout. The dispatcher makes the new layout's leases, which start from the feed's oldest checkpoint."""
+
+
+def _fresh_start_token(db: Database[Any], partition: Partition, policy: RetryPolicy) -> Token | None:
+    tokens = with_retries(lambda: cosmos.change_stream_tokens(db, partition.feed.collection), policy) or []
+    if len(tokens) != partition.count:
+        raise PartitionLayoutChanged(
+            f"{partition.feed.collection} has {len(tokens)} physical partitions now, not {partition.count}"
+        )
+    token: Token = tokens[partition.index]
+    return token
 
 
 def _watch(
@@ -388,6 +407,7 @@ class PartitionRun:
     caught_up: bool = False
     recovered: bool = False  # rebuilt from a checkpoint time
     lost_lease: bool = False  # taken over after it expired: stopped without saving a position
+    layout_changed: bool = False  # Cosmos DB split the partition: the new layout's leases carry on
     checkpoint_time: datetime | None = None
 
 
@@ -413,6 +433,9 @@ def process_partition(
     held = replace(lease, owner=worker.owner)
     try:
         held = worker.read_and_aggregate(held, watch)
+    except PartitionLayoutChanged as change:
+        log.info("reports: %s belongs to an old partition layout (%s); leaving it", partition.lease_id, change)
+        worker.run.layout_changed = True
     except (PyMongoError, StoreUnavailable):
         worker.release_quietly(held)
         raise

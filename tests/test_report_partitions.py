@@ -1,0 +1,367 @@
+"""The report feeds' partitioned processor: the dispatcher and its leases, workers claiming, checkpointing and
+releasing under a fencing version, and Cosmos DB's change-stream semantics, each with a fake that behaves as
+Cosmos DB's documentation describes (a resume token per server batch, empty pages when throttled, no
+`operationType`, one token per physical partition from `GetChangeStreamTokens`, splits)."""
+
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pymongo.errors import OperationFailure
+
+from shared.instants import utc_now
+from shared.reports import change_feed
+from shared.reports.change_feed import ChangeStreamSource, dispatch, process_partition
+from shared.reports.leases import (
+    ACTIONS_FEED,
+    FEEDS,
+    HEARTBEATS_FEED,
+    Lease,
+    Partition,
+    checkpoint,
+    claim,
+    release,
+)
+from shared.settings import get_settings
+from shared.store import schema
+from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
+from shared.store.retries import RetryPolicy, StoreUnavailable
+from tests.api import ago, heartbeat, opened, post_events, provisioned
+from tests.report_client import aggregate, clear_reports, run_round, set_setting, stored_reports
+
+POLICY = RetryPolicy(max_retries=0, base_ms=1)
+MINUTE = timedelta(minutes=1)
+
+
+def sent_by_dispatch(db: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    messages: list[str] = []
+    dispatch(db, now=kwargs.pop("now", utc_now()), settings=get_settings(), send=messages.extend, **kwargs)
+    return [json.loads(m) for m in messages]
+
+
+# --- buckets -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [1, 3, 4, 7, 1024])
+def test_the_partitions_of_a_feed_cover_every_bucket_exactly_once(count):
+    owners = [sum(BucketRange(i, count).holds(bucket) for i in range(count)) for bucket in range(BUCKETS)]
+    assert owners == [1] * BUCKETS
+
+
+def test_a_bucket_is_stable_and_spread():
+    assert bucket_of("bottle-1") == bucket_of("bottle-1")
+    spread = {BucketRange(0, 4).holds(bucket_of(f"bottle-{i}")) for i in range(40)}
+    assert spread == {True, False}
+
+
+def test_a_partition_outside_its_count_is_refused():
+    with pytest.raises(ValueError, match="partition 4 of 4"):
+        BucketRange(4, 4)
+    with pytest.raises(ValueError, match="not a report partition"):
+        Partition.from_message({"feed": "bottles", "partition": 0, "of": 4, "cosmos": False})
+    with pytest.raises(ValueError, match="does not exist"):
+        Partition.from_message({"feed": schema.BOTTLE_ACTIONS, "partition": 5, "of": 4, "cosmos": False})
+
+
+# --- the dispatcher -----------------------------------------------------------------------------------------------
+
+
+def test_the_dispatcher_makes_a_lease_per_partition_and_sends_each_unheld_one_once(mock_db):
+    first = sent_by_dispatch(mock_db)
+    again = sent_by_dispatch(mock_db)
+
+    partitions = get_settings().reports_partitions
+    assert len(first) == len(FEEDS) * partitions
+    assert {(m["feed"], m["partition"], m["of"]) for m in first} == {
+        (feed.collection, i, partitions) for feed in FEEDS for i in range(partitions)
+    }
+    assert mock_db[schema.LEASES].count_documents({}) == len(first)
+    assert again == []  # sent lately, not yet taken: no pile of duplicate messages
+
+
+def test_a_partition_is_sent_again_once_its_worker_released_it_or_its_lease_expired(mock_db):
+    now = utc_now()
+    [message, *_] = sent_by_dispatch(mock_db, now=now)
+    partition = Partition.from_message(message)
+    lease_for = timedelta(seconds=get_settings().reports_lease_seconds)
+    held = claim(mock_db, partition, "worker-a", now=now, lease_for=lease_for, policy=POLICY)
+    assert held is not None
+
+    assert partition.lease_id not in {Partition.from_message(m).lease_id for m in sent_by_dispatch(mock_db, now=now)}
+    after_expiry = sent_by_dispatch(mock_db, now=now + lease_for + MINUTE)  # the worker died
+    assert partition.lease_id in {Partition.from_message(m).lease_id for m in after_expiry}
+
+
+def test_a_new_partition_count_starts_from_the_feeds_oldest_checkpoint(mock_db, monkeypatch):
+    now = utc_now()
+    sent_by_dispatch(mock_db, now=now)
+    mock_db[schema.LEASES].update_many({}, {"$set": {"checkpoint_time": now - MINUTE}})
+    oldest = now - 10 * MINUTE
+    mock_db[schema.LEASES].update_one({"feed": ACTIONS_FEED.collection}, {"$set": {"checkpoint_time": oldest}})
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "8")
+
+    sent = sent_by_dispatch(mock_db, now=now)
+
+    assert {m["of"] for m in sent} == {8}
+    new = list(mock_db[schema.LEASES].find({"of": 8, "feed": ACTIONS_FEED.collection}))
+    assert len(new) == 8
+    assert {lease["checkpoint_time"] for lease in new} == {oldest}
+
+
+class CosmosTokens:
+    """A database whose `GetChangeStreamTokens` answers one token per physical partition, as Cosmos DB does."""
+
+    def __init__(self, db: Any, partitions: int) -> None:
+        self._db = db
+        self.partitions = partitions
+
+    def command(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        if command.get("customAction") == "GetChangeStreamTokens":
+            tokens = [{"_data": f"{command['collection']}-p{i}-of-{self.partitions}"} for i in range(self.partitions)]
+            return {"resumeAfterTokens": tokens, "ok": 1}
+        raise OperationFailure("no such command", code=59)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._db[name]
+
+
+def test_on_cosmos_a_feed_has_a_partition_per_physical_partition_starting_at_its_token(mock_db):
+    cosmos = CosmosTokens(mock_db, partitions=3)
+
+    sent = sent_by_dispatch(cosmos, on_cosmos=True)
+
+    assert len(sent) == 3 * len(FEEDS)
+    assert all(m["cosmos"] and m["of"] == 3 for m in sent)
+    lease = mock_db[schema.LEASES].find_one({"feed": HEARTBEATS_FEED.collection, "partition": 2})
+    assert lease["start_token"] == {"_data": "bottle_heartbeats-p2-of-3"}
+
+
+# --- claiming, checkpoints and the fencing version ------------------------------------------------------------------
+
+
+def test_a_work_message_delivered_twice_is_processed_by_one_worker(mock_db):
+    now = utc_now()
+    [message, *_] = sent_by_dispatch(mock_db, now=now)
+    partition = Partition.from_message(message)
+    lease_for = timedelta(minutes=2)
+
+    first = claim(mock_db, partition, "worker-a", now=now, lease_for=lease_for, policy=POLICY)
+    second = claim(mock_db, partition, "worker-b", now=now + MINUTE, lease_for=lease_for, policy=POLICY)
+
+    assert first is not None
+    assert second is None
+
+
+def test_a_worker_whose_lease_was_taken_over_cannot_checkpoint(mock_db):
+    now = utc_now()
+    [message, *_] = sent_by_dispatch(mock_db, now=now)
+    partition = Partition.from_message(message)
+    lease_for = timedelta(minutes=2)
+    slow = claim(mock_db, partition, "worker-a", now=now, lease_for=lease_for, policy=POLICY)
+    taker = claim(mock_db, partition, "worker-b", now=now + 3 * MINUTE, lease_for=lease_for, policy=POLICY)
+    assert slow is not None
+    assert taker is not None
+    assert taker.version == slow.version + 1
+
+    late = Lease(token={"_data": "slow"}, checkpoint_time=now, owner="worker-a", version=slow.version)
+    assert not checkpoint(mock_db, partition, late, source="x", now=now, lease_for=lease_for, policy=POLICY)
+    assert not release(mock_db, partition, late, now=now, policy=POLICY)
+    fresh = Lease(token={"_data": "taker"}, checkpoint_time=now, owner="worker-b", version=taker.version)
+    assert checkpoint(mock_db, partition, fresh, source="x", now=now, lease_for=lease_for, policy=POLICY)
+    assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["token"] == {"_data": "taker"}
+
+
+def test_a_worker_that_loses_its_lease_mid_run_stops_without_saving(mock_db, monkeypatch):
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
+    key = provisioned()
+    for minutes in (9, 8, 7):  # three requests: three receive times, so three pages of one
+        assert post_events("bottle-1", key, opened(ago(minutes=minutes))).status == 202
+    now = utc_now()
+    partition = next(
+        Partition.from_message(m)
+        for m in sent_by_dispatch(mock_db, now=now)
+        if m["feed"] == ACTIONS_FEED.collection and BucketRange(m["partition"], m["of"]).holds(bucket_of("bottle-1"))
+    )
+    real_checkpoint = checkpoint
+
+    def taken_over_after_the_first_page(db: Any, part: Partition, lease: Lease, **kwargs: Any) -> bool:
+        saved = real_checkpoint(db, part, lease, **kwargs)
+        claim(db, part, "worker-b", now=now + timedelta(hours=1), lease_for=MINUTE, policy=POLICY)  # it expired
+        return saved
+
+    monkeypatch.setattr(change_feed, "checkpoint", taken_over_after_the_first_page)
+    run = process_partition(mock_db, partition, now=now, settings=get_settings())
+
+    assert run.claimed
+    assert run.lost_lease
+    assert run.pages == 2  # the second page's checkpoint found the lease gone, and the run stopped
+    assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["owner"] == "worker-b"
+
+
+# --- Cosmos DB's change streams, by a fake that behaves as its documentation says -------------------------------------
+
+
+class CosmosStream:
+    """A change stream as Cosmos DB serves one: server batches whose documents all carry the batch's token (which
+    points after the batch), no `operationType`, and empty batches while throttled."""
+
+    def __init__(self, batches: list[list[dict[str, Any]] | None]) -> None:
+        self._batches: Iterator[list[dict[str, Any]] | None] = iter(batches)
+        self._current: list[dict[str, Any]] = []
+        self._token: dict[str, Any] | None = None
+        self._served = 0
+
+    def _next_batch(self) -> bool:
+        batch = next(self._batches, None)
+        if batch is None:  # throttled, or nothing new: an empty batch, and the token stays
+            return False
+        self._served += 1
+        token = {"_data": f"after-batch-{self._served}"}
+        self._current = [{"_id": token, **entry} for entry in batch]
+        return True
+
+    @property
+    def resume_token(self) -> dict[str, Any] | None:
+        return self._token
+
+    def next_change(self) -> dict[str, Any] | None:
+        if not self._current and not self._next_batch():
+            return None
+        change = self._current.pop(0)
+        self._token = change["_id"]  # every document of the batch carries the same token
+        return {k: v for k, v in change.items() if k != "_id"}
+
+    def at_batch_end(self) -> bool:
+        return not self._current
+
+    def close(self) -> None:
+        pass
+
+
+def change(bottle_id: str, received_minutes_ago: int) -> dict[str, Any]:
+    document = {
+        "_id": bottle_id,
+        "bottle_id": bottle_id,
+        "received_at": utc_now() - timedelta(minutes=received_minutes_ago),
+    }
+    return {"fullDocument": document, "documentKey": {"_id": bottle_id}, "ns": {"coll": "bottle_heartbeats"}}
+
+
+def test_a_page_ends_only_where_a_server_batch_ends():
+    batches: list[list[dict[str, Any]] | None] = [[change(f"b{i}", 5) for i in range(3)], [change("b3", 4)]]
+    source = ChangeStreamSource(CosmosStream(batches), HEARTBEATS_FEED, page_size=2)
+
+    first = source.next_page()
+    second = source.next_page()
+
+    assert first is not None
+    assert second is not None
+    # A page of 2 would have checkpointed the batch's token with b2 unread: skipped for good.
+    assert [c.key for c in first.changes] == ["b0", "b1", "b2"]
+    assert first.token == {"_data": "after-batch-1"}
+    assert [c.key for c in second.changes] == ["b3"]
+    assert second.token == {"_data": "after-batch-2"}
+    assert source.next_page() is None
+
+
+def test_a_throttled_stream_neither_ends_a_page_early_nor_moves_the_checkpoint_time():
+    read = change("b0", received_minutes_ago=30)
+    source = ChangeStreamSource(CosmosStream([[read], None, None]), HEARTBEATS_FEED, page_size=10)
+
+    page = source.next_page()
+
+    assert page is not None
+    assert [c.key for c in page.changes] == ["b0"]
+    assert page.checkpoint_time == read["fullDocument"]["received_at"]  # from the data read, not the clock
+    assert source.next_page() is None  # throttled: an empty page, the position unchanged
+
+
+def test_a_worker_on_a_throttled_cosmos_stream_checkpoints_no_later_than_what_it_read(mock_db, monkeypatch):
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    now = utc_now()
+    partition = next(
+        Partition.from_message(m) for m in sent_by_dispatch(mock_db, now=now) if m["feed"] == HEARTBEATS_FEED.collection
+    )
+    mock_db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"token": {"_data": "saved"}}})
+    read = change("b0", received_minutes_ago=20)
+
+    run = process_partition(
+        mock_db, partition, now=now, settings=get_settings(), watch=lambda p, token: CosmosStream([[read], None])
+    )
+
+    assert run.caught_up
+    saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
+    assert saved["checkpoint_time"] == read["fullDocument"]["received_at"]
+    assert saved["checkpoint_time"] < now - 19 * MINUTE
+    assert saved["token"] == {"_data": "after-batch-1"}
+
+
+def test_a_split_partition_leaves_its_old_lease_to_the_new_layout(mock_db, monkeypatch, caplog):
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    cosmos = CosmosTokens(mock_db, partitions=2)
+    now = utc_now()
+    message = sent_by_dispatch(cosmos, now=now, on_cosmos=True)[0]
+    partition = Partition.from_message(message)
+    mock_db[schema.LEASES].update_one(
+        {"_id": partition.lease_id}, {"$set": {"token": {"_data": "expired"}, "checkpoint_time": now - MINUTE}}
+    )
+    cosmos.partitions = 3  # Cosmos DB split a physical partition
+
+    def rejecting(p: Partition, token: Any) -> Any:
+        error = OperationFailure("resume token is no longer valid", code=280)
+        raise StoreUnavailable("rejected", retry_after_s=1) from error
+
+    run = process_partition(cosmos, partition, now=now, settings=get_settings(), watch=rejecting)
+    relaid = sent_by_dispatch(cosmos, now=now, on_cosmos=True)
+
+    assert run.layout_changed
+    assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["owner"] is None
+    assert {m["of"] for m in relaid} == {3}  # the new layout, from the feed's oldest checkpoint
+    new = mock_db[schema.LEASES].find_one({"feed": partition.feed.collection, "of": 3, "partition": 0})
+    assert new["checkpoint_time"] == now - MINUTE
+
+
+# --- workers side by side ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("source", ["change_stream", "polling"])
+def test_workers_side_by_side_with_every_message_twice_give_a_rebuilds_reports(real_db, monkeypatch, source):
+    set_setting(monkeypatch, "CHANGE_SOURCE", source)
+    keys = {f"bottle-{i}": provisioned(f"bottle-{i}") for i in range(6)}
+    for bottle_id, key in keys.items():
+        events = [heartbeat(ago(minutes=50)), opened(ago(minutes=40)), heartbeat(ago(minutes=20))]
+        assert post_events(bottle_id, key, {"events": events}).status == 202
+    aggregate()  # positions the streams
+    for bottle_id, key in keys.items():
+        assert (
+            post_events(bottle_id, key, {"events": [heartbeat(ago(minutes=10)), opened(ago(minutes=5))]}).status == 202
+        )
+
+    for _ in range(2):  # two rounds: the hourly documents written by the first are rolled up by the second
+        messages: list[str] = []
+        dispatch(real_db, now=utc_now(), settings=get_settings(), send=messages.extend)
+        workers = [
+            threading.Thread(target=_work, args=(real_db, message))
+            for message in messages + messages  # twice
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+
+    by_workers = stored_reports(real_db)
+    clear_reports(real_db)
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    run_round(real_db)
+    run_round(real_db)
+    assert by_workers == stored_reports(real_db)
+    assert sum(doc["opened"] for doc in real_db[schema.USER_DAILY_REPORTS].find()) == 12
+
+
+def _work(db: Any, message: str) -> None:
+    process_partition(db, Partition.from_message(json.loads(message)), now=utc_now(), settings=get_settings())
