@@ -15,7 +15,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import checks, ingestion, reports
+from benchmarks import checks, ingestion, reports, scaleout
 from benchmarks.harness import PRINTED, Table, print_table
 from tools.progress import Ticker
 
@@ -65,12 +65,14 @@ def run(quick: bool, ticker: Ticker | None = None) -> str:
     ticker = ticker or Ticker()
     sections: list[tuple[str, str]] = []
     started = time.perf_counter()
-    with ticker.running("bench: ingestion (1 of 3)"):
+    with ticker.running("bench: ingestion (1 of 4)"):
         sections.append(("Ingestion", ingestion.run(events=1000 if quick else 4000, bottles=50)))
-    with ticker.running("bench: notification checks (2 of 3)"):
+    with ticker.running("bench: notification checks (2 of 4)"):
         sections.append(("Notification checks", checks.run(checks.default_fleets(quick))))
-    with ticker.running("bench: report consumer (3 of 3)"):
+    with ticker.running("bench: report consumer (3 of 4)"):
         sections.append(("Report consumer", reports.run(30 if quick else 100, quick=quick)))
+    with ticker.running("bench: report workers side by side (4 of 4)"):
+        sections.append(("Report workers side by side", scaleout.run(30 if quick else 150, 2 if quick else 4)))
     elapsed = time.perf_counter() - started
     summary = print_table(
         "Summary: the app against the seeds' approach, measured in the same run",

@@ -1,0 +1,195 @@
+"""Scale-out of the report feeds' processor: the same backlog of source changes drained by 1, 2 and 4 worker
+processes side by side, each taking work messages from one queue as the queue trigger's instances would, on
+one embedded store (SecantusDB in its own process), in one run.
+
+    python -m benchmarks.scaleout [--bottles 150] [--quick]
+
+The backlog: every bottle's heartbeats and opened/closed events of a few hours, ingested after the change
+streams were positioned (so workers read real change streams, page by page). Per worker count: changes/s
+through the processor, and per change the commands (and writes) the workers sent. The partitions stay
+REPORTS_PARTITIONS per feed whatever the worker count: a worker count above the partition count only adds
+idle workers, which is the processor's rule on Cosmos DB too (one worker per physical partition at most).
+
+What one 2-core machine shows: the per-change cost, which does not depend on the machine, and whether
+throughput holds or grows as workers are added while the database itself competes for the same two cores;
+not the throughput of many machines against a Cosmos DB account (README "Scale-out at the design scale").
+"""
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from benchmarks.harness import print_table
+from shared.bottles.entries import forget_all_entries
+from shared.bottles.provisioning import provision
+from shared.bottles.spec import BottleSpec
+from shared.ingestion.receive import receive
+from shared.instants import utc_now
+from shared.reports.change_feed import dispatch, process_partition
+from shared.reports.leases import Partition
+from shared.settings import Settings, get_settings
+from shared.store import client as store
+from shared.store import schema
+from shared.store.setup import ensure_store
+from tools.arguments import positive_int
+from tools.command_tally import CommandTally
+from tools.local_store import secantus_process
+
+DATABASE = "scaleout"
+WORKER_COUNTS = (1, 2, 4)
+
+
+@dataclass
+class Drain:
+    workers: int
+    changes: int
+    seconds: float
+    commands: int
+    writes: int
+
+
+def _settings() -> Settings:
+    return Settings(change_source="change_stream", reports_page_size=200, mongodb_database=DATABASE)
+
+
+def _worker(uri: str, work: Any, results: Any) -> None:
+    """A worker process: its own client, work messages from `work` until it gets None."""
+    tally = CommandTally()
+    client = store.create_client(uri, event_listeners=[tally])
+    db = client[DATABASE]
+    settings = _settings()
+    while (message := work.get()) is not None:
+        before, writes = tally.count, tally.writes
+        run = process_partition(db, Partition.from_message(json.loads(message)), now=utc_now(), settings=settings)
+        results.put((run.changes, run.caught_up, tally.count - before, tally.writes - writes))
+    client.close()
+
+
+@contextlib.contextmanager
+def _workers(uri: str, count: int) -> Iterator[tuple[Any, Any]]:
+    context = multiprocessing.get_context("spawn")
+    work, results = context.Queue(), context.Queue()
+    processes = [context.Process(target=_worker, args=(uri, work, results)) for _ in range(count)]
+    for process in processes:
+        process.start()
+    try:
+        yield work, results
+    finally:
+        for _ in processes:
+            work.put(None)
+        for process in processes:
+            process.join(timeout=60)
+
+
+def _ingest_backlog(db: Any, bottles: int, hours: int) -> int:
+    """Provision the fleet, then each bottle's half-hourly heartbeats and an opened/closed pair per hour,
+    one request per bottle-hour; returns the events stored."""
+    forget_all_entries()
+    settings, now = _settings(), utc_now()
+    keys = {}
+    for b in range(bottles):
+        spec = BottleSpec.model_validate(
+            {"user_id": f"user-{b // 3}", "medication": "med", "schedule": {"every_hours": 12}}
+        )
+        keys[f"bottle-{b}"] = provision(
+            db, f"bottle-{b}", spec, rotate_key=False, now=now, settings=settings
+        ).device_key
+    stored = 0
+    start = now - timedelta(hours=hours)
+    for hour in range(hours):
+        at = start + timedelta(hours=hour)
+        for bottle_id, key in keys.items():
+            events = [
+                {"type": "heartbeat", "time": at.isoformat()},
+                {"type": "heartbeat", "time": (at + timedelta(minutes=30)).isoformat()},
+                {"type": "opened", "time": (at + timedelta(minutes=5)).isoformat(), "mass_of_contents": 9.0,
+                 "number_of_pills": 20},
+                {"type": "closed", "time": (at + timedelta(minutes=6)).isoformat(), "mass_of_contents": 8.5,
+                 "number_of_pills": 19, "pills_taken": 1},
+            ]  # fmt: skip
+            body = json.dumps({"events": events}).encode()
+            stored += receive(db, bottle_id, key, body, now=utc_now(), settings=settings).stored
+    return stored
+
+
+def _drain(db: Any, uri: str, workers: int, positioned: list[dict[str, Any]]) -> Drain:
+    """Reset reports and leases to the positioned state, then dispatch rounds until every partition is caught
+    up, the work messages taken by `workers` processes side by side."""
+    for name in (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS, schema.LEASES):
+        db[name].delete_many({})
+    if positioned:
+        db[schema.LEASES].insert_many([dict(lease) for lease in positioned])
+    total = Drain(workers, 0, 0.0, 0, 0)
+    with _workers(uri, workers) as (work, results):
+        started = time.perf_counter()
+        while True:
+            messages: list[str] = []
+            dispatch(db, now=utc_now(), settings=_settings(), send=messages.extend)
+            for message in messages:
+                work.put(message)
+            outcomes = [results.get(timeout=600) for _ in messages]
+            total.changes += sum(o[0] for o in outcomes)
+            total.commands += sum(o[2] for o in outcomes)
+            total.writes += sum(o[3] for o in outcomes)
+            if all(o[1] for o in outcomes) and sum(o[0] for o in outcomes) == 0:
+                break
+        total.seconds = time.perf_counter() - started
+    return total
+
+
+def run(bottles: int, hours: int) -> str:
+    """Drain the same backlog with each worker count; returns the printed table."""
+    os.environ["MONGODB_DATABASE"] = DATABASE
+    get_settings.cache_clear()
+    with secantus_process() as uri:
+        client = store.create_client(uri)
+        db = client[DATABASE]
+        ensure_store(db, _settings(), on_cosmos=False)
+        _drain(db, uri, 1, [])  # positions every partition's change stream before the traffic
+        # The source feeds' positions before the backlog; the hourly feed starts afresh with each drain (its
+        # change stream would otherwise hold every earlier drain's writes).
+        positioned = list(db[schema.LEASES].find({"feed": {"$ne": schema.USER_HOURLY_REPORTS}}))
+        events = _ingest_backlog(db, bottles, hours)
+        drains = [_drain(db, uri, workers, positioned) for workers in WORKER_COUNTS]
+        client.close()
+    base = drains[0]
+    rows = [
+        [
+            str(d.workers),
+            str(_settings().reports_partitions * 3),
+            f"{events}",
+            f"{d.changes}",
+            f"{d.changes / d.seconds:,.0f}",
+            f"{(d.changes / d.seconds) / (base.changes / base.seconds):.2f}x",
+            f"{d.commands / max(d.changes, 1):.3f}",
+            f"{d.writes / max(d.changes, 1):.3f}",
+        ]
+        for d in drains
+    ]
+    return print_table(
+        f"Report workers side by side: {bottles} bottles, {hours} h of backlog, worker processes on 2 cores",
+        rows,
+        ["workers", "partitions", "events", "changes", "changes/s", "vs 1 worker", "cmds/change", "writes/change"],
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.scaleout", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--bottles", type=positive_int, default=150, help="bottles in the fleet (default 150)")
+    parser.add_argument("--hours", type=positive_int, default=4, help="hours of backlog per bottle (default 4)")
+    parser.add_argument("--quick", action="store_true", help="a smaller fleet (30 bottles, 2 hours)")
+    args = parser.parse_args(argv)
+    run(30 if args.quick else args.bottles, 2 if args.quick else args.hours)
+
+
+if __name__ == "__main__":
+    main()
