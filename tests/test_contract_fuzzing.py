@@ -5,7 +5,7 @@ notifications. Every answer must be documented: no 5xx, a documented status code
 matches its schema, the documented headers (`Retry-After`), and invalid input refused with a documented 4xx.
 
 Generation is derandomized and the server clock fixed, so every run sends the same requests. Run it alone with
-`./dev test tests/test_contract_fuzzing.py`; `CONTRACT_FUZZ_EXAMPLES=500` fuzzes longer."""
+`.venv/bin/python -m pytest tests/test_contract_fuzzing.py`; `CONTRACT_FUZZ_EXAMPLES=500` in front fuzzes longer."""
 
 import json
 import os
