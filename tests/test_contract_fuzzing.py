@@ -42,7 +42,7 @@ USER_ID = str(SPEC["user_id"])
 BOTTLE_ID = "fuzz-times"  # doses at 08:00 and 20:00 Europe/Rome
 INTERVAL_BOTTLE_ID = "fuzz-every-12h"
 FUNCTION_KEY = "fuzz-function-key"
-EXAMPLES_PER_OPERATION = int(os.environ.get("CONTRACT_FUZZ_EXAMPLES", "50"))
+EXAMPLES_PER_OPERATION = int(os.environ.get("CONTRACT_FUZZ_EXAMPLES", "60"))
 CHECKS = [
     "not_a_server_error",
     "status_code_conformance",
