@@ -35,8 +35,10 @@ def day_of(moment: datetime) -> datetime:
 
 
 def format_instant(moment: datetime) -> str:
-    """'2026-11-21T08:00:00.000Z'."""
-    return to_stored(moment).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    """'2026-11-21T08:00:00.000Z': always four digits of year (strftime's %Y gives '999' for 999), so the
+    strings of instants sort as the instants do."""
+    utc = to_stored(moment)
+    return f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S}.{utc.microsecond // 1000:03d}Z"
 
 
 _clock: Callable[[], datetime] | None = None

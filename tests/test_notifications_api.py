@@ -97,6 +97,17 @@ def test_since_and_kind_filter(mock_db):
     assert [n["kind"] for n in both] == ["silent"]
 
 
+@pytest.mark.parametrize("since", ["0999-12-31T23:00:00Z", "0298-10-15T06:37:53-12:00", "0005-01-01T00:00:00Z"])
+def test_a_since_in_a_year_of_fewer_than_four_digits_finds_everything_after_it(mock_db, since):
+    # Found by the contract fuzzing: `since` was compared as "999-12-31T..." with "2026-...", so nothing was found.
+    created = notify(mock_db, T0)
+
+    response = get("u1", since=since)
+
+    assert response.status == 200
+    assert [n["id"] for n in response.body["notifications"]] == [created]
+
+
 def test_an_unknown_user_has_none_and_the_function_key_parameter_is_ignored(mock_db):
     assert get("nobody", code="the-function-key").body == {"user_id": "nobody", "notifications": [], "next_page": None}
 
