@@ -121,6 +121,8 @@ def test_an_unknown_user_has_none_and_the_function_key_parameter_is_ignored(mock
         ({"limit": "0"}, "limit", "from 1 to 200"),
         ({"limit": "201"}, "limit", "from 1 to 200"),
         ({"limit": "ten"}, "limit", "from 1 to 200"),
+        ({"limit": "\u0663"}, "limit", "from 1 to 200"),  # an Arabic-Indic 3: a digit, but not ASCII
+        ({"limit": "\u00b2"}, "limit", "from 1 to 200"),  # superscript two: isdigit() yet int() refuses it
         ({"page": "not-a-token!"}, "page", "next_page"),
     ],
 )

@@ -61,7 +61,7 @@ def _kinds(raw: str) -> tuple[Kind, ...]:
 
 
 def _limit(raw: str) -> int:
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_PAGE:
         raise ValueError(f"must be a whole number from 1 to {MAX_PAGE}")
     return int(raw)
 
