@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pymongo.errors import OperationFailure
 
+from shared import instants
 from shared.instants import utc_now
 from shared.reports import change_feed
 from shared.reports.change_feed import ChangeStreamSource, dispatch, process_partition
@@ -178,8 +179,14 @@ def test_a_worker_that_loses_its_lease_mid_run_stops_without_saving(mock_db, mon
     set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
     set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
     key = provisioned()
-    for minutes in (9, 8, 7):  # three requests: three receive times, so three pages of one
-        assert post_events("bottle-1", key, opened(ago(minutes=minutes))).status == 202
+    received = [utc_now()]
+    try:
+        instants.set_clock(lambda: received[0])
+        for minutes in (9, 8, 7):  # three requests: three receive times (a millisecond apart at least), three pages
+            received[0] += timedelta(milliseconds=5)
+            assert post_events("bottle-1", key, opened(ago(minutes=minutes))).status == 202
+    finally:
+        instants.set_clock(None)
     now = utc_now()
     partition = next(
         Partition.from_message(m)
