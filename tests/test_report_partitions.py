@@ -332,6 +332,68 @@ def test_a_split_partition_leaves_its_old_lease_to_the_new_layout(mock_db, monke
     assert new["checkpoint_time"] == now - MINUTE
 
 
+class TokensOfNow(CosmosTokens):
+    """`GetChangeStreamTokens` as Cosmos DB answers it: each call gives the tokens of the present."""
+
+    asked = 0
+
+    def command(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        reply = super().command(command)
+        self.asked += 1
+        reply["resumeAfterTokens"] = [{"_data": f"{t['_data']}-now-{self.asked}"} for t in reply["resumeAfterTokens"]]
+        return reply
+
+
+def test_a_cosmos_recovery_cut_short_by_its_budget_carries_on_from_a_fresh_token(mock_db, monkeypatch):
+    """A token rejected (expired): the worker polls from its checkpoint time, and a run out of budget before it
+    caught up saves its polling position without a token. The next run must not open its stream at the lease's
+    `start_token`, the token of the day the lease was made: older than the one just rejected, it is rejected
+    too, and the partition would fail on every run for good."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
+    cosmos = TokensOfNow(mock_db, partitions=1)
+    now = utc_now()
+    partition = next(
+        Partition.from_message(m)
+        for m in sent_by_dispatch(cosmos, now=now, on_cosmos=True)
+        if m["feed"] == HEARTBEATS_FEED.collection
+    )
+    made_with = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["start_token"]
+    received = [now - 30 * MINUTE]
+    instants.set_clock(lambda: received[0])
+    try:
+        for i in range(3):  # three heartbeat documents received a minute apart: three pages of one
+            key = provisioned(f"bottle-{i}")
+            received[0] += MINUTE
+            assert post_events(f"bottle-{i}", key, heartbeat(received[0])).status == 202
+    finally:
+        instants.set_clock(None)
+    expired = {"_data": "expired"}
+    mock_db[schema.LEASES].update_one(
+        {"_id": partition.lease_id}, {"$set": {"token": expired, "checkpoint_time": now - 40 * MINUTE}}
+    )
+
+    def watch(p: Partition, token: Any) -> Any:
+        if token in (expired, made_with):  # the lease's first token is older than the expired one
+            error = OperationFailure("resume token is no longer valid", code=280)
+            raise StoreUnavailable("rejected", retry_after_s=1) from error
+        return CosmosStream([])
+
+    ticks = iter(range(0, 10_000, 30))  # 30 s a call against a 45 s budget: one page, then out of time
+    cut_short = process_partition(
+        cosmos, partition, now=now, settings=get_settings(), clock=lambda: next(ticks), watch=watch
+    )
+    assert cut_short.recovered
+    assert not cut_short.caught_up
+
+    carried_on = process_partition(cosmos, partition, now=now, settings=get_settings(), watch=watch)
+
+    assert carried_on.recovered
+    assert carried_on.caught_up
+    assert carried_on.changes >= 2  # the rest of the polling
+    assert mock_db[schema.USER_HOURLY_REPORTS].count_documents({}) > 0
+
+
 # --- workers side by side ----------------------------------------------------------------------------------------
 
 

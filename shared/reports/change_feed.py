@@ -319,7 +319,9 @@ def open_source(
     elif lease.checkpoint_time is None:
         log.info("reports: %s has no saved position; building from the start of its source", partition.lease_id)
     start = lease.start_token
-    if partition.cosmos and lease.token is not None:  # rejected: the partition may have split; ask again
+    if partition.cosmos and (lease.token is not None or lease.checkpoint_time is not None):
+        # Rejected, or a recovery that ran out of budget: the stream need only start before the polling, and
+        # the lease's first token may be as stale as the one rejected. Ask again (the partition may have split).
         start = _fresh_start_token(db, partition, policy)
     try:
         stream = ChangeStreamSource(watch(partition, start), feed, page_size)
