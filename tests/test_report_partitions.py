@@ -112,6 +112,40 @@ def test_a_new_partition_count_starts_from_the_feeds_oldest_checkpoint(mock_db, 
     assert {lease["checkpoint_time"] for lease in new} == {oldest}
 
 
+def test_a_new_partition_count_rebuilds_a_range_whose_old_partition_never_checkpointed(mock_db, monkeypatch):
+    """The new layout's leases start from the feed's oldest checkpoint time. A partition that never saved one
+    (its first build failing, or not run yet) has aggregated nothing: its range must be built from the start,
+    not from its siblings' checkpoints, or what it received before them is never aggregated."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "2")
+    now = utc_now()
+    long_ago = now - timedelta(hours=2)
+    assert BucketRange(1, 2).holds(bucket_of("bottle-1"))
+    assert BucketRange(0, 2).holds(bucket_of("bottle-20"))
+    clock = [long_ago]
+    instants.set_clock(lambda: clock[0])
+    try:
+        late_key = provisioned("bottle-1")
+        assert post_events("bottle-1", late_key, opened(long_ago)).status == 202
+        clock[0] = now - MINUTE
+        key = provisioned("bottle-20")
+        assert post_events("bottle-20", key, opened(now - MINUTE)).status == 202
+    finally:
+        instants.set_clock(None)
+    sent = sent_by_dispatch(mock_db, now=now)
+    done = Partition(ACTIONS_FEED, 0, 2)
+    assert done.message() in sent
+    assert process_partition(mock_db, done, now=now, settings=get_settings()).caught_up  # partition 1 never runs
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "4")
+
+    run_round(mock_db)
+    run_round(mock_db)
+
+    hour = mock_db[schema.USER_HOURLY_REPORTS].find_one({"hour": long_ago.replace(minute=0, second=0, microsecond=0)})
+    assert hour is not None
+    assert hour["opened"] == 1
+
+
 class CosmosTokens:
     """A database whose `GetChangeStreamTokens` answers one token per physical partition, as Cosmos DB does."""
 
@@ -313,6 +347,7 @@ def test_a_split_partition_leaves_its_old_lease_to_the_new_layout(mock_db, monke
     now = utc_now()
     message = sent_by_dispatch(cosmos, now=now, on_cosmos=True)[0]
     partition = Partition.from_message(message)
+    mock_db[schema.LEASES].update_many({"feed": partition.feed.collection}, {"$set": {"checkpoint_time": now}})
     mock_db[schema.LEASES].update_one(
         {"_id": partition.lease_id}, {"$set": {"token": {"_data": "expired"}, "checkpoint_time": now - MINUTE}}
     )

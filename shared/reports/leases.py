@@ -124,7 +124,8 @@ def ensure_leases(
 ) -> int:
     """Make a lease for every partition that has none; how many were made. A new partition of a feed that
     already has positions (the partition count changed, or Cosmos DB split a partition) starts from the
-    feed's oldest checkpoint time and recovers from there; a feed's first partitions start from scratch."""
+    feed's oldest checkpoint time and recovers from there; a feed's first partitions, and the new ones of a feed
+    with a partition that never saved a checkpoint time, start from scratch."""
     wanted = list(partitions)
     if not wanted:
         return 0
@@ -134,11 +135,12 @@ def ensure_leases(
         policy,
     )
     have = {doc["_id"] for doc in existing}
-    oldest: dict[str, datetime] = {}
+    # A lease without a checkpoint time has aggregated nothing known: the new ones then build from the start.
+    oldest: dict[str, datetime | None] = {}
     for doc in existing:
-        if doc.get("checkpoint_time") is not None:
-            feed = doc["feed"]
-            oldest[feed] = min(oldest.get(feed, doc["checkpoint_time"]), doc["checkpoint_time"])
+        feed, time = doc["feed"], doc.get("checkpoint_time")
+        known = oldest.get(feed, time)
+        oldest[feed] = None if time is None or known is None else min(known, time)
     ops: list[Any] = [
         UpdateOne(
             {"_id": partition.lease_id},
