@@ -5,6 +5,7 @@ Cosmos DB's documentation describes (a resume token per server batch, empty page
 
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from pymongo.errors import OperationFailure
 
 from shared import instants
 from shared.instants import utc_now
-from shared.reports import change_feed
+from shared.reports import aggregation, change_feed
 from shared.reports.change_feed import ChangeStreamSource, dispatch, process_partition
 from shared.reports.leases import (
     ACTIONS_FEED,
@@ -241,6 +242,40 @@ def test_a_worker_that_loses_its_lease_mid_run_stops_without_saving(mock_db, mon
     assert run.lost_lease
     assert run.pages == 2  # the second page's checkpoint found the lease gone, and the run stopped
     assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["owner"] == "worker-b"
+
+
+def test_a_worker_whose_page_ran_past_its_deadline_still_releases_its_lease(mock_db, monkeypatch):
+    """A database error fails the invocation after releasing the lease, so the host's retry can claim it at once.
+    When the error is the run's own deadline (a throttled page at the end of the budget), the release must not
+    be refused by that same spent deadline, or the retry finds the lease held, returns, and the partition waits
+    for its lease to expire."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    set_setting(monkeypatch, "REPORTS_TIME_BUDGET_SECONDS", "0.2")
+    set_setting(monkeypatch, "REQUEST_DEADLINE_SECONDS", "0.1")
+    key = provisioned()
+    assert post_events("bottle-1", key, opened(ago(minutes=5))).status == 202
+    now = utc_now()
+    partition = next(
+        Partition.from_message(m)
+        for m in sent_by_dispatch(mock_db, now=now)
+        if m["feed"] == ACTIONS_FEED.collection and BucketRange(m["partition"], m["of"]).holds(bucket_of("bottle-1"))
+    )
+    real_refresh = aggregation.refresh_hourly
+
+    def throttled_until_the_deadline(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.35)  # past the budget and the request deadline after it
+        return real_refresh(*args, **kwargs)
+
+    monkeypatch.setattr(change_feed, "refresh_hourly", throttled_until_the_deadline)
+    with pytest.raises(StoreUnavailable):
+        process_partition(mock_db, partition, now=now, settings=get_settings())
+
+    lease = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
+    assert lease["owner"] is None
+    monkeypatch.setattr(change_feed, "refresh_hourly", real_refresh)
+    retry = process_partition(mock_db, partition, now=now, settings=get_settings())
+    assert retry.claimed
+    assert retry.caught_up
 
 
 # --- Cosmos DB's change streams, by a fake that behaves as its documentation says -------------------------------------

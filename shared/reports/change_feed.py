@@ -462,7 +462,7 @@ def process_partition(
         worker.release_quietly(held)
         raise
     if not worker.run.lost_lease:
-        release(db, partition, held, now=worker.wall_clock(), policy=worker.policy)
+        release(db, partition, held, now=worker.wall_clock(), policy=worker.release_policy())
     worker.run.checkpoint_time = held.checkpoint_time
     return worker.run
 
@@ -538,9 +538,13 @@ class _Worker:
             self.run.lost_lease = True
         return saved
 
+    def release_policy(self) -> RetryPolicy:
+        """A release has a request's deadline of its own: the run's may be what just ran out."""
+        return RetryPolicy.for_request(self.settings)
+
     def release_quietly(self, held: Lease) -> None:
         try:
-            release(self.db, self.partition, held, now=self.wall_clock(), policy=self.policy)
+            release(self.db, self.partition, held, now=self.wall_clock(), policy=self.release_policy())
         except (PyMongoError, StoreUnavailable) as error:  # the lease then expires on its own
             log.warning("reports: could not release %s: %s", self.partition.lease_id, type(error).__name__)
 
