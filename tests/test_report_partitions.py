@@ -21,6 +21,7 @@ from shared.reports.leases import (
     ACTIONS_FEED,
     FEEDS,
     HEARTBEATS_FEED,
+    HOURLY_FEED,
     Lease,
     Partition,
     checkpoint,
@@ -36,6 +37,7 @@ from tests.report_client import aggregate, clear_reports, run_round, set_setting
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 MINUTE = timedelta(minutes=1)
+SECOND = timedelta(seconds=1)
 
 
 def sent_by_dispatch(db: Any, **kwargs: Any) -> list[dict[str, Any]]:
@@ -276,6 +278,53 @@ def test_a_worker_whose_page_ran_past_its_deadline_still_releases_its_lease(mock
     retry = process_partition(mock_db, partition, now=now, settings=get_settings())
     assert retry.claimed
     assert retry.caught_up
+
+
+def test_an_hourly_document_written_late_in_a_long_run_still_reaches_the_daily_roll_up(mock_db, monkeypatch):
+    """The daily hop polls the hourly documents by `updated_at`, from its checkpoint minus the overlap. An hourly
+    document written 30 s into a run must not be stamped with the run's start: a daily run in between, having
+    read a document stamped later by another worker, checkpoints past it, and with the embedded store's 10 s
+    overlap the document is never rolled up into its day."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    set_setting(monkeypatch, "REPORTS_POLL_OVERLAP_SECONDS", "10")
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "1")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
+    start = utc_now() - 10 * MINUTE
+    day = start.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    received = [start - timedelta(seconds=2)]
+    instants.set_clock(lambda: received[0])
+    try:
+        key = provisioned()
+        for hour in (1, 2):  # two pages for the actions' worker
+            received[0] += timedelta(seconds=1)
+            assert post_events("bottle-1", key, opened(day - timedelta(days=1, hours=-hour))).status == 202
+        received[0] = start + timedelta(seconds=20)  # another day's
+        assert post_events("bottle-1", key, heartbeat(day + timedelta(hours=3))).status == 202
+    finally:
+        instants.set_clock(None)
+    sent_by_dispatch(mock_db, now=start)
+    settings = get_settings()
+
+    def others_meanwhile() -> None:  # between the actions' worker's two pages
+        process_partition(mock_db, Partition(HEARTBEATS_FEED, 0, 1), now=start + 25 * SECOND, settings=settings)
+        process_partition(mock_db, Partition(HOURLY_FEED, 0, 1), now=start + 27 * SECOND, settings=settings)
+
+    ticks = iter([0, 0, 0, 30, 30, 30, 30, 30, 30, 30])
+    calls = [0]
+
+    def clock() -> float:
+        calls[0] += 1
+        if calls[0] == 4:  # the budget check before the second page
+            others_meanwhile()
+        return next(ticks)
+
+    run = process_partition(mock_db, Partition(ACTIONS_FEED, 0, 1), now=start, settings=settings, clock=clock)
+    assert run.pages == 2
+    run_round(mock_db)
+    run_round(mock_db)
+
+    [daily] = mock_db[schema.USER_DAILY_REPORTS].find({"day": day - timedelta(days=1)})
+    assert daily["opened"] == 2
 
 
 # --- Cosmos DB's change streams, by a fake that behaves as its documentation says -------------------------------------

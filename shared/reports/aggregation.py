@@ -100,14 +100,16 @@ def user_days_of(changes: Iterable[Change]) -> set[UserDay]:
 
 class Stamper:
     """Write times of one run: never before `now`, and later for every page, so a reader polling by
-    `updated_at` during the run never misses a page written after its last read."""
+    `updated_at` during the run never misses a page written after its last read. `at`: the time the page is
+    written, so a page written late in a long run is not dated back to its start (past the daily hop's
+    checkpoint, which only reads back the overlap)."""
 
     def __init__(self, now: datetime) -> None:
         self._now = now
         self._last = now - MILLISECOND
 
-    def next(self) -> datetime:
-        self._last = max(self._now, self._last + MILLISECOND)
+    def next(self, at: datetime | None = None) -> datetime:
+        self._last = max(self._now, at or self._now, self._last + MILLISECOND)
         return self._last
 
 

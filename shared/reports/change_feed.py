@@ -36,7 +36,7 @@ from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
 from shared import metrics
-from shared.instants import format_instant
+from shared.instants import format_instant, to_stored
 from shared.reports.aggregation import Change, Stamper, find_all, refresh_daily, refresh_hourly, user_days_of
 from shared.reports.leases import (
     FEEDS,
@@ -517,7 +517,11 @@ class _Worker:
             self.run.daily_written += refresh_daily(self.db, user_days_of(page.changes), self.policy)
         else:
             result = refresh_hourly(
-                self.db, page.changes, stamp=stamper.next(), policy=self.policy, changed_since=changed_since
+                self.db,
+                page.changes,
+                stamp=stamper.next(to_stored(self.wall_clock())),
+                policy=self.policy,
+                changed_since=changed_since,
             )
             self.run.hourly_written += result.written
         self.run.pages += 1
