@@ -502,10 +502,15 @@ class _Worker:
                 if page.changes:
                     self._aggregate(page, stamper, changed_since)
                 held = _advanced(held, page)
-                if page.changes:  # a position without changes (an idle stream's token) is saved once, at the end
-                    if not self._save(held, source):
-                        return held
-                    saved = held
+                if not page.changes:
+                    # Only the position moved: nothing new, though others' writes move an empty getMore's token
+                    # (MongoDB's postBatchResumeToken); polling on would spin until the budget is spent. It is
+                    # saved at the end.
+                    self.run.caught_up = True
+                    break
+                if not self._save(held, source):
+                    return held
+                saved = held
             if held != saved:
                 self._save(held, source)
         finally:

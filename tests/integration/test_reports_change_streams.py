@@ -13,10 +13,11 @@ from shared import instants
 from shared.instants import day_of, utc_now
 from shared.reports import change_feed
 from shared.reports import rebuild as rebuild_reports
-from shared.reports.leases import HEARTBEATS_FEED, Partition
+from shared.reports.leases import ACTIONS_FEED, HEARTBEATS_FEED, Partition
 from shared.settings import get_settings
 from shared.store import client as store
 from shared.store import schema
+from shared.store.partitioning import BucketRange
 from shared.store.retries import StoreUnavailable
 from tests.api import SPEC, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
 from tests.report_client import Round, aggregate, clear_reports, get_reports, run_round, set_setting, stored_reports
@@ -333,3 +334,24 @@ def test_a_backlog_read_with_update_lookup_does_not_move_the_checkpoint_past_unr
     hour = real_db[schema.USER_HOURLY_REPORTS].find_one({"user_id": "other", "hour": ten})
     assert hour is not None
     assert hour["heartbeats"] == 1
+
+
+def test_a_caught_up_partition_ends_its_run_though_other_writes_move_its_token(real_db, monkeypatch):
+    """An empty getMore on MongoDB still moves the stream's token (its postBatchResumeToken) past whatever else
+    was written meanwhile: other partitions' documents, other collections. A partition with nothing new must
+    end its run there, not poll its stream every 20 ms until its whole time budget is spent, every run."""
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "2")
+    run()  # positions the streams
+    partition = Partition(ACTIONS_FEED, 0, 2)
+    elsewhere = BucketRange(1, 2).low
+    seconds = [0]
+
+    def clock() -> int:  # a second a call; meanwhile the rest of the fleet writes
+        real_db[schema.BOTTLE_ACTIONS].insert_one({"bucket": elsewhere, "received_at": utc_now()})
+        seconds[0] += 1
+        return seconds[0]
+
+    idle = change_feed.process_partition(real_db, partition, now=utc_now(), settings=get_settings(), clock=clock)
+
+    assert idle.caught_up
+    assert seconds[0] < 10
