@@ -33,6 +33,7 @@ from shared.store import schema
 from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable
 from tests.api import ago, heartbeat, opened, post_events, provisioned
+from tests.cosmos_fakes import throttled
 from tests.report_client import aggregate, clear_reports, run_round, set_setting, stored_reports
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
@@ -175,6 +176,28 @@ def test_on_cosmos_a_feed_has_a_partition_per_physical_partition_starting_at_its
     assert all(m["cosmos"] and m["of"] == 3 for m in sent)
     lease = mock_db[schema.LEASES].find_one({"feed": HEARTBEATS_FEED.collection, "partition": 2})
     assert lease["start_token"] == {"_data": "bottle_heartbeats-p2-of-3"}
+
+
+class ThrottledOnce(CosmosTokens):
+    """Cosmos DB throttling its custom command once (16500), as it may any request."""
+
+    throttled = False
+
+    def command(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        if not self.throttled:
+            self.throttled = True
+            raise throttled()
+        return super().command(command)
+
+
+def test_a_throttled_get_change_stream_tokens_is_retried_not_taken_for_a_store_without_partitions(mock_db):
+    cosmos = ThrottledOnce(mock_db, partitions=2)
+
+    sent = sent_by_dispatch(cosmos, on_cosmos=True)
+
+    assert cosmos.throttled
+    assert {(m["cosmos"], m["of"]) for m in sent} == {(True, 2)}
+    assert mock_db[schema.LEASES].count_documents({"_id": {"$regex": ":buckets:"}}) == 0
 
 
 # --- claiming, checkpoints and the fencing version ------------------------------------------------------------------
