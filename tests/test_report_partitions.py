@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from pymongo.errors import OperationFailure
+from pymongo.errors import AutoReconnect, OperationFailure
 
 from shared import instants
 from shared.instants import utc_now
@@ -214,6 +214,58 @@ def test_a_work_message_delivered_twice_is_processed_by_one_worker(mock_db):
 
     assert first is not None
     assert second is None
+
+
+class LostReply:
+    """A database whose first `method` call on `leases` is applied, but its reply lost (a dropped connection):
+    the caller retries an operation that already took effect."""
+
+    def __init__(self, db: Any, method: str) -> None:
+        self._db, self._method, self.lost = db, method, False
+
+    def __getitem__(self, name: str) -> Any:
+        collection = self._db[name]
+        if name != schema.LEASES:
+            return collection
+        owner = self
+
+        class Leases:
+            def __getattr__(self, attribute: str) -> Any:
+                real = getattr(collection, attribute)
+                if attribute != owner._method or owner.lost:
+                    return real
+
+                def applied_then_lost(*args: Any, **kwargs: Any) -> Any:
+                    real(*args, **kwargs)
+                    owner.lost = True
+                    raise AutoReconnect("connection closed before the reply")
+
+                return applied_then_lost
+
+        return Leases()
+
+
+def test_a_claim_whose_reply_was_lost_is_still_the_workers_claim(mock_db, monkeypatch):
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    now = utc_now()
+    [message, *_] = sent_by_dispatch(mock_db, now=now)
+    partition = Partition.from_message(message)
+    flaky = LostReply(mock_db, "find_one_and_update")
+
+    run = process_partition(flaky, partition, now=now, settings=get_settings())
+
+    assert flaky.lost
+    assert run.claimed  # not refused by its own claim, leaving the lease held by no one until it expires
+    assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["owner"] is None  # released
+
+
+def test_a_dispatch_mark_whose_reply_was_lost_still_sends_the_partition(mock_db):
+    flaky = LostReply(mock_db, "update_one")
+
+    sent = sent_by_dispatch(flaky)
+
+    assert flaky.lost
+    assert len(sent) == len(FEEDS) * get_settings().reports_partitions
 
 
 def test_a_worker_whose_lease_was_taken_over_cannot_checkpoint(mock_db):
