@@ -5,20 +5,23 @@ Cosmos DB's documentation describes (a resume token per server batch, empty page
 
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from pymongo.errors import OperationFailure
+from pymongo.errors import AutoReconnect, OperationFailure
 
+from shared import instants
 from shared.instants import utc_now
-from shared.reports import change_feed
+from shared.reports import aggregation, change_feed
 from shared.reports.change_feed import ChangeStreamSource, dispatch, process_partition
 from shared.reports.leases import (
     ACTIONS_FEED,
     FEEDS,
     HEARTBEATS_FEED,
+    HOURLY_FEED,
     Lease,
     Partition,
     checkpoint,
@@ -30,10 +33,12 @@ from shared.store import schema
 from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable
 from tests.api import ago, heartbeat, opened, post_events, provisioned
+from tests.cosmos_fakes import throttled
 from tests.report_client import aggregate, clear_reports, run_round, set_setting, stored_reports
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 MINUTE = timedelta(minutes=1)
+SECOND = timedelta(seconds=1)
 
 
 def sent_by_dispatch(db: Any, **kwargs: Any) -> list[dict[str, Any]]:
@@ -111,6 +116,40 @@ def test_a_new_partition_count_starts_from_the_feeds_oldest_checkpoint(mock_db, 
     assert {lease["checkpoint_time"] for lease in new} == {oldest}
 
 
+def test_a_new_partition_count_rebuilds_a_range_whose_old_partition_never_checkpointed(mock_db, monkeypatch):
+    """The new layout's leases start from the feed's oldest checkpoint time. A partition that never saved one
+    (its first build failing, or not run yet) has aggregated nothing: its range must be built from the start,
+    not from its siblings' checkpoints, or what it received before them is never aggregated."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "2")
+    now = utc_now()
+    long_ago = now - timedelta(hours=2)
+    assert BucketRange(1, 2).holds(bucket_of("bottle-1"))
+    assert BucketRange(0, 2).holds(bucket_of("bottle-20"))
+    clock = [long_ago]
+    instants.set_clock(lambda: clock[0])
+    try:
+        late_key = provisioned("bottle-1")
+        assert post_events("bottle-1", late_key, opened(long_ago)).status == 202
+        clock[0] = now - MINUTE
+        key = provisioned("bottle-20")
+        assert post_events("bottle-20", key, opened(now - MINUTE)).status == 202
+    finally:
+        instants.set_clock(None)
+    sent = sent_by_dispatch(mock_db, now=now)
+    done = Partition(ACTIONS_FEED, 0, 2)
+    assert done.message() in sent
+    assert process_partition(mock_db, done, now=now, settings=get_settings()).caught_up  # partition 1 never runs
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "4")
+
+    run_round(mock_db)
+    run_round(mock_db)
+
+    hour = mock_db[schema.USER_HOURLY_REPORTS].find_one({"hour": long_ago.replace(minute=0, second=0, microsecond=0)})
+    assert hour is not None
+    assert hour["opened"] == 1
+
+
 class CosmosTokens:
     """A database whose `GetChangeStreamTokens` answers one token per physical partition, as Cosmos DB does."""
 
@@ -139,6 +178,28 @@ def test_on_cosmos_a_feed_has_a_partition_per_physical_partition_starting_at_its
     assert lease["start_token"] == {"_data": "bottle_heartbeats-p2-of-3"}
 
 
+class ThrottledOnce(CosmosTokens):
+    """Cosmos DB throttling its custom command once (16500), as it may any request."""
+
+    throttled = False
+
+    def command(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        if not self.throttled:
+            self.throttled = True
+            raise throttled()
+        return super().command(command)
+
+
+def test_a_throttled_get_change_stream_tokens_is_retried_not_taken_for_a_store_without_partitions(mock_db):
+    cosmos = ThrottledOnce(mock_db, partitions=2)
+
+    sent = sent_by_dispatch(cosmos, on_cosmos=True)
+
+    assert cosmos.throttled
+    assert {(m["cosmos"], m["of"]) for m in sent} == {(True, 2)}
+    assert mock_db[schema.LEASES].count_documents({"_id": {"$regex": ":buckets:"}}) == 0
+
+
 # --- claiming, checkpoints and the fencing version ------------------------------------------------------------------
 
 
@@ -153,6 +214,58 @@ def test_a_work_message_delivered_twice_is_processed_by_one_worker(mock_db):
 
     assert first is not None
     assert second is None
+
+
+class LostReply:
+    """A database whose first `method` call on `leases` is applied, but its reply lost (a dropped connection):
+    the caller retries an operation that already took effect."""
+
+    def __init__(self, db: Any, method: str) -> None:
+        self._db, self._method, self.lost = db, method, False
+
+    def __getitem__(self, name: str) -> Any:
+        collection = self._db[name]
+        if name != schema.LEASES:
+            return collection
+        owner = self
+
+        class Leases:
+            def __getattr__(self, attribute: str) -> Any:
+                real = getattr(collection, attribute)
+                if attribute != owner._method or owner.lost:
+                    return real
+
+                def applied_then_lost(*args: Any, **kwargs: Any) -> Any:
+                    real(*args, **kwargs)
+                    owner.lost = True
+                    raise AutoReconnect("connection closed before the reply")
+
+                return applied_then_lost
+
+        return Leases()
+
+
+def test_a_claim_whose_reply_was_lost_is_still_the_workers_claim(mock_db, monkeypatch):
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    now = utc_now()
+    [message, *_] = sent_by_dispatch(mock_db, now=now)
+    partition = Partition.from_message(message)
+    flaky = LostReply(mock_db, "find_one_and_update")
+
+    run = process_partition(flaky, partition, now=now, settings=get_settings())
+
+    assert flaky.lost
+    assert run.claimed  # not refused by its own claim, leaving the lease held by no one until it expires
+    assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["owner"] is None  # released
+
+
+def test_a_dispatch_mark_whose_reply_was_lost_still_sends_the_partition(mock_db):
+    flaky = LostReply(mock_db, "update_one")
+
+    sent = sent_by_dispatch(flaky)
+
+    assert flaky.lost
+    assert len(sent) == len(FEEDS) * get_settings().reports_partitions
 
 
 def test_a_worker_whose_lease_was_taken_over_cannot_checkpoint(mock_db):
@@ -178,8 +291,14 @@ def test_a_worker_that_loses_its_lease_mid_run_stops_without_saving(mock_db, mon
     set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
     set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
     key = provisioned()
-    for minutes in (9, 8, 7):  # three requests: three receive times, so three pages of one
-        assert post_events("bottle-1", key, opened(ago(minutes=minutes))).status == 202
+    received = [utc_now()]
+    try:
+        instants.set_clock(lambda: received[0])
+        for minutes in (9, 8, 7):  # three requests: three receive times (a millisecond apart at least), three pages
+            received[0] += timedelta(milliseconds=5)
+            assert post_events("bottle-1", key, opened(ago(minutes=minutes))).status == 202
+    finally:
+        instants.set_clock(None)
     now = utc_now()
     partition = next(
         Partition.from_message(m)
@@ -200,6 +319,87 @@ def test_a_worker_that_loses_its_lease_mid_run_stops_without_saving(mock_db, mon
     assert run.lost_lease
     assert run.pages == 2  # the second page's checkpoint found the lease gone, and the run stopped
     assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["owner"] == "worker-b"
+
+
+def test_a_worker_whose_page_ran_past_its_deadline_still_releases_its_lease(mock_db, monkeypatch):
+    """A database error fails the invocation after releasing the lease, so the host's retry can claim it at once.
+    When the error is the run's own deadline (a throttled page at the end of the budget), the release must not
+    be refused by that same spent deadline, or the retry finds the lease held, returns, and the partition waits
+    for its lease to expire."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    set_setting(monkeypatch, "REPORTS_TIME_BUDGET_SECONDS", "0.2")
+    set_setting(monkeypatch, "REQUEST_DEADLINE_SECONDS", "0.1")
+    key = provisioned()
+    assert post_events("bottle-1", key, opened(ago(minutes=5))).status == 202
+    now = utc_now()
+    partition = next(
+        Partition.from_message(m)
+        for m in sent_by_dispatch(mock_db, now=now)
+        if m["feed"] == ACTIONS_FEED.collection and BucketRange(m["partition"], m["of"]).holds(bucket_of("bottle-1"))
+    )
+    real_refresh = aggregation.refresh_hourly
+
+    def throttled_until_the_deadline(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.35)  # past the budget and the request deadline after it
+        return real_refresh(*args, **kwargs)
+
+    monkeypatch.setattr(change_feed, "refresh_hourly", throttled_until_the_deadline)
+    with pytest.raises(StoreUnavailable):
+        process_partition(mock_db, partition, now=now, settings=get_settings())
+
+    lease = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
+    assert lease["owner"] is None
+    monkeypatch.setattr(change_feed, "refresh_hourly", real_refresh)
+    retry = process_partition(mock_db, partition, now=now, settings=get_settings())
+    assert retry.claimed
+    assert retry.caught_up
+
+
+def test_an_hourly_document_written_late_in_a_long_run_still_reaches_the_daily_roll_up(mock_db, monkeypatch):
+    """The daily hop polls the hourly documents by `updated_at`, from its checkpoint minus the overlap. An hourly
+    document written 30 s into a run must not be stamped with the run's start: a daily run in between, having
+    read a document stamped later by another worker, checkpoints past it, and with the embedded store's 10 s
+    overlap the document is never rolled up into its day."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    set_setting(monkeypatch, "REPORTS_POLL_OVERLAP_SECONDS", "10")
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "1")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
+    start = utc_now() - 10 * MINUTE
+    day = start.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    received = [start - timedelta(seconds=2)]
+    instants.set_clock(lambda: received[0])
+    try:
+        key = provisioned()
+        for hour in (1, 2):  # two pages for the actions' worker
+            received[0] += timedelta(seconds=1)
+            assert post_events("bottle-1", key, opened(day - timedelta(days=1, hours=-hour))).status == 202
+        received[0] = start + timedelta(seconds=20)  # another day's
+        assert post_events("bottle-1", key, heartbeat(day + timedelta(hours=3))).status == 202
+    finally:
+        instants.set_clock(None)
+    sent_by_dispatch(mock_db, now=start)
+    settings = get_settings()
+
+    def others_meanwhile() -> None:  # between the actions' worker's two pages
+        process_partition(mock_db, Partition(HEARTBEATS_FEED, 0, 1), now=start + 25 * SECOND, settings=settings)
+        process_partition(mock_db, Partition(HOURLY_FEED, 0, 1), now=start + 27 * SECOND, settings=settings)
+
+    ticks = iter([0, 0, 0, 30, 30, 30, 30, 30, 30, 30])
+    calls = [0]
+
+    def clock() -> float:
+        calls[0] += 1
+        if calls[0] == 4:  # the budget check before the second page
+            others_meanwhile()
+        return next(ticks)
+
+    run = process_partition(mock_db, Partition(ACTIONS_FEED, 0, 1), now=start, settings=settings, clock=clock)
+    assert run.pages == 2
+    run_round(mock_db)
+    run_round(mock_db)
+
+    [daily] = mock_db[schema.USER_DAILY_REPORTS].find({"day": day - timedelta(days=1)})
+    assert daily["opened"] == 2
 
 
 # --- Cosmos DB's change streams, by a fake that behaves as its documentation says -------------------------------------
@@ -306,6 +506,7 @@ def test_a_split_partition_leaves_its_old_lease_to_the_new_layout(mock_db, monke
     now = utc_now()
     message = sent_by_dispatch(cosmos, now=now, on_cosmos=True)[0]
     partition = Partition.from_message(message)
+    mock_db[schema.LEASES].update_many({"feed": partition.feed.collection}, {"$set": {"checkpoint_time": now}})
     mock_db[schema.LEASES].update_one(
         {"_id": partition.lease_id}, {"$set": {"token": {"_data": "expired"}, "checkpoint_time": now - MINUTE}}
     )
@@ -323,6 +524,68 @@ def test_a_split_partition_leaves_its_old_lease_to_the_new_layout(mock_db, monke
     assert {m["of"] for m in relaid} == {3}  # the new layout, from the feed's oldest checkpoint
     new = mock_db[schema.LEASES].find_one({"feed": partition.feed.collection, "of": 3, "partition": 0})
     assert new["checkpoint_time"] == now - MINUTE
+
+
+class TokensOfNow(CosmosTokens):
+    """`GetChangeStreamTokens` as Cosmos DB answers it: each call gives the tokens of the present."""
+
+    asked = 0
+
+    def command(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        reply = super().command(command)
+        self.asked += 1
+        reply["resumeAfterTokens"] = [{"_data": f"{t['_data']}-now-{self.asked}"} for t in reply["resumeAfterTokens"]]
+        return reply
+
+
+def test_a_cosmos_recovery_cut_short_by_its_budget_carries_on_from_a_fresh_token(mock_db, monkeypatch):
+    """A token rejected (expired): the worker polls from its checkpoint time, and a run out of budget before it
+    caught up saves its polling position without a token. The next run must not open its stream at the lease's
+    `start_token`, the token of the day the lease was made: older than the one just rejected, it is rejected
+    too, and the partition would fail on every run for good."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
+    cosmos = TokensOfNow(mock_db, partitions=1)
+    now = utc_now()
+    partition = next(
+        Partition.from_message(m)
+        for m in sent_by_dispatch(cosmos, now=now, on_cosmos=True)
+        if m["feed"] == HEARTBEATS_FEED.collection
+    )
+    made_with = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["start_token"]
+    received = [now - 30 * MINUTE]
+    instants.set_clock(lambda: received[0])
+    try:
+        for i in range(3):  # three heartbeat documents received a minute apart: three pages of one
+            key = provisioned(f"bottle-{i}")
+            received[0] += MINUTE
+            assert post_events(f"bottle-{i}", key, heartbeat(received[0])).status == 202
+    finally:
+        instants.set_clock(None)
+    expired = {"_data": "expired"}
+    mock_db[schema.LEASES].update_one(
+        {"_id": partition.lease_id}, {"$set": {"token": expired, "checkpoint_time": now - 40 * MINUTE}}
+    )
+
+    def watch(p: Partition, token: Any) -> Any:
+        if token in (expired, made_with):  # the lease's first token is older than the expired one
+            error = OperationFailure("resume token is no longer valid", code=280)
+            raise StoreUnavailable("rejected", retry_after_s=1) from error
+        return CosmosStream([])
+
+    ticks = iter(range(0, 10_000, 30))  # 30 s a call against a 45 s budget: one page, then out of time
+    cut_short = process_partition(
+        cosmos, partition, now=now, settings=get_settings(), clock=lambda: next(ticks), watch=watch
+    )
+    assert cut_short.recovered
+    assert not cut_short.caught_up
+
+    carried_on = process_partition(cosmos, partition, now=now, settings=get_settings(), watch=watch)
+
+    assert carried_on.recovered
+    assert carried_on.caught_up
+    assert carried_on.changes >= 2  # the rest of the polling
+    assert mock_db[schema.USER_HOURLY_REPORTS].count_documents({}) > 0
 
 
 # --- workers side by side ----------------------------------------------------------------------------------------

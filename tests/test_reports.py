@@ -13,11 +13,13 @@ import pytest
 from shared import instants
 from shared.heartbeat_document import LATE_KEPT
 from shared.instants import day_of, hour_of, utc_now
-from shared.reports import change_feed
+from shared.reports import aggregation, change_feed
 from shared.reports import rebuild as rebuild_reports
+from shared.reports.aggregation import refresh_daily
+from shared.reports.documents import hourly_document, hourly_id
 from shared.settings import get_settings
 from shared.store import schema
-from shared.store.retries import StoreUnavailable
+from shared.store.retries import RetryPolicy, StoreUnavailable
 from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned, put_bottle
 from tests.cosmos_fakes import ThrottlingDatabase
 from tests.report_client import (
@@ -482,6 +484,65 @@ def server_clock() -> Iterator[datetime]:
     instants.set_clock(lambda: stopped)
     yield stopped
     instants.set_clock(None)
+
+
+def test_an_hour_emptied_by_a_reassignment_leaves_its_day_even_when_it_was_the_days_newest(db):
+    """A reassignment can empty the earlier owner's hour (its only heartbeat, dated after the reassignment, moves
+    to the new owner): the hourly document is deleted and the day rolled up again without it. That hour was
+    the day's most recently written, so the day's `updated_at` (its newest hour's) goes back: the daily write
+    must not be refused as stale, or the day keeps counting a heartbeat its hours no longer have."""
+    clock = [day_of(ago(days=1)) + timedelta(hours=12, minutes=58)]
+    instants.set_clock(lambda: clock[0])
+    try:
+        key = provisioned("bottle-1")
+        post_events("bottle-1", key, heartbeat(clock[0] - timedelta(hours=3)))
+        aggregate()
+        aggregate()
+        clock[0] += timedelta(seconds=10)
+        ahead = clock[0].replace(second=0) + timedelta(minutes=3)  # a device clock ahead: 13:01, the next hour
+        post_events("bottle-1", key, heartbeat(ahead))
+        aggregate()
+        aggregate()
+        assert [r["heartbeats"] for r in daily(USER, start=day_of(ahead))] == [2]
+
+        clock[0] += timedelta(seconds=10)  # reassigned at 12:58:20: the heartbeat dated 13:01 is the new owner's
+        assert put_bottle("bottle-1", {**SPEC, "user_id": "newowner"}).status == 200
+        aggregate()
+        aggregate()
+    finally:
+        instants.set_clock(None)
+
+    assert [r["heartbeats"] for r in hourly(USER, start=day_of(ahead))] == [1]
+    assert [r["heartbeats"] for r in daily(USER, start=day_of(ahead))] == [1]
+    assert [r["heartbeats"] for r in daily("newowner", start=day_of(ahead))] == [1]
+
+
+def test_a_day_rolled_up_from_a_stale_read_does_not_overwrite_one_from_after_an_hour_was_deleted(db, monkeypatch):
+    """Two roll-ups of one day: one reads the day's hours, then an hour is emptied and deleted and the other
+    rolls the day up without it. The first, computed from what it read before, must not land on top."""
+    day = day_of(ago(days=1))
+    hours = db[schema.USER_HOURLY_REPORTS]
+    for hour, stamp in ((1, 1), (2, 2)):
+        entry = {"bottle_id": "bottle-1", "medication": "Cordrazine", "opened": 0, "closed": 0, "doses": 0}
+        entry |= {"pills_taken": 0, "heartbeats": 1, "last_number_of_pills": None, "last_mass_of_contents": None}
+        report = hourly_document(USER, day + timedelta(hours=hour), [entry], day + timedelta(days=1, seconds=stamp))
+        hours.insert_one(report)
+    policy = RetryPolicy(max_retries=0, base_ms=1)
+    refresh_daily(db, {(USER, day)}, policy)
+    real_load = aggregation._load_hourly_days
+    deleted: list[Any] = []
+
+    def deleted_meanwhile(*args: Any) -> Any:
+        found = real_load(*args)
+        if not deleted:  # the other roll-up, after the hour 02 went (as write_hourly deletes an emptied hour)
+            deleted.append(hours.delete_one({"_id": hourly_id(USER, day + timedelta(hours=2)), "user_id": USER}))
+            refresh_daily(db, {(USER, day)}, policy)
+        return found
+
+    monkeypatch.setattr(aggregation, "_load_hourly_days", deleted_meanwhile)
+    refresh_daily(db, {(USER, day)}, policy)
+
+    assert db[schema.USER_DAILY_REPORTS].find_one({"day": day})["heartbeats"] == 1
 
 
 def test_a_heartbeat_dated_after_a_reassignment_moves_to_the_new_owner(db, server_clock):

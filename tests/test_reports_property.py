@@ -78,11 +78,14 @@ class History:
         if kind == "reassign":
             self._provision(bottle_id, detail, server_now)
             return [self._heartbeat_change(bottle_id)]
-        body = json.dumps({"events": [device_event(e, server_now) for e in detail]}).encode()
+        # One event per type and instant: a device's event without an id is its type at its time, so two of
+        # them with other content in one request are refused (400) and store nothing.
+        unique = list({(e["kind"], e["minutes_before"]): e for e in reversed(detail)}.values())[::-1]
+        body = json.dumps({"events": [device_event(e, server_now) for e in unique]}).encode()
         receive(self.db, bottle_id, self.keys[bottle_id], body, now=server_now, settings=SETTINGS)
         actions = self.db[schema.BOTTLE_ACTIONS].find({"bottle_id": bottle_id, "received_at": server_now})
         changes = [Change(schema.BOTTLE_ACTIONS, a["_id"], a) for a in actions]
-        heartbeats = sum(1 for e in detail if e["kind"] == "heartbeat")
+        heartbeats = sum(1 for e in unique if e["kind"] == "heartbeat")
         return changes + [self._heartbeat_change(bottle_id)] * min(heartbeats, 1)
 
     def _heartbeat_change(self, bottle_id: str) -> Change:

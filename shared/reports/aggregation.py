@@ -100,14 +100,16 @@ def user_days_of(changes: Iterable[Change]) -> set[UserDay]:
 
 class Stamper:
     """Write times of one run: never before `now`, and later for every page, so a reader polling by
-    `updated_at` during the run never misses a page written after its last read."""
+    `updated_at` during the run never misses a page written after its last read. `at`: the time the page is
+    written, so a page written late in a long run is not dated back to its start (past the daily hop's
+    checkpoint, which only reads back the overlap)."""
 
     def __init__(self, now: datetime) -> None:
         self._now = now
         self._last = now - MILLISECOND
 
-    def next(self) -> datetime:
-        self._last = max(self._now, self._last + MILLISECOND)
+    def next(self, at: datetime | None = None) -> datetime:
+        self._last = max(self._now, at or self._now, self._last + MILLISECOND)
         return self._last
 
 
@@ -273,8 +275,11 @@ def merged_document(
     return hourly_document(user_id, hour, entries, updated_at)
 
 
-def _guarded_write(old: Mapping[str, Any] | None, new: Document) -> InsertOne[Any] | UpdateOne:
-    """Insert a new document, or update one only if it is still the version we read (else a duplicate key)."""
+def _guarded_write(
+    old: Mapping[str, Any] | None, new: Document, *, also: Sequence[str] = ()
+) -> InsertOne[Any] | UpdateOne:
+    """Insert a new document, or update one only if it is still the version we read (its `updated_at`, and
+    the fields `also`), else a duplicate key."""
     if old is None:
         return InsertOne(new)
     update: dict[str, Any] = {"$set": {k: v for k, v in new.items() if k != "_id"}}
@@ -282,6 +287,7 @@ def _guarded_write(old: Mapping[str, Any] | None, new: Document) -> InsertOne[An
     if stale:
         update["$unset"] = stale
     guard = {"_id": new["_id"], "user_id": new["user_id"], "updated_at": old["updated_at"]}
+    guard |= {name: old[name] for name in also}
     return UpdateOne(guard, update, upsert=True)
 
 
@@ -296,31 +302,40 @@ def _delete_guarded(collection: Collection[Any], old: Mapping[str, Any], policy:
 def refresh_daily(db: Database[Any], user_days: set[UserDay], policy: RetryPolicy) -> int:
     """Recompute each user-day from its hourly documents; write (or delete) the daily documents that differ.
 
-    A daily document's `updated_at` is its latest hour's, and a write only replaces a document computed from
-    older hours (`updated_at` $lte), so a recompute from a stale read never overwrites a newer one."""
-    if not user_days:
-        return 0
-    hourly = _load_hourly_days(db, user_days, policy)
+    A daily document is read before its hours, and written only if it is still the one read (its `updated_at`
+    and `bottles`): a recompute from a stale read never overwrites a newer one, and one that finds a day gone
+    back (an hour emptied and deleted, maybe the day's newest) is not refused for it. A guard that fails sends
+    that day round again; StoreUnavailable if it keeps failing."""
     collection = db[schema.USER_DAILY_REPORTS]
-    stored = _load_by_id(collection, [daily_id(u, d) for u, d in user_days], policy)
-    ops: list[InsertOne[Any] | UpdateOne] = []
+    pending = set(user_days)
     written = 0
-    for user_id, day in sorted(user_days):
-        old = stored.get(daily_id(user_id, day))
-        new = daily_document(user_id, day, hourly.get((user_id, day), []))
-        if new is None:
-            if old is not None and _delete_guarded(collection, old, policy):
-                written += 1
-        elif not (same_content(old, new) and old is not None and old["updated_at"] == new["updated_at"]):
-            update: dict[str, Any] = {"$set": {k: v for k, v in new.items() if k != "_id"}}
-            stale = {k: "" for k in old or {} if k not in new}
-            if stale:
-                update["$unset"] = stale
-            guard = {"_id": new["_id"], "user_id": user_id, "updated_at": {"$lte": new["updated_at"]}}
-            ops.append(UpdateOne(guard, update, upsert=True))
-    if ops:
-        written += sum(write_idempotent(collection, ops, policy))
-    return written
+    for _round in range(MAX_CONFLICT_ROUNDS):
+        if not pending:
+            return written
+        stored = _load_by_id(collection, [daily_id(u, d) for u, d in pending], policy)
+        hourly = _load_hourly_days(db, pending, policy)
+        ops: list[InsertOne[Any] | UpdateOne] = []
+        op_keys: list[UserDay] = []
+        conflicts: set[UserDay] = set()
+        for user_id, day in sorted(pending):
+            old = stored.get(daily_id(user_id, day))
+            new = daily_document(user_id, day, hourly.get((user_id, day), []))
+            if new is None:
+                if old is not None:
+                    if _delete_guarded(collection, old, policy):
+                        written += 1
+                    else:
+                        conflicts.add((user_id, day))
+            elif not (same_content(old, new) and old is not None and old["updated_at"] == new["updated_at"]):
+                # `updated_at` alone can come back (an hour below the newest deleted): `bottles` too.
+                ops.append(_guarded_write(old, new, also=("bottles",)))
+                op_keys.append((user_id, day))
+        outcomes = write_idempotent(collection, ops, policy) if ops else []
+        written += sum(outcomes)
+        pending = conflicts | {key for key, ok in zip(op_keys, outcomes, strict=True) if not ok}
+    if not pending:
+        return written
+    raise StoreUnavailable("daily reports kept changing during the update; try again", retry_after_s=1)
 
 
 def _load_hourly_days(db: Database[Any], user_days: set[UserDay], policy: RetryPolicy) -> dict[UserDay, list[Document]]:

@@ -15,7 +15,8 @@ Cosmos DB's change streams, as its documentation describes them, and what this m
   after the batch. A page therefore ends only where a server batch ends, and only then is it checkpointed;
   stopping inside a batch would skip the rest of it for good;
 - a throttled stream answers with empty batches, so an empty or short page is no proof of being caught up:
-  a checkpoint time is the newest server time among the documents read, never the clock's;
+  a checkpoint time is the newest server time among the documents read, never the clock's (elsewhere an
+  update is dated by what it set: its `updateLookup` document may be newer than changes not read yet);
 - no deletes, no `operationType` in the output, order only within a shard key: aggregation recomputes
   buckets from source, so order and repeats do not matter;
 - a rejected resume token (expired, or its partition split): the partition polls from its checkpoint time
@@ -35,7 +36,7 @@ from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
 from shared import metrics
-from shared.instants import format_instant
+from shared.instants import format_instant, to_stored
 from shared.reports.aggregation import Change, Stamper, find_all, refresh_daily, refresh_hourly, user_days_of
 from shared.reports.leases import (
     FEEDS,
@@ -69,11 +70,16 @@ MAX_AWAIT_MS = 20  # how long an empty getMore waits for changes before the page
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+# Outside Cosmos DB an update also says what it set: `updateLookup` gives the document as it is now, which may
+# be newer than the change (ChangeStreamSource's checkpoint time).
+PROJECTION_WITH_UPDATES = {"$project": {**PROJECTION["$project"], "updateDescription": 1}}
+
+
 def partition_pipeline(buckets: BucketRange | None) -> list[dict[str, Any]]:
     """The required pipeline, narrowed to a bucket range where the store has no physical partitions to read."""
     if buckets is None:
         return PIPELINE
-    return [{"$match": {**OPERATIONS, **buckets.selector(f"fullDocument.{BUCKET_FIELD}")}}, PROJECTION]
+    return [{"$match": {**OPERATIONS, **buckets.selector(f"fullDocument.{BUCKET_FIELD}")}}, PROJECTION_WITH_UPDATES]
 
 
 def aggregated_before(lease: Lease | None, settings: Settings) -> datetime | None:
@@ -107,6 +113,18 @@ class Source(Protocol):
 def _newest(documents: list[Mapping[str, Any] | None], time_field: str) -> datetime | None:
     times = [d[time_field] for d in documents if d is not None and d.get(time_field) is not None]
     return max(times, default=None)
+
+
+def _as_changed(entry: Mapping[str, Any], time_field: str) -> Mapping[str, Any] | None:
+    """What of a change's document dates the change itself. An update's `fullDocument` (`updateLookup`) is the
+    document as it is now, maybe changed again since, far past changes not read yet (a backlog): only what the
+    update set dates it. Cosmos DB sends no `updateDescription`, and a document there appears at its latest
+    change only, so its document dates it; so does an insert's or a replacement's anywhere."""
+    description = entry.get("updateDescription")
+    if description is None:
+        document: Mapping[str, Any] | None = entry.get("fullDocument")
+        return document
+    return {time_field: (description.get("updatedFields") or {}).get(time_field)}
 
 
 class PollingSource:
@@ -216,18 +234,20 @@ class ChangeStreamSource:
 
     def next_page(self) -> Page | None:
         changes: list[Change] = []
+        dated: list[Mapping[str, Any] | None] = []
         while True:
             entry = self._reader.next_change()
             if entry is None:  # the server had nothing more for now: its batch ended
                 break
             changes.append(Change(self._feed.collection, entry["documentKey"]["_id"], entry.get("fullDocument")))
+            dated.append(_as_changed(entry, self._feed.time_field))
             if len(changes) >= self._page_size and self._reader.at_batch_end():
                 break
         token = self._reader.resume_token
         if not changes and (token is None or token == self._saved):
             return None
         self._saved = token
-        newest = _newest([c.document for c in changes], self._feed.time_field)
+        newest = _newest(dated, self._feed.time_field)
         return Page(changes, token=token, checkpoint_time=newest)
 
     def close(self) -> None:
@@ -299,7 +319,9 @@ def open_source(
     elif lease.checkpoint_time is None:
         log.info("reports: %s has no saved position; building from the start of its source", partition.lease_id)
     start = lease.start_token
-    if partition.cosmos and lease.token is not None:  # rejected: the partition may have split; ask again
+    if partition.cosmos and (lease.token is not None or lease.checkpoint_time is not None):
+        # Rejected, or a recovery that ran out of budget: the stream need only start before the polling, and
+        # the lease's first token may be as stale as the one rejected. Ask again (the partition may have split).
         start = _fresh_start_token(db, partition, policy)
     try:
         stream = ChangeStreamSource(watch(partition, start), feed, page_size)
@@ -440,7 +462,7 @@ def process_partition(
         worker.release_quietly(held)
         raise
     if not worker.run.lost_lease:
-        release(db, partition, held, now=worker.wall_clock(), policy=worker.policy)
+        release(db, partition, held, now=worker.wall_clock(), policy=worker.release_policy())
     worker.run.checkpoint_time = held.checkpoint_time
     return worker.run
 
@@ -480,10 +502,15 @@ class _Worker:
                 if page.changes:
                     self._aggregate(page, stamper, changed_since)
                 held = _advanced(held, page)
-                if page.changes:  # a position without changes (an idle stream's token) is saved once, at the end
-                    if not self._save(held, source):
-                        return held
-                    saved = held
+                if not page.changes:
+                    # Only the position moved: nothing new, though others' writes move an empty getMore's token
+                    # (MongoDB's postBatchResumeToken); polling on would spin until the budget is spent. It is
+                    # saved at the end.
+                    self.run.caught_up = True
+                    break
+                if not self._save(held, source):
+                    return held
+                saved = held
             if held != saved:
                 self._save(held, source)
         finally:
@@ -495,7 +522,11 @@ class _Worker:
             self.run.daily_written += refresh_daily(self.db, user_days_of(page.changes), self.policy)
         else:
             result = refresh_hourly(
-                self.db, page.changes, stamp=stamper.next(), policy=self.policy, changed_since=changed_since
+                self.db,
+                page.changes,
+                stamp=stamper.next(to_stored(self.wall_clock())),
+                policy=self.policy,
+                changed_since=changed_since,
             )
             self.run.hourly_written += result.written
         self.run.pages += 1
@@ -516,9 +547,13 @@ class _Worker:
             self.run.lost_lease = True
         return saved
 
+    def release_policy(self) -> RetryPolicy:
+        """A release has a request's deadline of its own: the run's may be what just ran out."""
+        return RetryPolicy.for_request(self.settings)
+
     def release_quietly(self, held: Lease) -> None:
         try:
-            release(self.db, self.partition, held, now=self.wall_clock(), policy=self.policy)
+            release(self.db, self.partition, held, now=self.wall_clock(), policy=self.release_policy())
         except (PyMongoError, StoreUnavailable) as error:  # the lease then expires on its own
             log.warning("reports: could not release %s: %s", self.partition.lease_id, type(error).__name__)
 

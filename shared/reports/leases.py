@@ -124,7 +124,8 @@ def ensure_leases(
 ) -> int:
     """Make a lease for every partition that has none; how many were made. A new partition of a feed that
     already has positions (the partition count changed, or Cosmos DB split a partition) starts from the
-    feed's oldest checkpoint time and recovers from there; a feed's first partitions start from scratch."""
+    feed's oldest checkpoint time and recovers from there; a feed's first partitions, and the new ones of a feed
+    with a partition that never saved a checkpoint time, start from scratch."""
     wanted = list(partitions)
     if not wanted:
         return 0
@@ -134,11 +135,12 @@ def ensure_leases(
         policy,
     )
     have = {doc["_id"] for doc in existing}
-    oldest: dict[str, datetime] = {}
+    # A lease without a checkpoint time has aggregated nothing known: the new ones then build from the start.
+    oldest: dict[str, datetime | None] = {}
     for doc in existing:
-        if doc.get("checkpoint_time") is not None:
-            feed = doc["feed"]
-            oldest[feed] = min(oldest.get(feed, doc["checkpoint_time"]), doc["checkpoint_time"])
+        feed, time = doc["feed"], doc.get("checkpoint_time")
+        known = oldest.get(feed, time)
+        oldest[feed] = None if time is None or known is None else min(known, time)
     ops: list[Any] = [
         UpdateOne(
             {"_id": partition.lease_id},
@@ -181,13 +183,16 @@ def leases_to_dispatch(
         lambda: [doc["_id"] for doc in db[schema.LEASES].find({"_id": {"$in": sorted(by_id)}, **due}, {"_id": 1})],
         policy,
     )
-    # Each mark is guarded by the same condition: of two racing dispatchers, one sends each partition.
-    mark = {"$set": {"dispatched_until": now + hold_for}}
-    return [by_id[lease_id] for lease_id in candidates if _marked(db, {"_id": lease_id, **due}, mark, policy)]
+    # Each mark is guarded by the same condition: of two racing dispatchers, one sends each partition. A retry
+    # finds the mark its lost reply made.
+    until = now + hold_for
+    mark = {"$set": {"dispatched_until": until}}
+    ours = {"$or": [due, {"dispatched_until": until}]}
+    return [by_id[lease_id] for lease_id in candidates if _marked(db, {"_id": lease_id, **ours}, mark, policy)]
 
 
 def _marked(db: Database[Any], guard: dict[str, Any], update: dict[str, Any], policy: RetryPolicy) -> bool:
-    return with_retries(lambda: db[schema.LEASES].update_one(guard, update), policy).modified_count == 1
+    return with_retries(lambda: db[schema.LEASES].update_one(guard, update), policy).matched_count == 1
 
 
 def new_owner() -> str:
@@ -199,9 +204,11 @@ def claim(
 ) -> Lease | None:
     """Take the partition's lease if no live worker holds it (a new version: the fencing token); None if one
     does (a work message delivered twice, or to two workers at once)."""
+    # A retry whose first try took effect (its reply lost) finds the lease already its owner's.
+    free = [{"owner": None}, {"expires_at": {"$lt": now}}, {"owner": owner}]
     found = with_retries(
         lambda: db[schema.LEASES].find_one_and_update(
-            {"_id": partition.lease_id, "$or": [{"owner": None}, {"expires_at": {"$lt": now}}]},
+            {"_id": partition.lease_id, "$or": free},
             {"$set": {"owner": owner, "expires_at": now + lease_for, "claimed_at": now}, "$inc": {"version": 1}},
             return_document=ReturnDocument.AFTER,
         ),

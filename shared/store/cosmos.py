@@ -75,10 +75,13 @@ def create_sharded_collection(db: Database[Any], name: str, shard_key: str | Non
 def change_stream_tokens(db: Database[Any], collection: str) -> list[Any] | None:
     """One change-stream resume token per physical partition of `collection` (Cosmos DB's
     `GetChangeStreamTokens` custom command): each opens a change stream that reads that partition only, which
-    is how a consumer scales out on Cosmos DB. None where the command does not exist (any other MongoDB)."""
+    is how a consumer scales out on Cosmos DB. None where the command does not exist (any other MongoDB);
+    throttling is raised, for the caller's retries: it says nothing about the partitions."""
     try:
         reply = db.command({"customAction": "GetChangeStreamTokens", "collection": collection})
-    except OperationFailure:
+    except OperationFailure as error:
+        if throttle_delay_ms(error) is not None:
+            raise
         return None
     tokens = reply.get("resumeAfterTokens")
     return list(tokens) if tokens else None

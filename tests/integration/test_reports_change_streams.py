@@ -13,9 +13,11 @@ from shared import instants
 from shared.instants import day_of, utc_now
 from shared.reports import change_feed
 from shared.reports import rebuild as rebuild_reports
+from shared.reports.leases import ACTIONS_FEED, HEARTBEATS_FEED, Partition
 from shared.settings import get_settings
 from shared.store import client as store
 from shared.store import schema
+from shared.store.partitioning import BucketRange
 from shared.store.retries import StoreUnavailable
 from tests.api import SPEC, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
 from tests.report_client import Round, aggregate, clear_reports, get_reports, run_round, set_setting, stored_reports
@@ -290,3 +292,66 @@ def test_the_rebuild_command_rejects_a_bad_range_or_scope(argv, says, capsys):
         rebuild_reports.main([*argv, "--uri", "mongodb://127.0.0.1:1/"])
     assert exit_info.value.code == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_backlog_read_with_update_lookup_does_not_move_the_checkpoint_past_unread_changes(real_db, monkeypatch):
+    """`updateLookup` gives a change's document as it is *now*: reading a backlog, the first page's documents may
+    carry receive times far past the changes not read yet. A checkpoint time taken from them would tell the next
+    run that those heartbeats were aggregated, and it would skip their hours for good."""
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "1")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    clock = [datetime(2026, 11, 20, 9, 50, tzinfo=UTC)]
+    instants.set_clock(lambda: clock[0])
+    try:
+        keys = {"bottle-x": provisioned("bottle-x"), "bottle-z": provisioned("bottle-z")}
+        keys["bottle-y"] = provisioned("bottle-y", {**SPEC, "user_id": "other"})
+        run()  # positions the streams
+
+        def beat(bottle_id: str, at_time: datetime) -> None:
+            clock[0] = at_time
+            assert post_events(bottle_id, keys[bottle_id], heartbeat(at_time)).status == 202
+
+        ten = datetime(2026, 11, 20, 10, tzinfo=UTC)
+        beat("bottle-x", ten + timedelta(minutes=10))
+        beat("bottle-z", ten + timedelta(minutes=11))
+        beat("bottle-y", ten + timedelta(minutes=20))  # its change waits behind the first page
+        beat("bottle-x", ten + timedelta(minutes=60))
+        beat("bottle-z", ten + timedelta(minutes=61))
+        clock[0] = ten + timedelta(minutes=62)
+
+        ticks = iter(range(0, 10_000, 30))  # 30 s a call against a 45 s budget: one page, then out of time
+        partition = Partition(HEARTBEATS_FEED, 0, 1)
+        first = change_feed.process_partition(
+            real_db, partition, now=utc_now(), settings=get_settings(), clock=lambda: next(ticks)
+        )
+        assert first.pages == 1
+        assert not first.caught_up
+        run()
+        run()
+    finally:
+        instants.set_clock(None)
+
+    hour = real_db[schema.USER_HOURLY_REPORTS].find_one({"user_id": "other", "hour": ten})
+    assert hour is not None
+    assert hour["heartbeats"] == 1
+
+
+def test_a_caught_up_partition_ends_its_run_though_other_writes_move_its_token(real_db, monkeypatch):
+    """An empty getMore on MongoDB still moves the stream's token (its postBatchResumeToken) past whatever else
+    was written meanwhile: other partitions' documents, other collections. A partition with nothing new must
+    end its run there, not poll its stream every 20 ms until its whole time budget is spent, every run."""
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "2")
+    run()  # positions the streams
+    partition = Partition(ACTIONS_FEED, 0, 2)
+    elsewhere = BucketRange(1, 2).low
+    seconds = [0]
+
+    def clock() -> int:  # a second a call; meanwhile the rest of the fleet writes
+        real_db[schema.BOTTLE_ACTIONS].insert_one({"bucket": elsewhere, "received_at": utc_now()})
+        seconds[0] += 1
+        return seconds[0]
+
+    idle = change_feed.process_partition(real_db, partition, now=utc_now(), settings=get_settings(), clock=clock)
+
+    assert idle.caught_up
+    assert seconds[0] < 10
