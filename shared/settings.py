@@ -3,7 +3,7 @@
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -172,6 +172,17 @@ class Settings(BaseSettings):
         description="Longest a check run sweeps before it stops; the next run carries on where it stopped.",
     )
 
+    @model_validator(mode="after")
+    def _leases_outlive_their_runs(self) -> "Settings":
+        """A lease that expired while its worker still runs would be taken over mid-run (harmless, but wasted)."""
+        longest_run = self.reports_time_budget_seconds + self.request_deadline_seconds
+        if self.reports_lease_seconds <= longest_run:
+            raise ValueError(
+                f"REPORTS_LEASE_SECONDS ({self.reports_lease_seconds}) must be longer than a worker's run: "
+                f"REPORTS_TIME_BUDGET_SECONDS plus REQUEST_DEADLINE_SECONDS ({longest_run:g})"
+            )
+        return self
+
 
 class InvalidSettings(ValueError):
     """An app setting has a value the app cannot run with; the message names each such setting."""
@@ -184,5 +195,10 @@ def get_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as error:
-        problems = [f"{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in error.errors()]
+        problems = [_problem(e["loc"], e["msg"]) for e in error.errors()]
         raise InvalidSettings("invalid app settings: " + "; ".join(problems)) from None
+
+
+def _problem(loc: tuple[int | str, ...], message: str) -> str:
+    message = message.removeprefix("Value error, ")
+    return f"{'.'.join(str(p) for p in loc).upper()}: {message}" if loc else message

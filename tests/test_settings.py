@@ -30,6 +30,7 @@ def start_app(**settings: str) -> subprocess.CompletedProcess[str]:
         ("CHECK_BATCH_SIZE", "0", "CHECK_BATCH_SIZE: Input should be greater than or equal to 1"),
         ("CHANGE_SOURCE", "kafka", "CHANGE_SOURCE: Input should be 'change_stream' or 'polling'"),
         ("REQUEST_DEADLINE_SECONDS", "soon", "REQUEST_DEADLINE_SECONDS: Input should be a valid number"),
+        ("REPORTS_LEASE_SECONDS", "50", "REPORTS_LEASE_SECONDS (50) must be longer than a worker's run"),
     ],
 )
 def test_a_bad_setting_fails_the_start_up_naming_it(name, value, message):

@@ -182,6 +182,8 @@ class LocalServer:
         assert isinstance(server, BaseWSGIServer)  # one address: one listening socket
         self.http = server
         self._stop = threading.Event()
+        self._closing = threading.Lock()  # the event loop closing its sockets, and stop() waking it, one at a time
+        self._closed = False
         self._threads = [threading.Thread(target=self._serve, name="serve-http", daemon=True)]
         if timers and host.timers:
             self._threads.append(threading.Thread(target=self._run_timers, name="serve-timers", daemon=True))
@@ -204,8 +206,10 @@ class LocalServer:
     def stop(self) -> None:
         if self._stop.is_set():
             return
-        self._stop.set()
-        self.http.pull_trigger()  # wakes the event loop, which closes every socket and returns
+        with self._closing:  # never signal a loop that already closed its sockets (its trigger among them)
+            self._stop.set()
+            if not self._closed:
+                self.http.pull_trigger()  # wakes the event loop, which closes every socket and returns
         self._queue_activity.set()
         for thread in self._threads:
             if thread.is_alive():
@@ -221,7 +225,9 @@ class LocalServer:
                 # poll(), not select(), which fails past file descriptor 1023
                 wasyncore.loop(timeout=1, use_poll=True, map=self._map, count=1)
         finally:
-            wasyncore.close_all(self._map)
+            with self._closing:
+                self._closed = True
+                wasyncore.close_all(self._map)
 
     def _run_timers(self) -> None:
         last = datetime.now(UTC)
