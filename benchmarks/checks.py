@@ -38,6 +38,7 @@ from shared.notifications.documents import KINDS, Episode, Kind, notification_do
 from shared.settings import Settings
 from shared.store import client as store
 from shared.store import schema
+from shared.store.partitioning import bucket_of
 from shared.store.setup import ensure_store
 from tools.arguments import float_above, int_between
 from tools.command_tally import CommandTally
@@ -141,6 +142,7 @@ def _bottle(n: int, trouble: Kind | None) -> dict[str, Any]:
         "dose_due": last_dose + EVERY,
         "dose_late_at": last_dose + EVERY + GRACE,
         "dose_pending": True,
+        "bucket": bucket_of(_id(n)),
     }
 
 
@@ -156,6 +158,7 @@ def _heartbeats(n: int, silent: bool) -> dict[str, Any]:
         "silent_pending": True,
         "times": [last - timedelta(minutes=30), last],
         "received_at": last,
+        "bucket": bucket_of(_id(n)),
     }
 
 
@@ -163,10 +166,14 @@ def _heartbeats(n: int, silent: bool) -> dict[str, Any]:
 
 
 def sweep(db: Database[Any], kind: Kind) -> int:
-    """The app: one run of the check, as its timer runs it."""
+    """The app: one run of the check, as its timer dispatches it: a run on each of its partitions (here one
+    after the other; in Azure side by side)."""
     sent: list[str] = []
-    run = checks.run_check(db, kind, now=NOW, settings=SETTINGS, send=sent.extend)
-    return run.notified
+    runs = [
+        checks.run_check(db, kind, partition=partition.buckets, now=NOW, settings=SETTINGS, send=sent.extend)
+        for partition in checks.partitions(kind, SETTINGS)
+    ]
+    return sum(run.notified for run in runs)
 
 
 def per_bottle(db: Database[Any], kind: Kind) -> int:

@@ -1,6 +1,8 @@
-"""The notification checks: three timers that sweep the fleet for bottles in trouble, record one notification
-per episode and send each new one to the notifications queue (with the Storage Queue SDK, inside the invocation,
-so a notification is marked queued only once the queue has its message)."""
+"""The notification checks: three timers that dispatch their sweeps (a timer runs on one instance), one work
+message per partition of the fleet through a queue output binding, and the queue-triggered worker that sweeps one
+partition (so the sweeps scale out), records one notification per episode and sends each new one to the
+notifications queue (with the Storage Queue SDK, inside the invocation, so a notification is marked queued only
+once the queue has its message)."""
 
 import logging
 import time
@@ -8,7 +10,7 @@ import time
 import azure.functions as func
 
 from shared.instants import utc_now
-from shared.notifications.checks import run_check
+from shared.notifications.checks import CheckPartition, dispatch, run_check
 from shared.notifications.documents import Kind
 from shared.notifications.queue import get_sender
 from shared.observability import log_invocation
@@ -18,22 +20,18 @@ from shared.store.client import get_database
 bp = func.Blueprint()
 log = logging.getLogger(__name__)
 
+QUEUE = "%CHECKS_QUEUE%"
+CONNECTION = "AzureWebJobsStorage"
 
-def _run(function: str, kind: Kind, timer: func.TimerRequest) -> None:
-    """A past-due run (the host was down or busy) is an ordinary run: the sweeps catch up on everything."""
+
+def _dispatch(function: str, kind: Kind, timer: func.TimerRequest, work: func.Out[list[str]]) -> None:
+    """A past-due run (the host was down or busy) is an ordinary run: the partitions' sweeps catch up."""
     started = time.perf_counter()
-    settings = get_settings()
-    run = run_check(get_database(), kind, now=utc_now(), settings=settings, send=get_sender(settings))
+    dispatched = dispatch(kind, settings=get_settings(), send=work.set)
     log_invocation(
         log,
         function,
-        examined=run.examined,
-        notified=run.notified,
-        withheld=run.withheld,
-        resolved=run.resolved,
-        queued=run.queued,
-        send_failed=run.send_failed,
-        complete=run.complete,
+        dispatched=len(dispatched),
         past_due=timer.past_due,
         duration_ms=round((time.perf_counter() - started) * 1000),
     )
@@ -41,17 +39,52 @@ def _run(function: str, kind: Kind, timer: func.TimerRequest) -> None:
 
 @bp.function_name("check_open_bottles")
 @bp.timer_trigger(arg_name="timer", schedule="%CHECK_OPEN_BOTTLES_SCHEDULE%", run_on_startup=False, use_monitor=True)
-def check_open_bottles(timer: func.TimerRequest) -> None:
-    _run("check_open_bottles", "left_open", timer)
+@bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
+def check_open_bottles(timer: func.TimerRequest, work: func.Out[list[str]]) -> None:
+    _dispatch("check_open_bottles", "left_open", timer, work)
 
 
 @bp.function_name("check_silent_bottles")
 @bp.timer_trigger(arg_name="timer", schedule="%CHECK_SILENT_BOTTLES_SCHEDULE%", run_on_startup=False, use_monitor=True)
-def check_silent_bottles(timer: func.TimerRequest) -> None:
-    _run("check_silent_bottles", "silent", timer)
+@bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
+def check_silent_bottles(timer: func.TimerRequest, work: func.Out[list[str]]) -> None:
+    _dispatch("check_silent_bottles", "silent", timer, work)
 
 
 @bp.function_name("check_late_doses")
 @bp.timer_trigger(arg_name="timer", schedule="%CHECK_LATE_DOSES_SCHEDULE%", run_on_startup=False, use_monitor=True)
-def check_late_doses(timer: func.TimerRequest) -> None:
-    _run("check_late_doses", "late_dose", timer)
+@bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
+def check_late_doses(timer: func.TimerRequest, work: func.Out[list[str]]) -> None:
+    _dispatch("check_late_doses", "late_dose", timer, work)
+
+
+@bp.function_name("run_check_partition")
+@bp.queue_trigger(arg_name="message", queue_name=QUEUE, connection=CONNECTION)
+def run_check_partition(message: func.QueueMessage) -> None:
+    """A malformed message raises, so the host retries it and then moves it to the poison queue."""
+    started = time.perf_counter()
+    partition = CheckPartition.from_message(message.get_body())
+    settings = get_settings()
+    run = run_check(
+        get_database(),
+        partition.kind,
+        partition=partition.buckets,
+        now=utc_now(),
+        settings=settings,
+        send=get_sender(settings),
+    )
+    log_invocation(
+        log,
+        "run_check_partition",
+        check=partition.kind,
+        partition=partition.name,
+        examined=run.examined,
+        notified=run.notified,
+        withheld=run.withheld,
+        resolved=run.resolved,
+        queued=run.queued,
+        send_failed=run.send_failed,
+        complete=run.complete,
+        dequeue_count=message.dequeue_count,
+        duration_ms=round((time.perf_counter() - started) * 1000),
+    )

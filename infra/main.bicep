@@ -37,6 +37,9 @@ param notificationsQueueName string = 'notifications'
 @description('Name of the Storage queue of the report workers\' work messages (the REPORTS_QUEUE setting).')
 param reportsQueueName string = 'report-partitions'
 
+@description('Name of the Storage queue of the check partition workers\' work messages (the CHECKS_QUEUE setting).')
+param checksQueueName string = 'check-partitions'
+
 @description('Most instances Flex Consumption may scale the app out to.')
 @minValue(40)
 @maxValue(1000)
@@ -64,10 +67,10 @@ param alertActionGroupId string = ''
 @description('Alert when every report consumer run of 15 minutes left a feed more than this many minutes behind.')
 param alertReportLagMinutes int = 10
 
-@description('Alert when, after every check run of 15 minutes, more notifications of a kind than this wait for the queue.')
+@description('Alert when, after every check run of 15 minutes, more notifications of a kind than this (all partitions together) wait for the queue.')
 param alertPendingNotifications int = 1000
 
-@description('Alert when every run of a check hit its time budget in this many 5-minute periods in a row.')
+@description('Alert when every run of a check partition hit its time budget in this many 5-minute periods in a row.')
 @minValue(1)
 @maxValue(6)
 param alertCheckBudgetPeriodsInARow int = 3
@@ -113,6 +116,8 @@ var appSettings = {
   CHECK_OPEN_BOTTLES_SCHEDULE: '0 */1 * * * *'
   CHECK_SILENT_BOTTLES_SCHEDULE: '0 */5 * * * *'
   CHECK_LATE_DOSES_SCHEDULE: '0 */5 * * * *'
+  CHECK_PARTITIONS: '4'
+  CHECKS_QUEUE: checksQueueName
   LEFT_OPEN_MINUTES: '5'
   SILENT_MINUTES: '60'
   DOSE_HISTORY: '32'
@@ -125,7 +130,7 @@ var appSettings = {
   QUEUE_SEND_TIMEOUT_SECONDS: '5'
   QUEUE_SEND_RETRIES: '2'
   CHECK_BATCH_SIZE: '500'
-  QUEUE_MESSAGES_PER_RUN: '5000'
+  QUEUE_MESSAGES_PER_PARTITION: '5000'
   CHECKS_TIME_BUDGET_SECONDS: '50'
 }
 
@@ -161,8 +166,9 @@ module applicationInsights 'br/public:avm/res/insights/component:0.6.0' = {
   }
 }
 
-// The host's storage (identity-based AzureWebJobsStorage: no keys), the deployment package container and the
-// notifications queue (which the checks send to with the SDK; it is created here, not by the app).
+// The host's storage (identity-based AzureWebJobsStorage: no keys), the deployment package container, the
+// notifications queue (which the checks send to with the SDK; it is created here, not by the app) and the work
+// queues of the report and check partition workers.
 module storage 'br/public:avm/res/storage/storage-account:0.8.3' = {
   name: 'storage'
   params: {
@@ -188,6 +194,7 @@ module storage 'br/public:avm/res/storage/storage-account:0.8.3' = {
       queues: [
         { name: notificationsQueueName }
         { name: reportsQueueName }
+        { name: checksQueueName }
       ]
     }
   }

@@ -24,9 +24,11 @@ NAMES = (REPORT_LAG, PENDING_NOTIFICATIONS, CHECK_RUNS, CHECK_BUDGET_EXHAUSTED, 
 # The attributes each metric carries (custom dimensions in Application Insights, which the alert rules split by).
 ATTRIBUTES: dict[str, tuple[str, ...]] = {
     REPORT_LAG: ("feed",),
-    PENDING_NOTIFICATIONS: ("kind",),
-    CHECK_RUNS: ("kind",),
-    CHECK_BUDGET_EXHAUSTED: ("kind",),
+    # `partition` (`index/count`): each check partition runs on its own; the alert rules add partitions up
+    # (pending) or watch each (budget).
+    PENDING_NOTIFICATIONS: ("kind", "partition"),
+    CHECK_RUNS: ("kind", "partition"),
+    CHECK_BUDGET_EXHAUSTED: ("kind", "partition"),
     HTTP_503: ("function", "reason"),
     STORE_THROTTLED: ("code",),
 }
@@ -43,13 +45,17 @@ _report_lag = _meter.create_histogram(
 _pending = _meter.create_histogram(
     PENDING_NOTIFICATIONS,
     unit="{notification}",
-    description="After each check run's delivery: notifications of its kind still waiting to be sent to the queue",
+    description="After each check partition run's delivery: the partition's notifications of its kind still "
+    "waiting to be sent to the queue",
 )
-_check_runs = _meter.create_counter(CHECK_RUNS, unit="{run}", description="Check runs, per kind")
+_check_runs = _meter.create_counter(
+    CHECK_RUNS, unit="{run}", description="Check partition runs, per kind and partition"
+)
 _budget_exhausted = _meter.create_counter(
     CHECK_BUDGET_EXHAUSTED,
     unit="{run}",
-    description="Check runs that stopped at CHECKS_TIME_BUDGET_SECONDS with bottles left to sweep, per kind",
+    description="Check partition runs that stopped at CHECKS_TIME_BUDGET_SECONDS with bottles left to sweep, per "
+    "kind and partition",
 )
 _http_503 = _meter.create_counter(
     HTTP_503,
@@ -71,14 +77,15 @@ def report_lag(feed: str, seconds: float) -> None:
     _report_lag.record(max(0.0, seconds), {"feed": feed})
 
 
-def check_run(kind: str, *, budget_exhausted: bool, pending: int | None) -> None:
-    """Count a check run of `kind`; whether it hit its time budget; the notifications it left pending (None:
-    unknown, not recorded)."""
-    _check_runs.add(1, {"kind": kind})
+def check_run(kind: str, *, partition: str, budget_exhausted: bool, pending: int | None) -> None:
+    """Count a check run of `kind` on `partition` (`index/count`); whether it hit its time budget; the partition's
+    notifications it left pending (None: unknown, not recorded)."""
+    attributes = {"kind": kind, "partition": partition}
+    _check_runs.add(1, attributes)
     if budget_exhausted:
-        _budget_exhausted.add(1, {"kind": kind})
+        _budget_exhausted.add(1, attributes)
     if pending is not None:
-        _pending.record(pending, {"kind": kind})
+        _pending.record(pending, attributes)
 
 
 def unavailable_response(function: str, reason: Unavailable) -> None:

@@ -106,7 +106,8 @@ class Settings(BaseSettings):
         "that commit after later ones and for clock skew between instances.",
     )
 
-    # Notification checks (shared/checks.py, functions/checks.py).
+    # Notification checks: the dispatcher timers and the partition workers `run_check_partition`
+    # (shared/notifications/checks.py, functions/checks.py).
     check_open_bottles_schedule: str = Field(
         default="0 */1 * * * *", min_length=1, description="NCRONTAB schedule of check_open_bottles."
     )
@@ -115,6 +116,18 @@ class Settings(BaseSettings):
     )
     check_late_doses_schedule: str = Field(
         default="0 */5 * * * *", min_length=1, description="NCRONTAB schedule of check_late_doses."
+    )
+    check_partitions: int = Field(
+        default=4,
+        ge=1,
+        le=1024,
+        description="Partitions (bucket ranges) each check's sweep is split into: each timer run sends one work "
+        "message per partition, and a queue-triggered worker sweeps it with its own time budget and message cap.",
+    )
+    checks_queue: str = Field(
+        default="check-partitions",
+        pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",
+        description="Azure Storage queue of the checks' work messages, one per (check, partition).",
     )
     left_open_minutes: int = Field(
         default=5, ge=1, le=1440, description="A bottle open longer than this is left open (one notification)."
@@ -159,17 +172,18 @@ class Settings(BaseSettings):
     check_batch_size: int = Field(
         default=500, ge=1, le=10_000, description="Bottles a check reads and writes per batch (bounds its memory)."
     )
-    queue_messages_per_run: int = Field(
+    queue_messages_per_partition: int = Field(
         default=5000,
         ge=1,
         le=100_000,
-        description="Most queue messages one check run sends; the rest stay pending for the next run.",
+        description="Most queue messages one partition's check run sends (its own pending notifications); the "
+        "rest stay pending for that partition's next run.",
     )
     checks_time_budget_seconds: float = Field(
         default=50.0,
         gt=0,
         le=540,  # below host.json's functionTimeout (10 minutes)
-        description="Longest a check run sweeps before it stops; the next run carries on where it stopped.",
+        description="Longest one partition's check run sweeps before it stops; its next run carries on.",
     )
 
     @model_validator(mode="after")

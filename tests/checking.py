@@ -1,26 +1,108 @@
 """The notification checks' test bench: a controlled server clock, the app's real HTTP functions for
 provisioning and device events, the three timer functions invoked the way the Functions host does (a timer
-request), and a fake notifications queue in place of the Storage queue client."""
+request) with each work message they dispatch delivered to the partition worker `run_check_partition` (as a
+queue trigger would), and a fake notifications queue in place of the Storage queue client."""
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from azure.functions.queue import QueueMessage as HostQueueMessage
+
 from functions import checks as check_functions
 from shared.instants import set_clock
+from shared.notifications import delivery
+from shared.notifications.checks import CheckPartition, CheckRun, dispatch, run_check
 from shared.notifications.delivery import SendFailed
 from shared.notifications.documents import Kind
 from shared.notifications.queue import use_sender
+from shared.settings import Settings, get_settings
 from shared.store import schema
 from tests.api import SPEC, closed, get_bottle, heartbeat, opened, post_events, put_bottle
+from tests.report_client import Collect
 
 TIMERS: dict[Kind, Callable[..., None]] = {
     "left_open": check_functions.check_open_bottles.build().get_user_function(),
     "silent": check_functions.check_silent_bottles.build().get_user_function(),
     "late_dose": check_functions.check_late_doses.build().get_user_function(),
 }
+WORKER: Callable[..., None] = check_functions.run_check_partition.build().get_user_function()
+
+
+def dispatched(kind: Kind, *, past_due: bool = False) -> list[str]:
+    """One run of the check's timer function: the work messages it output."""
+    work = Collect()
+    TIMERS[kind](timer=FakeTimer(past_due=past_due), work=work)
+    return list(work.get() or [])
+
+
+def work(message: str | bytes, *, dequeue_count: int = 1) -> None:
+    """One delivery of a work message to the partition worker function, as the host hands it over."""
+    body = message.encode() if isinstance(message, str) else message
+    WORKER(message=HostQueueMessage(id="message-1", body=body, dequeue_count=dequeue_count))
+
+
+def sweep(kind: Kind, *, past_due: bool = False) -> list[str]:
+    """A check as the host runs it: its timer, then each work message it sent delivered to the worker, in order,
+    as one queue worker would. The work messages."""
+    messages = dispatched(kind, past_due=past_due)
+    for message in messages:
+        work(message)
+    return messages
+
+
+@dataclass
+class Sweep:
+    """What one dispatch and a run of each partition it named did, summed over the partitions."""
+
+    runs: list[CheckRun] = field(default_factory=list)
+
+    @property
+    def examined(self) -> int:
+        return sum(r.examined for r in self.runs)
+
+    @property
+    def notified(self) -> int:
+        return sum(r.notified for r in self.runs)
+
+    @property
+    def withheld(self) -> int:
+        return sum(r.withheld for r in self.runs)
+
+    @property
+    def resolved(self) -> int:
+        return sum(r.resolved for r in self.runs)
+
+    @property
+    def queued(self) -> int:
+        return sum(r.queued for r in self.runs)
+
+    @property
+    def send_failed(self) -> bool:
+        return any(r.send_failed for r in self.runs)
+
+    @property
+    def complete(self) -> bool:
+        return all(r.complete for r in self.runs)
+
+
+def sweep_all(
+    db: Any, kind: Kind, *, now: datetime, send: delivery.Send, settings: Settings | None = None, **options: Any
+) -> Sweep:
+    """The domain's side of a check on `db` (a fake may stand in for the store): `dispatch`, then `run_check` on
+    each partition a work message names, one after the other; `options` go to each run (e.g. `clock`)."""
+    settings = settings or get_settings()
+    messages: list[str] = []
+    dispatch(kind, settings=settings, send=messages.extend)
+    done = Sweep()
+    for message in messages:
+        partition = CheckPartition.from_message(message)
+        done.runs.append(
+            run_check(db, kind, partition=partition.buckets, now=now, settings=settings, send=send, **options)
+        )
+    return done
 
 
 class FakeQueue:
@@ -96,9 +178,9 @@ class World:
         self.post(bottle_id, opened(taken_at - timedelta(seconds=30)), closed(taken_at, taken=1))
 
     def check(self, kind: Kind, *, past_due: bool = False) -> list[dict[str, Any]]:
-        """Run a check's timer function; the queue messages it sent this run."""
+        """Run a check's timer function and its partitions' workers; the notification queue messages they sent."""
         before = len(self.queue.messages)
-        TIMERS[kind](timer=FakeTimer(past_due=past_due))
+        sweep(kind, past_due=past_due)
         messages = [json.loads(message) for message in self.queue.messages[before:]]
         self.sent += messages
         return messages

@@ -1,8 +1,10 @@
-"""The checks benchmark runs (on tiny fleets) and shows what it is for: a sweep's commands follow the bottles in
-trouble, not the fleet, and are far fewer than the per-bottle approach's."""
+"""The checks benchmarks run (on tiny fleets) and show what they are for: a sweep's commands follow the bottles in
+trouble, not the fleet, and are far fewer than the per-bottle approach's; and a partition's sweep is one query,
+where one query per bucket would be 1,024."""
 
 import pytest
 
+from benchmarks import sweep_queries
 from benchmarks.checks import Fleet, run
 
 pytestmark = pytest.mark.integration
@@ -17,5 +19,17 @@ def test_the_benchmark_table_shows_sweeps_that_do_not_grow_with_the_fleet(capsys
     per_bottle = {(c[0], c[1]): int(c[4].replace(",", "")) for c in cells if c[3] == "per bottle (seeds)"}
     for kind in ("late_dose", "left_open", "silent"):
         assert sweeps[(kind, "300", "3")] == sweeps[(kind, "900", "3")]
-        assert per_bottle[(kind, "300")] > 300 > 30 * sweeps[(kind, "300", "3")]
+        # A sweep's commands: a few per partition (CHECK_PARTITIONS, 4), whatever the fleet.
+        assert per_bottle[(kind, "300")] > 300 > 10 * sweeps[(kind, "300", "3")]
     assert "Notification checks" in capsys.readouterr().out
+
+
+def test_the_sweep_queries_benchmark_compares_one_query_per_partition_with_one_per_bucket(capsys):
+    table = sweep_queries.run([300], repeats=1)
+
+    rows = [[cell.strip() for cell in line.split("  ") if cell.strip()] for line in table.splitlines()[3:]]
+    by_query = {row[1]: row for row in rows}
+    assert by_query["one query per partition (app)"][2] == "4"  # CHECK_PARTITIONS queries
+    assert by_query["one query per bucket"][2] == "1,024"  # one per bucket of every partition
+    assert {row[4] for row in rows} == {"3"}  # every shape finds the same silent bottles
+    assert "4 partitions over 1024 buckets" in capsys.readouterr().out

@@ -1,8 +1,10 @@
 """How a check run records and sends: at-least-once queue delivery across crashes and failed sends, one
-notification however many runs overlap or repeat, batches, the per-run message cap, the time budget, and
-throttling. (tests/test_queue_delivery.py sends to a real queue, on Azurite.)"""
+notification however many runs overlap or repeat, batches, the per-partition message cap, the time budget, and
+throttling. (tests/test_queue_delivery.py sends to a real queue, on Azurite; tests/test_checks_partitions.py
+covers what partitions do to one another.)"""
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -11,7 +13,8 @@ import pytest
 from shared.notifications import checks, delivery
 from shared.settings import get_settings
 from shared.store import schema
-from tests.checking import World
+from shared.store.partitioning import BucketRange, bucket_of
+from tests.checking import Sweep, World, sweep_all
 from tests.cosmos_fakes import ThrottlingDatabase
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
@@ -32,21 +35,23 @@ def left_open(world: World, *bottle_ids: str) -> None:
     world.after(minutes=10)
 
 
-def run(world: World, db=None, **kwargs) -> tuple[checks.CheckRun, list[str]]:
+def run(world: World, db=None, **kwargs) -> tuple[Sweep, list[str]]:
+    """The left-open check on every partition (dispatch, then each partition's run); what it sent."""
     sent: list[str] = []
-    result = checks.run_check(
-        db if db is not None else world.db,
-        "left_open",
-        now=world.now,
-        settings=get_settings(),
-        send=sent.append,
-        **kwargs,
-    )
+    result = sweep_all(db if db is not None else world.db, "left_open", now=world.now, send=sent.append, **kwargs)
     return result, sent
+
+
+def partition_of(bottle_id: str) -> int:
+    [found] = [
+        p.buckets.index for p in checks.partitions("left_open", get_settings()) if p.buckets.holds(bucket_of(bottle_id))
+    ]
+    return found
 
 
 def test_a_send_that_fails_leaves_it_and_the_rest_pending_and_the_next_run_sends_them(world, caplog):
     left_open(world, "bottle-1", "bottle-2", "bottle-3")
+    assert partition_of("bottle-1") < partition_of("bottle-2") == partition_of("bottle-3")  # bottle-1's goes first
     world.queue.accepting = 1  # the queue goes away after the first message
 
     first = world.check("left_open")
@@ -95,8 +100,11 @@ def test_sent_notifications_are_marked_in_batches_so_a_crash_resends_at_most_a_b
             raise RuntimeError("worker recycled")
         world.queue(message)
 
+    everything = BucketRange(0, 1)  # one partition holding every bottle (CHECK_PARTITIONS=1)
     with pytest.raises(RuntimeError):
-        checks.run_check(world.db, "left_open", now=world.now, settings=get_settings(), send=dying)
+        checks.run_check(
+            world.db, "left_open", partition=everything, now=world.now, settings=get_settings(), send=dying
+        )
 
     assert sorted(n["delivery"] for n in world.notifications("left_open")) == ["pending"] * 3 + ["queued"] * 2
 
@@ -137,15 +145,20 @@ def test_bottles_are_swept_in_batches(world, monkeypatch):
     assert (result.examined, result.notified, result.queued, len(sent)) == (5, 5, 5, 5)
 
 
-def test_messages_beyond_the_per_run_cap_are_sent_by_the_following_runs(world, monkeypatch):
-    monkeypatch.setenv("QUEUE_MESSAGES_PER_RUN", "2")
+def test_messages_beyond_a_partition_s_cap_are_sent_by_its_following_runs(world, monkeypatch):
+    monkeypatch.setenv("QUEUE_MESSAGES_PER_PARTITION", "2")
     get_settings.cache_clear()
-    left_open(world, *(f"bottle-{i}" for i in range(5)))
+    bottles = [f"bottle-{i}" for i in range(5)]
+    left_open(world, *bottles)
+    per_partition = Counter(partition_of(b) for b in bottles)
+    assert sorted(per_partition.values()) == [2, 3]  # two partitions: one over the cap, one at it
 
-    sizes = [len(world.after(minutes=1).check("left_open")) for _ in range(4)]
+    runs = [world.after(minutes=1).check("left_open") for _ in range(3)]
 
-    assert sizes == [2, 2, 1, 0]
-    assert sorted(m["bottle_id"] for m in world.sent) == [f"bottle-{i}" for i in range(5)]
+    # Each partition sends at most 2 a run, whatever the others send: no fleet-wide cap.
+    assert [len(messages) for messages in runs] == [4, 1, 0]
+    assert all(count <= 2 for m in runs for count in Counter(partition_of(x["bottle_id"]) for x in m).values())
+    assert sorted(m["bottle_id"] for m in world.sent) == bottles
     assert {n["delivery"] for n in world.notifications()} == {"queued"}
 
 
@@ -154,10 +167,17 @@ def test_a_run_stops_at_its_time_budget_and_the_next_one_carries_on(world, monke
     monkeypatch.setenv("CHECKS_TIME_BUDGET_SECONDS", "1")
     get_settings.cache_clear()
     left_open(world, *(f"bottle-{i}" for i in range(5)))
+    everything = BucketRange(0, 1)  # one partition holding every bottle (CHECK_PARTITIONS=1)
     ticks = iter(range(0, 1000, 2))  # every batch takes two "seconds"
 
-    first, _ = run(world, clock=lambda: float(next(ticks)))
-    second, _ = run(world)
+    def run_everything(**kwargs):
+        settings = get_settings()
+        return checks.run_check(
+            world.db, "left_open", partition=everything, now=world.now, settings=settings, send=world.queue, **kwargs
+        )
+
+    first = run_everything(clock=lambda: float(next(ticks)))
+    second = run_everything()
 
     assert (first.complete, first.examined, first.notified) == (False, 2, 2)
     assert (second.complete, second.notified) == (True, 3)

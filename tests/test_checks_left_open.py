@@ -9,6 +9,7 @@ import pytest
 from shared.instants import format_instant
 from shared.settings import get_settings
 from shared.store import schema
+from shared.store.partitioning import bucket_of
 from tests.checking import World
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
@@ -47,6 +48,7 @@ def test_a_bottle_left_open_is_notified_once_and_the_close_resolves_it(world):
         "delivery": "queued",
         "queued_at": seen,
         "feed_key": f"{format_instant(seen)}|{notification_id}",
+        "bucket": bucket_of("bottle-1"),  # the check partition that sends it is the one that swept the bottle
     }
     assert messages == [
         {

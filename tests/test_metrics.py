@@ -24,9 +24,10 @@ from shared.notifications import checks
 from shared.reports import change_feed
 from shared.settings import get_settings
 from shared.store import schema
+from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
 from tests.api import ago, get_bottle, heartbeat, opened, post_events, provisioned
-from tests.checking import World
+from tests.checking import World, sweep_all
 from tests.cosmos_fakes import ThrottlingDatabase, throttled
 from tests.report_client import run_round, set_setting
 
@@ -156,44 +157,58 @@ def left_open(world: World, count: int) -> None:
     world.after(minutes=10)
 
 
-def run_left_open(world: World, **kwargs: Any) -> checks.CheckRun:
+def run_left_open(world: World, partition: BucketRange, **kwargs: Any) -> checks.CheckRun:
     return checks.run_check(
-        world.db, "left_open", now=world.now, settings=get_settings(), send=lambda _: None, **kwargs
+        world.db,
+        "left_open",
+        partition=partition,
+        now=world.now,
+        settings=get_settings(),
+        send=lambda _: None,
+        **kwargs,
     )
 
 
-def test_a_run_that_hits_its_time_budget_is_counted_by_kind(
+def labels(kind: str, partition: BucketRange) -> tuple[tuple[str, Any], ...]:
+    return (("kind", kind), ("partition", f"{partition.index}/{partition.count}"))
+
+
+def test_a_run_that_hits_its_time_budget_is_counted_by_kind_and_partition(
     world: World, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
 ) -> None:
     set_setting(monkeypatch, "CHECK_BATCH_SIZE", "1")
     set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "1")
     left_open(world, 3)
+    partition = BucketRange(bucket_of("bottle-0") * 4 // BUCKETS, 4)  # bottle-0's, with bottle-1's
     ticks = iter(range(0, 1000, 2))  # every batch takes two "seconds"
 
-    stopped = run_left_open(world, clock=lambda: float(next(ticks)))
+    stopped = run_left_open(world, partition, clock=lambda: float(next(ticks)))
     between = recorded()
-    finished = run_left_open(world)
+    finished = run_left_open(world, partition)
     after = recorded()
 
     assert (stopped.complete, finished.complete) == (False, True)
-    assert of(between, metrics.CHECK_BUDGET_EXHAUSTED) == {(("kind", "left_open"),): 1}
-    assert of(between, metrics.CHECK_RUNS) == {(("kind", "left_open"),): 1}
+    assert of(between, metrics.CHECK_BUDGET_EXHAUSTED) == {labels("left_open", partition): 1}
+    assert of(between, metrics.CHECK_RUNS) == {labels("left_open", partition): 1}
     assert of(after, metrics.CHECK_BUDGET_EXHAUSTED) == {}
-    assert of(after, metrics.CHECK_RUNS) == {(("kind", "left_open"),): 1}
+    assert of(after, metrics.CHECK_RUNS) == {labels("left_open", partition): 1}
 
 
-def test_notifications_left_pending_by_the_message_cap_are_recorded_after_each_run(
+def test_notifications_left_pending_by_a_partition_s_message_cap_are_recorded_for_it_after_each_run(
     world: World, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
 ) -> None:
-    set_setting(monkeypatch, "QUEUE_MESSAGES_PER_RUN", "2")
-    left_open(world, 5)
+    set_setting(monkeypatch, "QUEUE_MESSAGES_PER_PARTITION", "2")
+    left_open(world, 5)  # three bottles in partition 2 of 4, two in partition 3
 
     pending = []
-    for _ in range(3):
-        run_left_open(world)
+    for _ in range(2):
+        sweep_all(world.db, "left_open", now=world.now, send=lambda _: None)
         pending.append(of(recorded(), metrics.PENDING_NOTIFICATIONS))
 
-    assert pending == [{(("kind", "left_open"),): (1, n, n)} for n in (3, 1, 0)]
+    none = (1, 0, 0)  # one run recorded, none pending
+    partitions = [BucketRange(i, 4) for i in range(4)]
+    first = {labels("left_open", p): none for p in partitions} | {labels("left_open", partitions[2]): (1, 1, 1)}
+    assert pending == [first, {labels("left_open", p): none for p in partitions}]
 
 
 # --- the report consumer -----------------------------------------------------------------------------------------

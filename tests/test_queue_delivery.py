@@ -1,7 +1,8 @@
 """The checks' notifications on a real Storage queue (Azurite), sent by the app's own queue client from inside the
-timer invocation: each new notification once, base64-encoded as a queue trigger reads it by default, marked queued
-only once the queue has it; an unreachable queue keeps them pending without hanging or failing the run, and the
-next run sends them; a crash between a send and its mark sends again (at least once, `notification_id` dedupes)."""
+partition worker's invocation: each new notification once, base64-encoded as a queue trigger reads it by default,
+marked queued only once the queue has it; an unreachable queue keeps them pending without hanging or failing the
+run, and the next run sends them; a crash between a send and its mark sends again (at least once,
+`notification_id` dedupes)."""
 
 import base64
 import itertools
@@ -108,10 +109,11 @@ def test_an_unreachable_queue_leaves_them_pending_and_the_next_run_sends_them(
 
     assert took < 5
     assert [n["delivery"] for n in world.notifications("left_open")] == ["pending", "pending"]
-    assert "2 left_open notifications stay pending for the next run" in caplog.text
-    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invocation check_open_bottles")]
-    logged = json.loads(line.split(" ", 2)[2])
-    assert (logged["notified"], logged["queued"], logged["send_failed"]) == (2, 0, True)
+    for partition in ("2/4", "3/4"):  # bottle-1's and bottle-2's: each partition sends its own
+        assert f"1 left_open notifications stay pending for the next run of partition {partition}" in caplog.text
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invocation run_check_partition")]
+    runs = [json.loads(line.split(" ", 2)[2]) for line in lines]
+    assert [(r["notified"], r["queued"], r["send_failed"]) for r in runs if r["notified"]] == [(1, 0, True)] * 2
 
     use_storage(monkeypatch, azurite.connection_string(azurite_port))  # the queue is back
     world.after(minutes=1).check("left_open")

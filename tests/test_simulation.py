@@ -3,6 +3,7 @@ sent is accounted for; and the same traffic over real HTTP against the local ser
 
 import pytest
 
+from shared.settings import get_settings
 from tools.fleet import make_fleet, plan_fleet
 from tools.local_host import LocalHost
 from tools.serve import LocalServer
@@ -24,7 +25,11 @@ def test_the_plan_is_deterministic_for_a_seed():
     assert first.requests != other.requests
 
 
-def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions):
+def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions, monkeypatch):
+    # Two check partitions, swept side by side: each check run costs a few commands per partition on the embedded
+    # store, and this run has thousands (./dev simulate runs the default four).
+    monkeypatch.setenv("CHECK_PARTITIONS", "2")
+    get_settings.cache_clear()
     result = run_simulation(
         bottles=16,
         users=4,

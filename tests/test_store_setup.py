@@ -33,6 +33,25 @@ def test_creates_every_collection_and_index_and_is_idempotent(store, secantus_cl
         client.drop_database(db.name)
 
 
+@pytest.mark.parametrize("store", ["mongomock", pytest.param("secantus", marks=pytest.mark.integration)])
+def test_an_index_whose_declared_keys_changed_is_rebuilt_under_its_name(store, secantus_client, request):
+    client = mongomock.MongoClient() if store == "mongomock" else secantus_client
+    db = client[f"setup_changed_{store}"]
+    # A store set up before the checks swept by bucket range: the sweep index without `bucket`.
+    db["bottles"].create_index([("open_pending", 1), ("open_since", 1)], name="open_check")
+
+    report = ensure_store(db, get_settings(), on_cosmos=False)
+
+    assert list(db["bottles"].index_information()["open_check"]["key"]) == [
+        ("bucket", 1),
+        ("open_pending", 1),
+        ("open_since", 1),
+    ]
+    assert any(line.startswith("bottles:") and "rebuilt with new keys: open_check" in line for line in report)
+    assert ensure_store(db, get_settings(), on_cosmos=False) == [line.split(" (rebuilt")[0] for line in report]
+    client.drop_database(db.name)
+
+
 def test_on_cosmos_collections_are_created_sharded_with_the_design_keys():
     fake = FakeCosmosDatabase(mongomock.MongoClient().db)
 

@@ -217,7 +217,8 @@ def describe_settings(*, embedded: bool) -> str:
     return (
         f"store: {'SecantusDB (embedded)' if embedded else 'MongoDB by URI'}; reports: {source}, "
         f"schedule '{settings.reports_schedule}'; checks: open '{settings.check_open_bottles_schedule}', "
-        f"silent '{settings.check_silent_bottles_schedule}', late '{settings.check_late_doses_schedule}'"
+        f"silent '{settings.check_silent_bottles_schedule}', late '{settings.check_late_doses_schedule}', "
+        f"{settings.check_partitions} partitions each"
     )
 
 

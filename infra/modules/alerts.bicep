@@ -26,10 +26,10 @@ param reportLagMinutes int = 10
 @allowed([5, 10, 15, 30, 45, 60])
 param reportLagWindowMinutes int = 15
 
-@description('Notifications of a kind still waiting for the queue, after every check run of 15 minutes, above which to alert.')
+@description('Notifications of a kind still waiting for the queue (added up over the check\'s partitions), after every check run of 15 minutes, above which to alert.')
 param pendingNotifications int = 1000
 
-@description('Consecutive 5-minute periods in which every run of a check stopped at its time budget before alerting.')
+@description('Consecutive 5-minute periods in which every run of a check partition stopped at its time budget before alerting.')
 @minValue(1)
 @maxValue(6)
 param checkBudgetPeriodsInARow int = 3
@@ -112,14 +112,15 @@ customMetrics
   {
     name: 'notifications-pending'
     title: 'Notifications wait for the queue'
-    description: 'After every check run of the window, more than pendingNotifications notifications of a kind were still not handed to the queue: raise QUEUE_MESSAGES_PER_RUN, or look at why delivery fails.'
+    description: 'Throughout the window, more than pendingNotifications notifications of a kind were still not handed to the queue after the check runs (each partition at its lowest in 5 minutes, added up over the partitions): raise QUEUE_MESSAGES_PER_PARTITION or CHECK_PARTITIONS, or look at why delivery fails.'
     severity: 2
     metrics: ['pillbottle.notifications.pending']
     query: '''
 customMetrics
 | where name == 'pillbottle.notifications.pending'
-| extend kind = tostring(customDimensions.kind)
-| summarize pending = min(valueMin) by kind, bin(timestamp, 5m)
+| extend kind = tostring(customDimensions.kind), partition = tostring(customDimensions.partition)
+| summarize pending = min(valueMin) by kind, partition, bin(timestamp, 5m)
+| summarize pending = sum(pending) by kind, timestamp
 '''
     measure: 'pending'
     dimensions: ['kind']
@@ -132,18 +133,18 @@ customMetrics
   {
     name: 'check-time-budget'
     title: 'A check keeps running out of time'
-    description: 'In each of checkBudgetPeriodsInARow 5-minute periods, every run of a check stopped at CHECKS_TIME_BUDGET_SECONDS with bottles left: its sweep is falling behind (more trouble than it can write, or a slow store).'
+    description: 'In each of checkBudgetPeriodsInARow 5-minute periods, every run of a check partition stopped at CHECKS_TIME_BUDGET_SECONDS with bottles left: that partition\'s sweep is falling behind (more trouble than it can write, or a slow store); raise CHECK_PARTITIONS.'
     severity: 2
     metrics: ['pillbottle.checks.runs', 'pillbottle.checks.budget_exhausted']
     query: '''
 customMetrics
 | where name in ('pillbottle.checks.runs', 'pillbottle.checks.budget_exhausted')
-| extend kind = tostring(customDimensions.kind)
-| summarize runs = sumif(valueSum, name == 'pillbottle.checks.runs'), exhausted = sumif(valueSum, name == 'pillbottle.checks.budget_exhausted') by kind, bin(timestamp, 5m)
+| extend kind = tostring(customDimensions.kind), partition = tostring(customDimensions.partition)
+| summarize runs = sumif(valueSum, name == 'pillbottle.checks.runs'), exhausted = sumif(valueSum, name == 'pillbottle.checks.budget_exhausted') by kind, partition, bin(timestamp, 5m)
 | extend every_run_exhausted = iff(runs > 0 and exhausted >= runs, 1, 0)
 '''
     measure: 'every_run_exhausted'
-    dimensions: ['kind']
+    dimensions: ['kind', 'partition']
     aggregation: 'Maximum'
     comparison: 'GreaterThan'
     threshold: 0

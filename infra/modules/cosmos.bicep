@@ -29,10 +29,10 @@ var collections = [
     shardKey: 'bottle_id'
     indexes: [
       { key: { keys: ['_id'] } }
-      { key: { keys: ['open_pending', 'open_since'] } }
-      { key: { keys: ['open_pending', 'open_episode'] } }
-      { key: { keys: ['dose_late_at'] } }
-      { key: { keys: ['dose_pending', 'late_episode'] } }
+      { key: { keys: ['bucket', 'open_pending', 'open_since'] } }
+      { key: { keys: ['bucket', 'open_pending', 'open_episode'] } }
+      { key: { keys: ['bucket', 'dose_late_at'] } }
+      { key: { keys: ['bucket', 'dose_pending', 'late_episode'] } }
     ]
   }
   {
@@ -52,8 +52,8 @@ var collections = [
       { key: { keys: ['_id'] } }
       { key: { keys: ['received_at'] } }
       { key: { keys: ['owners.user_id'] } }
-      { key: { keys: ['silent_pending', 'alive_at'] } }
-      { key: { keys: ['silent_pending', 'silent_episode'] } }
+      { key: { keys: ['bucket', 'silent_pending', 'alive_at'] } }
+      { key: { keys: ['bucket', 'silent_pending', 'silent_episode'] } }
     ]
   }
   {
@@ -63,7 +63,7 @@ var collections = [
       { key: { keys: ['_id'] } }
       { key: { keys: ['user_id', 'feed_key'] } }
       { key: { keys: ['user_id', 'bottle_id', 'kind', 'episode_start'] } }
-      { key: { keys: ['delivery', 'kind', 'created_at'] } }
+      { key: { keys: ['delivery', 'kind', 'created_at', 'bucket'] } }
     ]
   }
   {

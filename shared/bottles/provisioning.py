@@ -53,6 +53,8 @@ def provision(
         "provisioned_at": now,
         **initial_fields(DosePlan(spec.schedule, spec.grace, now)),
         "key_hash": key_hash,
+        # The checks sweep bottles one bucket range (partition) at a time (shared/notifications/checks.py).
+        BUCKET_FIELD: bucket_of(bottle_id),
     }
     created = with_retries(lambda: _insert_new(db, new_bottle), policy)
     if created:
@@ -60,9 +62,11 @@ def provision(
     else:
         if rotate_key:
             registry |= {"key_hash": key_hash, "key_rotated_at": now}
+        # `bucket` too: a bottle stored before the checks swept by bucket gets it with its next PUT.
+        update = {"$set": {**registry, BUCKET_FIELD: bucket_of(bottle_id)}}
         before = with_retries(
             lambda: db[schema.BOTTLES].find_one_and_update(
-                {"_id": bottle_id, "bottle_id": bottle_id}, {"$set": registry}, return_document=ReturnDocument.BEFORE
+                {"_id": bottle_id, "bottle_id": bottle_id}, update, return_document=ReturnDocument.BEFORE
             ),
             policy,
         )

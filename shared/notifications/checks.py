@@ -2,13 +2,38 @@
 indexed range queries over status fields that ingestion keeps current, so a sweep reads only the bottles in
 trouble (or whose trouble just ended), never the fleet; results are streamed and written in batches.
 
+**Partitioned sweeps.** A check's timer runs on one instance (timers never scale out), so it only dispatches:
+one work message per partition (`dispatch`: CHECK_PARTITIONS bucket ranges of the 1024 hash buckets of
+`bottle_id`, shared/store/partitioning.py), and a queue-triggered worker sweeps each (`run_check`), side by side
+on as many instances as the queue needs. A partition's run sweeps only the documents whose `bucket` is in its
+range (bottles, heartbeat documents and notifications all carry their bottle's bucket), has its own time budget,
+and sends only its own pending notifications, at most QUEUE_MESSAGES_PER_PARTITION. A lost work message costs a
+partition one sweep (the next timer run sends it again); a message delivered twice, or to two workers at once,
+sweeps the partition twice, which the guarded writes below make harmless.
+
+**One range query per partition, not one per bucket.** A partition's query has two ranges, `bucket` and the
+status field, and the sweep indexes put `bucket` first (shared/store/schema.py):
+- MongoDB bounds every field of such an index scan, seeking from one bucket to the next, so it examines the
+  partition's matches plus a couple of keys per bucket; with the status range first, each partition would
+  examine every partition's matches;
+- Cosmos DB for MongoDB filters with each path's index, a compound index or single-field ones alike (its
+  documentation: the same filter performance), and every query without the shard key fans out to every
+  physical partition: one query per partition is 4 fan-outs a sweep, one per bucket 1,024;
+- SecantusDB (the embedded dev store) bounds one range per query: it narrows by the first indexed clause (so the
+  bucket range comes first in the filter) and filters the partition's documents. `python -m
+  benchmarks.sweep_queries` measures both shapes on it (README, Partitioned sweeps): one query per bucket is
+  the faster there from about 13,000 bottles, but always sends 256 times the commands, and costs a fixed half
+  second a sweep that the simulator's thousands of check runs on a few hundred bottles cannot afford.
+The range query is what the production stores serve from the index; the dev store's pass over a partition is its
+own limit.
+
 Per check, two sweeps:
 - **detect**: bottles in trouble not yet notified. For each, a notification per episode (shared/notifications/documents.py)
   and a guarded write that marks the episode handled, so the bottle leaves the sweep's range;
 - **resolve**: bottles with an unresolved notification whose state changed since. Their notification gets
   `resolved_at`, and the marker goes.
 
-The markers, with what sets and clears them:
+The markers, with what sets and clears them (each query also selects the partition's `bucket` range):
 
 | check | collection | detect: in trouble | resolve | set by ingestion | set by the check |
 | --- | --- | --- | --- | --- | --- |
@@ -16,18 +41,19 @@ The markers, with what sets and clears them:
 | silent | bottle_heartbeats | `silent_pending` and `alive_at < now - SILENT_MINUTES` | `silent_pending` and `silent_episode` set | `silent_pending: true` on every heartbeat | `silent_pending: false`, `silent_episode` |
 | late dose | bottles | `dose_late_at <= now` | `dose_pending` and `late_episode` set | `dose_due`/`dose_late_at` advanced, `dose_pending: true` per dose | `dose_due` moved on, `late_episode` |
 
-Every write a check makes is guarded by the state it read, so a run racing with ingestion, or with another run,
-never undoes what the other did; the worst case is a notification recorded twice, which its `_id` turns into a
-duplicate-key no-op.
+Every write a check makes is guarded by the state it read, so a run racing with ingestion, or with another run
+(of the same partition: a duplicate work message), never undoes what the other did; the worst case is a
+notification recorded twice, which its `_id` turns into a duplicate-key no-op.
 """  # noqa: E501 - the table reads better unwrapped
 
 import itertools
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from pymongo import UpdateMany, UpdateOne
 from pymongo.database import Database
@@ -36,9 +62,10 @@ from shared import metrics
 from shared.doses.due_tracking import plan_of, review_update
 from shared.notifications import delivery
 from shared.notifications import documents as notifications
-from shared.notifications.documents import PENDING, Episode, Kind
+from shared.notifications.documents import KINDS, Episode, Kind
 from shared.settings import Settings
 from shared.store import schema
+from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries, write_idempotent
 
 log = logging.getLogger(__name__)
@@ -80,11 +107,59 @@ class Check:
     sweeps: Callable[[datetime, Settings], list[Sweep]]
 
 
-@dataclass
-class CheckRun:
-    """What a check run did: for its invocation log line and the tests."""
+@dataclass(frozen=True)
+class CheckPartition:
+    """One check's sweep of one bucket range: what a work message names, e.g.
+    `{"kind": "late_dose", "partition": 2, "of": 4}`."""
 
     kind: Kind
+    buckets: BucketRange
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}:{self.buckets.index}/{self.buckets.count}"
+
+    def message(self) -> str:
+        """The work message the dispatcher sends for this partition (JSON)."""
+        body = {"kind": self.kind, "partition": self.buckets.index, "of": self.buckets.count}
+        return json.dumps(body, separators=(",", ":"))
+
+    @classmethod
+    def from_message(cls, body: str | bytes) -> "CheckPartition":
+        """The partition a work message names; ValueError for anything else (the invocation fails, so the host
+        retries the message and then moves it to the poison queue)."""
+        try:
+            message = json.loads(body)
+        except ValueError as error:
+            raise ValueError(f"a check's work message is JSON, not {body!r:.200}") from error
+        if not isinstance(message, dict) or set(message) != {"kind", "partition", "of"}:
+            raise ValueError(f"not a check's work message: {message!r:.200}")
+        kind, index, count = message["kind"], message["partition"], message["of"]
+        if kind not in KINDS or type(index) is not int or type(count) is not int:
+            raise ValueError(f"not a check's work message: {message!r:.200}")
+        return cls(cast(Kind, kind), BucketRange(index, count))  # BucketRange refuses a partition out of range
+
+
+def partitions(kind: Kind, settings: Settings) -> list[CheckPartition]:
+    """The partitions of a check: CHECK_PARTITIONS bucket ranges covering every bucket once."""
+    return [CheckPartition(kind, BucketRange(i, settings.check_partitions)) for i in range(settings.check_partitions)]
+
+
+def dispatch(kind: Kind, *, settings: Settings, send: Callable[[list[str]], None]) -> list[CheckPartition]:
+    """One run of a check's timer: a work message per partition, all handed to `send` at once (the queue output
+    binding, which the host writes after the function returns: a message lost there costs that partition one
+    sweep, and the next timer run sends it again). The partitions dispatched."""
+    dispatched = partitions(kind, settings)
+    send([partition.message() for partition in dispatched])
+    return dispatched
+
+
+@dataclass
+class CheckRun:
+    """What a check run of one partition did: for its invocation log line and the tests."""
+
+    kind: Kind
+    partition: BucketRange
     examined: int = 0
     notified: int = 0
     withheld: int = 0
@@ -98,18 +173,24 @@ def run_check(
     db: Database[Any],
     kind: Kind,
     *,
+    partition: BucketRange,
     now: datetime,
     settings: Settings,
     send: delivery.Send,
     clock: Callable[[], float] = time.monotonic,
 ) -> CheckRun:
-    """One run of a check at `now`: its sweeps, then its pending notifications, sent one `send` each."""
+    """One run of a check on one partition at `now`: its sweeps within the partition's buckets (for at most
+    CHECKS_TIME_BUDGET_SECONDS), then the partition's pending notifications of the kind (at most
+    QUEUE_MESSAGES_PER_PARTITION), sent one `send` each. Nothing outside the partition is read or written."""
     check = CHECKS[kind]
     policy = RetryPolicy.for_run(settings, settings.checks_time_budget_seconds)
-    run = CheckRun(kind)
+    run = CheckRun(kind, partition)
+    within = partition.selector(BUCKET_FIELD)
     deadline = clock() + settings.checks_time_budget_seconds
     for sweep in check.sweeps(now, settings):
-        cursor = db[check.collection].find(sweep.selector, check.projection, batch_size=settings.check_batch_size)
+        # The partition's range first: a store that bounds one range per query (SecantusDB) plans by the first.
+        selector = {**within, **sweep.selector}
+        cursor = db[check.collection].find(selector, check.projection, batch_size=settings.check_batch_size)
         with cursor:
             for batch in _batches(cursor, settings.check_batch_size):
                 writes = Writes()
@@ -122,29 +203,33 @@ def run_check(
                     break
         if not run.complete:
             break
-    sent = delivery.send_pending(db, kind, now=now, limit=settings.queue_messages_per_run, send=send, policy=policy)
+    limit = settings.queue_messages_per_partition
+    sent = delivery.send_pending(db, kind, partition=partition, now=now, limit=limit, send=send, policy=policy)
     run.queued, run.send_failed = sent.queued, sent.failed
-    pending = _still_pending(
-        db, kind, sent=run.queued, all_sent=not sent.failed, limit=settings.queue_messages_per_run, policy=policy
-    )
-    metrics.check_run(kind, budget_exhausted=not run.complete, pending=pending)
+    pending = _still_pending(db, kind, partition, sent=run.queued, all_sent=not sent.failed, limit=limit, policy=policy)
+    metrics.check_run(kind, partition=_label(partition), budget_exhausted=not run.complete, pending=pending)
     return run
 
 
+def _label(partition: BucketRange) -> str:
+    """The partition as the metrics name it: `index/count`."""
+    return f"{partition.index}/{partition.count}"
+
+
 def _still_pending(
-    db: Database[Any], kind: Kind, *, sent: int, all_sent: bool, limit: int, policy: RetryPolicy
+    db: Database[Any], kind: Kind, partition: BucketRange, *, sent: int, all_sent: bool, limit: int, policy: RetryPolicy
 ) -> int | None:
-    """The notifications of `kind` left pending after delivery: none when every send succeeded below its cap (it
-    sent all it found), else counted with one query over the delivery_pending index (None if that fails: the
-    run's work is done and stays done)."""
+    """The partition's notifications of `kind` left pending after delivery: none when every send succeeded below
+    its cap (it sent all it found), else counted with one query over the delivery_pending index (None if that
+    fails: the run's work is done and stays done)."""
     if all_sent and sent < limit:
         return 0
     try:
         return with_retries(
-            lambda: db[schema.NOTIFICATIONS].count_documents({"delivery": PENDING, "kind": kind}), policy
+            lambda: db[schema.NOTIFICATIONS].count_documents(delivery.pending_selector(kind, partition)), policy
         )
     except StoreUnavailable as error:
-        log.warning("%s: pending notifications not counted: %s", kind, error)
+        log.warning("%s %s: pending notifications not counted: %s", kind, _label(partition), error)
         return None
 
 

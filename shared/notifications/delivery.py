@@ -1,7 +1,8 @@
-"""Delivery: each check run sends its kind's pending notifications to the notifications queue, one message
-each, inside the run, and marks a notification queued only after its message was accepted. At least once: a run
-that dies between a send and its mark leaves the notification pending, and a later run sends it again (the
-consumer deduplicates on `notification_id`); a send that fails leaves it and the rest pending for the next run."""
+"""Delivery: each check partition's run sends the pending notifications of its kind and its buckets to the
+notifications queue, one message each, inside the run, and marks a notification queued only after its message was
+accepted. At least once: a run that dies between a send and its mark leaves the notification pending, and a later
+run of that partition sends it again (the consumer deduplicates on `notification_id`); a send that fails leaves it
+and the rest pending for the partition's next run. Another partition's notifications are never read or marked."""
 
 import json
 import logging
@@ -16,6 +17,7 @@ from pymongo.database import Database
 from shared.instants import format_instant
 from shared.notifications.documents import PENDING, QUEUED, Kind
 from shared.store import schema
+from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 
 log = logging.getLogger(__name__)
@@ -56,25 +58,29 @@ def queue_message(notification: Mapping[str, Any]) -> str:
 
 
 # The index delivery_pending's keys, all of them: Cosmos DB serves a sort only from an index it matches exactly.
-OLDEST_FIRST = [("delivery", 1), ("kind", 1), ("created_at", 1)]
+OLDEST_FIRST = [("delivery", 1), ("kind", 1), ("created_at", 1), (BUCKET_FIELD, 1)]
+
+
+def pending_selector(kind: Kind, partition: BucketRange) -> dict[str, Any]:
+    """The partition's notifications of `kind` not yet accepted by the queue."""
+    return {"delivery": PENDING, "kind": kind, **partition.selector(BUCKET_FIELD)}
 
 
 def send_pending(
     db: Database[Any],
     kind: Kind,
     *,
+    partition: BucketRange,
     now: datetime,
     limit: int,
     send: Send,
     policy: RetryPolicy,
 ) -> Delivery:
-    """Send this kind's pending notifications (oldest first, at most `limit`), one `send` each, marking them
-    queued in batches as their sends succeed. The first failed send stops the sending: that notification and
-    the ones after it stay pending for the next run."""
+    """Send the partition's pending notifications of this kind (oldest first, at most `limit`), one `send`
+    each, marking them queued in batches as their sends succeed. The first failed send stops the sending: that
+    notification and the ones after it stay pending for the partition's next run."""
     pending = with_retries(
-        lambda: list(
-            db[schema.NOTIFICATIONS].find({"delivery": PENDING, "kind": kind}).sort(OLDEST_FIRST).limit(limit)
-        ),
+        lambda: list(db[schema.NOTIFICATIONS].find(pending_selector(kind, partition)).sort(OLDEST_FIRST).limit(limit)),
         policy,
     )
     sent: list[Mapping[str, Any]] = []
@@ -85,10 +91,13 @@ def send_pending(
             send(queue_message(notification))
         except SendFailed as error:
             log.warning(
-                "notifications: sending %s failed; %d %s notifications stay pending for the next run: %s",
+                "notifications: sending %s failed; %d %s notifications stay pending for the next run of partition "
+                "%d/%d: %s",
                 notification["_id"],
                 len(pending) - index,
                 kind,
+                partition.index,
+                partition.count,
                 error,
             )
             failed = True
@@ -97,7 +106,8 @@ def send_pending(
         if len(sent) == MARK_BATCH:
             queued += _mark_queued(db, sent, now=now, policy=policy)
             sent = []
-    queued += _mark_queued(db, sent, now=now, policy=policy)
+    if sent:
+        queued += _mark_queued(db, sent, now=now, policy=policy)
     return Delivery(queued, failed)
 
 

@@ -5,7 +5,8 @@ overlapping or retried timer runs, a restart) is a duplicate-key answer, never a
 
 Delivery is at least once: a notification is inserted `pending`, then its check run sends it to the queue and,
 once the queue accepted it, marks it `queued`. A failed send, or a run that dies in between, leaves it `pending`,
-and a later run of the same check sends it again (the consumer deduplicates on `notification_id`). A late-dose
+and a later run of the same check partition sends it again (the consumer deduplicates on `notification_id`):
+a notification carries its bottle's `bucket`, and each partition sends only its own. A late-dose
 slot found more than a day after it went late (the checks were down) is recorded `withheld`: kept, never sent.
 """
 
@@ -19,6 +20,7 @@ from pymongo.database import Database
 
 from shared.instants import format_instant
 from shared.store import schema
+from shared.store.partitioning import BUCKET_FIELD, bucket_of
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 
 Kind = Literal["late_dose", "left_open", "silent"]
@@ -61,6 +63,8 @@ def notification_document(episode: Episode, now: datetime) -> dict[str, Any]:
         "delivery": PENDING if episode.push else WITHHELD,
         "queued_at": None,
         "feed_key": f"{format_instant(now)}|{_id}",
+        # The bucket of its bottle: the check partition that swept the bottle is the one that sends it.
+        BUCKET_FIELD: bucket_of(episode.bottle_id),
     }
 
 

@@ -50,12 +50,16 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
             BOTTLES,
             "bottle_id",
             (
-                # The checks' fleet-wide sweeps (deliberate cross-partition queries): each returns only the
-                # bottles in trouble, or whose trouble just ended (shared/checks.py).
-                IndexSpec("open_check", (("open_pending", 1), ("open_since", 1))),
-                IndexSpec("open_resolve", (("open_pending", 1), ("open_episode", 1))),
-                IndexSpec("dose_late_at", (("dose_late_at", 1),)),
-                IndexSpec("late_resolve", (("dose_pending", 1), ("late_episode", 1))),
+                # The checks' sweeps, one bucket range (partition) at a time (deliberate cross-partition queries):
+                # each returns only the partition's bottles in trouble, or whose trouble just ended. Two ranges per
+                # query, the partition's buckets and the status field's, with `bucket` first: MongoDB bounds every
+                # field (its index scan seeks from bucket to bucket), Cosmos DB filters with each path's index
+                # whatever the order, and SecantusDB, which bounds one range only, narrows by the leading one
+                # (shared/notifications/checks.py: the measured choice against one query per bucket).
+                IndexSpec("open_check", (("bucket", 1), ("open_pending", 1), ("open_since", 1))),
+                IndexSpec("open_resolve", (("bucket", 1), ("open_pending", 1), ("open_episode", 1))),
+                IndexSpec("dose_late_at", (("bucket", 1), ("dose_late_at", 1))),
+                IndexSpec("late_resolve", (("bucket", 1), ("dose_pending", 1), ("late_episode", 1))),
             ),
         ),
         CollectionSpec(
@@ -79,9 +83,9 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
                 IndexSpec("received_at", (("received_at", 1),)),
                 # Rebuilding one user's reports: the bottles the user owned (multikey over the ownership list).
                 IndexSpec("owners_user", (("owners.user_id", 1),)),
-                # The silent check's sweeps (cross-partition, like the bottles' ones above).
-                IndexSpec("silent_check", (("silent_pending", 1), ("alive_at", 1))),
-                IndexSpec("silent_resolve", (("silent_pending", 1), ("silent_episode", 1))),
+                # The silent check's sweeps, per bucket range (cross-partition, like the bottles' ones above).
+                IndexSpec("silent_check", (("bucket", 1), ("silent_pending", 1), ("alive_at", 1))),
+                IndexSpec("silent_resolve", (("bucket", 1), ("silent_pending", 1), ("silent_episode", 1))),
             ),
         ),
         CollectionSpec(
@@ -92,8 +96,9 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
                 IndexSpec("user_feed", (("user_id", 1), ("feed_key", 1))),
                 # Resolving a bottle's late-dose notifications up to a dose (one partition).
                 IndexSpec("bottle_episodes", (("user_id", 1), ("bottle_id", 1), ("kind", 1), ("episode_start", 1))),
-                # Each check's queue sweep: notifications not yet handed to the queue, oldest first.
-                IndexSpec("delivery_pending", (("delivery", 1), ("kind", 1), ("created_at", 1))),
+                # Each check partition's queue sweep: its notifications not yet handed to the queue, oldest first
+                # (`bucket` last: the sort is the index's keys, so oldest first across the partition's buckets).
+                IndexSpec("delivery_pending", (("delivery", 1), ("kind", 1), ("created_at", 1), ("bucket", 1))),
             ),
         ),
         CollectionSpec(

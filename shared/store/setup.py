@@ -28,12 +28,32 @@ def ensure_store(db: Database[Any], settings: Settings, *, on_cosmos: bool) -> l
     for spec in collection_specs(settings):
         if spec.name not in existing:
             _create_collection(db, spec, on_cosmos=on_cosmos)
+        replaced = _drop_changed_indexes(db, spec, on_cosmos=on_cosmos)
         models = [_index_model(index, on_cosmos=on_cosmos) for index in spec.indexes]
         if models:
             db[spec.name].create_indexes(models)
         names = ", ".join(index.name for index in spec.indexes) or "_id only"
-        report.append(f"{spec.name}: shard key {spec.shard_key or '(unsharded)'}; indexes: {names}")
+        line = f"{spec.name}: shard key {spec.shard_key or '(unsharded)'}; indexes: {names}"
+        report.append(line + (f" (rebuilt with new keys: {', '.join(replaced)})" if replaced else ""))
     return report
+
+
+def _drop_changed_indexes(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> list[str]:
+    """Drop the indexes that exist under a declared name with other keys (a schema change, e.g. the checks'
+    sweep indexes gaining `bucket`), so that they are created again with the declared ones; the names dropped.
+    A store whose index keeps its name and changes keys would otherwise refuse the create (IndexKeySpecsConflict).
+    """
+    declared = {index.name: list(index.keys_for(on_cosmos)) for index in spec.indexes}
+    existing = db[spec.name].index_information()
+    changed = [
+        name
+        for name, info in existing.items()
+        if name in declared and [(field, int(order)) for field, order in info["key"]] != declared[name]
+    ]
+    for name in changed:
+        log.warning("setup: index %s.%s has other keys than declared; dropping it to create it anew", spec.name, name)
+        db[spec.name].drop_index(name)
+    return changed
 
 
 def _create_collection(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> None:

@@ -13,13 +13,15 @@ from shared.notifications import checks
 from shared.notifications.documents import KINDS
 from shared.settings import get_settings
 from shared.store import schema
+from shared.store.partitioning import bucket_of
 from tests.api import SPEC, closed, heartbeat, opened
 from tests.checking import World
 from tests.command_counter import CommandCounter
 from tools.local_host import LocalHost
 
 pytestmark = pytest.mark.integration
-START = datetime(2026, 5, 4, 5, 0, tzinfo=UTC)  # Europe/Rome: 07:00; the default schedule's 08:00 is 06:00 UTC
+START = datetime(2026, 5, 4, 5, 0, tzinfo=UTC)
+TROUBLE = bucket_of("trouble")  # Europe/Rome: 07:00; the default schedule's 08:00 is 06:00 UTC
 
 
 class Device:
@@ -61,9 +63,11 @@ def test_from_provisioning_through_ingestion_to_notifications_and_queue_messages
                 forgetful.send(heartbeat(now), opened(now))
             if now == START + timedelta(hours=3):
                 forgetful.send(closed(now, taken=0))
-            for _, name in host.due_timers(now - timedelta(minutes=5), now):
+            due = {name for _, name in host.due_timers(now - timedelta(minutes=5), now)}  # each, once, at `now`
+            for name in sorted(due):
                 if name.startswith("check_"):  # the report consumer has its own tests
-                    host.run_timer(name)
+                    host.run_timer(name)  # its work messages, one per partition
+            host.deliver(workers=2)  # to the partition workers, side by side
             clock[0] = now + timedelta(minutes=5)
     finally:
         set_clock(None)
@@ -89,8 +93,9 @@ def test_from_provisioning_through_ingestion_to_notifications_and_queue_messages
     assert resolved == {("silent", START), ("left_open", START + timedelta(hours=2))}
 
 
-def sweep_commands(db: Any, counter: CommandCounter, healthy: int, now: datetime) -> dict[str, int]:
-    """Provision `healthy` bottles that are fine plus one in trouble of every kind; count each check's commands."""
+def sweep_commands(db: Any, counter: CommandCounter, healthy: int, now: datetime) -> dict[str, list[int]]:
+    """Provision `healthy` bottles that are fine plus one in trouble of every kind; count the commands of each
+    check's run on each of its partitions."""
     world = World(db, START)
     try:
         for i in range(healthy):
@@ -102,11 +107,15 @@ def sweep_commands(db: Any, counter: CommandCounter, healthy: int, now: datetime
             world.at(now - timedelta(minutes=10)).heartbeat(f"fine-{i}")
             world.dose(f"fine-{i}", at=START + timedelta(hours=1))
         world.at(now)
-        counts: dict[str, int] = {}
+        counts: dict[str, list[int]] = {}
         for kind in KINDS:
-            counter.reset()
-            checks.run_check(db, kind, now=now, settings=get_settings(), send=lambda messages: None)
-            counts[kind] = len(counter.commands)
+            counts[kind] = []
+            for partition in checks.partitions(kind, get_settings()):
+                counter.reset()
+                checks.run_check(
+                    db, kind, partition=partition.buckets, now=now, settings=get_settings(), send=lambda message: None
+                )
+                counts[kind].append(len(counter.commands))
         assert {n["kind"] for n in db[schema.NOTIFICATIONS].find({"bottle_id": "trouble"})} == set(KINDS)
         assert db[schema.NOTIFICATIONS].count_documents({}) == len(KINDS)  # the healthy bottles: none
         return counts
@@ -123,5 +132,9 @@ def test_a_sweep_costs_the_same_commands_for_a_small_and_a_four_times_larger_fle
     large = sweep_commands(db, counter, healthy=20, now=now)
 
     assert small == large, (small, large)
-    # Two range queries, the notification insert, the bottle's marker, the pending query and its mark.
-    assert all(count <= 6 for count in large.values()), large
+    for kind, per_partition in large.items():
+        [trouble] = [i for i, p in enumerate(checks.partitions(kind, get_settings())) if p.buckets.holds(TROUBLE)]
+        # Two range queries, the notification insert, the bottle's marker, the pending query and its mark;
+        # the partitions without trouble: the range queries and the pending query.
+        assert per_partition[trouble] <= 6, (kind, per_partition)
+        assert [count for i, count in enumerate(per_partition) if i != trouble] == [3, 3, 3], (kind, per_partition)

@@ -11,15 +11,15 @@ import pytest
 
 from functions import notifications as notification_functions
 from shared.instants import format_instant, utc_now
-from shared.notifications.checks import run_check
 from shared.notifications.documents import KINDS, Episode, record
 from shared.reports import rebuild as rebuild_command
 from shared.reports.leases import FEEDS
-from shared.settings import Settings, get_settings
+from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy
 from shared.store.schema import IndexSpec
 from tests.api import SPEC, Response, _call, ago, closed, heartbeat, iso, opened, post_events, provisioned
+from tests.checking import sweep_all
 from tests.report_client import aggregate, get_reports, run_round, set_setting
 from tests.sort_audit import ID_INDEX, Query, SortAudit, serving_index
 
@@ -70,7 +70,11 @@ def query(collection: str, *sort: tuple[str, int]) -> Query:
         (query(schema.NOTIFICATIONS, ("user_id", 1)), None),  # its first field alone
         (query(schema.NOTIFICATIONS, ("feed_key", 1), ("user_id", 1)), None),  # out of order
         (query(schema.NOTIFICATIONS, ("created_at", 1)), None),
-        (query(schema.NOTIFICATIONS, ("delivery", 1), ("kind", 1), ("created_at", 1)), "delivery_pending"),
+        (
+            query(schema.NOTIFICATIONS, ("delivery", 1), ("kind", 1), ("created_at", 1), ("bucket", 1)),
+            "delivery_pending",
+        ),
+        (query(schema.NOTIFICATIONS, ("delivery", 1), ("kind", 1), ("created_at", 1)), None),  # a prefix alone
         (query(schema.BOTTLE_ACTIONS, ("received_at", -1)), "received_at"),
         (query(schema.BOTTLE_ACTIONS, ("_id", -1)), ID_INDEX),
         (query(schema.BOTTLE_ACTIONS, ("received_at", 1), ("_id", 1)), None),
@@ -148,9 +152,9 @@ def test_the_checks_sweeps_and_pending_delivery_read_only_through_their_indexes(
     later = utc_now() + timedelta(hours=1, minutes=30)  # one late slot, silent, left open
     sent: list[str] = []
 
-    runs = [run_check(real_db, kind, now=later, settings=get_settings(), send=sent.append) for kind in KINDS]
+    runs = {kind: sweep_all(real_db, kind, now=later, send=sent.append) for kind in KINDS}
 
-    assert [(run.kind, run.notified, run.queued) for run in runs] == [(kind, 1, 1) for kind in KINDS]
+    assert [(kind, run.notified, run.queued) for kind, run in runs.items()] == [(kind, 1, 1) for kind in KINDS]
     assert len(sent) == 3
     assert {schema.BOTTLES, schema.BOTTLE_HEARTBEATS, schema.NOTIFICATIONS} <= finds_on(sort_audit)
     assert sorted_reads(sort_audit) == {(schema.NOTIFICATIONS, "delivery_pending")}
