@@ -108,3 +108,28 @@ def test_the_command_line_needs_a_connection_string(capsys):
     with pytest.raises(SystemExit):
         main([])
     assert "MONGODB_CONNECTION_STRING" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_documents_stored_before_they_carried_a_bucket_get_it_once_and_their_partition_reads_them(
+    secantus_uri, secantus_client, capsys
+):
+    from shared.store import schema
+    from shared.store.partitioning import bucket_of
+
+    db = secantus_client["setup_backfill"]
+    main(["--uri", secantus_uri, "--database", "setup_backfill"])
+    db[schema.BOTTLE_ACTIONS].insert_many([{"_id": f"b{i}|e", "bottle_id": f"b{i}"} for i in range(7)])
+    db[schema.USER_HOURLY_REPORTS].insert_one({"_id": "u1|2026-01-01T00", "user_id": "u1"})
+    db[schema.BOTTLES].insert_one({"_id": "b0", "bottle_id": "b0", "bucket": 5})  # already has one: kept
+
+    main(["--uri", secantus_uri, "--database", "setup_backfill", "--backfill-buckets"])
+    main(["--uri", secantus_uri, "--database", "setup_backfill", "--backfill-buckets"])
+
+    out = capsys.readouterr().out
+    assert "bottle_actions: 7 documents given their bucket" in out
+    assert "bottle_actions: 0 documents given their bucket" in out  # the second run finds none left
+    assert all(doc["bucket"] == bucket_of(doc["bottle_id"]) for doc in db[schema.BOTTLE_ACTIONS].find())
+    assert db[schema.USER_HOURLY_REPORTS].find_one()["bucket"] == bucket_of("u1")
+    assert db[schema.BOTTLES].find_one()["bucket"] == 5
+    secantus_client.drop_database("setup_backfill")

@@ -1,6 +1,7 @@
 """Create every collection and index the app needs. Idempotent: safe to run any number of times.
 
-    python -m shared.store.setup            # uses MONGODB_CONNECTION_STRING / MONGODB_DATABASE
+    python -m shared.store.setup                      # uses MONGODB_CONNECTION_STRING / MONGODB_DATABASE
+    python -m shared.store.setup --backfill-buckets   # once, for data stored before documents carried `bucket`
 
 On Cosmos DB the sharded collections are created with their shard keys first (Cosmos' `customAction`);
 on any other MongoDB they are plain collections. Azure deployments get the same from infra/ (Bicep).
@@ -10,12 +11,14 @@ import argparse
 import logging
 from typing import Any
 
-from pymongo import IndexModel
+from pymongo import IndexModel, UpdateOne
 from pymongo.database import Database
 
 from shared.settings import Settings, get_settings
-from shared.store import cosmos
+from shared.store import cosmos, schema
 from shared.store.command_line import add_store_arguments, command_line_database
+from shared.store.partitioning import BUCKET_FIELD, bucket_of
+from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 from shared.store.schema import CollectionSpec, collection_specs
 
 log = logging.getLogger(__name__)
@@ -72,15 +75,60 @@ def _index_model(index: Any, *, on_cosmos: bool) -> IndexModel:
     return IndexModel(list(index.keys_for(on_cosmos)), **options)
 
 
+# The collections whose documents carry the bucket of a key (the partitioned report feeds and check sweeps
+# select by it), and that key.
+BUCKETED = {
+    schema.BOTTLES: "bottle_id",
+    schema.BOTTLE_ACTIONS: "bottle_id",
+    schema.BOTTLE_HEARTBEATS: "bottle_id",
+    schema.NOTIFICATIONS: "bottle_id",
+    schema.USER_HOURLY_REPORTS: "user_id",
+}
+
+
+def backfill_buckets(db: Database[Any], policy: RetryPolicy, batch: int = 500) -> dict[str, int]:
+    """Give every document stored before documents carried `bucket` its bucket, which no partition would
+    otherwise ever read; per collection, how many were updated. A scan of each collection for documents
+    without one (on Cosmos DB a cross-partition query): run it once, not on every setup. Idempotent."""
+    updated: dict[str, int] = {}
+    for name, key in BUCKETED.items():
+        collection, count = db[name], 0
+        while True:
+            found = _without_bucket(collection, key, batch, policy)
+            ops = [
+                UpdateOne({"_id": d["_id"], key: d[key], BUCKET_FIELD: {"$exists": False}},
+                          {"$set": {BUCKET_FIELD: bucket_of(str(d[key]))}})
+                for d in found if key in d
+            ]  # fmt: skip
+            if not ops:
+                break
+            count += sum(write_idempotent(collection, list(ops), policy))
+        updated[name] = count
+    return updated
+
+
+def _without_bucket(collection: Any, key: str, batch: int, policy: RetryPolicy) -> list[dict[str, Any]]:
+    query = {BUCKET_FIELD: {"$exists": False}}
+    return with_retries(lambda: list(collection.find(query, {key: 1}).limit(batch)), policy)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="./dev setup-store", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_store_arguments(parser)
+    parser.add_argument(
+        "--backfill-buckets",
+        action="store_true",
+        help="also give documents stored before they carried `bucket` their bucket (scans each collection once)",
+    )
     args = parser.parse_args(argv)
     with command_line_database(parser, args) as (db, uri):
         for line in ensure_store(db, get_settings(), on_cosmos=cosmos.is_cosmos_uri(uri)):
             print(line)
+        if args.backfill_buckets:
+            for name, count in backfill_buckets(db, RetryPolicy.from_settings(get_settings())).items():
+                print(f"{name}: {count} documents given their bucket")
 
 
 if __name__ == "__main__":
