@@ -1,8 +1,11 @@
-"""Scale-out of the report feeds' processor: the same backlog of source changes drained by 1, 2 and 4 worker
-processes side by side, each taking work messages from one queue as the queue trigger's instances would, on
-one embedded store (SecantusDB in its own process), in one run.
+"""Scale-out of the two background jobs: the same work done by 1, 2 and 4 worker processes side by side, each
+taking work messages from one queue as the queue trigger's instances would, on one embedded store (SecantusDB
+in its own process), in one run.
 
-    python -m benchmarks.scaleout [--bottles 150] [--quick]
+    python -m benchmarks.scaleout [--bottles 150] [--hours 4] [--sweep-bottles 20000] [--quick]
+
+Reports: a backlog of source changes drained by the report feeds' processor. Checks: a fleet with bottles in
+trouble for every check swept by the check partitions (the three checks' CHECK_PARTITIONS messages each).
 
 The backlog: every bottle's heartbeats and opened/closed events of a few hours, ingested after the change
 streams were positioned (so workers read real change streams, page by page). Per worker count: changes/s
@@ -26,12 +29,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from benchmarks import checks as check_fleet
 from benchmarks.harness import print_table
 from shared.bottles.entries import forget_all_entries
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
 from shared.instants import utc_now
+from shared.notifications.checks import CheckPartition, partitions, run_check
+from shared.notifications.documents import KINDS
 from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.leases import Partition
 from shared.settings import Settings, get_settings
@@ -44,6 +50,12 @@ from tools.local_store import secantus_process
 
 DATABASE = "scaleout"
 WORKER_COUNTS = (1, 2, 4)
+READY = "ready"  # what a worker process says once it has imported the app and connected: timing starts after
+
+
+def _await_ready(results: Any, count: int) -> None:
+    for _ in range(count):
+        assert results.get(timeout=120) == READY
 
 
 @dataclass
@@ -65,6 +77,7 @@ def _worker(uri: str, work: Any, results: Any) -> None:
     client = store.create_client(uri, event_listeners=[tally])
     db = client[DATABASE]
     settings = _settings()
+    results.put(READY)
     while (message := work.get()) is not None:
         before, writes = tally.count, tally.writes
         run = process_partition(db, Partition.from_message(json.loads(message)), now=utc_now(), settings=settings)
@@ -79,6 +92,7 @@ def _workers(uri: str, count: int) -> Iterator[tuple[Any, Any]]:
     processes = [context.Process(target=_worker, args=(uri, work, results)) for _ in range(count)]
     for process in processes:
         process.start()
+    _await_ready(results, count)
     try:
         yield work, results
     finally:
@@ -180,15 +194,101 @@ def run(bottles: int, hours: int) -> str:
     )
 
 
+# --- the check sweeps ----------------------------------------------------------------------------------------
+
+
+def _sweeper(uri: str, work: Any, results: Any) -> None:
+    """A check worker process: (kind, partition) messages from `work` until it gets None."""
+    tally = CommandTally()
+    client = store.create_client(uri, event_listeners=[tally])
+    db = client[DATABASE]
+    results.put(READY)
+    while (message := work.get()) is not None:
+        partition = CheckPartition.from_message(message)
+        before = tally.count
+        run = run_check(
+            db,
+            partition.kind,
+            partition=partition.buckets,
+            now=check_fleet.NOW,
+            settings=check_fleet.SETTINGS,
+            send=lambda body: None,
+        )
+        results.put((run.notified, tally.count - before))
+    client.close()
+
+
+def sweep_drains(uri: str, bottles: int, in_trouble: int) -> list[Drain]:
+    """The same fleet (re-seeded before each count) swept by each worker count; `changes` = bottles notified."""
+    client = store.create_client(uri)
+    db = client[DATABASE]
+    ensure_store(db, check_fleet.SETTINGS, on_cosmos=False)
+    drains = []
+    for workers in WORKER_COUNTS:
+        for name in (schema.BOTTLES, schema.BOTTLE_HEARTBEATS, schema.NOTIFICATIONS):
+            db[name].delete_many({})
+        check_fleet.seed(db, bottles, in_trouble)
+        context = multiprocessing.get_context("spawn")
+        work, results = context.Queue(), context.Queue()
+        processes = [context.Process(target=_sweeper, args=(uri, work, results)) for _ in range(workers)]
+        for process in processes:
+            process.start()
+        _await_ready(results, workers)
+        messages = [p.message() for kind in KINDS for p in partitions(kind, check_fleet.SETTINGS)]
+        started = time.perf_counter()
+        for message in messages:
+            work.put(message)
+        outcomes = [results.get(timeout=600) for _ in messages]
+        seconds = time.perf_counter() - started
+        for _ in processes:
+            work.put(None)
+        for process in processes:
+            process.join(timeout=60)
+        notified = sum(o[0] for o in outcomes)
+        drains.append(Drain(workers, notified, seconds, sum(o[1] for o in outcomes), 0))
+    client.close()
+    return drains
+
+
+def sweep_table(bottles: int, in_trouble: int) -> str:
+    os.environ["MONGODB_DATABASE"] = DATABASE
+    get_settings.cache_clear()
+    with secantus_process() as uri:
+        drains = sweep_drains(uri, bottles, in_trouble)
+    base = drains[0]
+    rows = [
+        [
+            str(d.workers),
+            str(check_fleet.SETTINGS.check_partitions * len(KINDS)),
+            f"{bottles:,}",
+            f"{d.changes:,}",
+            f"{d.changes / d.seconds:,.0f}",
+            f"{(d.changes / d.seconds) / (base.changes / base.seconds):.2f}x",
+            f"{d.commands / max(d.changes, 1):.3f}",
+        ]
+        for d in drains
+    ]
+    return print_table(
+        f"Check partitions side by side: {bottles:,} bottles, {in_trouble:,} in trouble per check, worker processes",
+        rows,
+        ["workers", "partitions", "bottles", "notified", "in trouble/s", "vs 1 worker", "cmds/bottle in trouble"],
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.scaleout", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--bottles", type=positive_int, default=150, help="bottles in the fleet (default 150)")
     parser.add_argument("--hours", type=positive_int, default=4, help="hours of backlog per bottle (default 4)")
-    parser.add_argument("--quick", action="store_true", help="a smaller fleet (30 bottles, 2 hours)")
+    parser.add_argument(
+        "--sweep-bottles", type=positive_int, default=20_000, help="bottles swept by the checks (default 20000)"
+    )
+    parser.add_argument("--quick", action="store_true", help="smaller fleets (30 bottles, 2 hours; 2,000 swept)")
     args = parser.parse_args(argv)
     run(30 if args.quick else args.bottles, 2 if args.quick else args.hours)
+    sweeps = 2_000 if args.quick else args.sweep_bottles
+    sweep_table(sweeps, sweeps // 20)
 
 
 if __name__ == "__main__":

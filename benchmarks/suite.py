@@ -65,14 +65,17 @@ def run(quick: bool, ticker: Ticker | None = None) -> str:
     ticker = ticker or Ticker()
     sections: list[tuple[str, str]] = []
     started = time.perf_counter()
-    with ticker.running("bench: ingestion (1 of 4)"):
+    with ticker.running("bench: ingestion (1 of 5)"):
         sections.append(("Ingestion", ingestion.run(events=1000 if quick else 4000, bottles=50)))
-    with ticker.running("bench: notification checks (2 of 4)"):
+    with ticker.running("bench: notification checks (2 of 5)"):
         sections.append(("Notification checks", checks.run(checks.default_fleets(quick))))
-    with ticker.running("bench: report consumer (3 of 4)"):
+    with ticker.running("bench: report consumer (3 of 5)"):
         sections.append(("Report consumer", reports.run(30 if quick else 100, quick=quick)))
-    with ticker.running("bench: report workers side by side (4 of 4)"):
+    with ticker.running("bench: report workers side by side (4 of 5)"):
         sections.append(("Report workers side by side", scaleout.run(30 if quick else 150, 2 if quick else 4)))
+    with ticker.running("bench: check partitions side by side (5 of 5)"):
+        swept = 2_000 if quick else 20_000
+        sections.append(("Check partitions side by side", scaleout.sweep_table(swept, swept // 20)))
     elapsed = time.perf_counter() - started
     summary = print_table(
         "Summary: the app against the seeds' approach, measured in the same run",
