@@ -19,6 +19,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import StoreUnavailable
 from tests.api import Response
+from tools.local_host import CollectingOut
 
 _dispatch = reports.aggregate_reports.build().get_user_function()
 _work = reports.aggregate_report_partition.build().get_user_function()
@@ -30,20 +31,9 @@ class Timer:
     past_due: bool = False
 
 
-class Collect(func.Out[Any]):
-    def __init__(self) -> None:
-        self.value: Any = None
-
-    def set(self, val: Any) -> None:
-        self.value = val
-
-    def get(self) -> Any:
-        return self.value
-
-
 def dispatched() -> list[str]:
     """One run of the dispatcher timer function: the work messages it sent."""
-    sent = Collect()
+    sent = CollectingOut()
     _dispatch(Timer(), sent)
     return list(sent.get() or [])
 
