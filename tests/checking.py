@@ -21,7 +21,7 @@ from shared.notifications.queue import use_sender
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from tests.api import SPEC, closed, get_bottle, heartbeat, opened, post_events, put_bottle
-from tests.report_client import Collect
+from tools.local_host import CollectingOut
 
 TIMERS: dict[Kind, Callable[..., None]] = {
     "left_open": check_functions.check_open_bottles.build().get_user_function(),
@@ -33,7 +33,7 @@ WORKER: Callable[..., None] = check_functions.run_check_partition.build().get_us
 
 def dispatched(kind: Kind, *, past_due: bool = False) -> list[str]:
     """One run of the check's timer function: the work messages it output."""
-    work = Collect()
+    work = CollectingOut()
     TIMERS[kind](timer=FakeTimer(past_due=past_due), work=work)
     return list(work.get() or [])
 

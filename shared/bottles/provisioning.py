@@ -142,7 +142,7 @@ def _sync_heartbeat_document(db: Database[Any], bottle_id: str, spec: BottleSpec
                         "key_hash": key_hash,
                         BUCKET_FIELD: bucket_of(bottle_id),
                     },
-                    # silent_pending: the silent check has yet to look at this `alive_at` (shared/notifications/checks.py).
+                    # silent_pending: the silent check is yet to look at this `alive_at` (notifications.checks).
                     "$setOnInsert": {"alive_at": now, "silent_pending": True, "times": [], "owners": [owner]},
                 },
                 upsert=True,
