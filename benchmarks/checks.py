@@ -219,7 +219,7 @@ def run(fleets: list[Fleet] | None = None) -> str:
     """Measure every fleet; print the table and return it."""
     fleets = fleets or default_fleets()
     rows: list[list[str]] = []
-    with secantus_process() as uri:
+    with secantus_process(expire=False) as uri:
         for number, fleet in enumerate(fleets):
             with fresh_database(uri, f"bench_checks_{number}") as (db, tally):
                 seed(db, fleet.bottles, fleet.in_trouble)
