@@ -7,7 +7,7 @@ bounded: at steady state it holds the same fields whatever the bottle sent befor
     bucket           the shard key's hash bucket (the report feeds' partitions)
     k                the device key's SHA-256, first KEY_BYTES bytes: a heartbeat's write checks it in its filter
     user_id, medication  denormalised from the registry (the silent check and the reports read them)
-    owners           [{user_id, since}], only while a reassignment is within the window (who owned it from when)
+    owners           [{user_id, until}]: earlier owners, each until it was reassigned, while that is within the window
     last             newest heartbeat time (the status view)
     alive_at         newest heartbeat time, or the provisioning time before any (the silent check)
     silent_pending, silent_episode  the silent check's markers
@@ -36,7 +36,7 @@ from typing import Any
 from bson import Binary
 from bson.int64 import Int64
 
-from shared.device_time import LATE_AFTER
+from shared.device_time import LATE_AFTER, MAX_FUTURE_SKEW
 
 RING = "w"
 RING_TIME = "r"
@@ -91,6 +91,10 @@ class Window:
 
     def live(self, server_hour: int) -> range:
         return range(server_hour - self.hours + 1, server_hour + 2)
+
+    def start(self, server_hour: int) -> datetime:
+        """The start of the oldest hour a write at `server_hour` keeps."""
+        return hour_start(server_hour - self.hours + 1)
 
     def cleared(self, server_hour: int) -> list[str]:
         """The field names a write at `server_hour` unsets: the MAX_GAP_HOURS hours before its window."""
@@ -169,6 +173,8 @@ def ring_write(
         # silent_pending: the silent check has yet to look at this bottle's (possibly new) `alive_at`.
         "$set": {SILENT_PENDING: True},
         "$unset": {f"{RING}.{name}": "" for name in window.cleared(server_hour)},
+        # Earlier owners whose heartbeats have all left the window (a no-op without `owners`).
+        "$pull": {OWNERS: {"until": {"$lte": window.start(server_hour) - MAX_FUTURE_SKEW}}},
     }
     bits = ring_bits(placements)
     if bits:

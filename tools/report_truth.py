@@ -25,8 +25,7 @@ def source_totals(db: Any) -> Totals:
     """Per (user, hour) with anything in it: opened, closed, doses, pills taken and heartbeats.
 
     An action counts for the user it was stored with; a heartbeat (a minute of a bottle's ring) for whoever owned
-    the bottle at its minute (a reassignment counts from the start of its minute; the first owner owns
-    everything before)."""
+    the bottle at its minute (a reassignment counts from the start of its minute)."""
     totals: dict[tuple[str, datetime], list[int]] = defaultdict(lambda: [0] * len(COUNTED))
     for action in db[schema.BOTTLE_ACTIONS].find():
         counts = totals[(action["user_id"], _hour(action["time"]))]
@@ -36,9 +35,9 @@ def source_totals(db: Any) -> Totals:
         counts[2] += taken > 0
         counts[3] += taken
     for doc in db[schema.BOTTLE_HEARTBEATS].find():
-        owners = doc.get("owners") or [{"user_id": doc["user_id"], "since": None}]
+        earlier = doc.get("owners") or []  # [{user_id, until}]: who owned it before `until`, oldest first
         for minute in heartbeat_minutes(doc):
-            owner = [o for i, o in enumerate(owners) if i == 0 or _minute(o["since"]) <= minute][-1]["user_id"]
+            owner = next((o["user_id"] for o in earlier if minute < _minute(o["until"])), doc["user_id"])
             totals[(owner, _hour(minute))][4] += 1
     return {key: tuple(values) for key, values in totals.items() if any(values)}
 

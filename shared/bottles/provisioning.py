@@ -26,7 +26,6 @@ from shared.heartbeat_document import (
     SILENT_PENDING,
     Window,
     hour_number,
-    hour_start,
     key_digest,
     rewritten_ring,
 )
@@ -178,28 +177,23 @@ def _reassign(
     """Record that `user_id` owns the bottle from `now`, so the reports count each heartbeat for whoever owned
     the bottle at its time: a reassigned bottle's earlier heartbeats stay with its earlier owner.
 
-    `owners` ([{user_id, since}], the first owning everything before) is kept only while an earlier owner may
-    own a heartbeat of the window. The write moves `r` on, so the report feed sees it, and so writes the ring
-    as ring writes do; it is guarded by what it read, and a retried PUT finds the owner already recorded."""
+    The earlier owner goes to `owners` ([{user_id, until}], oldest first), which keeps only those that may own a
+    heartbeat of the window (ring writes drop the others). The write moves `r` on, so the report feed sees it,
+    and so writes the ring as ring writes do; it is guarded by what it read, and a retried PUT finds the owner
+    already recorded."""
     key = {"_id": bottle_id, "bottle_id": bottle_id}
     for _round in range(MAX_REASSIGN_ROUNDS):
-        owners = [*(document.get(OWNERS) or [{"user_id": document["user_id"], "since": None}])]
-        owners.append({"user_id": user_id, "since": now})
-        oldest = hour_start(hour_number(now) - window.hours + 1) - MAX_FUTURE_SKEW
-        while len(owners) > 1 and owners[1]["since"] is not None and owners[1]["since"] <= oldest:
-            owners.pop(0)  # its heartbeats have all left the window
+        oldest = window.start(hour_number(now)) - MAX_FUTURE_SKEW
+        earlier = [o for o in document.get(OWNERS) or [] if o["until"] > oldest]
+        earlier.append({"user_id": document["user_id"], "until": now})
         fields: dict[str, Any] = {
             "user_id": user_id,
+            OWNERS: earlier,
             RING: rewritten_ring(document, [], now, window),
             RING_TIME: max(now, document.get(RING_TIME) or now),
         }
-        update: dict[str, Any] = {"$set": fields}
-        if len(owners) > 1:
-            fields[OWNERS] = [owners[0] | {"since": None}, *owners[1:]]
-        else:
-            update["$unset"] = {OWNERS: ""}
         guard = {**key, **{name: document.get(name) for name in _OWNERSHIP}}
-        if collection.update_one(guard, update).matched_count == 1:
+        if collection.update_one(guard, {"$set": fields}).matched_count == 1:
             return
         found = collection.find_one(key, _OWNERSHIP)
         if found is None or found["user_id"] == user_id:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.device_time import LATE_AFTER, MAX_FUTURE_SKEW
-from shared.heartbeat_document import LATE_AT, LATE_FLAG, MINUTE, hour_start, minutes_of, ring_hours
+from shared.heartbeat_document import LATE_AT, LATE_FLAG, MINUTE, OWNERS, hour_start, minutes_of, ring_hours
 from shared.instants import day_of, hour_of
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
 
@@ -106,15 +106,15 @@ class Ownership:
 
 
 def ownerships(heartbeat_doc: Mapping[str, Any]) -> list[Ownership]:
-    """Who owned the bottle when, from the heartbeat document's `owners` (appended at each reassignment).
-
-    The first entry owns everything before it too; a document without `owners` belongs to its `user_id`."""
-    owners = heartbeat_doc.get("owners") or [{"user_id": heartbeat_doc["user_id"], "since": None}]
+    """Who owned the bottle when: the heartbeat document's earlier owners (`owners`, [{user_id, until}], oldest
+    first, one appended at each reassignment and dropped once the window is past it), then its `user_id` from
+    the last `until` on. The first owns everything before its `until`."""
     spans = []
-    for i, owner in enumerate(owners):
-        since = None if i == 0 else owner["since"]
-        until = owners[i + 1]["since"] if i + 1 < len(owners) else None
-        spans.append(Ownership(owner["user_id"], since, until))
+    since = None
+    for owner in heartbeat_doc.get(OWNERS) or []:
+        spans.append(Ownership(owner["user_id"], since, owner["until"]))
+        since = owner["until"]
+    spans.append(Ownership(heartbeat_doc["user_id"], since, None))
     return spans
 
 
