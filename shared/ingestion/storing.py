@@ -30,6 +30,7 @@ from shared.heartbeat_document import (
     already_counted,
     key_digest,
     newest,
+    not_counted_yet,
     place,
     rewritten_ring,
     ring_write,
@@ -136,57 +137,75 @@ def store_heartbeats(
 ) -> int:
     """Store a request's heartbeats in the bottle's heartbeat document; how many were new.
 
-    One findAndModify, whatever their number: its filter is the whole check (the device's key must be the
-    bottle's, and the ring's last write recent enough to be kept clean in place), and its reply, the ring as
-    it was, tells a new heartbeat (a bit that was not set) from a repeat. Nothing is read on this path. When
-    the filter matches nothing, one read tells a wrong key or an unknown bottle (401) from a bottle silent for
-    more than MAX_GAP_HOURS, whose ring is then written whole, guarded by the read."""
+    One write, whatever their number, and nothing read. Its filter is the whole check: the device's key must be
+    the bottle's, and the ring's last write recent enough for the ring to be kept clean in place. A single
+    heartbeat (what a device sends every 30 minutes) is an update whose filter also asks that its minute is not
+    counted yet, so it matched (new) or it did not. Several are one findAndModify, whose reply, the ring as it
+    was, tells which were new. When the filter matches nothing, one read tells a wrong key or an unknown bottle
+    (401) from a repeat, and from a bottle silent for more than MAX_GAP_HOURS, whose ring is then written whole,
+    guarded by the read."""
     placements = [place(t, now, window) for t in times]
     placed = [p for p in placements if p is not None]
     guard, update = ring_write(bottle_id, key, times, placed, now=now, window=window)
     collection = db[schema.BOTTLE_HEARTBEATS]
+    # A single heartbeat in the window: the filter also asks that its minute is new.
+    single = {**guard, **not_counted_yet(placed[0])} if len(placements) == 1 and placed else None
     for _round in range(MAX_RING_ROUNDS):
-        before = with_retries(
-            lambda: collection.find_one_and_update(
-                guard, update, projection={RING: 1, RING_TIME: 1, "_id": 0}, return_document=ReturnDocument.BEFORE
-            ),
-            policy,
-        )
-        if before is None:
-            before = _rewrite_after_gap(db, bottle_id, key, times, placed, now=now, window=window, policy=policy)
-        if before is not None:
-            return _new_heartbeats(before, placements)
+        if single is not None:
+            if with_retries(lambda: collection.update_one(single, update), policy).matched_count == 1:
+                return 1
+        else:
+            before = with_retries(
+                lambda: collection.find_one_and_update(
+                    guard, update, projection={RING: 1, RING_TIME: 1, "_id": 0}, return_document=ReturnDocument.BEFORE
+                ),
+                policy,
+            )
+            if before is not None:
+                return _new_heartbeats(before, placements)
+        found = _read_for_key(db, bottle_id, key, policy)
+        if found.get(RING_TIME) is not None and found[RING_TIME] >= guard[RING_TIME]["$gte"]:
+            return _new_heartbeats(found, placements)  # kept clean in place: the filter failed on a repeat
+        if _rewrite_after_gap(
+            db, bottle_id, key, found, times=times, placed=placed, now=now, window=window, policy=policy
+        ):
+            return _new_heartbeats(found, placements)
     raise StoreUnavailable("the heartbeat document kept changing during the write; retry", retry_after_s=1)
 
 
-def _rewrite_after_gap(
-    db: Database[Any],
-    bottle_id: str,
-    key: Binary,
-    times: list[datetime],
-    placed: list[Placement],
-    *,
-    now: datetime,
-    window: Window,
-    policy: RetryPolicy,
-) -> dict[str, Any] | None:
-    """The slow way, after a ring write found nothing: read the document; Unauthorized for an unknown bottle
-    or a wrong key (the same answer); else the ring was last written too long ago to be cleared in place, so
-    write it whole from what was read, guarded by it. The document as read, or None if the guard failed (a
-    concurrent write: the caller starts again)."""
+def _read_for_key(db: Database[Any], bottle_id: str, key: Binary, policy: RetryPolicy) -> dict[str, Any]:
+    """The heartbeat document, read after a ring write matched nothing; Unauthorized for an unknown bottle or a
+    wrong key (the same answer, after the same steps)."""
     collection = db[schema.BOTTLE_HEARTBEATS]
     found = with_retries(lambda: collection.find_one({"_id": bottle_id, "bottle_id": bottle_id}), policy)
     stored_key = bytes((found or {}).get(KEY) or b"\0" * len(key))
     if not compare_digest(stored_key, bytes(key)) or found is None:
         forget_entry(bottle_id)  # a cached registry entry may have accepted a key the bottle no longer has
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    return dict(found)
+
+
+def _rewrite_after_gap(
+    db: Database[Any],
+    bottle_id: str,
+    key: Binary,
+    found: dict[str, Any],
+    *,
+    times: list[datetime],
+    placed: list[Placement],
+    now: datetime,
+    window: Window,
+    policy: RetryPolicy,
+) -> bool:
+    """The slow way, after a silence of more than MAX_GAP_HOURS: the ring written whole from the document as it
+    was read, guarded by it. False if the guard failed (a concurrent write: the caller starts again)."""
+    collection = db[schema.BOTTLE_HEARTBEATS]
     update = {
         "$set": {RING: rewritten_ring(found, placed, now, window), SILENT_PENDING: True},
         "$max": newest(times, placed, now),
     }
     guard = {"_id": bottle_id, "bottle_id": bottle_id, KEY: key, RING_TIME: found.get(RING_TIME), RING: found.get(RING)}
-    written = with_retries(lambda: collection.update_one(guard, update), policy)
-    return found if written.matched_count == 1 else None
+    return bool(with_retries(lambda: collection.update_one(guard, update), policy).matched_count == 1)
 
 
 def _new_heartbeats(before: dict[str, Any], placements: list[Placement | None]) -> int:
