@@ -202,16 +202,6 @@ def rewritten_ring(
     return {name: Int64(value) for name, value in sorted(kept.items())}
 
 
-def not_counted_yet(placement: Placement) -> dict[str, Any]:
-    """A filter for a document whose ring has no heartbeat yet in this placement's minute: the bit of the minute
-    in the hour's field is 0 (or the field is missing). An expression: Cosmos DB has no bit-test query operators,
-    but `$expr` with `$mod` (exact on 64-bit integers) does it."""
-    field = f"${RING}.{slot_name(placement.hour)}"
-    below = Int64(1 << placement.minute)
-    value = {"$mod": [{"$ifNull": [field, Int64(0)]}, Int64(1 << (placement.minute + 1))]}
-    return {"$expr": {"$lt": [value, below]}}
-
-
 def already_counted(document: Mapping[str, Any] | None, placement: Placement) -> bool:
     """Whether the ring of `document` (as it was before a write) has this heartbeat's minute already."""
     value = ring_hours(document or {}).get(placement.hour, 0)

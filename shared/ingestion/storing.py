@@ -30,7 +30,6 @@ from shared.heartbeat_document import (
     already_counted,
     key_digest,
     newest,
-    not_counted_yet,
     place,
     rewritten_ring,
     ring_write,
@@ -137,35 +136,27 @@ def store_heartbeats(
 ) -> int:
     """Store a request's heartbeats in the bottle's heartbeat document; how many were new.
 
-    One write, whatever their number, and nothing read. Its filter is the whole check: the device's key must be
-    the bottle's, and the ring's last write recent enough for the ring to be kept clean in place. A single
-    heartbeat (what a device sends every 30 minutes) is an update whose filter also asks that its minute is not
-    counted yet, so it matched (new) or it did not. Several are one findAndModify, whose reply, the ring as it
-    was, tells which were new. When the filter matches nothing, one read tells a wrong key or an unknown bottle
-    (401) from a repeat, and from a bottle silent for more than MAX_GAP_HOURS, whose ring is then written whole,
-    guarded by the read."""
+    One findAndModify, whatever their number, and nothing read: its filter is the whole check (the device's key
+    must be the bottle's, and the ring's last write recent enough for the ring to be kept clean in place), and
+    its reply, the ring as it was, tells a new heartbeat (a bit that was not set) from a repeat. (A bit test in
+    the filter would save the reply, but Cosmos DB has no bit-test query operators, and an `$expr` on a 64-bit
+    field may be evaluated in floating point, which loses the low bits.) When the filter matches nothing, one
+    read tells a wrong key or an unknown bottle (401) from a bottle silent for more than MAX_GAP_HOURS, whose
+    ring is then written whole, guarded by the read."""
     placements = [place(t, now, window) for t in times]
     placed = [p for p in placements if p is not None]
     guard, update = ring_write(bottle_id, key, times, placed, now=now, window=window)
     collection = db[schema.BOTTLE_HEARTBEATS]
-    # A single heartbeat in the window: the filter also asks that its minute is new.
-    single = {**guard, **not_counted_yet(placed[0])} if len(placements) == 1 and placed else None
     for _round in range(MAX_RING_ROUNDS):
-        if single is not None:
-            if with_retries(lambda: collection.update_one(single, update), policy).matched_count == 1:
-                return 1
-        else:
-            before = with_retries(
-                lambda: collection.find_one_and_update(
-                    guard, update, projection={RING: 1, RING_TIME: 1, "_id": 0}, return_document=ReturnDocument.BEFORE
-                ),
-                policy,
-            )
-            if before is not None:
-                return _new_heartbeats(before, placements)
+        before = with_retries(
+            lambda: collection.find_one_and_update(
+                guard, update, projection={RING: 1, RING_TIME: 1, "_id": 0}, return_document=ReturnDocument.BEFORE
+            ),
+            policy,
+        )
+        if before is not None:
+            return _new_heartbeats(before, placements)
         found = _read_for_key(db, bottle_id, key, policy)
-        if found.get(RING_TIME) is not None and found[RING_TIME] >= guard[RING_TIME]["$gte"]:
-            return _new_heartbeats(found, placements)  # kept clean in place: the filter failed on a repeat
         if _rewrite_after_gap(
             db, bottle_id, key, found, times=times, placed=placed, now=now, window=window, policy=policy
         ):
