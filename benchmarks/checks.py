@@ -33,12 +33,24 @@ from pymongo.errors import DuplicateKeyError
 from benchmarks.harness import print_table
 from shared.bottles.entries import forget_all_entries
 from shared.doses.due_tracking import plan_of
+from shared.heartbeat_document import (
+    ALIVE_AT,
+    KEY,
+    LAST,
+    RING,
+    RING_TIME,
+    SILENT_PENDING,
+    Window,
+    key_digest,
+    place,
+    rewritten_ring,
+)
 from shared.notifications import checks
 from shared.notifications.documents import KINDS, Episode, Kind, notification_document
 from shared.settings import Settings
 from shared.store import client as store
 from shared.store import schema
-from shared.store.partitioning import bucket_of
+from shared.store.partitioning import BUCKET_FIELD, bucket_of
 from shared.store.setup import ensure_store
 from tools.arguments import float_above, int_between
 from tools.command_tally import CommandTally
@@ -50,6 +62,7 @@ GRACE = timedelta(minutes=60)
 PER_BOTTLE_NOTIFICATIONS = "notifications_per_bottle"  # the baseline writes apart, so both see the same fleet
 INSERT_CHUNK = 5000
 SETTINGS = Settings()
+WINDOW = Window(SETTINGS.heartbeat_window_hours)
 # The three kinds of trouble, then a fifth as many more of each, must fit in a fleet of distinct bottles.
 MAX_TROUBLE = 0.25
 MIN_FLEET = 100
@@ -147,18 +160,23 @@ def _bottle(n: int, trouble: Kind | None) -> dict[str, Any]:
 
 
 def _heartbeats(n: int, silent: bool) -> dict[str, Any]:
+    """A heartbeat document at steady state: a heartbeat every 30 minutes for the window's 24 hours, up to
+    ten minutes ago (three hours ago for a silent bottle), as ingestion leaves it."""
     last = NOW - (timedelta(hours=3) if silent else timedelta(minutes=10))
+    times = [last - timedelta(minutes=30 * i) for i in range(48)]
+    placed = [p for p in (place(t, last, WINDOW) for t in times) if p is not None]
     return {
         "_id": _id(n),
         "bottle_id": _id(n),
+        BUCKET_FIELD: bucket_of(_id(n)),
+        KEY: key_digest("0" * 64),
         "user_id": f"user-{n // 3:06d}",
         "medication": "Cordrazine",
-        "last": last,
-        "alive_at": last,
-        "silent_pending": True,
-        "times": [last - timedelta(minutes=30), last],
-        "received_at": last,
-        "bucket": bucket_of(_id(n)),
+        LAST: last,
+        ALIVE_AT: last,
+        SILENT_PENDING: True,
+        RING_TIME: last,
+        RING: rewritten_ring({}, placed, last, WINDOW),
     }
 
 
@@ -226,7 +244,7 @@ def run(fleets: list[Fleet] | None = None) -> str:
     """Measure every fleet; print the table and return it."""
     fleets = fleets or default_fleets()
     rows: list[list[str]] = []
-    with secantus_process() as uri:
+    with secantus_process(expire=False) as uri:
         for number, fleet in enumerate(fleets):
             with fresh_database(uri, f"bench_checks_{number}") as (db, tally):
                 seed(db, fleet.bottles, fleet.in_trouble)

@@ -18,7 +18,7 @@ def secantus_store(database: str = "bench") -> Iterator[tuple[Any, CommandTally]
     from secantus import SecantusDBServer
 
     tally = CommandTally()
-    with SecantusDBServer(storage_path=":memory:") as server:
+    with SecantusDBServer(storage_path=":memory:", ttl_sweep_seconds=0) as server:  # no expiry mid-run
         client = store.create_client(server.uri, event_listeners=[tally])
         db = client[database]
         ensure_store(db, get_settings(), on_cosmos=False)

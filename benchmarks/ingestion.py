@@ -22,6 +22,7 @@ from shared.ingestion.events import parse_events
 from shared.instants import utc_now
 from shared.payloads import check_size, decode_json
 from shared.settings import get_settings
+from shared.store import schema
 from tools.arguments import int_between, positive_int
 
 # Each approach's events are one a second within its own 6 hours, so the three streams never overlap.
@@ -101,6 +102,28 @@ def naive_post(db: Any, request: func.HttpRequest) -> None:
         db["naive_events"].insert_one({**asdict(event), "bottle_id": request.route_params["bottle_id"]})
 
 
+def store_floor(db: Any, tally: Any, keys: dict[str, str], count: int) -> list[Measurement]:
+    """What the embedded store takes for the least an event can cost: one insert (the seeds' write), and one
+    update of a bottle's heartbeat document that sets a single field (less than a heartbeat's write). An
+    update costs SecantusDB about twice an insert, which bounds what one heartbeat per request can reach."""
+    bottles = list(keys)
+    collection = db[schema.BOTTLE_HEARTBEATS]
+
+    def inserts() -> None:
+        for i in range(count):
+            db["naive_floor"].insert_one({"bottle_id": bottles[i % len(bottles)], "i": i})
+
+    def updates() -> None:
+        for i in range(count):
+            bottle_id = bottles[i % len(bottles)]
+            collection.update_one({"_id": bottle_id, "bottle_id": bottle_id}, {"$set": {"floor": i}})
+
+    return [
+        measure("store floor: insert_one of a small document", count, tally, inserts),
+        measure("store floor: update_one of one heartbeat document field", count, tally, updates),
+    ]
+
+
 def run(events: int, bottles: int) -> str:
     start = datetime.now(UTC) - timedelta(days=2)
     rows: list[Measurement] = []
@@ -114,6 +137,7 @@ def run(events: int, bottles: int) -> str:
         rows.append(measure("app: one event per request", events, tally, lambda: post_all(keys, single, 1)))
         batched = device_events(events, start + timedelta(hours=12))
         rows.append(measure("app: batches of 100", events, tally, lambda: post_all(keys, batched, 100)))
+        rows += store_floor(db, tally, keys, events // 4)
     baseline = rows[0]
     table = [
         [

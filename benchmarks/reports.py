@@ -51,12 +51,13 @@ NAIVE_HOURLY, NAIVE_DAILY = "naive_hourly_reports", "naive_daily_reports"
 # --- the fleet and its traffic ------------------------------------------------------------------------------
 
 
-def run_consumer(db: Any, settings: Settings, *, now: Any) -> None:
-    """One dispatch of the report feeds and a worker run per partition, one after another."""
+def run_consumer(db: Any, settings: Settings, *, now: Any) -> int:
+    """One dispatch of the report feeds and a worker run per partition, one after another; how many ran."""
     messages: list[str] = []
     dispatch(db, now=now, settings=settings, send=messages.extend)
     for body in messages:
         process_partition(db, Partition.from_message(json.loads(body)), now=now, settings=settings)
+    return len(messages)
 
 
 def provision_fleet(db: Database[Any], users: int, now: datetime) -> dict[str, str]:

@@ -1,6 +1,8 @@
-"""Every benchmark in one run: ingestion, the notification checks and the report consumer, each beside its
-same-run baseline (the seeds' approach) with the ratio. Prints the tables and writes them, with the commit
-and the machine, to benchmarks/RESULTS.md so results can be compared across commits.
+"""Every benchmark in one run: ingestion, the notification checks, the report consumer, and what the app's work
+costs on Cosmos DB in request units (benchmarks/costs.py, by the rules of benchmarks/cost_model.py), each beside
+its same-run baseline (the seeds' approach) with the ratio; then the design-scale bill (benchmarks/design_scale.py)
+from those costs. Prints the tables and writes them, with the commit and the machine, to benchmarks/RESULTS.md so
+results can be compared across commits, and the design-scale table into the README (a full run only).
 
     ./dev bench [--quick] [--output benchmarks/RESULTS.md]
 
@@ -15,11 +17,16 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import checks, ingestion, reports, scaleout
+from benchmarks import checks, costs, design_scale, ingestion, reports, scaleout
+from benchmarks.cost_model import ASSUMPTIONS, RULES
 from benchmarks.harness import PRINTED, Table, print_table
+from shared.settings import get_settings
 from tools.progress import Ticker
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
+README = Path(__file__).resolve().parent.parent / "README.md"
+TABLE_START = "<!-- design-scale table: written by ./dev bench (benchmarks/suite.py) -->"
+TABLE_END = "<!-- end of the design-scale table -->"
 
 
 def _commit() -> str:
@@ -31,51 +38,143 @@ def _commit() -> str:
     return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
 
 
+Rows = list[list[str]]
+
+
+def _ingestion(table: Table) -> Rows:
+    col, rows, naive = table.column, [], table.rows[0]
+    for row in table.rows[1:]:
+        if not col(row, "approach").startswith("app: "):
+            continue
+        case = col(row, "approach").removeprefix("app: ")
+        rows.append(["ingestion", f"events/s, {case}", col(row, "events/s"), col(naive, "events/s"),
+                     col(row, "vs naive")])  # fmt: skip
+        rows.append(["ingestion", f"commands/event, {case}", col(row, "commands/event"),
+                     col(naive, "commands/event"), f"{col(row, 'fewer commands')} fewer"])  # fmt: skip
+    return rows
+
+
+def _checks(table: Table) -> Rows:
+    col, rows = table.column, []
+    for seeds, app in zip(table.rows, table.rows[1:], strict=False):
+        same = all(col(seeds, c) == col(app, c) for c in ("check", "bottles", "in trouble"))
+        if same and "seeds" in col(seeds, "approach") and "app" in col(app, "approach"):
+            case = f"commands per sweep, {col(app, 'check')} at {col(app, 'bottles')} bottles"
+            rows.append(["checks", case, col(app, "commands"), col(seeds, "commands"),
+                         f"{col(app, 'fewer commands')} fewer"])  # fmt: skip
+    return rows
+
+
+def _reports(table: Table) -> Rows:
+    col, rows = table.column, []
+    for naive, app in zip(table.rows[::2], table.rows[1::2], strict=True):
+        scenario = col(app, "scenario")
+        rows.append(["reports", f"changes/s, {scenario}", col(app, "changes/s"), col(naive, "changes/s"),
+                     col(app, "speed vs naive")])  # fmt: skip
+        rows.append(["reports", f"commands/change, {scenario}", col(app, "cmds/change"),
+                     col(naive, "cmds/change"), f"{col(app, 'fewer cmds')} fewer"])  # fmt: skip
+    return rows
+
+
+def _request_units(table: Table) -> Rows:
+    col = table.column
+    return [["cost", f"RU per {col(row, 'RU per')}", col(row, "app"), col(row, "seeds"),
+             f"{col(row, 'seeds / app')} of the app's"] for row in table.rows]  # fmt: skip
+
+
+def _heartbeat_document(table: Table) -> Rows:
+    col = table.column
+    return [["heartbeats", f"document {col(row, 'measure')}", col(row, "value"), "-", "goal: at most 512"]
+            for row in table.rows[:1]]  # fmt: skip
+
+
+def _design_scale(table: Table) -> Rows:
+    col = table.column
+    return [["design scale", col(row, "measure"), col(row, "value"), "-", f"goal: {col(row, 'goal')}"]
+            for row in table.rows]  # fmt: skip
+
+
+_SUMMARIES = {
+    "Ingestion": _ingestion,
+    "Notification checks": _checks,
+    "Report consumer": _reports,
+    "Request units": _request_units,
+    "One bottle's heartbeat document": _heartbeat_document,
+    "Design scale": _design_scale,
+}
+
+
 def summary_rows(tables: list[Table]) -> list[list[str]]:
     """The headline figures of every benchmark, each beside its same-run baseline, as one table."""
     rows: list[list[str]] = []
     for table in tables:
-        col = table.column
-        if table.title.startswith("Ingestion"):
-            naive = table.rows[0]
-            for row in table.rows[1:]:
-                case = col(row, "approach").removeprefix("app: ")
-                rows.append(["ingestion", f"events/s, {case}", col(row, "events/s"), col(naive, "events/s"),
-                             col(row, "vs naive")])  # fmt: skip
-                rows.append(["ingestion", f"commands/event, {case}", col(row, "commands/event"),
-                             col(naive, "commands/event"), f"{col(row, 'fewer commands')} fewer"])  # fmt: skip
-        elif table.title.startswith("Notification checks"):
-            for seeds, app in zip(table.rows, table.rows[1:], strict=False):
-                same = all(col(seeds, c) == col(app, c) for c in ("check", "bottles", "in trouble"))
-                if same and "seeds" in col(seeds, "approach") and "app" in col(app, "approach"):
-                    case = f"commands per sweep, {col(app, 'check')} at {col(app, 'bottles')} bottles"
-                    rows.append(["checks", case, col(app, "commands"), col(seeds, "commands"),
-                                 f"{col(app, 'fewer commands')} fewer"])  # fmt: skip
-        elif table.title.startswith("Report consumer"):
-            for naive, app in zip(table.rows[::2], table.rows[1::2], strict=True):
-                scenario = col(app, "scenario")
-                rows.append(["reports", f"changes/s, {scenario}", col(app, "changes/s"), col(naive, "changes/s"),
-                             col(app, "speed vs naive")])  # fmt: skip
-                rows.append(["reports", f"commands/change, {scenario}", col(app, "cmds/change"),
-                             col(naive, "cmds/change"), f"{col(app, 'fewer cmds')} fewer"])  # fmt: skip
+        for prefix, summarise in _SUMMARIES.items():
+            if table.title.startswith(prefix):
+                rows += summarise(table)
     return rows
 
 
-def run(quick: bool, ticker: Ticker | None = None) -> str:
+def cost_section(measured: costs.Costs) -> tuple[str, str]:
+    """The RU table, the steady-state heartbeat document, the design-scale table and the model's rules."""
+    per_unit = costs.table(measured)
+    sizes = measured.sizes
+    rows = design_scale.table(measured.measured(), get_settings())
+    bill = design_scale.markdown(rows)
+    small = costs.Costs(
+        {k: costs.PerUnit(v.units, v.ru_small_as_1kb) for k, v in measured.units.items()},
+        sizes,
+        measured.ttl_delete,
+    )
+    small_total = design_scale.total(design_scale.table(small.measured(), get_settings()))
+    heartbeat = print_table(
+        "One bottle's heartbeat document at steady state (a heartbeat every 30 minutes, window full)",
+        [
+            ["BSON bytes, largest", f"{sizes['heartbeat max']:,.0f}"],
+            ["BSON bytes, average", f"{sizes['bottle_heartbeats']:,.0f}"],
+            ["index terms a heartbeat deletes and inserts", f"{measured.terms_per_heartbeat}"],
+        ],
+        ["measure", "value"],
+    )
+    print_table(
+        "Design scale: the bill from these costs",
+        [
+            ["RU/s", f"{design_scale.total(rows):,.0f}", "150,000"],
+            ["RU/s if items under 1 KB cost as 1 KB", f"{small_total:,.0f}", "-"],
+            ["stored after a year, GB", f"{sum(r.storage_gb for r in rows):,.0f}", "-"],
+        ],
+        ["measure", "value", "goal"],
+    )
+    rules = "\n".join(f"- {rule.name}: {rule.statement} ({rule.source})" for rule in RULES)
+    assumptions = "\n".join(f"- {text}" for text in ASSUMPTIONS)
+    rates = "\n".join(f"- {name}: {value:,.2f}" for name, value in design_scale.ASSUMED_RATES.items())
+    text = (
+        f"{per_unit}\n\n{heartbeat}\n\nDesign scale ({design_scale.BOTTLES:,} bottles, {design_scale.USERS:,} users), "
+        f"from the RU above:\n\n{TABLE_START}\n{bill}\n{TABLE_END}\n\n"
+        f"If Cosmos DB charged every item under 1 KB as 1 KB, the total would be {small_total:,.0f} RU/s.\n\n"
+        f"Rules (benchmarks/cost_model.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
+        f"Rates the design does not give (benchmarks/design_scale.py):\n{rates}"
+    )
+    return text, bill
+
+
+def run(quick: bool, ticker: Ticker | None = None) -> tuple[str, str]:
+    """The results document, and the design-scale table."""
     ticker = ticker or Ticker()
     sections: list[tuple[str, str]] = []
     started = time.perf_counter()
-    with ticker.running("bench: ingestion (1 of 5)"):
+    with ticker.running("bench: ingestion (1 of 6)"):
         sections.append(("Ingestion", ingestion.run(events=1000 if quick else 4000, bottles=50)))
-    with ticker.running("bench: notification checks (2 of 5)"):
+    with ticker.running("bench: notification checks (2 of 6)"):
         sections.append(("Notification checks", checks.run(checks.default_fleets(quick))))
-    with ticker.running("bench: report consumer (3 of 5)"):
+    with ticker.running("bench: report consumer (3 of 6)"):
         sections.append(("Report consumer", reports.run(30 if quick else 100, quick=quick)))
-    with ticker.running("bench: report workers side by side (4 of 5)"):
+    with ticker.running("bench: report workers side by side (4 of 6)"):
         sections.append(("Report workers side by side", scaleout.run(30 if quick else 150, 2 if quick else 4)))
-    with ticker.running("bench: check partitions side by side (5 of 5)"):
+    with ticker.running("bench: check partitions side by side (5 of 6)"):
         swept = 2_000 if quick else 20_000
         sections.append(("Check partitions side by side", scaleout.sweep_table(swept, swept // 20)))
+    with ticker.running("bench: request units (6 of 6)"):
+        cost_text, bill = cost_section(costs.measure(quick))
     elapsed = time.perf_counter() - started
     summary = print_table(
         "Summary: the app against the seeds' approach, measured in the same run",
@@ -90,7 +189,14 @@ def run(quick: bool, ticker: Ticker | None = None) -> str:
     )
     sections.insert(0, ("Summary", summary))
     body = "\n".join(f"\n## {title}\n\n```\n{table}\n```" for title, table in sections)
-    return header + body + "\n"
+    return header + body + f"\n\n## Cost on Cosmos DB\n\n{cost_text}\n", bill
+
+
+def update_readme(bill: str, readme: Path = README) -> None:
+    """Put the design-scale table between its markers in the README."""
+    text = readme.read_text()
+    start, end = text.index(TABLE_START), text.index(TABLE_END)
+    readme.write_text(text[:start] + TABLE_START + "\n" + bill + "\n" + text[end:])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,9 +210,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.output.parent.is_dir():
         parser.error(f"--output {args.output}: no directory {args.output.parent}")
-    document = run(args.quick)
+    document, bill = run(args.quick)
     args.output.write_text(document)
     print(f"\nwritten to {args.output}")
+    if not args.quick and args.output.resolve() == RESULTS.resolve():
+        update_readme(bill)
+        print(f"design-scale table written to {README}")
 
 
 if __name__ == "__main__":

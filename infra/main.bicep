@@ -27,6 +27,18 @@ param cosmosMaxThroughput int = 1000
 @description('Per-collection autoscale maximum RU/s overriding cosmosMaxThroughput, e.g. { bottle_heartbeats: 200000 } (README: cost).')
 param cosmosMaxThroughputByCollection object = {}
 
+@description('Days an opened/closed event is kept after its last write: ACTIONS_RETENTION_DAYS and the TTL (README: retention).')
+@minValue(32)
+param actionsRetentionDays int = 60
+
+@description('Days an hourly report is kept after its last write: HOURLY_REPORTS_RETENTION_DAYS and the TTL.')
+@minValue(32)
+param hourlyReportsRetentionDays int = 60
+
+@description('Days a notification is kept after its last write: NOTIFICATIONS_RETENTION_DAYS and the TTL.')
+@minValue(1)
+param notificationsRetentionDays int = 90
+
 @description('Cosmos DB account key whose connection string the app uses; flip it to rotate keys (README: Rotating keys).')
 @allowed(['primary', 'secondary'])
 param cosmosKeyInUse string = 'primary'
@@ -97,7 +109,11 @@ var appSettings = {
   MONGODB_DATABASE: databaseName
   MAX_EVENT_AGE_DAYS: '30'
   REGISTRY_CACHE_SECONDS: '60'
-  HEARTBEAT_HISTORY: '96'
+  HEARTBEAT_WINDOW_HOURS: '24'
+  // The collections' TTL (modules/cosmos.bicep) is deployed from the same parameters.
+  ACTIONS_RETENTION_DAYS: string(actionsRetentionDays)
+  HOURLY_REPORTS_RETENTION_DAYS: string(hourlyReportsRetentionDays)
+  NOTIFICATIONS_RETENTION_DAYS: string(notificationsRetentionDays)
   STORE_MAX_RETRIES: '3'
   STORE_RETRY_BASE_MS: '100'
   STORE_SERVER_SELECTION_TIMEOUT_MS: '3000'
@@ -223,6 +239,9 @@ module cosmos 'modules/cosmos.bicep' = {
     databaseName: databaseName
     defaultMaxThroughput: cosmosMaxThroughput
     maxThroughputByCollection: cosmosMaxThroughputByCollection
+    actionsRetentionDays: actionsRetentionDays
+    hourlyReportsRetentionDays: hourlyReportsRetentionDays
+    notificationsRetentionDays: notificationsRetentionDays
   }
 }
 

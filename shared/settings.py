@@ -26,11 +26,12 @@ class Settings(BaseSettings):
         le=3600,
         description="How long a worker caches a bottle's registry entry (and so how long a rotated key lingers).",
     )
-    heartbeat_history: int = Field(
-        default=96,
+    heartbeat_window_hours: int = Field(
+        default=24,
         ge=1,
-        le=1000,
-        description="Heartbeat times kept per bottle (the newest); 96 is 48 hours at the 30-minute cadence.",
+        le=48,
+        description="Hours of heartbeats each bottle's heartbeat document counts, the current hour included: "
+        "a heartbeat buffered for longer is accepted but not counted in the reports.",
     )
     store_max_retries: int = Field(
         default=3, ge=0, le=10, description="Retries of a throttled or failed database call before a 503."
@@ -59,6 +60,26 @@ class Settings(BaseSettings):
         le=3600,
         description="Retry-After of a 503 when the database is unreachable: this plus up to as much again, "
         "at random, so a fleet does not come back at once (throttling answers with the server's shorter hint).",
+    )
+
+    # Retention: how long each growing collection keeps a document after its last write (Cosmos DB's `_ts`
+    # TTL in infra/, a TTL index elsewhere: shared/store/schema.py). Late events must still find their hour.
+    actions_retention_days: int = Field(
+        default=60,
+        ge=2,
+        le=36_500,
+        description="Days an opened/closed event is kept (the reports keep their counts); longer than "
+        "MAX_EVENT_AGE_DAYS, so an event buffered that long is counted with the rest of its hour.",
+    )
+    hourly_reports_retention_days: int = Field(
+        default=60,
+        ge=2,
+        le=36_500,
+        description="Days an hourly report is kept after its last change (the daily reports keep the totals); "
+        "longer than MAX_EVENT_AGE_DAYS, so a late event's day is rolled up from all of its hours.",
+    )
+    notifications_retention_days: int = Field(
+        default=90, ge=1, le=36_500, description="Days a notification is kept after its last change."
     )
 
     # Reports (the dispatcher `aggregate_reports` and the workers `aggregate_report_partition`).
@@ -195,6 +216,15 @@ class Settings(BaseSettings):
                 f"REPORTS_LEASE_SECONDS ({self.reports_lease_seconds}) must be longer than a worker's run: "
                 f"REPORTS_TIME_BUDGET_SECONDS plus REQUEST_DEADLINE_SECONDS ({longest_run:g})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _retention_outlasts_late_events(self) -> "Settings":
+        """A late event recomputes its hour from the hour's actions and its day from the day's hourly reports:
+        both must still be there."""
+        for name in ("actions_retention_days", "hourly_reports_retention_days"):
+            if getattr(self, name) <= self.max_event_age_days + 1:
+                raise ValueError(f"{name.upper()} must be more than MAX_EVENT_AGE_DAYS + 1")
         return self
 
 

@@ -49,6 +49,10 @@ def literal(tree: Tree, value: Any) -> Any:
         return [literal(tree, item) for item in value]
     if isinstance(value, dict) and not ({"operator", "function"} & value.keys()):
         return {str(key).strip("'"): literal(tree, item) for key, item in value.items()}
+    if isinstance(value, dict) and isinstance(value.get("operator"), dict) and value["operator"]["type"] == "multiply":
+        operands = [literal(tree, item) for item in value["operator"]["operands"].values()]
+        if all(isinstance(item, int) and not isinstance(item, bool) for item in operands):
+            return operands[0] * operands[1]
     return EXPRESSION
 
 

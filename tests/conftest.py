@@ -40,6 +40,43 @@ def _teach_mongomock_bulk_sort() -> None:
 
 _teach_mongomock_bulk_sort()
 
+
+def _teach_mongomock_bit() -> None:
+    """mongomock 4.3 has no `$bit`; the heartbeat ring is written with it (Cosmos DB, SecantusDB and MongoDB
+    have it). As MongoDB does: each of `and`, `or`, `xor` in order, on the field's integer or 0 if missing,
+    keeping a 64-bit integer a 64-bit integer."""
+    from bson.int64 import Int64
+    from mongomock import collection as mongomock_collection
+
+    operations = {"and": int.__and__, "or": int.__or__, "xor": int.__xor__}
+
+    def bit_updater(doc: Any, field_name: str, value: dict[str, int]) -> None:
+        if not isinstance(doc, dict):
+            raise NotImplementedError("$bit on array elements")
+        current = doc.get(field_name, 0)
+        result = int(current)
+        for name, operand in value.items():
+            result = operations[name](result, int(operand))
+        wide = isinstance(current, Int64) or any(isinstance(v, Int64) for v in value.values())
+        doc[field_name] = Int64(result) if wide else result
+
+    mongomock_collection._updaters["$bit"] = bit_updater
+
+
+_teach_mongomock_bit()
+
+
+def _mongomock_expires_by_the_app_clock() -> None:
+    """mongomock applies TTL indexes (retention) on every read, by its own `utcnow`: make that the app's server
+    clock, so a test that sets the clock (shared.instants.set_clock) sees documents expire by it, and a test
+    that plays a past day does not see them expire at once by the real one."""
+    from shared.instants import utc_now
+
+    setattr(mongomock, "utcnow", lambda: utc_now().replace(tzinfo=None))  # noqa: B010 - untyped module attribute
+
+
+_mongomock_expires_by_the_app_clock()
+
 # Registered process-wide before any test runs, so it hears every client the tests make, however they make it
 # (fixtures, the simulator, the local server, the operations commands). mongomock sends no commands: the
 # SecantusDB runs are what it checks, and tests/integration/test_sorted_reads.py drives every read path there.
@@ -78,7 +115,8 @@ def clean_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def secantus_uri() -> Iterator[str]:
     from secantus import SecantusDBServer
 
-    with SecantusDBServer(storage_path=":memory:") as server:
+    # No background TTL sweeps: tests write fixed, long-past dates (tests/test_retention.py prunes on demand).
+    with SecantusDBServer(storage_path=":memory:", ttl_sweep_seconds=0) as server:
         yield server.uri
 
 

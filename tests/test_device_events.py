@@ -1,25 +1,27 @@
 """POST /api/bottles/{bottle_id}/events: what devices see and what gets stored."""
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
+import bson
 import pytest
 
-from shared.heartbeat_document import LATE_KEPT
-from shared.instants import hour_of
+from shared.heartbeat_document import LATE_AT, LATE_FLAG, hour_number, ring_hours
+from shared.instants import hour_of, set_clock
 from shared.store import schema
 from shared.store.partitioning import bucket_of
 from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned
+from tests.heartbeats import counted, counted_everywhere, heartbeat_document, minute
+
+
+def identity(moment: datetime) -> datetime:
+    return moment
 
 
 def stored_counts(db: Any) -> tuple[int, int]:
-    """(actions stored, heartbeat times stored) over every bottle."""
-    times = sum(len(d.get("times", [])) for d in db[schema.BOTTLE_HEARTBEATS].find())
-    return db[schema.BOTTLE_ACTIONS].count_documents({}), times
-
-
-def heartbeat_document(db: Any, bottle_id: str = "bottle-1") -> dict[str, Any]:
-    return db[schema.BOTTLE_HEARTBEATS].find_one({"_id": bottle_id})
+    """(actions stored, heartbeats counted) over every bottle."""
+    return db[schema.BOTTLE_ACTIONS].count_documents({}), counted_everywhere(db)
 
 
 def test_heartbeat_is_stored_in_the_bottles_heartbeat_document(db):
@@ -37,62 +39,103 @@ def test_heartbeat_is_stored_in_the_bottles_heartbeat_document(db):
     # Silence is counted from the later of the last heartbeat and provisioning.
     provisioned_at = db[schema.BOTTLES].find_one({"_id": "bottle-1"})["provisioned_at"]
     assert document["alive_at"] == max(at, provisioned_at)
-    assert document["times"] == [at]
+    assert counted(db) == [minute(at)]
 
 
-def test_heartbeat_times_are_kept_in_order_and_last_is_the_newest(db):
+def test_heartbeats_are_counted_by_minute_and_last_is_the_newest(db):
     key = provisioned()
     times = [ago(minutes=10), ago(minutes=40), ago(minutes=25)]
 
     response = post_events("bottle-1", key, {"events": [heartbeat(t) for t in times]})
 
     assert response.body == {"stored": 3, "duplicates": 0}
-    document = heartbeat_document(db)
-    assert document["last"] == max(times)
-    assert document["times"] == sorted(times)
+    assert heartbeat_document(db)["last"] == max(times)
+    assert counted(db) == sorted(minute(t) for t in times)
 
 
-def test_only_the_newest_heartbeats_are_kept(db, monkeypatch):
+def test_a_repeated_heartbeat_is_a_duplicate_and_counted_once(db):
+    key = provisioned()
+    at = ago(minutes=7)
+    post_events("bottle-1", key, heartbeat(at))
+
+    again = post_events("bottle-1", key, {"events": [heartbeat(at), heartbeat(ago(minutes=1))]})
+
+    assert again.body == {"stored": 1, "duplicates": 1}
+    assert counted(db) == sorted([minute(at), minute(ago(minutes=1))])
+
+
+def test_two_heartbeats_in_one_minute_are_one_heartbeat(db):
+    """A heartbeat is its bottle and its minute: a second one in the same minute is a repeat."""
+    key = provisioned()
+    at = ago(minutes=20).replace(second=10)
+
+    response = post_events("bottle-1", key, {"events": [heartbeat(at), heartbeat(at + timedelta(seconds=30))]})
+
+    assert response.body == {"stored": 1, "duplicates": 1}
+    assert counted(db) == [minute(at)]
+
+
+def test_heartbeats_older_than_the_window_are_accepted_but_not_counted(db, monkeypatch):
     from shared.settings import get_settings
 
-    monkeypatch.setenv("HEARTBEAT_HISTORY", "3")
+    monkeypatch.setenv("HEARTBEAT_WINDOW_HOURS", "3")
     get_settings.cache_clear()
     key = provisioned()
-    times = [ago(minutes=30 * i) for i in range(5)]
+    times = [ago(minutes=30 * i) for i in range(10)]  # five hours
 
-    post_events("bottle-1", key, {"events": [heartbeat(t) for t in times]})
+    response = post_events("bottle-1", key, {"events": [heartbeat(t) for t in times]})
 
-    assert heartbeat_document(db)["times"] == sorted(times)[-3:]
+    assert response.body == {"stored": 10, "duplicates": 0}
+    oldest_counted = hour_of(ago(hours=2))  # three hours, the current one included
+    assert counted(db) == sorted(minute(t) for t in times if t >= oldest_counted)
 
 
 def test_a_late_heartbeat_never_moves_last_backwards(db):
     key = provisioned()
-    post_events("bottle-1", key, heartbeat(ago(minutes=5)))
+    newest = ago(minutes=5)
+    post_events("bottle-1", key, heartbeat(newest))
     post_events("bottle-1", key, heartbeat(ago(hours=6)))
-    assert heartbeat_document(db)["last"] == ago(minutes=5)
+    assert heartbeat_document(db)["last"] == newest
 
 
-def test_a_late_heartbeat_is_listed_with_its_arrival_for_the_report_consumer(db):
+def test_a_late_heartbeat_marks_its_hour_and_its_arrival_for_the_report_consumer(db):
     key = provisioned()
     prompt, buffered = ago(minutes=2), ago(hours=6, minutes=10)
     before = datetime.now(UTC) - timedelta(milliseconds=1)  # the store keeps milliseconds
 
     post_events("bottle-1", key, {"events": [heartbeat(prompt), heartbeat(buffered)]})
-    post_events("bottle-1", key, heartbeat(buffered))  # a device retry
 
-    [late] = heartbeat_document(db)["late"]  # the prompt heartbeat and the repeat add nothing
-    assert late["hour"] == hour_of(buffered)
-    assert before <= late["received_at"] <= datetime.now(UTC)
+    document = heartbeat_document(db)
+    late = [hour for hour, value in ring_hours(document).items() if value & LATE_FLAG]
+    assert late == [hour_number(buffered)]  # the prompt heartbeat's hour is not marked
+    assert before <= document[LATE_AT] <= datetime.now(UTC)
+    assert counted(db) == sorted([minute(prompt), minute(buffered)])
 
 
-def test_only_the_newest_late_heartbeats_are_listed(db):
-    key = provisioned()
-    buffered = [ago(hours=3, minutes=5 * i) for i in range(LATE_KEPT + 4)]
+def test_the_heartbeat_document_stays_small_however_long_the_bottle_reports(db):
+    """Steady state: a heartbeat every 30 minutes for three days, some of them late, some repeated. The
+    document keeps its window (24 hours) and no more, within 512 bytes of BSON."""
+    bottle, start = "bottle-0000000001", ago(hours=72)
+    set_clock(lambda: start)
+    key = provisioned(bottle, {**SPEC, "user_id": "user-0000000001", "medication": "Cordrazine XR 20"})
+    sent, sizes, received = [], [], start
+    try:
+        for i in range(144):
+            at = start + timedelta(minutes=30 * i, seconds=13)
+            received = at + (timedelta(minutes=40) if i % 7 == 0 else timedelta(seconds=2))
+            set_clock(partial(identity, received))
+            assert post_events(bottle, key, heartbeat(at)).status == 202
+            if i % 5 == 0:
+                assert post_events(bottle, key, heartbeat(at)).body == {"stored": 0, "duplicates": 1}
+            sent.append(at)
+            sizes.append(len(bson.encode(heartbeat_document(db, bottle))))
+    finally:
+        set_clock(None)
 
-    post_events("bottle-1", key, {"events": [heartbeat(t) for t in buffered]})
-
-    late = heartbeat_document(db)["late"]
-    assert [entry["hour"] for entry in late] == [hour_of(t) for t in buffered[-LATE_KEPT:]]
+    assert max(sizes) <= 512
+    assert max(sizes[-48:]) <= max(sizes[48:96])  # a day later no larger: bounded, not growing
+    window_start = hour_of(received) - timedelta(hours=23)  # 24 hours, the current one included
+    assert counted(db, bottle) == [minute(t) for t in sent if t >= window_start]
 
 
 def test_actions_are_stored_with_owner_and_medication_from_the_registry(db):

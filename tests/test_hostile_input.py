@@ -10,6 +10,7 @@ import pytest
 
 from functions import notifications as notification_functions
 from shared.bottles import provisioning
+from shared.heartbeat_document import heartbeat_minutes
 from shared.store import schema
 from tests.api import SPEC, ago, get_bottle, heartbeat, iso, opened, post_events, provisioned, put_bottle
 from tests.report_client import get_reports
@@ -20,7 +21,7 @@ def nothing_stored(db: Any, bottle_id: str = "bottle-1") -> bool:
     bottle = db[schema.BOTTLES].find_one({"_id": bottle_id}) or {}
     return (
         db[schema.BOTTLE_ACTIONS].count_documents({}) == 0
-        and not beats.get("times")
+        and not heartbeat_minutes(beats)
         and bottle.get("last_action") is None
     )
 

@@ -24,6 +24,7 @@ from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
 from tests import bicep
 from tests.cosmos_fakes import FakeCosmosDatabase
+from tools.bicep_collections import bicep_parameter
 
 ROOT = bicep.ROOT
 BICEP_FILES = sorted(str(path.relative_to(bicep.INFRA)) for path in bicep.INFRA.rglob("*.bicep"))
@@ -113,6 +114,24 @@ def test_bicep_creates_the_collections_shard_keys_and_indexes_the_setup_command_
         "infra/modules/cosmos.bicep `var collections` differs from shared/store/schema.py: "
         "paste the output of `python -m tools.bicep_collections` over it"
     )
+
+
+def test_retention_is_deployed_from_parameters_that_set_both_the_ttl_and_the_app_setting() -> None:
+    """Each growing collection's TTL on `_ts` and the app setting of its days come from one parameter of
+    main.bicep, whose default is the code's."""
+    main = bicep.parse("main.bicep")
+    passed = bicep.module("main.bicep", "cosmos")["params"]
+    app = bicep.variable("main.bicep", "appSettings")
+    cosmos_params = bicep.parse("modules/cosmos.bicep")["parameters"]
+    settings = [name for name in Settings.model_fields if name.endswith("_retention_days")]
+    assert len(settings) == 3
+    for setting in settings:
+        param = bicep_parameter(setting)
+        assert main["parameters"][param]["default"] == Settings.model_fields[setting].default, param
+        assert cosmos_params[param]["default"] == Settings.model_fields[setting].default, param
+        assert str(passed[param]) == param
+        assert param in json.dumps(app[setting.upper()], default=str)
+    assert f"{bicep_parameter('actions_retention_days')} * 86400" in bicep.text("modules/cosmos.bicep")
 
 
 def test_each_collection_entry_is_deployed_with_its_shard_key_indexes_and_autoscale_throughput() -> None:

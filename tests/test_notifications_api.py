@@ -7,13 +7,21 @@ from typing import Any
 import pytest
 
 from functions import notifications as notification_functions
-from shared.instants import format_instant
+from shared.instants import format_instant, set_clock
 from shared.notifications.documents import Episode, record
 from shared.store.retries import RetryPolicy
 from tests.api import Response, _call
 
 _get = notification_functions.get_user_notifications.build().get_user_function()
 T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def server_clock() -> Any:
+    """The server clock the morning of T0: notifications expire (NOTIFICATIONS_RETENTION_DAYS) by it."""
+    set_clock(lambda: T0 + timedelta(hours=3))
+    yield
+    set_clock(None)
 
 
 def get(user_id: str, **params: str) -> Response:

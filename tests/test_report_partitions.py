@@ -446,7 +446,7 @@ def change(bottle_id: str, received_minutes_ago: int) -> dict[str, Any]:
     document = {
         "_id": bottle_id,
         "bottle_id": bottle_id,
-        "received_at": utc_now() - timedelta(minutes=received_minutes_ago),
+        HEARTBEATS_FEED.time_field: utc_now() - timedelta(minutes=received_minutes_ago),
     }
     return {"fullDocument": document, "documentKey": {"_id": bottle_id}, "ns": {"coll": "bottle_heartbeats"}}
 
@@ -476,7 +476,7 @@ def test_a_throttled_stream_neither_ends_a_page_early_nor_moves_the_checkpoint_t
 
     assert page is not None
     assert [c.key for c in page.changes] == ["b0"]
-    assert page.checkpoint_time == read["fullDocument"]["received_at"]  # from the data read, not the clock
+    assert page.checkpoint_time == read["fullDocument"][HEARTBEATS_FEED.time_field]  # from the data read, not the clock
     assert source.next_page() is None  # throttled: an empty page, the position unchanged
 
 
@@ -495,7 +495,7 @@ def test_a_worker_on_a_throttled_cosmos_stream_checkpoints_no_later_than_what_it
 
     assert run.caught_up
     saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
-    assert saved["checkpoint_time"] == read["fullDocument"]["received_at"]
+    assert saved["checkpoint_time"] == read["fullDocument"][HEARTBEATS_FEED.time_field]
     assert saved["checkpoint_time"] < now - 19 * MINUTE
     assert saved["token"] == {"_data": "after-batch-1"}
 

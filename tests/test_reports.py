@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from shared import instants
-from shared.heartbeat_document import LATE_KEPT
-from shared.instants import day_of, hour_of, utc_now
+from shared.instants import day_of, hour_of, set_clock, utc_now
 from shared.reports import aggregation, change_feed
 from shared.reports import rebuild as rebuild_reports
 from shared.reports.aggregation import refresh_daily
@@ -35,13 +34,16 @@ from tests.report_client import (
 )
 
 USER = SPEC["user_id"]
-DAY = day_of(ago(days=2))
+# A day whose hours are all in the past, and whose 08:00 is within the last 48 hours (the widest heartbeat window,
+# which these tests use: heartbeats of that day sent now are still counted).
+DAY = day_of(ago(hours=30))
 H8 = DAY + timedelta(hours=8)
 H10 = DAY + timedelta(hours=10)
 
 
 @pytest.fixture(autouse=True)
 def change_source(db: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    set_setting(monkeypatch, "HEARTBEAT_WINDOW_HOURS", "48")
     return use_change_source_of(db, monkeypatch)
 
 
@@ -203,13 +205,13 @@ def test_late_events_land_in_their_past_hour_and_its_day_is_recomputed(db):
     assert day["bottles"][0]["last_number_of_pills"] == 29
 
 
-def test_more_late_heartbeats_than_the_bottle_lists_still_count_in_every_hour(db):
+def test_late_heartbeats_of_many_hours_each_count_in_their_hour(db):
     key = provisioned("bottle-1")
     post_events("bottle-1", key, heartbeat(at(H8, 1)))
     aggregate()  # caught up: from now on only hours changed since are recomputed
 
-    # Back from a day offline: one buffered heartbeat an hour, more than the document lists as late.
-    hours = [H10 + timedelta(hours=i) for i in range(LATE_KEPT + 4)]
+    # Back from most of a day offline: one buffered heartbeat an hour.
+    hours = [H10 + timedelta(hours=i) for i in range(20)]
     post_events("bottle-1", key, {"events": [heartbeat(at(hour, 1)) for hour in hours]})
     aggregate()
 
@@ -275,20 +277,26 @@ def test_a_reassigned_bottles_later_events_count_for_the_new_user_only(db):
 
 
 def test_heartbeats_counted_before_they_leave_the_window_stay_counted(db, monkeypatch):
-    set_setting(monkeypatch, "HEARTBEAT_HISTORY", "3")
+    set_setting(monkeypatch, "HEARTBEAT_WINDOW_HOURS", "3")
     key = provisioned("bottle-1")
-    post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), heartbeat(at(H8, 31))]})
+    first = hour_of(ago(hours=1))
+    post_events("bottle-1", key, {"events": [heartbeat(at(first, 1)), heartbeat(at(first, 31))]})
     aggregate()
-    # Three newer heartbeats push 08:xx out of the bottle's window; a late one for 08:xx cannot get in.
-    post_events("bottle-1", key, {"events": [heartbeat(at(H10, m)) for m in (1, 21, 41)]})
-    post_events("bottle-1", key, {"events": [heartbeat(at(H8, 45))]})
-    aggregate()
+    # Five hours on, `first` has left the bottle's window; a late heartbeat for it is not counted, and the count
+    # already reported for it stays.
+    later = first + timedelta(hours=5)
+    set_clock(lambda: later + timedelta(minutes=2))
+    try:
+        post_events("bottle-1", key, {"events": [heartbeat(at(later, 1)), heartbeat(at(first, 45))]})
+        aggregate()
+        reports = hourly(start=first, end=later + timedelta(hours=1))
+    finally:
+        set_clock(None)
 
-    assert [(r["hour"][:13], r["heartbeats"]) for r in hourly()] == [
-        (f"{H8:%Y-%m-%dT%H}", 2),
-        (f"{H10:%Y-%m-%dT%H}", 3),
+    assert [(r["hour"][:13], r["heartbeats"]) for r in reports] == [
+        (f"{first:%Y-%m-%dT%H}", 2),
+        (f"{later:%Y-%m-%dT%H}", 1),
     ]
-    assert daily()[0]["heartbeats"] == 5
 
 
 def test_a_run_stops_at_its_time_budget_and_the_next_run_carries_on(db, monkeypatch):
@@ -554,7 +562,7 @@ def test_a_heartbeat_dated_after_a_reassignment_moves_to_the_new_owner(db, serve
 
     # Reassigned at the server's HH:58, so the heartbeat dated (HH+1):01 is the new owner's.
     assert put_bottle("bottle-1", {**SPEC, "user_id": "newowner"}).status == 200
-    post_events("bottle-1", key, heartbeat(ahead + timedelta(seconds=30)))
+    post_events("bottle-1", key, heartbeat(ahead + timedelta(minutes=1)))  # the next minute: another heartbeat
     aggregate()
 
     span = {"start": early - timedelta(hours=1), "end": ahead + timedelta(hours=1)}

@@ -9,7 +9,6 @@ has not been delivered yet (the consumer's checkpoint), as tightly as that bound
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from unittest import mock
 
 import mongomock
 from hypothesis import HealthCheck, given, settings
@@ -18,11 +17,8 @@ from hypothesis import strategies as st
 from shared.bottles.entries import forget_all_entries
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
-from shared.heartbeat_document import LATE_KEPT
-from shared.ingestion import storing
 from shared.ingestion.receive import receive
 from shared.instants import day_of
-from shared.reports import documents as report_documents
 from shared.reports.aggregation import Change, Stamper, refresh_daily, refresh_hourly
 from shared.reports.rebuild import rebuild
 from shared.settings import Settings
@@ -37,7 +33,7 @@ STEP = timedelta(minutes=25)  # server time between two operations
 BOTTLES = ("b0", "b1", "b2")
 USERS = ("u0", "u1", "u2")
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
-SETTINGS = Settings(heartbeat_history=96)
+SETTINGS = Settings()  # a heartbeat window (24 hours) longer than any history here: nothing leaves it
 
 event = st.fixed_dictionaries(
     {
@@ -125,10 +121,7 @@ def take_page(data: st.DataObject, pending: list[Written], delivered: list[Writt
 def test_any_delivery_of_the_changes_gives_the_reports_of_a_rebuild_from_scratch(
     operations: list[tuple[Any, ...]], data: st.DataObject
 ) -> None:
-    # Sometimes a `late` list so short that it often overflows between two pages.
-    kept = data.draw(st.sampled_from([1, LATE_KEPT]), label="late heartbeats kept")
-    with mock.patch.object(report_documents, "LATE_KEPT", kept), mock.patch.object(storing, "LATE_KEPT", kept):
-        replay(operations, data)
+    replay(operations, data)
 
 
 def replay(operations: list[tuple[Any, ...]], data: st.DataObject) -> None:

@@ -8,9 +8,15 @@ direction) and cannot name an index; Cosmos DB serves a fully reversed sort from
 """
 
 from shared.settings import Settings
-from shared.store.schema import CollectionSpec, IndexSpec, collection_specs
+from shared.store.schema import DAY_SECONDS, CollectionSpec, IndexSpec, collection_specs
 
 ID_INDEX = "{ key: { keys: ['_id'] } }"
+
+
+def bicep_parameter(setting: str) -> str:
+    """The Bicep parameter that deploys a setting: actions_retention_days -> actionsRetentionDays."""
+    first, *rest = setting.split("_")
+    return first + "".join(word.capitalize() for word in rest)
 
 
 def _index_line(index: IndexSpec) -> str:
@@ -18,7 +24,9 @@ def _index_line(index: IndexSpec) -> str:
     options = []
     if index.unique:
         options.append("unique: true")
-    if index.expire_after_seconds is not None:
+    if index.retention_setting is not None:  # a parameter of the module: the deployment sets the days
+        options.append(f"expireAfterSeconds: {bicep_parameter(index.retention_setting)} * {DAY_SECONDS}")
+    elif index.expire_after_seconds is not None:
         options.append(f"expireAfterSeconds: {index.expire_after_seconds}")
     suffix = f", options: {{ {', '.join(options)} }}" if options else ""
     return f"{{ key: {{ keys: [{keys}] }}{suffix} }}"

@@ -33,17 +33,18 @@ _SERVER = """
 import sys
 from secantus import SecantusDBServer
 
-with SecantusDBServer(storage_path=sys.argv[1]) as server:
+with SecantusDBServer(storage_path=sys.argv[1], ttl_sweep_seconds=float(sys.argv[2])) as server:
     print(server.uri, flush=True)
     sys.stdin.read()  # until the parent closes it
 """
 
 
 @contextlib.contextmanager
-def secantus_process(storage_path: str = ":memory:") -> Iterator[str]:
+def secantus_process(storage_path: str = ":memory:", *, expire: bool = True) -> Iterator[str]:
     """SecantusDB in a child process (its own interpreter, so the app and the database do not share a
-    GIL: on two cores both run at once); yields its URI."""
-    command = [sys.executable, "-c", _SERVER, storage_path]
+    GIL: on two cores both run at once); yields its URI. `expire`: its TTL indexes delete expired documents
+    every minute, by the real clock (off for a simulated clock, whose documents would all look long past)."""
+    command = [sys.executable, "-c", _SERVER, storage_path, "60" if expire else "0"]
     child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None
     assert child.stdout is not None
@@ -59,7 +60,7 @@ def secantus_process(storage_path: str = ":memory:") -> Iterator[str]:
 
 @contextlib.contextmanager
 def local_store(
-    uri: str | None = None, *, data_dir: str | None = None, listeners: list[Any] | None = None
+    uri: str | None = None, *, data_dir: str | None = None, listeners: list[Any] | None = None, expire: bool = True
 ) -> Iterator[Database[Any]]:
     """A set-up database installed as the app's store for the duration of the block.
 
@@ -67,13 +68,13 @@ def local_store(
     environment says otherwise the report consumer reads it with the polling source (the embedded store's
     change streams work, but each empty poll waits on the server, which a local run does not need) with a
     10-second overlap: one process on one clock has no skew between instances to cover, and its writes
-    commit within milliseconds of their receive time."""
+    commit within milliseconds of their receive time. `expire`: see secantus_process."""
     with contextlib.ExitStack() as stack:
         if uri is None:
             stack.enter_context(setting_defaults(CHANGE_SOURCE="polling", REPORTS_POLL_OVERLAP_SECONDS="10"))
             if data_dir:
                 os.makedirs(data_dir, exist_ok=True)
-            uri = stack.enter_context(secantus_process(data_dir or ":memory:"))
+            uri = stack.enter_context(secantus_process(data_dir or ":memory:", expire=expire))
         client = store.create_client(uri, event_listeners=listeners or [])
         stack.callback(client.close)
         db = client[get_settings().mongodb_database]

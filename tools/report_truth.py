@@ -6,6 +6,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
+from shared.heartbeat_document import RING_TIME, heartbeat_minutes, hour_number, hour_start
 from shared.store import schema
 
 COUNTED = ("opened", "closed", "doses", "pills_taken", "heartbeats")
@@ -16,11 +17,15 @@ def _hour(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
+def _minute(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
 def source_totals(db: Any) -> Totals:
     """Per (user, hour) with anything in it: opened, closed, doses, pills taken and heartbeats.
 
-    An action counts for the user it was stored with; a heartbeat for whoever owned the bottle at its time
-    (the last owner whose `since` is not after it; the first owner owns everything before)."""
+    An action counts for the user it was stored with; a heartbeat (a minute of a bottle's ring) for whoever owned
+    the bottle at its minute (a reassignment counts from the start of its minute)."""
     totals: dict[tuple[str, datetime], list[int]] = defaultdict(lambda: [0] * len(COUNTED))
     for action in db[schema.BOTTLE_ACTIONS].find():
         counts = totals[(action["user_id"], _hour(action["time"]))]
@@ -30,9 +35,10 @@ def source_totals(db: Any) -> Totals:
         counts[2] += taken > 0
         counts[3] += taken
     for doc in db[schema.BOTTLE_HEARTBEATS].find():
-        for moment in doc["times"]:
-            owner = [o for i, o in enumerate(doc["owners"]) if i == 0 or o["since"] <= moment][-1]["user_id"]
-            totals[(owner, _hour(moment))][4] += 1
+        earlier = doc.get("owners") or []  # [{user_id, until}]: who owned it before `until`, oldest first
+        for minute in heartbeat_minutes(doc):
+            owner = next((o["user_id"] for o in earlier if minute < _minute(o["until"])), doc["user_id"])
+            totals[(owner, _hour(minute))][4] += 1
     return {key: tuple(values) for key, values in totals.items() if any(values)}
 
 
@@ -44,8 +50,8 @@ def reported_totals(db: Any) -> Totals:
     }
 
 
-def complete_from(db: Any) -> datetime | None:
-    """The first hour from which every bottle's heartbeat window is whole (an older hour may have lost
-    heartbeats the reports counted before they left the window); None if no bottle has any."""
-    oldest = [min(doc["times"]) for doc in db[schema.BOTTLE_HEARTBEATS].find({}, {"times": 1}) if doc["times"]]
-    return max(_hour(moment) for moment in oldest) if oldest else None
+def complete_from(db: Any, window_hours: int) -> datetime | None:
+    """The first hour from which every bottle's heartbeat window is whole (an older hour may have left a
+    window, after the reports counted it); None if no bottle has a ring."""
+    written = [doc[RING_TIME] for doc in db[schema.BOTTLE_HEARTBEATS].find({}, {RING_TIME: 1}) if RING_TIME in doc]
+    return max(hour_start(hour_number(at) - window_hours + 1) for at in written) if written else None

@@ -73,7 +73,7 @@ def post(request: Request, keys: dict[str, str], send: Send, tally: Tally) -> No
 
 
 def check_reports(db: Any) -> ReportCheck:
-    since = complete_from(db)
+    since = complete_from(db, get_settings().heartbeat_window_hours)
     expected, reported = source_totals(db), reported_totals(db)
     keys = sorted(k for k in expected.keys() | reported.keys() if since is not None and k[1] >= since)
     mismatches = [
@@ -113,7 +113,8 @@ def run_simulation(
         # cost is per run, and nothing here reads reports sooner). The environment can override both.
         with (
             setting_defaults(REPORTS_SCHEDULE=SIMULATION_REPORTS_SCHEDULE),
-            local_store(mongodb_uri, listeners=[commands]) as db,
+            # The simulated clock is months from the real one, which the embedded store's expiry runs on.
+            local_store(mongodb_uri, listeners=[commands], expire=False) as db,
         ):
             settings_used = describe_settings(embedded=mongodb_uri is None)
             if mongodb_uri:

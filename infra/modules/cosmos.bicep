@@ -20,9 +20,24 @@ param defaultMaxThroughput int = 1000
 @description('Per-collection autoscale maximum RU/s overriding defaultMaxThroughput, e.g. { bottle_heartbeats: 200000 }.')
 param maxThroughputByCollection object = {}
 
+// Retention (the app settings of the same names, README: retention): each growing collection's TTL on `_ts`, so a
+// document expires that many days after its last write. Cosmos DB deletes expired documents in the background,
+// with throughput the collection does not otherwise use.
+@description('Days an opened/closed event is kept after its last write (ACTIONS_RETENTION_DAYS).')
+@minValue(2)
+param actionsRetentionDays int = 60
+
+@description('Days an hourly report is kept after its last write (HOURLY_REPORTS_RETENTION_DAYS).')
+@minValue(2)
+param hourlyReportsRetentionDays int = 60
+
+@description('Days a notification is kept after its last write (NOTIFICATIONS_RETENTION_DAYS).')
+@minValue(1)
+param notificationsRetentionDays int = 90
+
 // One entry per collection of shared/store/schema.py collection_specs(): the shard key ('' = unsharded) and the indexes in
 // ARM's form (key names only: ARM has no index direction or name; Cosmos serves a fully reversed sort from the same
-// index). `_id` is always indexed; a TTL index is on `_ts`, the only TTL field Cosmos allows.
+// index). `_id` is always indexed; a TTL index is on `_ts`, the only TTL field Cosmos allows, for the days above.
 var collections = [
   {
     name: 'bottles'
@@ -43,6 +58,7 @@ var collections = [
       { key: { keys: ['bottle_id', 'time'] } }
       { key: { keys: ['received_at'] } }
       { key: { keys: ['user_id', 'time'] } }
+      { key: { keys: ['_ts'] }, options: { expireAfterSeconds: actionsRetentionDays * 86400 } }
     ]
   }
   {
@@ -50,7 +66,8 @@ var collections = [
     shardKey: 'bottle_id'
     indexes: [
       { key: { keys: ['_id'] } }
-      { key: { keys: ['received_at'] } }
+      { key: { keys: ['r'] } }
+      { key: { keys: ['user_id'] } }
       { key: { keys: ['owners.user_id'] } }
       { key: { keys: ['bucket', 'silent_pending', 'alive_at'] } }
       { key: { keys: ['bucket', 'silent_pending', 'silent_episode'] } }
@@ -64,6 +81,7 @@ var collections = [
       { key: { keys: ['user_id', 'feed_key'] } }
       { key: { keys: ['user_id', 'bottle_id', 'kind', 'episode_start'] } }
       { key: { keys: ['delivery', 'kind', 'created_at', 'bucket'] } }
+      { key: { keys: ['_ts'] }, options: { expireAfterSeconds: notificationsRetentionDays * 86400 } }
     ]
   }
   {
@@ -73,6 +91,7 @@ var collections = [
       { key: { keys: ['_id'] } }
       { key: { keys: ['user_id', 'hour'] } }
       { key: { keys: ['updated_at'] } }
+      { key: { keys: ['_ts'] }, options: { expireAfterSeconds: hourlyReportsRetentionDays * 86400 } }
     ]
   }
   {

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pymongo import ReturnDocument, UpdateOne
+from pymongo import ReturnDocument
+from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
@@ -13,9 +14,21 @@ from shared.bottles.entries import forget_entry
 from shared.bottles.spec import BottleSpec
 from shared.bottles.status import registry_view
 from shared.device_keys import hash_key, new_device_key
+from shared.device_time import MAX_FUTURE_SKEW
 from shared.doses.due_tracking import initial_fields
 from shared.doses.schedules import DosePlan
-from shared.heartbeat_document import MAX_OWNERS
+from shared.heartbeat_document import (
+    ALIVE_AT,
+    KEY,
+    OWNERS,
+    RING,
+    RING_TIME,
+    SILENT_PENDING,
+    Window,
+    hour_number,
+    key_digest,
+    rewritten_ring,
+)
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
@@ -77,7 +90,11 @@ def provision(
         if not created and _schedule_changed(before, registry):
             _restart_schedule(db, bottle_id, DosePlan(spec.schedule, spec.grace, now), before, policy)
         after = {**before, **registry}
-    with_retries(lambda: _sync_heartbeat_document(db, bottle_id, spec, now, after["key_hash"]), policy)
+    window = Window(settings.heartbeat_window_hours)
+    with_retries(
+        lambda: _sync_heartbeat_document(db, bottle_id, spec, now=now, key_hash=after["key_hash"], window=window),
+        policy,
+    )
     forget_entry(bottle_id)
     return Provisioned(
         created=created,
@@ -111,42 +128,79 @@ def _restart_schedule(
     )
 
 
-def _sync_heartbeat_document(db: Database[Any], bottle_id: str, spec: BottleSpec, now: datetime, key_hash: str) -> None:
+# Fields of the heartbeat document's earlier layout, dropped when a bottle is provisioned again (a migration).
+_FORMER_FIELDS = ("times", "late", "last", "key_hash", "received_at")
+_OWNERSHIP = {"user_id": 1, OWNERS: 1, RING: 1, RING_TIME: 1}
+MAX_REASSIGN_ROUNDS = 5
+
+
+def _sync_heartbeat_document(
+    db: Database[Any], bottle_id: str, spec: BottleSpec, *, now: datetime, key_hash: str, window: Window
+) -> None:
     """Create the bottle's heartbeat document with `alive_at` = provisioning time (a bottle that never
-    sends a heartbeat is silent from then on), and keep its owner, medication and key hash current.
+    sends a heartbeat is silent from then on), and keep its medication and key current: one write.
 
-    The key hash is here so that a heartbeat authenticates inside its own write (shared/ingestion/):
-    the hot path never reads the registry.
+    The key is here so that a heartbeat authenticates inside its own write (shared/ingestion/): the hot path
+    never reads the registry. A new owner is recorded by a second write (below)."""
+    collection = db[schema.BOTTLE_HEARTBEATS]
+    update = {
+        "$set": {"medication": spec.medication, KEY: key_digest(key_hash), BUCKET_FIELD: bucket_of(bottle_id)},
+        # silent_pending: the silent check has yet to look at this `alive_at` (shared/notifications/checks.py).
+        "$setOnInsert": {"user_id": spec.user_id, ALIVE_AT: now, SILENT_PENDING: True, RING_TIME: now},
+        "$unset": dict.fromkeys(_FORMER_FIELDS, ""),
+    }
 
-    `owners` records who owned the bottle from when, so the reports count each heartbeat time for the user
-    who owned the bottle then: a reassigned bottle's earlier heartbeats stay with its earlier owner. The
-    first op only matches a reassignment, so a retried PUT never records it twice."""
+    def upsert() -> dict[str, Any]:
+        found = collection.find_one_and_update(
+            {"_id": bottle_id, "bottle_id": bottle_id},
+            update,
+            projection=_OWNERSHIP,
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        assert found is not None, "an upsert returns its document"
+        return dict(found)
+
+    try:
+        document = upsert()
+    except DuplicateKeyError:  # a concurrent PUT created it first: now it exists
+        document = upsert()
+    if document["user_id"] != spec.user_id:
+        _reassign(collection, bottle_id, document, spec.user_id, now=now, window=window)
+
+
+def _reassign(
+    collection: Collection[Any],
+    bottle_id: str,
+    document: dict[str, Any],
+    user_id: str,
+    *,
+    now: datetime,
+    window: Window,
+) -> None:
+    """Record that `user_id` owns the bottle from `now`, so the reports count each heartbeat for whoever owned
+    the bottle at its time: a reassigned bottle's earlier heartbeats stay with its earlier owner.
+
+    The earlier owner goes to `owners` ([{user_id, until}], oldest first), which keeps only those that may own a
+    heartbeat of the window (ring writes drop the others). The write moves `r` on, so the report feed sees it,
+    and so writes the ring as ring writes do; it is guarded by what it read, and a retried PUT finds the owner
+    already recorded."""
     key = {"_id": bottle_id, "bottle_id": bottle_id}
-    owner = {"user_id": spec.user_id, "since": now}
-    db[schema.BOTTLE_HEARTBEATS].bulk_write(
-        [
-            UpdateOne(
-                {**key, "user_id": {"$ne": spec.user_id}},
-                # received_at: the reports' polling source reads by it, and a reassignment moves heartbeats.
-                {
-                    "$set": {"user_id": spec.user_id, "received_at": now},
-                    "$push": {"owners": {"$each": [owner], "$slice": -MAX_OWNERS}},
-                },
-            ),
-            UpdateOne(
-                key,
-                {
-                    "$set": {
-                        "user_id": spec.user_id,
-                        "medication": spec.medication,
-                        "key_hash": key_hash,
-                        BUCKET_FIELD: bucket_of(bottle_id),
-                    },
-                    # silent_pending: the silent check is yet to look at this `alive_at` (notifications.checks).
-                    "$setOnInsert": {"alive_at": now, "silent_pending": True, "times": [], "owners": [owner]},
-                },
-                upsert=True,
-            ),
-        ],
-        ordered=True,
-    )
+    for _round in range(MAX_REASSIGN_ROUNDS):
+        oldest = window.start(hour_number(now)) - MAX_FUTURE_SKEW
+        earlier = [o for o in document.get(OWNERS) or [] if o["until"] > oldest]
+        earlier.append({"user_id": document["user_id"], "until": now})
+        fields: dict[str, Any] = {
+            "user_id": user_id,
+            OWNERS: earlier,
+            RING: rewritten_ring(document, [], now, window),
+            RING_TIME: max(now, document.get(RING_TIME) or now),
+        }
+        guard = {**key, **{name: document.get(name) for name in _OWNERSHIP}}
+        if collection.update_one(guard, {"$set": fields}).matched_count == 1:
+            return
+        found = collection.find_one(key, _OWNERSHIP)
+        if found is None or found["user_id"] == user_id:
+            return
+        document = found
+    raise StoreUnavailable("the heartbeat document kept changing during the reassignment; retry", retry_after_s=1)

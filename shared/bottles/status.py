@@ -9,6 +9,7 @@ from pymongo.database import Database
 from shared.doses.due_tracking import plan_of
 from shared.doses.schedules import Schedule
 from shared.errors import NotFound
+from shared.heartbeat_document import LAST
 from shared.instants import format_instant
 from shared.settings import Settings
 from shared.store import schema
@@ -24,11 +25,11 @@ def bottle_status(db: Database[Any], bottle_id: str, *, settings: Settings) -> d
     if bottle is None:
         raise NotFound(f"no bottle '{bottle_id}'")
     heartbeats = with_retries(
-        lambda: db[schema.BOTTLE_HEARTBEATS].find_one({"_id": bottle_id, "bottle_id": bottle_id}, {"last": 1}),
+        lambda: db[schema.BOTTLE_HEARTBEATS].find_one({"_id": bottle_id, "bottle_id": bottle_id}, {LAST: 1}),
         policy,
     )
     view = registry_view(bottle)
-    view["status"] = status_view(bottle, last_heartbeat=(heartbeats or {}).get("last"))
+    view["status"] = status_view(bottle, last_heartbeat=(heartbeats or {}).get(LAST))
     return view
 
 

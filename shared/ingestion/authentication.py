@@ -5,11 +5,10 @@ from typing import Any
 
 from pymongo.database import Database
 
-from shared.bottles.entries import RegistryEntry, cached_entry, forget_entry, load_entry
+from shared.bottles.entries import RegistryEntry, cached_entry, load_entry
 from shared.device_keys import MAX_KEY_LENGTH, hash_key, same_hash
 from shared.errors import Unauthorized
-from shared.store import schema
-from shared.store.retries import RetryPolicy, with_retries
+from shared.store.retries import RetryPolicy
 
 UNAUTHORIZED_MESSAGE = "unknown bottle or wrong device key"
 _NO_KEY = "0" * 64  # what an unknown bottle's key hash is compared with: no key hashes to it
@@ -20,18 +19,6 @@ def check_key_shape(device_key: str | None) -> str:
     if not device_key or len(device_key) > MAX_KEY_LENGTH:
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
     return device_key
-
-
-def confirm_heartbeat_key(db: Database[Any], bottle_id: str, key_hash: str, policy: RetryPolicy) -> None:
-    """Unauthorized unless the bottle exists and `key_hash` is its key: the check heartbeats need only
-    when one of their guarded writes matched nothing (a repeat, or a wrong key: the write cannot tell)."""
-    found = with_retries(
-        lambda: db[schema.BOTTLE_HEARTBEATS].find_one({"_id": bottle_id, "bottle_id": bottle_id}, {"key_hash": 1}),
-        policy,
-    )
-    if not same_hash(str((found or {}).get("key_hash", _NO_KEY)), key_hash) or found is None:
-        forget_entry(bottle_id)  # a cached entry accepted a key the bottle no longer has
-        raise Unauthorized(UNAUTHORIZED_MESSAGE)
 
 
 def authenticate(

@@ -6,6 +6,7 @@ from typing import Any
 from pymongo.database import Database
 
 from shared.device_keys import hash_key
+from shared.heartbeat_document import Window
 from shared.ingestion.authentication import authenticate, check_key_shape
 from shared.ingestion.events import parse_events
 from shared.ingestion.storing import IngestResult, ingest_events
@@ -46,6 +47,6 @@ def receive(
         registry=registry,
         now=now,
         policy=policy,
-        history=settings.heartbeat_history,
+        window=Window(settings.heartbeat_window_hours),
         dose_history=settings.dose_history,
     )

@@ -1,27 +1,47 @@
 """Storing validated device events: idempotent, bulk, and in as few writes as the events allow.
 
-Per request: one bulk update of `bottle_heartbeats` (one op per heartbeat, into the bottle's document),
-one bulk insert into `bottle_actions`, and one bulk update of the bottle's status in `bottles`. A request
-of heartbeats costs one write; an opened/closed event two; a batch of any size at most three.
+Per request: one write of the bottle's heartbeat document for all its heartbeats (a findAndModify, whose
+filter is the key check and whose reply is the ring as it was, so repeats are told apart), one bulk insert
+into `bottle_actions`, and one bulk update of the bottle's status in `bottles`. A request of heartbeats costs
+one write; an opened/closed event two; a batch of any size at most three.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from hmac import compare_digest
 from typing import Any
 
-from pymongo import InsertOne, UpdateOne
+from bson import Binary
+from pymongo import InsertOne, ReturnDocument, UpdateOne
 from pymongo.database import Database
 
-from shared.bottles.entries import RegistryEntry
+from shared.bottles.entries import RegistryEntry, forget_entry
 from shared.doses.due_tracking import ingestion_updates
 from shared.doses.schedules import DosePlan
-from shared.heartbeat_document import LATE_KEPT, late_arrival
-from shared.ingestion.authentication import confirm_heartbeat_key
+from shared.errors import Unauthorized
+from shared.heartbeat_document import (
+    KEY,
+    RING,
+    RING_TIME,
+    SILENT_PENDING,
+    Placement,
+    Window,
+    already_counted,
+    key_digest,
+    newest,
+    place,
+    rewritten_ring,
+    ring_write,
+)
+from shared.ingestion.authentication import UNAUTHORIZED_MESSAGE
 from shared.ingestion.events import DeviceEvent
 from shared.store import schema
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
-from shared.store.retries import RetryPolicy, count_matched, with_retries, write_idempotent
+from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries, write_idempotent
+
+# A ring write that keeps losing to concurrent writes of the same bottle (after a long gap) gives up: 503.
+MAX_RING_ROUNDS = 5
 
 
 @dataclass(frozen=True)
@@ -39,7 +59,7 @@ def ingest_events(
     registry: RegistryEntry | None,
     now: datetime,
     policy: RetryPolicy,
-    history: int,
+    window: Window,
     dose_history: int = 32,
 ) -> IngestResult:
     """Store a request's events; a retried event (same request or a later one) is counted as a duplicate.
@@ -53,11 +73,8 @@ def ingest_events(
     actions = _first_of_each(e for e in events if e.type != "heartbeat")
     stored = 0
     if heartbeats:
-        ops = [_heartbeat_update(bottle_id, key_hash, e, now, history) for e in heartbeats]
-        matched = count_matched(db[schema.BOTTLE_HEARTBEATS], ops, policy)
-        if matched < len(ops):
-            confirm_heartbeat_key(db, bottle_id, key_hash, policy)  # a wrong key matched nothing: 401
-        stored += matched
+        times = [e.time for e in heartbeats]
+        stored += store_heartbeats(db, bottle_id, key_digest(key_hash), times, now=now, window=window, policy=policy)
     if actions:
         assert registry is not None, "actions need the bottle's registry entry"
         inserts: list[InsertOne[Any] | UpdateOne] = [InsertOne(action_document(registry, e, now)) for e in actions]
@@ -107,26 +124,95 @@ def _first_of_each(events: Any) -> list[DeviceEvent]:
     return list(seen.values())
 
 
-def _heartbeat_update(bottle_id: str, key_hash: str, event: DeviceEvent, now: datetime, history: int) -> UpdateOne:
-    """One heartbeat into the bottle's heartbeat document (created at provisioning): `last` and
-    `alive_at` move forward only, `times` keeps the newest `history` instants in order, and a late
-    heartbeat is listed in `late` with its arrival, for the report consumer (shared/heartbeat_document.py).
+def store_heartbeats(
+    db: Database[Any],
+    bottle_id: str,
+    key: Binary,
+    times: list[datetime],
+    *,
+    now: datetime,
+    window: Window,
+    policy: RetryPolicy,
+) -> int:
+    """Store a request's heartbeats in the bottle's heartbeat document; how many were new.
 
-    The filter is the whole check: the device's key hash must be the bottle's, and `$ne` makes a
-    repeated heartbeat match nothing. One write, no read, on the hot path."""
-    push: dict[str, Any] = {"times": {"$each": [event.time], "$sort": 1, "$slice": -history}}
-    late = late_arrival(event.time, now)
-    if late is not None:
-        push["late"] = {"$each": [late], "$slice": -LATE_KEPT}
-    return UpdateOne(
-        {"_id": bottle_id, "bottle_id": bottle_id, "key_hash": key_hash, "times": {"$ne": event.time}},
-        {
-            "$push": push,
-            "$max": {"last": event.time, "alive_at": event.time},
-            # silent_pending: the silent check has yet to look at this bottle's (possibly new) `alive_at`.
-            "$set": {"received_at": now, "silent_pending": True},
-        },
-    )
+    One findAndModify, whatever their number, and nothing read: its filter is the whole check (the device's key
+    must be the bottle's, and the ring's last write recent enough for the ring to be kept clean in place), and
+    its reply, the ring as it was, tells a new heartbeat (a bit that was not set) from a repeat. (A bit test in
+    the filter would save the reply, but Cosmos DB has no bit-test query operators, and an `$expr` on a 64-bit
+    field may be evaluated in floating point, which loses the low bits.) When the filter matches nothing, one
+    read tells a wrong key or an unknown bottle (401) from a bottle silent for more than MAX_GAP_HOURS, whose
+    ring is then written whole, guarded by the read."""
+    placements = [place(t, now, window) for t in times]
+    placed = [p for p in placements if p is not None]
+    guard, update = ring_write(bottle_id, key, times, placed, now=now, window=window)
+    collection = db[schema.BOTTLE_HEARTBEATS]
+    for _round in range(MAX_RING_ROUNDS):
+        before = with_retries(
+            lambda: collection.find_one_and_update(
+                guard, update, projection={RING: 1, RING_TIME: 1, "_id": 0}, return_document=ReturnDocument.BEFORE
+            ),
+            policy,
+        )
+        if before is not None:
+            return _new_heartbeats(before, placements)
+        found = _read_for_key(db, bottle_id, key, policy)
+        if _rewrite_after_gap(
+            db, bottle_id, key, found, times=times, placed=placed, now=now, window=window, policy=policy
+        ):
+            return _new_heartbeats(found, placements)
+    raise StoreUnavailable("the heartbeat document kept changing during the write; retry", retry_after_s=1)
+
+
+def _read_for_key(db: Database[Any], bottle_id: str, key: Binary, policy: RetryPolicy) -> dict[str, Any]:
+    """The heartbeat document, read after a ring write matched nothing; Unauthorized for an unknown bottle or a
+    wrong key (the same answer, after the same steps)."""
+    collection = db[schema.BOTTLE_HEARTBEATS]
+    found = with_retries(lambda: collection.find_one({"_id": bottle_id, "bottle_id": bottle_id}), policy)
+    stored_key = bytes((found or {}).get(KEY) or b"\0" * len(key))
+    if not compare_digest(stored_key, bytes(key)) or found is None:
+        forget_entry(bottle_id)  # a cached registry entry may have accepted a key the bottle no longer has
+        raise Unauthorized(UNAUTHORIZED_MESSAGE)
+    return dict(found)
+
+
+def _rewrite_after_gap(
+    db: Database[Any],
+    bottle_id: str,
+    key: Binary,
+    found: dict[str, Any],
+    *,
+    times: list[datetime],
+    placed: list[Placement],
+    now: datetime,
+    window: Window,
+    policy: RetryPolicy,
+) -> bool:
+    """The slow way, after a silence of more than MAX_GAP_HOURS: the ring written whole from the document as it
+    was read, guarded by it. False if the guard failed (a concurrent write: the caller starts again)."""
+    collection = db[schema.BOTTLE_HEARTBEATS]
+    update = {
+        "$set": {RING: rewritten_ring(found, placed, now, window), SILENT_PENDING: True},
+        "$max": newest(times, placed, now),
+    }
+    guard = {"_id": bottle_id, "bottle_id": bottle_id, KEY: key, RING_TIME: found.get(RING_TIME), RING: found.get(RING)}
+    return bool(with_retries(lambda: collection.update_one(guard, update), policy).matched_count == 1)
+
+
+def _new_heartbeats(before: dict[str, Any], placements: list[Placement | None]) -> int:
+    """How many of the request's heartbeats were new: a heartbeat older than the window is stored (accepted)
+    but not counted; one whose minute the ring had, or another of this request has, is a repeat."""
+    new = 0
+    seen: set[tuple[int, int]] = set()
+    for placement in placements:
+        if placement is None:
+            new += 1
+            continue
+        minute = (placement.hour, placement.minute)
+        if minute not in seen and not already_counted(before, placement):
+            new += 1
+        seen.add(minute)
+    return new
 
 
 def action_document(bottle: RegistryEntry, event: DeviceEvent, now: datetime) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from pymongo import InsertOne, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from shared.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME
 from shared.instants import day_of, hour_of
 from shared.reports.documents import (
     DAY,
@@ -60,7 +61,7 @@ _ACTION_FIELDS = dict.fromkeys(
     ],
     1,
 )
-_HEARTBEAT_FIELDS = {"bottle_id": 1, "user_id": 1, "medication": 1, "times": 1, "owners": 1, "late": 1}
+_HEARTBEAT_FIELDS = dict.fromkeys(("bottle_id", "user_id", "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def recomputed_parts(
     changed_since: datetime | None = None,
 ) -> Parts:
     """Per user-hour and bottle, the parts recomputed from source: one range query per bottle's run of
-    action hours, one `$in` read of the heartbeat documents."""
+    action hours, one `$in` read of the heartbeat documents (as they are now: a change may carry an older one)."""
     parts: Parts = defaultdict(lambda: defaultdict(BottleParts))
 
     def wanted(user_id: str, hour: datetime) -> bool:

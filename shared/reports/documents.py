@@ -2,7 +2,7 @@
 
 `user_hourly_reports` hold one document per user per UTC hour, with one entry per bottle; each entry has an
 action part (recomputed from the bottle's `bottle_actions` of that hour) and a heartbeat count (recomputed
-from the `times` window of the bottle's heartbeat document). `user_daily_reports` sum a day's hourly
+from the ring of the bottle's heartbeat document: shared/heartbeat_document.py). `user_daily_reports` sum a day's hourly
 documents. Everything here is pure: `aggregation` reads the sources and writes the documents, and `reading` serves
 GET /api/users/{user_id}/reports.
 """
@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.device_time import LATE_AFTER, MAX_FUTURE_SKEW
-from shared.heartbeat_document import LATE_KEPT
+from shared.heartbeat_document import LATE_AT, LATE_FLAG, MINUTE, OWNERS, hour_start, minutes_of, ring_hours
 from shared.instants import day_of, hour_of
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
 
@@ -85,13 +85,10 @@ def action_parts(actions: Iterable[Mapping[str, Any]]) -> dict[str, ActionPart]:
 
 @dataclass(frozen=True)
 class HeartbeatPart:
-    """A user's heartbeat count of one bottle in one hour, from the bottle's heartbeat window.
-
-    `partial`: heartbeats of this hour may have left the window (it is the oldest hour the window reaches),
-    so the count is a lower bound and never replaces a larger count made earlier."""
+    """A user's heartbeat count of one bottle in one hour, from the ring of the bottle's heartbeat document
+    (which holds every heartbeat of an hour it counts, or nothing of that hour)."""
 
     heartbeats: int
-    partial: bool
     medication: str
 
 
@@ -109,29 +106,45 @@ class Ownership:
 
 
 def ownerships(heartbeat_doc: Mapping[str, Any]) -> list[Ownership]:
-    """Who owned the bottle when, from the heartbeat document's `owners` (appended at each reassignment).
-
-    The first entry owns everything before it too; a document without `owners` belongs to its `user_id`."""
-    owners = heartbeat_doc.get("owners") or [{"user_id": heartbeat_doc["user_id"], "since": None}]
+    """Who owned the bottle when: the heartbeat document's earlier owners (`owners`, [{user_id, until}], oldest
+    first, one appended at each reassignment and dropped once the window is past it), then its `user_id` from
+    the last `until` on. The first owns everything before its `until`."""
     spans = []
-    for i, owner in enumerate(owners):
-        since = None if i == 0 else owner["since"]
-        until = owners[i + 1]["since"] if i + 1 < len(owners) else None
-        spans.append(Ownership(owner["user_id"], since, until))
+    since = None
+    for owner in heartbeat_doc.get(OWNERS) or []:
+        spans.append(Ownership(owner["user_id"], since, owner["until"]))
+        since = owner["until"]
+    spans.append(Ownership(heartbeat_doc["user_id"], since, None))
     return spans
 
 
-def hours_changed_since(heartbeat_doc: Mapping[str, Any], since: datetime) -> set[datetime] | None:
-    """The hours whose heartbeat counts may have changed since `since` (None: any hour of the window).
+def owner_of_minute(spans: list[Ownership], minute: datetime) -> str | None:
+    """Who a heartbeat of this minute counts for: heartbeats are known to the minute, so a reassignment counts
+    from the start of its minute (a heartbeat in that minute counts for the new owner)."""
+    for span in spans:
+        since = None if span.since is None else span.since.replace(second=0, microsecond=0)
+        until = None if span.until is None else span.until.replace(second=0, microsecond=0)
+        if (since is None or since <= minute) and (until is None or minute < until):
+            return span.user_id
+    return None
+
+
+def hours_changed_since(heartbeat_doc: Mapping[str, Any], since: datetime) -> set[datetime]:
+    """The hours whose heartbeat counts may have changed since `since`.
 
     A heartbeat received since then is either prompt, so its time is no earlier than `since - LATE_AFTER`, or
-    late and listed in `late` with its arrival, unless more late ones than `late` keeps arrived since. (A
-    reassignment since then moves only heartbeats dated after it, whose hours are among the prompt ones.)"""
-    late = heartbeat_doc.get("late") or []
-    if len(late) >= LATE_KEPT and min(entry["received_at"] for entry in late) >= since:
-        return None
-    hours = {hour_of(moment) for moment in heartbeat_doc.get("times") or [] if moment >= since - LATE_AFTER}
-    return hours | {entry["hour"] for entry in late if entry["received_at"] >= since}
+    late, and then its hour carries LATE_FLAG and `la` is no earlier than `since` (every hour with the flag is
+    taken then). A reassignment since then moves only heartbeats dated after it, whose hours are among the
+    prompt ones."""
+    earliest = since - LATE_AFTER
+    late_since = (heartbeat_doc.get(LATE_AT) or since - MINUTE) >= since
+    changed = set()
+    for hour, value in ring_hours(heartbeat_doc).items():
+        start = hour_start(hour)
+        minutes = minutes_of(value)
+        if (minutes and start + (minutes[-1] + 1) * MINUTE > earliest) or (late_since and value & LATE_FLAG):
+            changed.add(start)
+    return changed
 
 
 def heartbeat_parts(
@@ -140,27 +153,28 @@ def heartbeat_parts(
     *,
     changed_since: datetime | None = None,
 ) -> dict[tuple[str, datetime], HeartbeatPart]:
-    """Per (user, hour), the heartbeat part of one bottle, for every hour its window of `times` reaches, or
-    with `changed_since`, only those whose counts may have changed since then (hours_changed_since).
+    """Per (user, hour), the heartbeat part of one bottle, for every hour its ring holds, or with
+    `changed_since`, only those whose counts may have changed since then (hours_changed_since).
 
-    A heartbeat counts for whoever owned the bottle at its device time. Every owner of the bottle during an
-    hour gets a part for it (possibly 0), so a heartbeat attributed anew is also taken away from the other.
-    Hours before the window are not recomputed at all: their counts stay as they were."""
-    times = heartbeat_doc.get("times") or []
-    if not times:
+    A heartbeat counts for whoever owned the bottle at its minute (owner_of_minute). Every owner of the bottle
+    during an hour gets a part for it (possibly 0), so a heartbeat attributed anew is also taken away from the
+    other.
+    Hours the ring no longer holds are not recomputed at all: their counts stay as they were."""
+    ring = ring_hours(heartbeat_doc)
+    if not ring:
         return {}
     changed = None if changed_since is None else hours_changed_since(heartbeat_doc, changed_since)
-    oldest = hour_of(min(times))
     spans = ownerships(heartbeat_doc)
     hours: set[datetime] = set()
     counts: Counter[tuple[str, datetime]] = Counter()
-    for moment in times:
-        hour = hour_of(moment)
+    for number, value in ring.items():
+        hour = hour_start(number)
         if (within is None or within[0] <= hour < within[1]) and (changed is None or hour in changed):
             hours.add(hour)
-            owner = next((s.user_id for s in spans if s.holds(moment)), None)
-            if owner is not None:  # None only if reassignment instants ever went backwards
-                counts[(owner, hour)] += 1
+            for minute in minutes_of(value):
+                owner = owner_of_minute(spans, hour + minute * MINUTE)
+                if owner is not None:  # None only if reassignment instants ever went backwards
+                    counts[(owner, hour)] += 1
     medication = str(heartbeat_doc.get("medication", ""))
     parts = {}
     for hour in sorted(hours):
@@ -168,8 +182,7 @@ def heartbeat_parts(
             # A heartbeat received before a reassignment may be dated up to MAX_FUTURE_SKEW after it, and so
             # counted for the earlier owner then: that owner's hour is recomputed too.
             if span.overlaps(hour - MAX_FUTURE_SKEW, hour + HOUR):
-                count = counts[(span.user_id, hour)]
-                parts[(span.user_id, hour)] = HeartbeatPart(count, partial=hour == oldest, medication=medication)
+                parts[(span.user_id, hour)] = HeartbeatPart(counts[(span.user_id, hour)], medication=medication)
     return parts
 
 
@@ -200,8 +213,7 @@ def merged_entry(
             "last_mass_of_contents": action.last_mass_of_contents,
         }
     if heartbeat is not None:
-        count = heartbeat.heartbeats
-        entry["heartbeats"] = max(count, entry["heartbeats"]) if heartbeat.partial else count
+        entry["heartbeats"] = heartbeat.heartbeats
         if not entry["opened"] and not entry["closed"]:
             # No event names the medication: the bottle's, as its heartbeat document has it now.
             entry["medication"] = heartbeat.medication

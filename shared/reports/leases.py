@@ -21,6 +21,7 @@ from typing import Any
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.database import Database
 
+from shared.heartbeat_document import RING_TIME
 from shared.store import cosmos, schema
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
@@ -43,7 +44,7 @@ class Feed:
 
 
 ACTIONS_FEED = Feed(schema.BOTTLE_ACTIONS, "received_at", ("bottle_id", "time"))
-HEARTBEATS_FEED = Feed(schema.BOTTLE_HEARTBEATS, "received_at")
+HEARTBEATS_FEED = Feed(schema.BOTTLE_HEARTBEATS, RING_TIME)
 HOURLY_FEED = Feed(schema.USER_HOURLY_REPORTS, "updated_at")
 FEEDS = (ACTIONS_FEED, HEARTBEATS_FEED, HOURLY_FEED)
 FEED_BY_COLLECTION = {feed.collection: feed for feed in FEEDS}

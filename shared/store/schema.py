@@ -4,6 +4,11 @@ Index reasoning (the seeds' rule): equality fields first, then the sort/range fi
 issues names its shard key or is a deliberate fan-out (the checks). Cosmos DB limits: compound indexes of
 at most 8 fields and no arrays; TTL only on `_ts` (an index may name a different key for Cosmos).
 
+Every indexed field a write changes costs index terms on Cosmos DB (benchmarks/cost_model.py), so a heartbeat's
+write changes only what the silent check and the report feed's time need (`alive_at`, `r`). Retention: the
+growing collections expire a document RETENTION days after its last write on Cosmos DB (a TTL index on `_ts`)
+and after its own time elsewhere (a TTL index on a date field); the days are settings.
+
 A sorted query sorts by one index's keys exactly: all of them, in order, every direction as declared or every
 one reversed (equality-filtered fields included), or by `_id` alone; Cosmos DB serves no other sort from an
 index. tests/sort_audit.py holds every query the tests send on a real server to that rule.
@@ -11,6 +16,7 @@ index. tests/sort_audit.py holds every query the tests send on a real server to 
 
 from dataclasses import dataclass, field
 
+from shared.heartbeat_document import OWNERS, RING_TIME
 from shared.settings import Settings
 
 BOTTLES = "bottles"
@@ -31,6 +37,7 @@ class IndexSpec:
     unique: bool = False
     expire_after_seconds: int | None = None
     cosmos_keys: Key | None = None  # a different key on Cosmos DB (its TTL index must be on `_ts`)
+    retention_setting: str | None = None  # the setting (days) a TTL index's expireAfterSeconds comes from
 
     def keys_for(self, cosmos: bool) -> Key:
         return self.cosmos_keys if cosmos and self.cosmos_keys is not None else self.keys
@@ -41,6 +48,18 @@ class CollectionSpec:
     name: str
     shard_key: str | None
     indexes: tuple[IndexSpec, ...] = field(default_factory=tuple)
+
+
+DAY_SECONDS = 86_400
+
+
+def retention(field: str, settings: Settings, setting: str) -> IndexSpec:
+    """Expire a document the setting's days after its last write (Cosmos DB: `_ts`), or after its `field`
+    (elsewhere: MongoDB's TTL indexes need a date field of the document)."""
+    seconds = int(getattr(settings, setting)) * DAY_SECONDS
+    return IndexSpec(
+        "retention", ((field, 1),), expire_after_seconds=seconds, cosmos_keys=(("_ts", 1),), retention_setting=setting
+    )
 
 
 def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
@@ -72,17 +91,21 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
                 IndexSpec("received_at", (("received_at", 1),)),
                 # Rebuilding one user's reports over a time range.
                 IndexSpec("user_time", (("user_id", 1), ("time", 1))),
+                retention("time", settings, "actions_retention_days"),
             ),
         ),
-        # One document per bottle, read by `_id`: no secondary index needed for ingestion.
+        # One document per bottle, written by `_id`: ingestion needs no secondary index. A heartbeat's write
+        # changes `alive_at` (the silent check's sweep) and `r` (the report feed's time) and no other indexed field.
         CollectionSpec(
             BOTTLE_HEARTBEATS,
             "bottle_id",
             (
-                # The reports' polling change source and recovery read by server receive time.
-                IndexSpec("received_at", (("received_at", 1),)),
-                # Rebuilding one user's reports: the bottles the user owned (multikey over the ownership list).
-                IndexSpec("owners_user", (("owners.user_id", 1),)),
+                # The reports' polling change source and recovery read by the ring's last write (server time).
+                IndexSpec("ring_time", ((RING_TIME, 1),)),
+                # Rebuilding one user's reports: the bottles the user owns, and owned within the window
+                # (multikey over the ownership list, which exists only then).
+                IndexSpec("user", (("user_id", 1),)),
+                IndexSpec("owners_user", ((f"{OWNERS}.user_id", 1),)),
                 # The silent check's sweeps, per bucket range (cross-partition, like the bottles' ones above).
                 IndexSpec("silent_check", (("bucket", 1), ("silent_pending", 1), ("alive_at", 1))),
                 IndexSpec("silent_resolve", (("bucket", 1), ("silent_pending", 1), ("silent_episode", 1))),
@@ -99,6 +122,7 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
                 # Each check partition's queue sweep: its notifications not yet handed to the queue, oldest first
                 # (`bucket` last: the sort is the index's keys, so oldest first across the partition's buckets).
                 IndexSpec("delivery_pending", (("delivery", 1), ("kind", 1), ("created_at", 1), ("bucket", 1))),
+                retention("created_at", settings, "notifications_retention_days"),
             ),
         ),
         CollectionSpec(
@@ -109,6 +133,7 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
                 IndexSpec("user_hour", (("user_id", 1), ("hour", 1))),
                 # The daily roll-up's polling change source reads by write time.
                 IndexSpec("updated_at", (("updated_at", 1),)),
+                retention("hour", settings, "hourly_reports_retention_days"),
             ),
         ),
         CollectionSpec(USER_DAILY_REPORTS, "user_id", (IndexSpec("user_day", (("user_id", 1), ("day", 1))),)),

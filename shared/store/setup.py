@@ -32,6 +32,7 @@ def ensure_store(db: Database[Any], settings: Settings, *, on_cosmos: bool) -> l
         if spec.name not in existing:
             _create_collection(db, spec, on_cosmos=on_cosmos)
         replaced = _drop_changed_indexes(db, spec, on_cosmos=on_cosmos)
+        _drop_changed_expiry(db, spec, on_cosmos=on_cosmos)
         models = [_index_model(index, on_cosmos=on_cosmos) for index in spec.indexes]
         if models:
             db[spec.name].create_indexes(models)
@@ -57,6 +58,20 @@ def _drop_changed_indexes(db: Database[Any], spec: CollectionSpec, *, on_cosmos:
         log.warning("setup: index %s.%s has other keys than declared; dropping it to create it anew", spec.name, name)
         db[spec.name].drop_index(name)
     return changed
+
+
+def _drop_changed_expiry(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> None:
+    """A TTL index whose days changed (a retention setting) is dropped, to be created again with them: an
+    index's options cannot be changed in place on Cosmos DB, and MongoDB refuses to create it differently."""
+    existing = db[spec.name].index_information()
+    for index in spec.indexes:
+        found = existing.get(index.name)
+        if found is None or index.expire_after_seconds is None:
+            continue
+        keys = [(key, int(direction)) for key, direction in found["key"]]
+        if found.get("expireAfterSeconds") != index.expire_after_seconds or keys != list(index.keys_for(on_cosmos)):
+            log.info("%s: index %s changed, creating it again", spec.name, index.name)
+            db[spec.name].drop_index(index.name)
 
 
 def _create_collection(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> None:

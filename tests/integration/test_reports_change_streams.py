@@ -25,7 +25,7 @@ from tests.report_client import Round, aggregate, clear_reports, get_reports, ru
 pytestmark = pytest.mark.integration
 
 USER = SPEC["user_id"]
-DAY = day_of(ago(days=2))
+DAY = day_of(ago(hours=30))  # its 08:00 and 09:00 are past, and within the last 48 hours: the window below
 H8 = DAY + timedelta(hours=8)
 H9 = DAY + timedelta(hours=9)
 
@@ -33,6 +33,7 @@ H9 = DAY + timedelta(hours=9)
 @pytest.fixture(autouse=True)
 def change_streams(monkeypatch: pytest.MonkeyPatch) -> None:
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "HEARTBEAT_WINDOW_HOURS", "48")
 
 
 def at(hour: Any, minutes: float) -> Any:
@@ -238,12 +239,12 @@ def test_a_new_heartbeat_rereads_only_the_user_hour_it_changed_not_its_whole_win
     instants.set_clock(lambda: clock[0])
     try:
         key = provisioned("bottle-1")
-        # Back from two days offline: 96 buffered heartbeats, the bottle's whole window, uploaded at once.
-        window = [clock[0] - timedelta(minutes=30 * k) for k in range(96)]
+        # Back from two days offline: 94 buffered heartbeats, the bottle's whole window, uploaded at once.
+        window = [clock[0] - timedelta(minutes=30 * k) for k in range(94)]
         post_events("bottle-1", key, {"events": [heartbeat(moment) for moment in window]})
         clock[0] += timedelta(minutes=10)
         run()
-        assert db[schema.USER_HOURLY_REPORTS].count_documents({}) == 49  # 47.5 hours, over 49 clock hours
+        assert db[schema.USER_HOURLY_REPORTS].count_documents({}) == 48  # 46.5 hours, over 48 clock hours
 
         # The next prompt heartbeat moves the checkpoint (the newest receive time read) to 00:30, past the
         # buffered ones' arrival and its overlap.
@@ -257,7 +258,7 @@ def test_a_new_heartbeat_rereads_only_the_user_hour_it_changed_not_its_whole_win
     finally:
         instants.set_clock(None)
 
-    # One user-hour read to merge the heartbeat into (not the 49 of the window), one to roll up its day.
+    # One user-hour read to merge the heartbeat into (not the 48 of the window), one to roll up its day.
     assert counter.documents_read[("find", schema.USER_HOURLY_REPORTS)] == 2
     hour = db[schema.USER_HOURLY_REPORTS].find_one({"hour": datetime(2026, 11, 20, 0, tzinfo=UTC)})
     assert hour["heartbeats"] == 3  # 00:10, 00:30 and 00:40

@@ -176,7 +176,7 @@ def test_the_report_consumer_polling_reads_each_feed_by_its_time_index(
     assert again.caught_up
     assert sorted_reads(sort_audit) == {
         (schema.BOTTLE_ACTIONS, "received_at"),
-        (schema.BOTTLE_HEARTBEATS, "received_at"),
+        (schema.BOTTLE_HEARTBEATS, "ring_time"),
         (schema.USER_HOURLY_REPORTS, "updated_at"),
     }
 
@@ -199,7 +199,7 @@ def test_the_report_consumer_on_change_streams_sorts_only_while_it_recovers_by_p
     assert first.hourly_written >= 1
     assert recovering == {
         (schema.BOTTLE_ACTIONS, "received_at"),
-        (schema.BOTTLE_HEARTBEATS, "received_at"),
+        (schema.BOTTLE_HEARTBEATS, "ring_time"),
         (schema.USER_HOURLY_REPORTS, "updated_at"),
     }
     assert resumed.recovered == []

@@ -1,0 +1,397 @@
+"""What the app's work costs on Cosmos DB, measured on SecantusDB and priced by benchmarks/cost_model.py, beside
+the seeds' approach measured in the same run:
+
+- per heartbeat, per opened and per closed event (one event per request, the bottle's heartbeat document at
+  steady state, the registry read by a cold worker): the app's writes, beside one insert per event;
+- per report consumer change, at the design's density (each bottle heard from every 30 minutes, the consumer
+  every minute, so a user-hour is rarely touched twice in one run): the app's recompute, beside the naive
+  `$inc` per event; the leases and empty polls of a run, apart, per partition run;
+- per bottle in trouble a check's sweep finds (and per run that finds none), beside one query per bottle.
+
+    python -m benchmarks.costs [--quick]
+
+Costs are measured in their own passes: the meter reads every written document aside (before and after), which
+slows a run down. Nothing here is timed.
+"""
+
+import argparse
+import contextlib
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import azure.functions as func
+from pymongo.database import Database
+
+from benchmarks import checks as check_bench
+from benchmarks import ingestion
+from benchmarks.cost_meter import CostMeter, IndexedPaths, bson_size
+from benchmarks.cost_model import MODEL, SMALL_ITEMS_AS_1KB, DocumentWrite, Operation, SizeRule, by_collection
+from benchmarks.design_scale import Measured
+from benchmarks.harness import print_table
+from benchmarks.reports import NaiveConsumer, provision_fleet
+from shared.bottles.entries import forget_all_entries
+from shared.ingestion.receive import receive
+from shared.instants import set_clock
+from shared.notifications.documents import KINDS
+from shared.reports.change_feed import dispatch, process_partition
+from shared.reports.leases import Partition
+from shared.settings import Settings, get_settings
+from shared.store import client as store
+from shared.store import schema
+from shared.store.schema import CollectionSpec, IndexSpec, collection_specs
+from shared.store.setup import ensure_store
+
+T0 = datetime(2026, 11, 2, 0, 0, 7, tzinfo=UTC)  # the server clock when a pass begins
+# The seeds stored each event as its own document: sharded by bottle, with the index its per-bottle queries
+# (a bottle's latest heartbeat, its latest action) need.
+SEEDS_EVENTS = CollectionSpec("naive_events", "bottle_id", (IndexSpec("bottle_time", (("bottle_id", 1), ("time", 1))),))
+
+
+@contextlib.contextmanager
+def metered_store(settings: Settings | None = None) -> Iterator[tuple[Database[Any], CostMeter]]:
+    """A fresh, set-up database on an in-process SecantusDB, installed as the app's store, its commands metered."""
+    from secantus import SecantusDBServer
+
+    settings = settings or get_settings()
+    with SecantusDBServer(storage_path=":memory:", ttl_sweep_seconds=0) as server:
+        meter = CostMeter(settings, observe=server.uri, extra=[SEEDS_EVENTS])
+        client = store.create_client(server.uri, event_listeners=[meter])
+        db = client[get_settings().mongodb_database]
+        meter.recording = False
+        ensure_store(db, settings, on_cosmos=False)
+        store.use_client(client)
+        try:
+            yield db, meter
+        finally:
+            store.use_client(None)
+            client.close()
+            meter.close()
+            set_clock(None)
+
+
+@contextlib.contextmanager
+def clock_at(moment: datetime) -> Iterator[None]:
+    set_clock(lambda: moment)
+    try:
+        yield
+    finally:
+        set_clock(None)
+
+
+@dataclass
+class PerUnit:
+    """RU per unit of work (a heartbeat, a change, ...), by collection, and under the opposite size rule."""
+
+    units: int
+    ru: dict[str, float] = field(default_factory=dict)
+    ru_small_as_1kb: dict[str, float] = field(default_factory=dict)
+    commands: int = 0
+
+    @classmethod
+    def of(cls, operations: list[Operation], units: int) -> "PerUnit":
+        def per(rule: SizeRule) -> dict[str, float]:
+            return {name: ru / units for name, ru in by_collection(operations, rule).items()}
+
+        return cls(units, per(MODEL), per(SMALL_ITEMS_AS_1KB), len(operations))
+
+    @property
+    def total(self) -> float:
+        return sum(self.ru.values())
+
+    @property
+    def total_small_as_1kb(self) -> float:
+        return sum(self.ru_small_as_1kb.values())
+
+
+# --- ingestion -------------------------------------------------------------------------------------------
+
+
+def _request(bottle_id: str, key: str, event: dict[str, Any]) -> func.HttpRequest:
+    return ingestion._request("POST", bottle_id, json.dumps(event).encode(), key)
+
+
+Samples = dict[str, dict[str, Any]]  # a document of each collection, as the app left it
+NOTES: dict[str, str] = {}  # what the last passes found that is not a number
+
+
+def ingestion_costs(bottles: int, rounds: int) -> tuple[dict[str, PerUnit], dict[str, float], Samples]:
+    """RU per heartbeat, opened and closed event (the app, and the seeds' one insert per event), and the
+    average document sizes the app leaves."""
+    results: dict[str, PerUnit] = {}
+    with metered_store() as (db, meter):
+        with clock_at(T0):
+            keys = ingestion.provision(bottles)
+        # A day of heartbeats first, uploaded at once, so that every heartbeat document is at steady state.
+        day = T0 + timedelta(hours=24)
+        with clock_at(day):
+            for bottle_id, key in keys.items():
+                day_of_beats = [{"type": "heartbeat", "time": (T0 + timedelta(minutes=30 * i, seconds=9)).isoformat()}
+                                for i in range(48)]  # fmt: skip
+                assert ingestion._post(_request(bottle_id, key, {"events": day_of_beats})).status_code == 202
+        meter.recording = True
+        counts: Counter[str] = Counter()
+        for r in range(rounds):
+            for n, (bottle_id, key) in enumerate(keys.items()):
+                at = day + timedelta(minutes=30 * r + 1, seconds=n)
+                events: dict[str, dict[str, Any]] = {
+                    "heartbeat": {"type": "heartbeat", "time": at.isoformat()},
+                    "opened": {"type": "opened", "time": (at + timedelta(seconds=1)).isoformat(),
+                               "mass_of_contents": 15.0, "number_of_pills": 30},
+                    "closed": {"type": "closed", "time": (at + timedelta(seconds=2)).isoformat(),
+                               "mass_of_contents": 14.5, "number_of_pills": 29, "pills_taken": 1},
+                }  # fmt: skip
+                for kind, event in events.items():
+                    forget_all_entries()  # a cold worker: an opened/closed event reads its bottle's registry entry
+                    with clock_at(at + timedelta(seconds=3)), meter.labelled(kind):
+                        response = ingestion._post(_request(bottle_id, key, event))
+                    assert response.status_code == 202, response.get_body()
+                    with meter.labelled(f"seeds {kind}"):
+                        ingestion.naive_post(db, _request(bottle_id, key, event))
+                    counts[kind] += 1
+        meter.recording = False
+        for kind, count in counts.items():
+            results[kind] = PerUnit.of(meter.operations(kind), count)
+            results[f"seeds {kind}"] = PerUnit.of(meter.operations(f"seeds {kind}"), count)
+        sizes = average_sizes(db, [schema.BOTTLES, schema.BOTTLE_HEARTBEATS, schema.BOTTLE_ACTIONS])
+        sizes["heartbeat max"] = max(bson_size(d) for d in db[schema.BOTTLE_HEARTBEATS].find())
+        beats = [
+            w for op in meter.operations("heartbeat") for w in op.writes if op.collection == schema.BOTTLE_HEARTBEATS
+        ]
+        sizes["heartbeat index terms"] = sum(w.terms_deleted + w.terms_inserted for w in beats) / len(beats)
+        changed_by = Counter(name for w in beats for name in w.indexes)
+        NOTES["heartbeat indexes"] = ", ".join(
+            f"{name} ({n / len(beats):.0%} of them)" for name, n in changed_by.items()
+        )
+        samples = {schema.BOTTLE_ACTIONS: dict(db[schema.BOTTLE_ACTIONS].find_one() or {})}
+    return results, sizes, samples
+
+
+def average_sizes(db: Database[Any], collections: list[str]) -> dict[str, float]:
+    found = {}
+    for name in collections:
+        docs = list(db[name].find())
+        if docs:
+            found[name] = sum(bson_size(d) for d in docs) / len(docs)
+    return found
+
+
+# --- the report consumer ------------------------------------------------------------------------------------
+
+
+def consumer_costs(users: int, minutes: int) -> tuple[dict[str, PerUnit], dict[str, float], Samples]:
+    """RU per source change of the report consumer at the design's density, the app beside the naive `$inc`
+    consumer fed by the same change streams; the app's per-run overhead (leases, empty polls) per partition
+    run; and the report documents' average sizes.
+
+    The design's density: every bottle heard from every 30 minutes (each at its own minute) and an opened/closed
+    pair per 24 heartbeats, the consumer every minute, with pages as full as a partition's (one partition here,
+    so a minute's changes fill its pages as a physical partition's do at 30 M bottles); a user's bottles rarely
+    meet in one page. Measured from noon, after a day and a half of heartbeats, so a day's roll-up reads half a
+    day of hours, as it does on average."""
+    settings = Settings(change_source="change_stream", reports_page_size=500, reports_partitions=1)
+    noon = T0 + timedelta(hours=36)
+    with metered_store(settings) as (db, meter):
+        with clock_at(T0):
+            keys = provision_fleet(db, users, T0)
+        bottles = list(keys.items())
+        with clock_at(noon):  # heartbeats up to noon, aggregated: steady-state documents and reports
+            for bottle_id, key in bottles:
+                for back in (24, 0):
+                    first = noon - timedelta(hours=back + 12)
+                    beats = [{"type": "heartbeat", "time": (first + timedelta(minutes=30 * i, seconds=9)).isoformat()}
+                             for i in range(24)]  # fmt: skip
+                    receive_events(db, bottle_id, key, beats, settings, now=noon - timedelta(hours=back))
+            while not consume(db, settings, now=noon)[1]:
+                pass
+            naive = NaiveConsumer(db)
+        changes = sent = 0
+        partition_runs = 0
+        meter.recording = True
+        for minute in range(1, minutes + 1):
+            now = noon + timedelta(minutes=minute)
+            with clock_at(now):
+                for n, (bottle_id, key) in enumerate(bottles):
+                    if n % 30 != minute % 30:
+                        continue  # each bottle's heartbeat comes every 30 minutes, at its own minute
+                    sending: list[dict[str, Any]] = [{"type": "heartbeat", "time": now.isoformat()}]
+                    sent += 1
+                    if sent % 24 == 0:  # an opened/closed pair per 24 heartbeats: the design's 1.4 K to 17 K a second
+                        reading: dict[str, Any] = {"number_of_pills": 30, "mass_of_contents": 15.0}
+                        sending.append({"type": "opened", "time": (now - timedelta(seconds=20)).isoformat(), **reading})
+                        sending.append({"type": "closed", "time": (now - timedelta(seconds=10)).isoformat(), **reading,
+                                        "pills_taken": 1})  # fmt: skip
+                    with meter.labelled("ingest"):
+                        changes += receive_events(db, bottle_id, key, sending, settings, now=now)
+                with meter.labelled("app"):
+                    partition_runs += consume(db, settings, now=now + timedelta(seconds=30))[0]
+                with meter.labelled("naive"):
+                    naive.run()
+        meter.recording = False
+        app = meter.operations("app")
+        overhead = [op for op in app if op.collection == schema.LEASES or (op.is_read and not op.returned)]
+        work = [op for op in app if op not in overhead]
+        results = {
+            "consumer change": PerUnit.of(work, changes),
+            "consumer run": PerUnit.of(overhead, partition_runs),
+            "seeds consumer change": PerUnit.of(meter.operations("naive"), changes),
+        }
+        sizes = average_sizes(db, [schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS])
+        hours = {doc["hour"] for doc in db[schema.USER_HOURLY_REPORTS].find({}, {"hour": 1})}
+        sizes["user-hours per user-hour"] = db[schema.USER_HOURLY_REPORTS].count_documents({}) / (users * len(hours))
+        samples = {schema.USER_HOURLY_REPORTS: dict(db[schema.USER_HOURLY_REPORTS].find_one(sort=[("_id", -1)]) or {})}
+    return results, sizes, samples
+
+
+def receive_events(
+    db: Database[Any], bottle_id: str, key: str, events: list[dict[str, Any]], settings: Settings, *, now: datetime
+) -> int:
+    body = json.dumps({"events": events}).encode()
+    return receive(db, bottle_id, key, body, now=now, settings=settings).stored
+
+
+def consume(db: Database[Any], settings: Settings, *, now: datetime) -> tuple[int, bool]:
+    """One dispatch of the report feeds and a worker run per partition: (partitions run, all caught up)."""
+    messages: list[str] = []
+    dispatch(db, now=now, settings=settings, send=messages.extend)
+    runs = [process_partition(db, Partition.from_message(json.loads(m)), now=now, settings=settings) for m in messages]
+    return len(runs), all(run.caught_up for run in runs)
+
+
+# --- the checks ---------------------------------------------------------------------------------------------
+
+
+def sweep_costs(bottles: int, in_trouble: int) -> tuple[dict[str, PerUnit], dict[str, float], Samples]:
+    """RU per bottle in trouble a check's run finds (the app's sweep, and the seeds' query per bottle), and per
+    run that finds none; the notification's size."""
+    results: dict[str, PerUnit] = {}
+    with metered_store(check_bench.SETTINGS) as (db, meter):
+        check_bench.seed(db, bottles, in_trouble)
+        forget_all_entries()
+        meter.recording = True
+        for kind in KINDS:
+            with meter.labelled(f"seeds {kind}"):
+                seeds = check_bench.per_bottle(db, kind)
+            with meter.labelled(kind):
+                ours = check_bench.sweep(db, kind)
+            with meter.labelled(f"{kind} empty"):
+                check_bench.sweep(db, kind)
+            results[kind] = PerUnit.of(meter.operations(kind), ours)
+            results[f"seeds {kind}"] = PerUnit.of(meter.operations(f"seeds {kind}"), seeds)
+            results[f"{kind} empty"] = PerUnit.of(meter.operations(f"{kind} empty"), 1)
+        meter.recording = False
+        sizes = average_sizes(db, [schema.NOTIFICATIONS])
+        samples = {schema.NOTIFICATIONS: dict(db[schema.NOTIFICATIONS].find_one() or {})}
+    return results, sizes, samples
+
+
+# --- retention ----------------------------------------------------------------------------------------------
+
+
+def ttl_delete_ru(sample: dict[str, dict[str, Any]], settings: Settings) -> dict[str, float]:
+    """RU to delete one expired document of each growing collection (its size and its index terms, `_ts`
+    included), from a sample document of each."""
+    paths = {spec.name: IndexedPaths.of(spec) for spec in collection_specs(settings)}
+    found = {}
+    for name, document in sample.items():
+        deleted, _ = paths[name].changed(document, None)
+        found[name] = DocumentWrite(bson_size(document), None, deleted, 0).ru(MODEL)
+    return found
+
+
+# --- everything, as the suite prints it ---------------------------------------------------------------------
+
+
+@dataclass
+class Costs:
+    units: dict[str, PerUnit]
+    sizes: dict[str, float]
+    ttl_delete: dict[str, float]
+    notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def terms_per_heartbeat(self) -> str:
+        found = self.sizes.get("heartbeat index terms", 0.0)
+        return f"{found:.1f}: {self.notes.get('heartbeat indexes', '')}"
+
+    def measured(self) -> Measured:
+        u = self.units
+        trouble = {k: v for k, v in u.items() if k in KINDS}
+        in_trouble: dict[str, float] = {}
+        for per in trouble.values():  # the three checks' RU per bottle, averaged over the kinds
+            for name, ru in per.ru.items():
+                in_trouble[name] = in_trouble.get(name, 0.0) + ru / len(trouble)
+        empty: dict[str, float] = {}
+        for kind in KINDS:
+            for name, ru in u[f"{kind} empty"].ru.items():
+                empty[name] = empty.get(name, 0.0) + ru / len(KINDS)
+        return Measured(
+            heartbeat=u["heartbeat"].ru,
+            opened=u["opened"].ru,
+            closed=u["closed"].ru,
+            consumer_change=u["consumer change"].ru,
+            consumer_run=u["consumer run"].ru,
+            swept_in_trouble=in_trouble,
+            sweep_run=empty,
+            ttl_delete=self.ttl_delete,
+            sizes=self.sizes,
+            hourly_reports_per_user_hour=self.sizes.get("user-hours per user-hour", 1.0),
+        )
+
+
+def measure(quick: bool) -> Costs:
+    units: dict[str, PerUnit] = {}
+    sizes: dict[str, float] = {}
+    samples: Samples = {}
+    for found, more, sample in (
+        ingestion_costs(bottles=10 if quick else 30, rounds=2 if quick else 4),
+        consumer_costs(users=500 if quick else 2000, minutes=20 if quick else 30),
+        sweep_costs(bottles=1000 if quick else 5000, in_trouble=10 if quick else 50),
+    ):
+        units |= found
+        sizes |= more
+        samples |= sample
+    return Costs(units, sizes, ttl_delete_ru(samples, get_settings()), dict(NOTES))
+
+
+def table(costs: Costs) -> str:
+    """RU per unit of work, the app beside the seeds' approach measured in the same run."""
+    rows = []
+    pairs = [
+        ("heartbeat", "heartbeat", "seeds heartbeat", "one insert per heartbeat"),
+        ("opened event", "opened", "seeds opened", "one insert per event"),
+        ("closed event", "closed", "seeds closed", "one insert per event"),
+        ("report consumer change", "consumer change", "seeds consumer change", "$inc per event"),
+        *[(f"swept bottle in trouble, {kind}", kind, f"seeds {kind}", "one query per bottle") for kind in KINDS],
+    ]
+    for name, app, seeds, how in pairs:
+        ours, theirs = costs.units[app], costs.units[seeds]
+        rows.append(
+            [
+                name,
+                f"{ours.total:.2f}",
+                f"{ours.total_small_as_1kb:.2f}",
+                f"{theirs.total:.2f} ({how})",
+                f"{theirs.total_small_as_1kb:.2f}",
+                f"{theirs.total / ours.total:.2f}x" if ours.total else "-",
+            ]
+        )
+    header = ["RU per", "app", "app, items < 1 KB as 1 KB", "seeds", "seeds, items < 1 KB as 1 KB", "seeds / app"]
+    return print_table("Request units on Cosmos DB (benchmarks/cost_model.py), measured in the same run", rows, header)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.costs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="smaller passes")
+    args = parser.parse_args(argv)
+    costs = measure(args.quick)
+    table(costs)
+
+
+if __name__ == "__main__":
+    main()

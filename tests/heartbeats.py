@@ -1,0 +1,27 @@
+"""What a bottle's heartbeat document counts, as the tests look at it (shared/heartbeat_document.py)."""
+
+from datetime import datetime
+from typing import Any
+
+from shared.heartbeat_document import heartbeat_minutes
+from shared.store import schema
+
+
+def heartbeat_document(db: Any, bottle_id: str = "bottle-1") -> dict[str, Any]:
+    document: dict[str, Any] = db[schema.BOTTLE_HEARTBEATS].find_one({"_id": bottle_id})
+    return document
+
+
+def counted(db: Any, bottle_id: str = "bottle-1") -> list[datetime]:
+    """The heartbeats the bottle's ring counts, each as the start of its minute, oldest first."""
+    return heartbeat_minutes(heartbeat_document(db, bottle_id) or {})
+
+
+def counted_everywhere(db: Any) -> int:
+    """How many heartbeats the rings of every bottle count."""
+    return sum(len(heartbeat_minutes(d)) for d in db[schema.BOTTLE_HEARTBEATS].find())
+
+
+def minute(moment: datetime) -> datetime:
+    """The start of `moment`'s minute: a heartbeat's identity."""
+    return moment.replace(second=0, microsecond=0)
