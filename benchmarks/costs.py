@@ -348,8 +348,8 @@ def measure(quick: bool) -> Costs:
     samples: Samples = {}
     for found, more, sample in (
         ingestion_costs(bottles=10 if quick else 30, rounds=2 if quick else 4),
-        consumer_costs(users=500 if quick else 2000, minutes=20 if quick else 30),
-        sweep_costs(bottles=1000 if quick else 5000, in_trouble=10 if quick else 50),
+        consumer_costs(users=300 if quick else 1000, minutes=15 if quick else 20),
+        sweep_costs(bottles=1000 if quick else 2000, in_trouble=10 if quick else 20),
     ):
         units |= found
         sizes |= more

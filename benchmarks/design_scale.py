@@ -55,16 +55,29 @@ class Row:
     ru_per_second: float = 0.0
     storage_gb: float = 0.0
     storage_note: str = ""
+    by_work: dict[str, float] = field(default_factory=dict)  # RU/s by kind of work (WORK), this collection's
 
     @property
     def autoscale_max(self) -> int:
         return max(1000, math.ceil(self.ru_per_second * HEADROOM / 1000) * 1000)
 
 
-def _add(rows: dict[str, Row], ru: Mapping[str, float], rate: float, work: str) -> None:
+# The kinds of work the bill is split by, below the table.
+HEARTBEATS, EVENTS, CONSUMER, CHECKS, TTL = (
+    "heartbeats",
+    "opened/closed events",
+    "report consumer",
+    "notification checks",
+    "TTL deletes",
+)
+WORK = (HEARTBEATS, EVENTS, CONSUMER, CHECKS, TTL)
+
+
+def _add(rows: dict[str, Row], ru: Mapping[str, float], rate: float, work: str, kind: str) -> None:
     for collection, per in ru.items():
         row = rows.setdefault(collection, Row(collection))
         row.ru_per_second += per * rate
+        row.by_work[kind] = row.by_work.get(kind, 0.0) + per * rate
         if work not in row.work:
             row.work.append(work)
 
@@ -79,13 +92,13 @@ def table(measured: Measured, settings: Settings | None = None) -> list[Row]:
         + ASSUMED_RATES["bottles going silent per second"]
     )
     runs = ASSUMED_RATES["report feed partitions"] * ASSUMED_RATES["report runs per partition per second"]
-    _add(rows, measured.heartbeat, HEARTBEATS_PER_SECOND, f"{HEARTBEATS_PER_SECOND:,.0f} heartbeats/s")
-    _add(rows, measured.opened, OPENED_PER_SECOND, f"{OPENED_PER_SECOND:,} opened/s")
-    _add(rows, measured.closed, CLOSED_PER_SECOND, f"{CLOSED_PER_SECOND:,} closed/s")
-    _add(rows, measured.consumer_change, changes, f"{changes:,.0f} report changes/s")
-    _add(rows, measured.consumer_run, runs, f"{runs:.0f} report partition runs/s")
-    _add(rows, measured.swept_in_trouble, trouble, f"{trouble:,.0f} bottles in trouble/s")
-    _add(rows, measured.sweep_run, ASSUMED_RATES["check runs per second"], "check runs")
+    _add(rows, measured.heartbeat, HEARTBEATS_PER_SECOND, f"{HEARTBEATS_PER_SECOND:,.0f} heartbeats/s", HEARTBEATS)
+    _add(rows, measured.opened, OPENED_PER_SECOND, f"{OPENED_PER_SECOND:,} opened/s", EVENTS)
+    _add(rows, measured.closed, CLOSED_PER_SECOND, f"{CLOSED_PER_SECOND:,} closed/s", EVENTS)
+    _add(rows, measured.consumer_change, changes, f"{changes:,.0f} report changes/s", CONSUMER)
+    _add(rows, measured.consumer_run, runs, f"{runs:.0f} report partition runs/s", CONSUMER)
+    _add(rows, measured.swept_in_trouble, trouble, f"{trouble:,.0f} bottles in trouble/s", CHECKS)
+    _add(rows, measured.sweep_run, ASSUMED_RATES["check runs per second"], "check runs", CHECKS)
     # Retention: at steady state as many documents expire as are written; the deletes run in the background.
     actions_per_day = (OPENED_PER_SECOND + CLOSED_PER_SECOND) * SECONDS_PER_DAY
     hourly_per_day = USERS * 24 * measured.hourly_reports_per_user_hour
@@ -97,7 +110,7 @@ def table(measured: Measured, settings: Settings | None = None) -> list[Row]:
     }
     for collection, per_day in expiring.items():
         ru = measured.ttl_delete.get(collection, 0.0)
-        _add(rows, {collection: ru}, per_day / SECONDS_PER_DAY, "TTL deletes")
+        _add(rows, {collection: ru}, per_day / SECONDS_PER_DAY, "TTL deletes", TTL)
     _storage(
         rows,
         measured,
@@ -166,7 +179,22 @@ def markdown(rows: list[Row]) -> str:
     total = sum(r.ru_per_second for r in rows)
     storage = sum(r.storage_gb for r in rows)
     lines.append(f"| **total** | | **{total:,.0f}** | {sum(r.autoscale_max for r in rows):,} | {storage:,.0f} GB |")
+    split = by_work(rows)
+    lines.append(
+        "\nThe same total by work: "
+        + "; ".join(f"{kind} {split[kind]:,.0f} RU/s ({split[kind] / total:.0%})" for kind in WORK if kind in split)
+        + "."
+    )
     return "\n".join(lines)
+
+
+def by_work(rows: list[Row]) -> dict[str, float]:
+    """RU/s by kind of work (WORK), across the collections."""
+    found: dict[str, float] = {}
+    for row in rows:
+        for kind, ru in row.by_work.items():
+            found[kind] = found.get(kind, 0.0) + ru
+    return found
 
 
 def total(rows: list[Row]) -> float:

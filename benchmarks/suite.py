@@ -27,6 +27,9 @@ RESULTS = Path(__file__).with_name("RESULTS.md")
 README = Path(__file__).resolve().parent.parent / "README.md"
 TABLE_START = "<!-- design-scale table: written by ./dev bench (benchmarks/suite.py) -->"
 TABLE_END = "<!-- end of the design-scale table -->"
+SUMMARY_START = "<!-- benchmark summary: written by ./dev bench (benchmarks/suite.py) -->"
+SUMMARY_END = "<!-- end of the benchmark summary -->"
+SUMMARY_HEADER = ["area", "figure", "app", "baseline (seeds)", "ratio"]
 
 
 def _commit() -> str:
@@ -157,8 +160,13 @@ def cost_section(measured: costs.Costs) -> tuple[str, str]:
     return text, bill
 
 
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    return "\n".join(lines + ["| " + " | ".join(cell.strip() for cell in row) + " |" for row in rows])
+
+
 def run(quick: bool, ticker: Ticker | None = None) -> tuple[str, str]:
-    """The results document, and the design-scale table."""
+    """The results document, and the README's blocks (the summary, then the design-scale table)."""
     ticker = ticker or Ticker()
     sections: list[tuple[str, str]] = []
     started = time.perf_counter()
@@ -176,10 +184,9 @@ def run(quick: bool, ticker: Ticker | None = None) -> tuple[str, str]:
     with ticker.running("bench: request units (6 of 6)"):
         cost_text, bill = cost_section(costs.measure(quick))
     elapsed = time.perf_counter() - started
+    headline = summary_rows(list(PRINTED))
     summary = print_table(
-        "Summary: the app against the seeds' approach, measured in the same run",
-        summary_rows(list(PRINTED)),
-        ["area", "figure", "app", "baseline (seeds)", "ratio"],
+        "Summary: the app against the seeds' approach, measured in the same run", headline, SUMMARY_HEADER
     )
     header = (
         f"# Benchmark results\n\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {_commit()}, "
@@ -189,14 +196,21 @@ def run(quick: bool, ticker: Ticker | None = None) -> tuple[str, str]:
     )
     sections.insert(0, ("Summary", summary))
     body = "\n".join(f"\n## {title}\n\n```\n{table}\n```" for title, table in sections)
-    return header + body + f"\n\n## Cost on Cosmos DB\n\n{cost_text}\n", bill
+    stamp = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {'quick' if quick else 'full'} run in {elapsed:.0f} s"
+    blocks = f"{stamp}:\n\n{markdown_table(SUMMARY_HEADER, headline)}"
+    return header + body + f"\n\n## Cost on Cosmos DB\n\n{cost_text}\n", blocks + "\n\n" + bill
 
 
-def update_readme(bill: str, readme: Path = README) -> None:
-    """Put the design-scale table between its markers in the README."""
-    text = readme.read_text()
-    start, end = text.index(TABLE_START), text.index(TABLE_END)
-    readme.write_text(text[:start] + TABLE_START + "\n" + bill + "\n" + text[end:])
+def _between(text: str, start: str, end: str, block: str) -> str:
+    first, last = text.index(start), text.index(end)
+    return text[:first] + start + "\n" + block + "\n" + text[last:]
+
+
+def update_readme(blocks: str, readme: Path = README) -> None:
+    """Put the summary and the design-scale table between their markers in the README."""
+    summary, bill = blocks.split("\n\n| collection |", 1)
+    text = _between(readme.read_text(), SUMMARY_START, SUMMARY_END, summary)
+    readme.write_text(_between(text, TABLE_START, TABLE_END, "| collection |" + bill))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -127,3 +127,7 @@ def test_the_design_scale_table_multiplies_rates_and_holds_growing_collections_a
     assert actions.ru_per_second == pytest.approx(1400 * 2.0)  # the TTL deletes: as many as are written
     assert actions.storage_gb == pytest.approx(1400 * 86_400 * 60 * 300 / 1e9)  # 60 days' worth, not a year's
     assert "**total**" in design_scale.markdown(list(rows.values()))
+    split = design_scale.by_work(list(rows.values()))
+    assert split[design_scale.HEARTBEATS] == pytest.approx(30_000_000 / 1800 * 5.0)
+    assert split[design_scale.EVENTS] == pytest.approx(700.0)
+    assert split[design_scale.TTL] == pytest.approx(1400 * 2.0)
