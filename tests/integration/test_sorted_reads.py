@@ -42,9 +42,10 @@ def get_notifications(**params: str) -> Response:
 
 
 def ingest(hours_ago: float = 3) -> None:
-    """A bottle of USER with a heartbeat, an opening and a dose `hours_ago`."""
+    """A bottle of USER with a heartbeat, an opening and a dose within one UTC hour about `hours_ago`: the three
+    events never straddle an hour boundary, whatever the wall clock says when the test runs."""
     key = provisioned("bottle-1")
-    at = ago(hours=hours_ago)
+    at = ago(hours=hours_ago).replace(minute=10, second=0, microsecond=0)
     response = post_events(
         "bottle-1",
         key,
