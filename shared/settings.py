@@ -126,6 +126,12 @@ class Settings(BaseSettings):
         description="How far before its checkpoint the polling source (and a recovery) reads again, for writes "
         "that commit after later ones and for clock skew between instances.",
     )
+    daily_rollup_hours: Literal[1, 2, 3, 4, 6, 8, 12, 24] = Field(
+        default=6,
+        description="Hours between the roll-ups of a day's daily reports (a divisor of 24, counted from midnight "
+        "UTC): the heartbeat tally rolls each user's day up when it counts the hour that ends a block of them, "
+        "so a day's report lags its hours by up to this plus an hour; a closed day's is complete.",
+    )
 
     # Notification checks: the dispatcher timers and the partition workers `run_check_partition`
     # (shared/notifications/checks.py, functions/checks.py).
