@@ -126,8 +126,10 @@ class Settings(BaseSettings):
         description="How far before its checkpoint the polling source (and a recovery) reads again, for writes "
         "that commit after later ones and for clock skew between instances.",
     )
-    daily_rollup_hours: Literal[1, 2, 3, 4, 6, 8, 12, 24] = Field(
+    daily_rollup_hours: int = Field(
         default=6,
+        ge=1,
+        le=24,
         description="Hours between the roll-ups of a day's daily reports (a divisor of 24, counted from midnight "
         "UTC): the heartbeat tally rolls each user's day up when it counts the hour that ends a block of them, "
         "so a day's report lags its hours by up to this plus an hour; a closed day's is complete.",
@@ -222,6 +224,12 @@ class Settings(BaseSettings):
                 f"REPORTS_LEASE_SECONDS ({self.reports_lease_seconds}) must be longer than a worker's run: "
                 f"REPORTS_TIME_BUDGET_SECONDS plus REQUEST_DEADLINE_SECONDS ({longest_run:g})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _rollups_divide_the_day(self) -> "Settings":
+        if 24 % self.daily_rollup_hours:
+            raise ValueError("DAILY_ROLLUP_HOURS must divide 24 (1, 2, 3, 4, 6, 8, 12 or 24)")
         return self
 
     @model_validator(mode="after")
