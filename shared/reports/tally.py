@@ -19,7 +19,7 @@ writes the same reports.
 Partitions: REPORTS_PARTITIONS ranges of the bucket of the owner's `user_id` (`user_bucket` on the heartbeat
 document), on every store: a sweep, unlike a change feed, is a query. Pages hold whole users, so each user-hour
 is written once per pass. The lease's checkpoint time is the end of the hours counted; its token holds the pass
-under way (its hours, when it began, the last user done) and when the last pass began.
+under way (its hours, when it began, the last user done), or between passes when the last one began.
 
 Daily reports: a pass rolls a day up for every user it visits when it counts the day's hour that ends a block
 of DAILY_ROLLUP_HOURS (with 6: the hours ending at 06:00, 12:00, 18:00 and midnight UTC), so the daily report of
@@ -53,6 +53,7 @@ CLOCK_MARGIN = timedelta(minutes=5)
 SETTLE = LATE_AFTER + CLOCK_MARGIN
 _FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
 _ORDER = [(USER_BUCKET, 1), ("user_id", 1)]
+LAST_BEGAN = "last_began"  # in a lease's token between passes: when the last pass began
 
 Document = dict[str, Any]
 UserKey = tuple[int, str]  # (user bucket, user_id): the sweep's order
@@ -73,7 +74,8 @@ def rolled_up_before(now: datetime) -> datetime:
 
 @dataclass(frozen=True)
 class Pass:
-    """A pass under way: the hours it counts, when it began, and the last user done (None: none yet)."""
+    """A pass under way: the hours it counts, when it began, where late heartbeats are looked for from, and the
+    last user done (None: none yet)."""
 
     start: datetime
     end: datetime
@@ -119,7 +121,7 @@ class Pass:
 def next_pass(lease: Lease, *, now: datetime, window_hours: int, overlap: timedelta) -> Pass | None:
     """The pass to run now: the one under way, or a new one over the hours due since the last (at most the
     heartbeat window: the rings hold nothing older); None when no hour is due. Late heartbeats are looked for
-    from `overlap` before the last pass began (clock skew between instances, writes that commit late)."""
+    from `overlap` (clock skew between instances, writes that commit late) before the last pass's end."""
     under_way = Pass.resumed(lease.token)
     if under_way is not None:
         return under_way
@@ -128,7 +130,10 @@ def next_pass(lease: Lease, *, now: datetime, window_hours: int, overlap: timede
     start = max(lease.checkpoint_time or oldest, oldest)
     if start >= end:
         return None
-    last_began = (lease.token or {}).get("late_since")
+    # A late heartbeat the last pass may have missed arrived after that pass began (saved with its end), and
+    # so after the last hour it counted had ended, the checkpoint time: without the one, the other (it counts
+    # a few again, harmlessly).
+    last_began = (lease.token or {}).get(LAST_BEGAN) or lease.checkpoint_time
     late_since = None if last_began is None else last_began - overlap
     return Pass(start=start, end=end, began=now, late_since=late_since)
 
@@ -223,7 +228,7 @@ def run_tally(
     while not out_of_time():
         page = pages.next_page()
         if page is None:
-            held = replace(held, checkpoint_time=current.end, token={"late_since": current.began})
+            held = replace(held, checkpoint_time=current.end, token={LAST_BEGAN: current.began})
             run.caught_up = hours_due(wall_clock()) <= current.end
             run.lost_lease = not save(held)
             return held, run
