@@ -134,14 +134,20 @@ def tally_hours(
 ) -> set[datetime]:
     """The hours of a bottle's ring that a tally pass counts (shared/reports/tally.py): those of `closed` (the
     hours that closed since the last pass), and the earlier ones that a heartbeat reached late since
-    `late_since` (LATE_FLAG set, `la` no earlier than it; None: none). Hours the ring no longer holds are not
+    `late_since` (LATE_FLAG set, `la` no earlier than it; None: none), or all of them if the bottle was
+    reassigned since. Hours the ring no longer holds are not
     counted again: their counts stay as the reports have them."""
     late_at = heartbeat_doc.get(LATE_AT)
     late = late_since is not None and late_at is not None and late_at >= late_since
+    # A bottle reassigned since: the last pass may have missed it (its owner's bucket moved it past the pass's
+    # cursor), and an earlier owner's hours may have moved to the new one: every hour is counted again.
+    owners = heartbeat_doc.get(OWNERS) or []
+    moved = late_since is not None and bool(owners) and owners[-1]["until"] >= late_since
     hours = set()
     for number, value in ring_hours(heartbeat_doc).items():
         start = hour_start(number)
-        if closed[0] <= start < closed[1] or (late and value & LATE_FLAG and start < closed[0]):
+        earlier = start < closed[0] and (moved or (late and value & LATE_FLAG))
+        if closed[0] <= start < closed[1] or earlier:
             hours.add(start)
     return hours
 

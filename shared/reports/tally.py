@@ -30,7 +30,7 @@ event changes it, and a pass does when a late heartbeat changes one of its hours
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pymongo.collection import Collection
@@ -49,6 +49,7 @@ from shared.store.retries import RetryPolicy, with_retries
 
 # An hour is counted this long after it ends: its prompt heartbeats have arrived by LATE_AFTER, and the rest is
 # margin for clock skew between instances and writes that commit late.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 CLOCK_MARGIN = timedelta(minutes=5)
 SETTLE = LATE_AFTER + CLOCK_MARGIN
 _FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
@@ -107,10 +108,11 @@ class Pass:
             after=None if after is None else (int(after[0]), str(after[1])),
         )
 
-    def rollup_days(self, block_hours: int) -> set[datetime]:
-        """The days a block of whose hours ends within this pass's hours."""
+    def rollup_days(self, block_hours: int, window: timedelta) -> set[datetime]:
+        """The days a block of whose hours ends within this pass's hours (of the last `window`: an older day
+        changes only by late events, which roll it up themselves)."""
         days = set()
-        hour = self.start + HOUR
+        hour = max(self.start, self.end - window) + HOUR
         while hour <= self.end:
             if hour.hour % block_hours == 0:
                 days.add(day_of(hour - HOUR))
@@ -118,16 +120,15 @@ class Pass:
         return days
 
 
-def next_pass(lease: Lease, *, now: datetime, window_hours: int, overlap: timedelta) -> Pass | None:
-    """The pass to run now: the one under way, or a new one over the hours due since the last (at most the
-    heartbeat window: the rings hold nothing older); None when no hour is due. Late heartbeats are looked for
-    from `overlap` (clock skew between instances, writes that commit late) before the last pass's end."""
+def next_pass(lease: Lease, *, now: datetime, overlap: timedelta) -> Pass | None:
+    """The pass to run now: the one under way, or a new one over the hours due since the last (the first pass:
+    every hour the rings hold); None when no hour is due. Late heartbeats are looked for from `overlap` (clock
+    skew between instances, writes that commit late) before the last pass began."""
     under_way = Pass.resumed(lease.token)
     if under_way is not None:
         return under_way
     end = hours_due(now)
-    oldest = end - timedelta(hours=window_hours)
-    start = max(lease.checkpoint_time or oldest, oldest)
+    start = lease.checkpoint_time or EPOCH
     if start >= end:
         return None
     # A late heartbeat the last pass may have missed arrived after that pass began (saved with its end), and
@@ -217,7 +218,7 @@ def run_tally(
     run = TallyRun()
     started = wall_clock()
     overlap = timedelta(seconds=settings.reports_poll_overlap_seconds)
-    current = next_pass(held, now=started, window_hours=settings.heartbeat_window_hours, overlap=overlap)
+    current = next_pass(held, now=started, overlap=overlap)
     if current is None:
         run.caught_up = True
         return held, run
@@ -262,7 +263,8 @@ def count_page(
             by_hour[key][str(doc["_id"])] = BottleParts(heartbeat=heartbeat)
     parts: Parts = dict(by_hour)
     hourly, changed = write_hourly(db, parts, stamp, policy)
-    days = {(user_id, day) for user_id in users for day in current.rollup_days(settings.daily_rollup_hours)}
+    window = timedelta(hours=settings.heartbeat_window_hours)
+    days = {(user_id, day) for user_id in users for day in current.rollup_days(settings.daily_rollup_hours, window)}
     # A late heartbeat changed an hour counted before: its day is rolled up again now.
     days |= {(user_id, day_of(hour)) for user_id, hour in changed if hour < current.start}
     daily = refresh_daily(db, days, policy) if days else 0
