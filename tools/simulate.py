@@ -23,7 +23,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from shared.instants import set_clock
+from shared.instants import hour_of, set_clock
+from shared.reports.tally import SETTLE
 from shared.settings import get_settings
 from shared.store import schema
 from tools.arguments import float_above, int_between, positive_float, positive_int
@@ -70,6 +71,11 @@ def post(request: Request, keys: dict[str, str], send: Send, tally: Tally) -> No
 
 
 # --- in-process simulation, simulated time ------------------------------------------------------
+
+
+def hours_due_after(moment: datetime) -> datetime:
+    """The first instant at which the heartbeat tally counts the hour holding `moment`."""
+    return hour_of(moment) + timedelta(hours=1) + SETTLE
 
 
 def check_reports(db: Any) -> ReportCheck:
@@ -130,10 +136,11 @@ def run_simulation(
 
             keys = provision(fleet, send)
             timeline = list(_merge(plan.requests, host.due_timers(plan.start, plan.end)))
-            # A last consumer run, so the reports include the events sent after its last scheduled run (a very
-            # short run may have nothing else).
-            last = timeline[-1][0] if timeline else plan.end
-            timeline.append((max(last, plan.end), REPORTS_TIMER))
+            # A last consumer run once the last hour has closed, so the reports include the events sent after
+            # its last scheduled run and the heartbeat tally has counted every hour (a very short run may have
+            # nothing else).
+            last = max(timeline[-1][0] if timeline else plan.end, plan.end)
+            timeline.append((hours_due_after(last), REPORTS_TIMER))
             played = play(
                 timeline,
                 clock,
