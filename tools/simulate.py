@@ -23,8 +23,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from shared.instants import hour_of, set_clock
-from shared.reports.tally import SETTLE
+from shared.instants import set_clock
+from shared.reports.tally import counted_from
 from shared.settings import get_settings
 from shared.store import schema
 from tools.arguments import float_above, int_between, positive_float, positive_int
@@ -71,11 +71,6 @@ def post(request: Request, keys: dict[str, str], send: Send, tally: Tally) -> No
 
 
 # --- in-process simulation, simulated time ------------------------------------------------------
-
-
-def hours_due_after(moment: datetime) -> datetime:
-    """The first instant at which the heartbeat tally counts the hour holding `moment`."""
-    return hour_of(moment) + timedelta(hours=1) + SETTLE
 
 
 def check_reports(db: Any) -> ReportCheck:
@@ -140,7 +135,7 @@ def run_simulation(
             # its last scheduled run and the heartbeat tally has counted every hour (a very short run may have
             # nothing else).
             last = max(timeline[-1][0] if timeline else plan.end, plan.end)
-            timeline.append((hours_due_after(last), REPORTS_TIMER))
+            timeline.append((counted_from(last), REPORTS_TIMER))
             played = play(
                 timeline,
                 clock,

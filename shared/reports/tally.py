@@ -65,6 +65,12 @@ def hours_due(now: datetime) -> datetime:
     return hour_of(now - SETTLE)
 
 
+def counted_from(moment: datetime) -> datetime:
+    """The first instant at which a pass may count the hour holding `moment` (for tools and tests that wait
+    for it)."""
+    return hour_of(moment) + HOUR + SETTLE
+
+
 def rolled_up_before(now: datetime) -> datetime:
     """Days that ended before this instant may have had their last scheduled roll-up (a pass that counted
     their last hour), so a change to one of their hours rolls the day up again at once. Earlier by CLOCK_MARGIN
