@@ -28,12 +28,13 @@ to the field of the next hour (a device clock may run up to MAX_FUTURE_SKEW ahea
 hours span at most floor((hours + 3) / 4) + 1 fields (for 24 hours, 7 whatever the alignment: 25 to 28 hours are
 kept, never fewer than 24 up to the server hour), and a heartbeat of any hour of those fields is counted.
 
-Every write unsets the MAX_GAP_FIELDS (3) fields before its window, so the fields present after a write are those
-of its window, each holding only its own hours. That holds while ring writes are at most MAX_GAP_HOURS (12) hours
-apart: an earlier write at server hour S' >= S - 12 kept fields from field(S' - hours + 1) on, and
-field(x - 12) = field(x) - 3, so they are at most 3 fields before the window's first. A write after a longer gap
-is refused by its filter (`r` too old) and goes the slow way (ingestion reads the document and writes the ring
-whole). The field of
+Every write unsets the fields before its window back to MAX_GAP_FIELDS (3) fields before the first field of the
+widest window (MAX_WINDOW_HOURS), so the fields present after a write are those of its window, each holding only
+its own hours. That holds while ring writes are at most MAX_GAP_HOURS (12) hours apart, whatever the window
+setting of either write: an earlier write at server hour S' >= S - 12 kept fields from field(S' - 47) on, and
+field(x - 12) = field(x) - 3, so they are at most 3 fields before field(S - 47), where the clearing starts. (A
+window shrunk from 48 hours to 1 leaves nothing behind either.) A write after a longer gap is refused by its
+filter (`r` too old) and goes the slow way (ingestion reads the document and writes the ring whole). The field of
 a name is found again from `r`: each name stands for the one field of the FIELD_NAMES fields up to the one of
 the hour after `r`'s that has it.
 """
@@ -133,9 +134,10 @@ class Window:
         return hour_start(self.first_field(server_hour) * HOURS_PER_FIELD)
 
     def cleared(self, server_hour: int) -> list[str]:
-        """The field names a write at `server_hour` unsets: the MAX_GAP_FIELDS fields before its window."""
-        first = self.first_field(server_hour)
-        return [field_name(f) for f in range(first - MAX_GAP_FIELDS, first)]
+        """The field names a write at `server_hour` unsets: those before its window, from MAX_GAP_FIELDS fields
+        before the widest window's first on."""
+        widest = field_of(server_hour - MAX_WINDOW_HOURS + 1)
+        return [field_name(f) for f in range(widest - MAX_GAP_FIELDS, self.first_field(server_hour))]
 
     def guard(self, server_hour: int) -> datetime:
         """The oldest `r` a ring write at `server_hour` may find (a longer gap goes the slow way)."""

@@ -163,6 +163,21 @@ def test_changing_the_window_setting_never_counts_a_heartbeat_in_another_hour(mo
     assert [m for m in counted if m >= oldest] == [m for m in slots if m >= oldest]
 
 
+def test_a_window_shrunk_from_the_widest_to_one_hour_leaves_no_field_behind(mock_db):
+    """Every write clears from the widest window on, so the fields an earlier, wider window kept never come back
+    as another field (its name, 62 fields on), at any write after the change."""
+    bottle = Bottle(mock_db, window_hours=48)
+    sent = every_half_hour(T0, 48)
+    for moment in sent:
+        bottle.send(moment, now=moment)
+    bottle.window = Window(1)
+    for moment in every_half_hour(sent[-1] + timedelta(minutes=30), 300):
+        bottle.send(moment, now=moment)
+        sent.append(moment)
+        oldest = bottle.window.start(hour_number(moment))
+        assert bottle.counted == [slot_start(t) for t in sent if t >= oldest]
+
+
 def test_a_ring_write_that_races_another_after_a_long_silence_starts_again(bottle, monkeypatch):
     bottle.send(T0, now=T0)
     back = T0 + timedelta(hours=MAX_GAP_HOURS + 1)
