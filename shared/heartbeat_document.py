@@ -15,6 +15,10 @@ bounded: at steady state it holds the same fields whatever the bottle sent befor
     w                the ring: one 64-bit field per 4 UTC hours of the window, named by its number modulo FIELD_NAMES
     la               server time of the newest late heartbeat written to the ring (absent until one)
 
+A field with nothing to hold is absent, never null (a null costs its name and a type byte on every write): every
+reader takes absent as none, and the silent check's index queries (`alive_at` and `silent_episode` >= EPOCH)
+match neither.
+
 The ring. A heartbeat is identified by its bottle and its 5-minute slot of the UTC hour (minute // 5): two in one
 slot are one heartbeat (a device sends one every 30 minutes, and a retry has the same time). An hour is 13 bits:
 a bit per slot in which a heartbeat was stored (bits 0-11), and LATE_FLAG (bit 12) once a heartbeat of that hour
