@@ -11,21 +11,37 @@ bounded: at steady state it holds the same fields whatever the bottle sent befor
     owners           [{user_id, until}]: earlier owners, each until it was reassigned, while that is within the window
     last             newest heartbeat time (the status view)
     alive_at         newest heartbeat time, or the provisioning time before any (the silent check)
-    silent_pending, silent_episode  the silent check's markers
+    silent_pending, silent_episode  the silent check's markers (silent_episode absent, not null, when there is none)
     r                server time of the last write to the ring (the ring's clock)
-    w                the ring: one 64-bit field per hour of the window, named by the hour modulo RING_SLOTS
+    w                the ring: one 64-bit field per 4 UTC hours of the window, named by its number modulo FIELD_NAMES
     la               server time of the newest late heartbeat written to the ring (absent until one)
 
-The ring. A heartbeat is identified by its bottle and its UTC minute: hour h's field holds a bit per minute of
-the hour in which a heartbeat was stored (bits 0-59), and LATE_FLAG once a heartbeat of that hour arrived more
-than LATE_AFTER after its time. A repeated heartbeat sets a bit already set, so it is never counted twice, and
-a buffered one sets the bit of its own hour. The hours kept are the window: the write's server hour and the
-`hours` - 1 before it, and the next hour (a device clock may run up to MAX_FUTURE_SKEW ahead). Every write unsets
-the fields of the MAX_GAP_HOURS hours before its window, so the fields present after a write are those of
-its window, each holding only its own hour. That holds while ring writes are at most MAX_GAP_HOURS apart; a
-write after a longer gap is refused by its filter (`r` too old) and goes the slow way (ingestion reads the
-document and writes the ring whole). The field of an hour is found again from `r`: the window ends at the hour
-after `r`'s, and each field name stands for the one hour of it that has that name.
+A field with nothing to hold is absent, never null (a null costs its name and a type byte on every write): every
+reader takes absent as none, and the silent check's index queries (`alive_at` and `silent_episode` >= EPOCH)
+match neither.
+
+The ring. A heartbeat is identified by its bottle and its 5-minute slot of the UTC hour (minute // 5): two in one
+slot are one heartbeat (a device sends one every 30 minutes, and a retry has the same time). An hour is 13 bits:
+a bit per slot in which a heartbeat was stored (bits 0-11), and LATE_FLAG (bit 12) once a heartbeat of that hour
+arrived more than LATE_AFTER after its time. A 64-bit field holds HOURS_PER_FIELD (4) consecutive hours, aligned:
+hour number h is in field h // 4, at bits 13 * (h % 4) to 13 * (h % 4) + 12 (bits 52-63 stay 0, so a field is
+never negative). The field of 00:00-03:59 UTC, of 04:00-07:59 and so on: a UTC day is six fields. A repeated
+heartbeat sets a bit already set, so it is never counted twice, and a buffered one sets the bit of its own hour.
+
+The window is whole fields: those from the field of the oldest of the `hours` up to the write's server hour,
+to the field of the next hour (a device clock may run up to MAX_FUTURE_SKEW ahead). `hours` + 1 consecutive
+hours span at most floor((hours + 3) / 4) + 1 fields (for 24 hours, 7 whatever the alignment: 25 to 28 hours are
+kept, never fewer than 24 up to the server hour), and a heartbeat of any hour of those fields is counted.
+
+Every write unsets the fields before its window back to MAX_GAP_FIELDS (3) fields before the first field of the
+widest window (MAX_WINDOW_HOURS), so the fields present after a write are those of its window, each holding only
+its own hours. That holds while ring writes are at most MAX_GAP_HOURS (12) hours apart, whatever the window
+setting of either write: an earlier write at server hour S' >= S - 12 kept fields from field(S' - 47) on, and
+field(x - 12) = field(x) - 3, so they are at most 3 fields before field(S - 47), where the clearing starts. (A
+window shrunk from 48 hours to 1 leaves nothing behind either.) A write after a longer gap is refused by its
+filter (`r` too old) and goes the slow way (ingestion reads the document and writes the ring whole). The field of
+a name is found again from `r`: each name stands for the one field of the FIELD_NAMES fields up to the one of
+the hour after `r`'s that has it.
 """
 
 import string
@@ -49,17 +65,28 @@ ALIVE_AT = "alive_at"
 SILENT_PENDING = "silent_pending"
 OWNERS = "owners"
 
-RING_SLOTS = 62  # field names: one character each (digits, then letters)
-# Hours before the window a ring write clears, and so the longest gap between two ring writes that keeps the ring
-# clean: a bottle silent for longer pays one read and one more write on its next heartbeat.
+SLOT_MINUTES = 5  # a heartbeat is its bottle and its 5-minute slot of the hour
+SLOTS_PER_HOUR = 60 // SLOT_MINUTES
+SLOTS = (1 << SLOTS_PER_HOUR) - 1  # an hour's slot bits
+LATE_FLAG = 1 << SLOTS_PER_HOUR
+HOUR_BITS = SLOTS_PER_HOUR + 1  # 13
+HOUR_MASK = (1 << HOUR_BITS) - 1
+HOURS_PER_FIELD = 64 // HOUR_BITS  # 4 hours in a 64-bit field
+FIELD_NAMES = 62  # field names: one character each (digits, then letters)
+_NAMES = string.digits + string.ascii_lowercase + string.ascii_uppercase
+# The longest gap between two ring writes that keeps the ring clean (a bottle silent for longer pays one read and
+# one more write on its next heartbeat), and the fields before the widest window a write clears for it.
 MAX_GAP_HOURS = 12
-MAX_WINDOW_HOURS = RING_SLOTS - MAX_GAP_HOURS - 2  # with the next hour, every hour of a gap is a distinct field
-_SLOT_NAMES = string.digits + string.ascii_lowercase + string.ascii_uppercase
-MINUTES = (1 << 60) - 1
-LATE_FLAG = 1 << 60
+MAX_GAP_FIELDS = MAX_GAP_HOURS // HOURS_PER_FIELD
+MAX_WINDOW_HOURS = 48  # HEARTBEAT_WINDOW_HOURS' bound (shared/settings.py)
 KEY_BYTES = 16  # 128 bits of the key's SHA-256: no key can be found to match them (keys are 256 random bits)
 HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
+SLOT = timedelta(minutes=SLOT_MINUTES)
+
+assert MAX_GAP_HOURS % HOURS_PER_FIELD == 0, "field(x - MAX_GAP_HOURS) must be field(x) - MAX_GAP_FIELDS"
+# Every field a write clears or keeps has its own name: the clearing, the widest window and its next hour.
+assert MAX_GAP_FIELDS + (MAX_WINDOW_HOURS + 1 + 2) // HOURS_PER_FIELD + 1 <= FIELD_NAMES
 
 
 def hour_number(moment: datetime) -> int:
@@ -71,8 +98,18 @@ def hour_start(number: int) -> datetime:
     return datetime.fromtimestamp(number * 3600, UTC)
 
 
-def slot_name(hour: int) -> str:
-    return _SLOT_NAMES[hour % RING_SLOTS]
+def field_of(hour: int) -> int:
+    """The number of the ring field holding hour number `hour`."""
+    return hour // HOURS_PER_FIELD
+
+
+def field_name(field: int) -> str:
+    return _NAMES[field % FIELD_NAMES]
+
+
+def _shift(hour: int) -> int:
+    """Where hour number `hour`'s 13 bits start in its field."""
+    return HOUR_BITS * (hour % HOURS_PER_FIELD)
 
 
 def key_digest(key_hash: str) -> Binary:
@@ -82,8 +119,8 @@ def key_digest(key_hash: str) -> Binary:
 
 @dataclass(frozen=True)
 class Window:
-    """The hours of heartbeats a bottle's ring counts: `hours` up to the write's server hour included, and the
-    next one."""
+    """The hours of heartbeats a bottle's ring counts: the whole fields from the one holding the oldest of
+    `hours` up to the write's server hour included, to the one holding the next hour."""
 
     hours: int
 
@@ -91,16 +128,22 @@ class Window:
         if not 1 <= self.hours <= MAX_WINDOW_HOURS:
             raise ValueError(f"a heartbeat window holds 1 to {MAX_WINDOW_HOURS} hours")
 
+    def first_field(self, server_hour: int) -> int:
+        return field_of(server_hour - self.hours + 1)
+
     def live(self, server_hour: int) -> range:
-        return range(server_hour - self.hours + 1, server_hour + 2)
+        """The hours a write at `server_hour` keeps and counts (those of its fields, up to the next hour)."""
+        return range(self.first_field(server_hour) * HOURS_PER_FIELD, server_hour + 2)
 
     def start(self, server_hour: int) -> datetime:
         """The start of the oldest hour a write at `server_hour` keeps."""
-        return hour_start(server_hour - self.hours + 1)
+        return hour_start(self.first_field(server_hour) * HOURS_PER_FIELD)
 
     def cleared(self, server_hour: int) -> list[str]:
-        """The field names a write at `server_hour` unsets: the MAX_GAP_HOURS hours before its window."""
-        return [slot_name(h) for h in range(server_hour - self.hours - MAX_GAP_HOURS + 1, server_hour - self.hours + 1)]
+        """The field names a write at `server_hour` unsets: those before its window, from MAX_GAP_FIELDS fields
+        before the widest window's first on."""
+        widest = field_of(server_hour - MAX_WINDOW_HOURS + 1)
+        return [field_name(f) for f in range(widest - MAX_GAP_FIELDS, self.first_field(server_hour))]
 
     def guard(self, server_hour: int) -> datetime:
         """The oldest `r` a ring write at `server_hour` may find (a longer gap goes the slow way)."""
@@ -108,42 +151,57 @@ class Window:
 
 
 def ring_hours(document: Mapping[str, Any]) -> dict[int, int]:
-    """The ring as hour number -> field value (minute bits and LATE_FLAG), for the hours it holds.
+    """The ring as hour number -> that hour's 13 bits (slot bits and LATE_FLAG), for the hours it has a heartbeat
+    in.
 
-    Each field stands for the one hour of the widest window ending at the hour after `r`'s that has its name,
-    whatever the window setting was when it was written (fields outside it were cleared then)."""
+    Each field stands for the one field of the FIELD_NAMES up to the one of the hour after `r`'s that has its
+    name, whatever the window setting was when it was written (fields outside it were cleared then)."""
     ring = document.get(RING) or {}
     written = document.get(RING_TIME)
     if not ring or written is None:
         return {}
-    last = hour_number(written) + 1
+    last = field_of(hour_number(written) + 1)
     hours = {}
-    for hour in range(last - RING_SLOTS + 1, last + 1):
-        value = ring.get(slot_name(hour))
-        if value:
-            hours[hour] = int(value)
+    for field in range(last - FIELD_NAMES + 1, last + 1):
+        value = int(ring.get(field_name(field)) or 0)
+        for hour in range(field * HOURS_PER_FIELD, (field + 1) * HOURS_PER_FIELD):
+            bits = value >> _shift(hour) & HOUR_MASK
+            if bits:
+                hours[hour] = bits
     return hours
 
 
+def slots_of(value: int) -> list[int]:
+    """The slots of the hour (0-11: minutes 0-4, 5-9, ...) an hour's bits have a heartbeat in."""
+    return [s for s in range(SLOTS_PER_HOUR) if value >> s & 1]
+
+
 def minutes_of(value: int) -> list[int]:
-    """The minutes of the hour (0-59) a ring field has a heartbeat in."""
-    bits = value & MINUTES
-    return [m for m in range(60) if bits >> m & 1]
+    """A minute of the hour (0-59) for each heartbeat an hour's bits hold: the last minute of its slot (4, 9, ...
+    59), the latest its heartbeat may have been sent in. So a mark's minute ends when its slot does (an hour
+    changed since a time if a mark ends after it), and a slot that a reassignment falls in counts for the new
+    owner (owners are known to the minute: shared/reports/documents.py)."""
+    return [s * SLOT_MINUTES + SLOT_MINUTES - 1 for s in slots_of(value)]
 
 
-def heartbeat_minutes(document: Mapping[str, Any]) -> list[datetime]:
-    """Every heartbeat the ring counts, as the start of its minute, oldest first."""
+def heartbeat_slots(document: Mapping[str, Any]) -> list[datetime]:
+    """Every heartbeat the ring counts, as the start of its slot, oldest first."""
     return [
-        hour_start(hour) + m * MINUTE for hour, value in sorted(ring_hours(document).items()) for m in minutes_of(value)
+        hour_start(hour) + s * SLOT for hour, value in sorted(ring_hours(document).items()) for s in slots_of(value)
     ]
+
+
+def slot_start(moment: datetime) -> datetime:
+    """The start of `moment`'s 5-minute slot: a heartbeat's identity (with its bottle)."""
+    return moment.replace(minute=moment.minute - moment.minute % SLOT_MINUTES, second=0, microsecond=0)
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a heartbeat goes in the ring: its hour and minute, or nowhere (older than the window)."""
+    """Where a heartbeat goes in the ring: its hour and slot, or nowhere (older than the window)."""
 
     hour: int
-    minute: int
+    slot: int
     late: bool
 
 
@@ -152,15 +210,15 @@ def place(moment: datetime, now: datetime, window: Window) -> Placement | None:
     hour = hour_number(moment)
     if hour not in window.live(hour_number(now)):
         return None
-    return Placement(hour, moment.minute, now - moment > LATE_AFTER)
+    return Placement(hour, moment.minute // SLOT_MINUTES, now - moment > LATE_AFTER)
 
 
-def ring_bits(placements: Iterable[Placement]) -> dict[str, int]:
-    """The bits a set of placed heartbeats adds to each ring field."""
-    bits: dict[str, int] = {}
+def ring_bits(placements: Iterable[Placement]) -> dict[int, int]:
+    """The bits a set of placed heartbeats adds to each ring field, by field number."""
+    bits: dict[int, int] = {}
     for p in placements:
-        name = slot_name(p.hour)
-        bits[name] = bits.get(name, 0) | 1 << p.minute | (LATE_FLAG if p.late else 0)
+        field = field_of(p.hour)
+        bits[field] = bits.get(field, 0) | (1 << p.slot | (LATE_FLAG if p.late else 0)) << _shift(p.hour)
     return bits
 
 
@@ -168,7 +226,7 @@ def ring_write(
     bottle_id: str, key: Binary, times: list[datetime], placements: list[Placement], *, now: datetime, window: Window
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(filter, update) of the one write that stores a request's heartbeats: the key check and the ring's
-    clock in the filter; `alive_at` moved forward, the ring's bits set and its other hours cleared."""
+    clock in the filter; `alive_at` moved forward, the ring's bits set and the fields before its window cleared."""
     server_hour = hour_number(now)
     update: dict[str, Any] = {
         "$max": newest(times, placements, now),
@@ -180,7 +238,7 @@ def ring_write(
     }
     bits = ring_bits(placements)
     if bits:
-        update["$bit"] = {f"{RING}.{name}": {"or": Int64(value)} for name, value in bits.items()}
+        update["$bit"] = {f"{RING}.{field_name(field)}": {"or": Int64(value)} for field, value in bits.items()}
     guard = {"_id": bottle_id, "bottle_id": bottle_id, KEY: key, RING_TIME: {"$gte": window.guard(server_hour)}}
     return guard, update
 
@@ -198,13 +256,16 @@ def rewritten_ring(
 ) -> dict[str, Int64]:
     """The whole ring after these heartbeats, from a document read: for a write after a long gap."""
     live = window.live(hour_number(now))
-    kept = {slot_name(h): v for h, v in ring_hours(document).items() if h in live}
-    for name, value in ring_bits(placements).items():
-        kept[name] = kept.get(name, 0) | value
-    return {name: Int64(value) for name, value in sorted(kept.items())}
+    kept: dict[int, int] = {}
+    for hour, value in ring_hours(document).items():
+        if hour in live:
+            kept[field_of(hour)] = kept.get(field_of(hour), 0) | value << _shift(hour)
+    for field, value in ring_bits(placements).items():
+        kept[field] = kept.get(field, 0) | value
+    return {field_name(field): Int64(value) for field, value in sorted(kept.items())}
 
 
 def already_counted(document: Mapping[str, Any] | None, placement: Placement) -> bool:
-    """Whether the ring of `document` (as it was before a write) has this heartbeat's minute already."""
+    """Whether the ring of `document` (as it was before a write) has this heartbeat's slot already."""
     value = ring_hours(document or {}).get(placement.hour, 0)
-    return bool(value >> placement.minute & 1)
+    return bool(value >> placement.slot & 1)

@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any
 
-from shared.heartbeat_document import heartbeat_minutes
+from shared.heartbeat_document import heartbeat_slots, slot_start
 from shared.store import schema
 
 
@@ -13,15 +13,15 @@ def heartbeat_document(db: Any, bottle_id: str = "bottle-1") -> dict[str, Any]:
 
 
 def counted(db: Any, bottle_id: str = "bottle-1") -> list[datetime]:
-    """The heartbeats the bottle's ring counts, each as the start of its minute, oldest first."""
-    return heartbeat_minutes(heartbeat_document(db, bottle_id) or {})
+    """The heartbeats the bottle's ring counts, each as the start of its 5-minute slot, oldest first."""
+    return heartbeat_slots(heartbeat_document(db, bottle_id) or {})
 
 
 def counted_everywhere(db: Any) -> int:
     """How many heartbeats the rings of every bottle count."""
-    return sum(len(heartbeat_minutes(d)) for d in db[schema.BOTTLE_HEARTBEATS].find())
+    return sum(len(heartbeat_slots(d)) for d in db[schema.BOTTLE_HEARTBEATS].find())
 
 
-def minute(moment: datetime) -> datetime:
-    """The start of `moment`'s minute: a heartbeat's identity."""
-    return moment.replace(second=0, microsecond=0)
+def slot(moment: datetime) -> datetime:
+    """The start of `moment`'s 5-minute slot: a heartbeat's identity."""
+    return slot_start(moment)

@@ -1,6 +1,7 @@
 """The heartbeat document's ring (shared/heartbeat_document.py): what it counts after any sequence of writes,
-however far apart; the window setting changed under it; a write racing another after a long silence; and what
-which hours it gives the heartbeat tally to count."""
+however far apart and whatever the alignment of the window on the ring's 4-hour fields; the window setting
+changed under it; a write racing another after a long silence; and which hours it gives the heartbeat tally to
+count."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,17 +16,21 @@ from shared.heartbeat_document import (
     RING,
     RING_TIME,
     Window,
-    heartbeat_minutes,
+    field_name,
+    field_of,
+    heartbeat_slots,
     hour_number,
+    hour_start,
     key_digest,
-    slot_name,
+    slot_start,
 )
 from shared.ingestion import storing
 from shared.instants import set_clock
-from shared.reports.documents import tally_hours
+from shared.reports.documents import heartbeat_parts, tally_hours
 from shared.store import retries, schema
 from shared.store.retries import RetryPolicy
 from tests.api import SPEC, provisioned, put_bottle
+from tools.report_truth import source_totals
 
 T0 = datetime(2026, 11, 20, 6, 0, 30, tzinfo=UTC)
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
@@ -57,7 +62,7 @@ class Bottle:
 
     @property
     def counted(self) -> list[datetime]:
-        return heartbeat_minutes(self.document)
+        return heartbeat_slots(self.document)
 
 
 def every_half_hour(start: datetime, hours: int) -> list[datetime]:
@@ -76,8 +81,28 @@ def test_hours_that_leave_the_window_are_dropped_by_the_next_write(bottle):
 
     now = sent[-1] + timedelta(seconds=1)
     oldest = now.replace(minute=0, second=0) - timedelta(hours=23)
-    assert bottle.counted == [t.replace(second=0) for t in sent if t >= oldest]
-    assert len(bottle.document[RING]) == 24  # a field per hour of the window, no more
+    assert oldest.hour % 4 == 0  # 24 hours from 12:00 UTC are six whole 4-hour fields
+    assert bottle.counted == [slot_start(t) for t in sent if t >= oldest]
+    fields = range(field_of(hour_number(oldest)), field_of(hour_number(now)) + 1)
+    assert sorted(bottle.document[RING]) == sorted(field_name(f) for f in fields)  # a field per 4 hours, no more
+    assert len(fields) == 6
+
+
+@pytest.mark.parametrize("offset", range(4))
+def test_the_window_is_whole_fields_holding_at_least_its_hours_whatever_the_alignment(bottle, offset):
+    """The 24 hours up to the server hour, and the next, start anywhere in a 4-hour field: the ring keeps the
+    whole fields that hold them (7 of them: from 24 to 27 hours up to the server hour) and nothing older."""
+    sent = every_half_hour(T0 + timedelta(hours=offset), 40)
+    for moment in sent:
+        bottle.send(moment, now=moment)
+
+    now = sent[-1]
+    server_hour = hour_number(now)
+    oldest = hour_start(field_of(server_hour - 23) * 4)
+    assert hour_start(server_hour - 26) <= oldest <= hour_start(server_hour - 23)
+    assert oldest == bottle.window.start(server_hour)
+    assert bottle.counted == [slot_start(t) for t in sent if t >= oldest]
+    assert len(bottle.document[RING]) <= 7
 
 
 def test_a_bottle_silent_for_longer_than_the_gap_keeps_what_is_still_in_its_window(bottle):
@@ -87,9 +112,10 @@ def test_a_bottle_silent_for_longer_than_the_gap_keeps_what_is_still_in_its_wind
     back = before[-1] + timedelta(hours=MAX_GAP_HOURS + 3)  # 15 hours on: the first six hours are still counted
 
     assert bottle.send(back, now=back) == 1
-    assert bottle.send(before[-1], back + timedelta(minutes=1), now=back + timedelta(minutes=1)) == 1  # one repeat
+    then = back + timedelta(minutes=5)  # the next 5-minute slot
+    assert bottle.send(before[-1], then, now=then) == 1  # one repeat
 
-    assert bottle.counted == [t.replace(second=0) for t in [*before, back, back + timedelta(minutes=1)]]
+    assert bottle.counted == [slot_start(t) for t in [*before, back, then]]
 
 
 def test_after_a_silence_longer_than_the_window_nothing_old_is_counted_again(bottle):
@@ -101,8 +127,9 @@ def test_after_a_silence_longer_than_the_window_nothing_old_is_counted_again(bot
     for moment in sent:
         bottle.send(moment, now=moment)
 
-    oldest = sent[-1].replace(minute=0, second=0) - timedelta(hours=23)
-    assert bottle.counted == [t.replace(second=0) for t in sent if t >= oldest]
+    oldest = bottle.window.start(hour_number(sent[-1]))
+    assert oldest <= sent[-1].replace(minute=0, second=0) - timedelta(hours=23)
+    assert bottle.counted == [slot_start(t) for t in sent if t >= oldest]
 
 
 def test_a_late_heartbeat_is_counted_in_its_own_hour_once(bottle):
@@ -115,8 +142,8 @@ def test_a_late_heartbeat_is_counted_in_its_own_hour_once(bottle):
     assert bottle.send(buffered, now=now + timedelta(minutes=5)) == 0  # the device's retry
 
     counted = bottle.counted
-    assert counted.count(buffered.replace(second=0)) == 1
-    assert len([m for m in counted if m.hour == buffered.hour]) == 3  # :00, :17 and :30 of that hour
+    assert counted.count(slot_start(buffered)) == 1
+    assert len([m for m in counted if m.hour == buffered.hour]) == 3  # :00, :15 (:17's slot) and :30 of that hour
 
 
 @pytest.mark.parametrize(("first", "then"), [(24, 6), (6, 24)])
@@ -130,10 +157,25 @@ def test_changing_the_window_setting_never_counts_a_heartbeat_in_another_hour(mo
         bottle.send(moment, now=moment)
 
     counted = bottle.counted
-    minutes = [t.replace(second=0) for t in sent]
-    assert set(counted) <= set(minutes)  # every minute counted is one that was sent, in its own hour
+    slots = [slot_start(t) for t in sent]
+    assert set(counted) <= set(slots)  # every slot counted is one that was sent, in its own hour
     oldest = max(sent[30], sent[-1] - timedelta(hours=then - 1)).replace(minute=0, second=0)
-    assert [m for m in counted if m >= oldest] == [m for m in minutes if m >= oldest]
+    assert [m for m in counted if m >= oldest] == [m for m in slots if m >= oldest]
+
+
+def test_a_window_shrunk_from_the_widest_to_one_hour_leaves_no_field_behind(mock_db):
+    """Every write clears from the widest window on, so the fields an earlier, wider window kept never come back
+    as another field (its name, 62 fields on), at any write after the change."""
+    bottle = Bottle(mock_db, window_hours=48)
+    sent = every_half_hour(T0, 48)
+    for moment in sent:
+        bottle.send(moment, now=moment)
+    bottle.window = Window(1)
+    for moment in every_half_hour(sent[-1] + timedelta(minutes=30), 300):
+        bottle.send(moment, now=moment)
+        sent.append(moment)
+        oldest = bottle.window.start(hour_number(moment))
+        assert bottle.counted == [slot_start(t) for t in sent if t >= oldest]
 
 
 def test_a_ring_write_that_races_another_after_a_long_silence_starts_again(bottle, monkeypatch):
@@ -146,18 +188,14 @@ def test_a_ring_write_that_races_another_after_a_long_silence_starts_again(bottl
         result = real(operation, policy, *args)
         if isinstance(result, dict) and "k" in result and not raced:  # the slow path's read: another write lands
             raced.append(True)
-            bottle.send(back + timedelta(minutes=1), now=back + timedelta(seconds=1))
+            bottle.send(back + timedelta(minutes=5), now=back + timedelta(minutes=5, seconds=1))
         return result
 
     monkeypatch.setattr(storing, "with_retries", racing)
     assert bottle.send(back, now=back) == 1
 
     assert raced
-    assert bottle.counted == [
-        T0.replace(second=0),
-        back.replace(second=0),
-        (back + timedelta(minutes=1)).replace(second=0),
-    ]
+    assert bottle.counted == [slot_start(T0), slot_start(back), slot_start(back + timedelta(minutes=5))]
 
 
 def test_a_tally_pass_counts_the_hours_closed_since_the_last_and_those_a_heartbeat_reached_late(bottle):
@@ -179,12 +217,14 @@ def test_a_tally_pass_counts_the_hours_closed_since_the_last_and_those_a_heartbe
     assert tally_hours(bottle.document, (hours[5], hours[7]), late_since=None) == {hours[5]}
 
 
-def test_the_ring_names_each_hour_by_one_character_and_the_write_time_maps_it_back(bottle):
+def test_the_ring_names_each_4_hour_field_by_one_character_and_the_write_time_maps_it_back(bottle):
     bottle.send(T0, now=T0)
     document = bottle.document
-    assert list(document[RING]) == [slot_name(hour_number(T0))]
-    assert len(slot_name(hour_number(T0))) == 1
+    assert list(document[RING]) == [field_name(field_of(hour_number(T0)))]
+    assert len(field_name(field_of(hour_number(T0)))) == 1
     assert document[RING_TIME] == T0
+    # 06:00 is the third hour of the field 04:00-07:59: its slot 0 is bit 2 * 13.
+    assert document[RING][field_name(field_of(hour_number(T0)))] == 1 << 26
 
 
 def test_an_earlier_owner_is_kept_while_its_heartbeats_are_in_the_window_and_dropped_after(bottle):
@@ -203,3 +243,24 @@ def test_an_earlier_owner_is_kept_while_its_heartbeats_are_in_the_window_and_dro
 
     assert bottle.document.get(OWNERS) == []  # its heartbeats all left the window: nothing kept of it
     assert bottle.document["user_id"] == "newowner"
+
+
+def test_a_reassignment_counts_from_the_start_of_its_5_minute_slot(bottle):
+    """Heartbeats are known by their slot: the slot a reassignment falls in counts for the new owner (as the
+    minute of a reassignment did when heartbeats were known by their minute), in the reports and in their truth
+    counted straight from the source (tools/report_truth.py)."""
+    reassigned = T0 + timedelta(hours=2, minutes=2)  # 08:02:30
+    for moment in (T0 + timedelta(hours=1, minutes=57), T0 + timedelta(hours=2, seconds=10)):  # 07:57:30, 08:00:40
+        bottle.send(moment, now=moment)
+    set_clock(lambda: reassigned)
+    try:
+        assert put_bottle("bottle-1", {**SPEC, "user_id": "newowner"}).status == 200
+    finally:
+        set_clock(None)
+    bottle.send(reassigned + timedelta(minutes=3), now=reassigned + timedelta(minutes=3))  # 08:05:30
+
+    h7, h8 = hour_start(hour_number(T0) + 1), hour_start(hour_number(T0) + 2)
+    parts = {key: part.heartbeats for key, part in heartbeat_parts(bottle.document).items()}
+    assert parts == {(SPEC["user_id"], h7): 1, (SPEC["user_id"], h8): 0, ("newowner", h8): 2}
+    truth = {key: counts[-1] for key, counts in source_totals(bottle.db).items()}
+    assert truth == {(SPEC["user_id"], h7): 1, ("newowner", h8): 2}

@@ -10,7 +10,7 @@ import pytest
 
 from functions import notifications as notification_functions
 from shared.bottles import provisioning
-from shared.heartbeat_document import heartbeat_minutes
+from shared.heartbeat_document import heartbeat_slots
 from shared.store import schema
 from tests.api import SPEC, ago, get_bottle, heartbeat, iso, opened, post_events, provisioned, put_bottle
 from tests.report_client import get_reports
@@ -21,7 +21,7 @@ def nothing_stored(db: Any, bottle_id: str = "bottle-1") -> bool:
     bottle = db[schema.BOTTLES].find_one({"_id": bottle_id}) or {}
     return (
         db[schema.BOTTLE_ACTIONS].count_documents({}) == 0
-        and not heartbeat_minutes(beats)
+        and not heartbeat_slots(beats)
         and bottle.get("last_action") is None
     )
 

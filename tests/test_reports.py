@@ -306,7 +306,7 @@ def test_heartbeats_counted_before_they_leave_the_window_stay_counted(db, monkey
 def test_a_run_stops_at_its_time_budget_and_the_next_run_carries_on(db, monkeypatch):
     set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
     key = provisioned("bottle-1")
-    events = [opened(at(H8, 2 * m)) for m in range(5)] + [heartbeat(at(H10, m)) for m in range(3)]
+    events = [opened(at(H8, 2 * m)) for m in range(5)] + [heartbeat(at(H10, 5 * m)) for m in range(3)]
     post_events("bottle-1", key, {"events": events})
     ticks = iter(range(1_000_000))
 
@@ -536,7 +536,8 @@ def test_a_heartbeat_dated_after_a_reassignment_moves_to_the_new_owner(db, serve
 
     # Reassigned at the server's HH:58, so the heartbeat dated (HH+1):01 is the new owner's.
     assert put_bottle("bottle-1", {**SPEC, "user_id": "newowner"}).status == 200
-    post_events("bottle-1", key, heartbeat(ahead + timedelta(minutes=1)))  # the next minute: another heartbeat
+    instants.set_clock(lambda: server_clock + timedelta(minutes=5))
+    post_events("bottle-1", key, heartbeat(ahead + timedelta(minutes=5)))  # the next 5-minute slot: another heartbeat
     aggregate(hours_later=2)
 
     span = {"start": early - timedelta(hours=1), "end": ahead + timedelta(hours=1)}

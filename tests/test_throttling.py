@@ -91,7 +91,7 @@ def test_a_failure_part_way_is_repaired_by_the_device_retry(db, throttle):
 def test_partially_throttled_bulk_retries_only_what_was_not_written(db, throttle):
     key = provisioned()
     throttle({schema.BOTTLE_HEARTBEATS: 1, schema.BOTTLE_ACTIONS: 1}, partial=True)
-    events = [heartbeat(ago(minutes=30 - i)) for i in range(5)] + [opened(ago(minutes=3)), closed(ago(minutes=2))]
+    events = [heartbeat(ago(minutes=30 - 5 * i)) for i in range(5)] + [opened(ago(minutes=3)), closed(ago(minutes=2))]
 
     response = post_events("bottle-1", key, {"events": events})
 

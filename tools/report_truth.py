@@ -6,7 +6,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from shared.heartbeat_document import RING_TIME, heartbeat_minutes, hour_number, hour_start
+from shared.heartbeat_document import RING_TIME, heartbeat_slots, hour_number, hour_start, slot_start
 from shared.store import schema
 
 COUNTED = ("opened", "closed", "doses", "pills_taken", "heartbeats")
@@ -17,15 +17,11 @@ def _hour(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def _minute(moment: datetime) -> datetime:
-    return moment.replace(second=0, microsecond=0)
-
-
 def source_totals(db: Any) -> Totals:
     """Per (user, hour) with anything in it: opened, closed, doses, pills taken and heartbeats.
 
-    An action counts for the user it was stored with; a heartbeat (a minute of a bottle's ring) for whoever owned
-    the bottle at its minute (a reassignment counts from the start of its minute)."""
+    An action counts for the user it was stored with; a heartbeat (a 5-minute slot of a bottle's ring) for whoever
+    owned the bottle at its slot (a reassignment counts from the start of its slot)."""
     totals: dict[tuple[str, datetime], list[int]] = defaultdict(lambda: [0] * len(COUNTED))
     for action in db[schema.BOTTLE_ACTIONS].find():
         counts = totals[(action["user_id"], _hour(action["time"]))]
@@ -36,9 +32,9 @@ def source_totals(db: Any) -> Totals:
         counts[3] += taken
     for doc in db[schema.BOTTLE_HEARTBEATS].find():
         earlier = doc.get("owners") or []  # [{user_id, until}]: who owned it before `until`, oldest first
-        for minute in heartbeat_minutes(doc):
-            owner = next((o["user_id"] for o in earlier if minute < _minute(o["until"])), doc["user_id"])
-            totals[(owner, _hour(minute))][4] += 1
+        for slot in heartbeat_slots(doc):
+            owner = next((o["user_id"] for o in earlier if slot < slot_start(o["until"])), doc["user_id"])
+            totals[(owner, _hour(slot))][4] += 1
     return {key: tuple(values) for key, values in totals.items() if any(values)}
 
 

@@ -117,7 +117,8 @@ def _content(document: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _first_of_each(events: Any) -> list[DeviceEvent]:
-    """Drop repeats within one request: a heartbeat is its instant, an action its event_id."""
+    """Drop repeats within one request: a heartbeat of the same instant, an action of the same event_id. (Two
+    heartbeats of one 5-minute slot are one heartbeat too: the ring tells, _new_heartbeats.)"""
     seen: dict[Any, DeviceEvent] = {}
     for event in events:
         seen.setdefault(event.time if event.type == "heartbeat" else event.event_id, event)
@@ -138,8 +139,8 @@ def store_heartbeats(
 
     One findAndModify, whatever their number, and nothing read: its filter is the whole check (the device's key
     must be the bottle's, and the ring's last write recent enough for the ring to be kept clean in place), and
-    its reply, the ring as it was, tells a new heartbeat (a bit that was not set) from a repeat. (A bit test in
-    the filter would save the reply, but Cosmos DB has no bit-test query operators, and an `$expr` on a 64-bit
+    its reply, the ring as it was, tells a new heartbeat (its slot's bit was not set) from a repeat. (A bit test
+    in the filter would save the reply, but Cosmos DB has no bit-test query operators, and an `$expr` on a 64-bit
     field may be evaluated in floating point, which loses the low bits.) When the filter matches nothing, one
     read tells a wrong key or an unknown bottle (401) from a bottle silent for more than MAX_GAP_HOURS, whose
     ring is then written whole, guarded by the read."""
@@ -201,17 +202,17 @@ def _rewrite_after_gap(
 
 def _new_heartbeats(before: dict[str, Any], placements: list[Placement | None]) -> int:
     """How many of the request's heartbeats were new: a heartbeat older than the window is stored (accepted)
-    but not counted; one whose minute the ring had, or another of this request has, is a repeat."""
+    but not counted; one whose 5-minute slot the ring had, or another of this request has, is a repeat."""
     new = 0
     seen: set[tuple[int, int]] = set()
     for placement in placements:
         if placement is None:
             new += 1
             continue
-        minute = (placement.hour, placement.minute)
-        if minute not in seen and not already_counted(before, placement):
+        slot = (placement.hour, placement.slot)
+        if slot not in seen and not already_counted(before, placement):
             new += 1
-        seen.add(minute)
+        seen.add(slot)
     return new
 
 

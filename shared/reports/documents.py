@@ -119,8 +119,9 @@ def ownerships(heartbeat_doc: Mapping[str, Any]) -> list[Ownership]:
 
 
 def owner_of_minute(spans: list[Ownership], minute: datetime) -> str | None:
-    """Who a heartbeat of this minute counts for: heartbeats are known to the minute, so a reassignment counts
-    from the start of its minute (a heartbeat in that minute counts for the new owner)."""
+    """Who a heartbeat of this minute counts for: a heartbeat's minute is the last of its 5-minute slot
+    (minutes_of), so a reassignment counts from the start of its slot (a heartbeat in that slot counts for the
+    new owner)."""
     for span in spans:
         since = None if span.since is None else span.since.replace(second=0, microsecond=0)
         until = None if span.until is None else span.until.replace(second=0, microsecond=0)

@@ -9,7 +9,7 @@ from shared.instants import set_clock, utc_now
 from shared.store import schema
 from tests.api import ago, closed, heartbeat, opened, post_events, provisioned
 from tests.heartbeats import counted as counted_heartbeats
-from tests.heartbeats import minute
+from tests.heartbeats import slot
 
 pytestmark = pytest.mark.integration
 
@@ -39,10 +39,10 @@ def test_a_retried_heartbeat_costs_the_same_one_write_and_is_not_counted_again(c
 
     assert post_events("bottle-1", key, heartbeat(at)).body == {"stored": 0, "duplicates": 1}
 
-    # The write's reply, the ring as it was, shows the minute already there: no read tells a repeat apart.
+    # The write's reply, the ring as it was, shows the slot already there: no read tells a repeat apart.
     assert counter.writes == [("findAndModify", schema.BOTTLE_HEARTBEATS)]
     assert counter.reads == []
-    assert counted_heartbeats(db) == [minute(at)]
+    assert counted_heartbeats(db) == [slot(at)]
 
 
 def test_several_heartbeats_are_one_write_whose_reply_tells_the_repeats_apart(counted):
@@ -59,7 +59,7 @@ def test_several_heartbeats_are_one_write_whose_reply_tells_the_repeats_apart(co
 
     assert counter.writes == [("findAndModify", schema.BOTTLE_HEARTBEATS)]  # the ring as it was, in the reply
     assert counter.reads == []
-    assert counted_heartbeats(db) == [minute(old), minute(new)]
+    assert counted_heartbeats(db) == [slot(old), slot(new)]
 
 
 def test_a_wrong_key_on_a_heartbeat_writes_nothing_and_costs_one_read(counted):
@@ -84,8 +84,11 @@ def test_the_first_heartbeat_after_a_long_silence_costs_one_more_read_and_write(
     set_clock(lambda: back)
     counter.reset()
     try:
-        assert post_events("bottle-1", key, heartbeat(back)).body == {"stored": 1, "duplicates": 0}
-        assert post_events("bottle-1", key, heartbeat(back + timedelta(minutes=1))).status == 202
+        assert post_events("bottle-1", key, heartbeat(back - timedelta(minutes=5))).body == {
+            "stored": 1,
+            "duplicates": 0,
+        }
+        assert post_events("bottle-1", key, heartbeat(back)).status == 202
     finally:
         set_clock(None)
 
@@ -96,7 +99,7 @@ def test_the_first_heartbeat_after_a_long_silence_costs_one_more_read_and_write(
         ("findAndModify", schema.BOTTLE_HEARTBEATS),
     ]
     assert counter.reads == [("find", schema.BOTTLE_HEARTBEATS)]
-    assert counted_heartbeats(db) == [minute(early), minute(back), minute(back + timedelta(minutes=1))]
+    assert counted_heartbeats(db) == [slot(early), slot(back - timedelta(minutes=5)), slot(back)]
 
 
 @pytest.mark.parametrize("make_event", [opened, closed], ids=["opened", "closed"])
@@ -118,7 +121,7 @@ def test_a_batch_of_100_costs_a_constant_number_of_round_trips(counted):
     warm(key)
     events = []
     for i in range(50):
-        events.append(heartbeat(ago(minutes=60 + i)))
+        events.append(heartbeat(ago(minutes=60 + 5 * i)))  # each in its own 5-minute slot
     for i in range(25):
         events += [opened(ago(minutes=50 - i, seconds=30)), closed(ago(minutes=50 - i, seconds=10))]
     counter.reset()
