@@ -90,8 +90,8 @@ class Settings(BaseSettings):
         default=4,
         ge=1,
         le=1024,
-        description="Partitions of each report feed outside Cosmos DB (which has one per physical partition); "
-        "each is read by one worker at a time.",
+        description="Partitions of the heartbeat tally, and of the actions' feed outside Cosmos DB (which has one "
+        "per physical partition); each is read by one worker at a time.",
     )
     reports_queue: str = Field(
         default="report-partitions",
