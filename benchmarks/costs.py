@@ -4,8 +4,9 @@ the seeds' approach measured in the same run:
 - per heartbeat, per opened and per closed event (one event per request, the bottle's heartbeat document at
   steady state, the registry read by a cold worker): the app's writes, beside one insert per event;
 - per report consumer change, at the design's density (each bottle heard from every 30 minutes, the consumer
-  every minute, so a user-hour is rarely touched twice in one run): the app's recompute, beside the naive
-  `$inc` per event; the leases and empty polls of a run, apart, per partition run;
+  every minute), over whole blocks of daily roll-ups: the app's actions feed, hourly heartbeat tally and
+  daily roll-ups, beside the naive `$inc` per event; the leases and empty polls of a run, apart, per
+  partition run;
 - per bottle in trouble a check's sweep finds (and per run that finds none), beside one query per bottle.
 
     python -m benchmarks.costs [--quick]
@@ -182,18 +183,21 @@ def average_sizes(db: Database[Any], collections: list[str]) -> dict[str, float]
 # --- the report consumer ------------------------------------------------------------------------------------
 
 
-def consumer_costs(users: int, minutes: int) -> tuple[dict[str, PerUnit], dict[str, float], Samples]:
+def consumer_costs(users: int, hours: int) -> tuple[dict[str, PerUnit], dict[str, float], Samples]:
     """RU per source change of the report consumer at the design's density, the app beside the naive `$inc`
     consumer fed by the same change streams; the app's per-run overhead (leases, empty polls) per partition
     run; and the report documents' average sizes.
 
     The design's density: every bottle heard from every 30 minutes (each at its own minute) and an opened/closed
     pair per 24 heartbeats, the consumer every minute, with pages as full as a partition's (one partition here,
-    so a minute's changes fill its pages as a physical partition's do at 30 M bottles); a user's bottles rarely
-    meet in one page. Measured from noon, after a day and a half of heartbeats, so a day's roll-up reads half a
-    day of hours, as it does on average."""
+    so a minute's actions fill its pages as a physical partition's do at 30 M bottles). The app's actions feed
+    runs every minute, its heartbeat tally once an hour, and the days roll up at the end of each block of
+    DAILY_ROLLUP_HOURS: `hours` (a multiple of it) after a setup that left every report current, so every
+    cost comes in its steady-state proportion. Measured from 12:10 (the tally has counted up to noon), after a
+    day and a half of heartbeats."""
     settings = Settings(change_source="change_stream", reports_page_size=500, reports_partitions=1)
-    noon = T0 + timedelta(hours=36)
+    assert hours % settings.daily_rollup_hours == 0, "whole blocks of daily roll-ups"
+    noon = T0 + timedelta(hours=36, minutes=10)
     with metered_store(settings) as (db, meter):
         with clock_at(T0):
             keys = provision_fleet(db, users, T0)
@@ -210,10 +214,10 @@ def consumer_costs(users: int, minutes: int) -> tuple[dict[str, PerUnit], dict[s
             naive = NaiveConsumer(db)
         changes = sent = 0
         partition_runs = 0
-        meter.recording = True
-        for minute in range(1, minutes + 1):
+        for minute in range(1, 60 * hours + 1):
             now = noon + timedelta(minutes=minute)
             with clock_at(now):
+                meter.recording = False  # ingestion is measured apart
                 for n, (bottle_id, key) in enumerate(bottles):
                     if n % 30 != minute % 30:
                         continue  # each bottle's heartbeat comes every 30 minutes, at its own minute
@@ -224,8 +228,8 @@ def consumer_costs(users: int, minutes: int) -> tuple[dict[str, PerUnit], dict[s
                         sending.append({"type": "opened", "time": (now - timedelta(seconds=20)).isoformat(), **reading})
                         sending.append({"type": "closed", "time": (now - timedelta(seconds=10)).isoformat(), **reading,
                                         "pills_taken": 1})  # fmt: skip
-                    with meter.labelled("ingest"):
-                        changes += receive_events(db, bottle_id, key, sending, settings, now=now)
+                    changes += receive_events(db, bottle_id, key, sending, settings, now=now)
+                meter.recording = True
                 with meter.labelled("app"):
                     partition_runs += consume(db, settings, now=now + timedelta(seconds=30))[0]
                 with meter.labelled("naive"):
@@ -240,8 +244,10 @@ def consumer_costs(users: int, minutes: int) -> tuple[dict[str, PerUnit], dict[s
             "seeds consumer change": PerUnit.of(meter.operations("naive"), changes),
         }
         sizes = average_sizes(db, [schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS])
-        hours = {doc["hour"] for doc in db[schema.USER_HOURLY_REPORTS].find({}, {"hour": 1})}
-        sizes["user-hours per user-hour"] = db[schema.USER_HOURLY_REPORTS].count_documents({}) / (users * len(hours))
+        hours_seen = {doc["hour"] for doc in db[schema.USER_HOURLY_REPORTS].find({}, {"hour": 1})}
+        sizes["user-hours per user-hour"] = db[schema.USER_HOURLY_REPORTS].count_documents({}) / (
+            users * len(hours_seen)
+        )
         samples = {schema.USER_HOURLY_REPORTS: dict(db[schema.USER_HOURLY_REPORTS].find_one(sort=[("_id", -1)]) or {})}
     return results, sizes, samples
 
@@ -348,7 +354,7 @@ def measure(quick: bool) -> Costs:
     samples: Samples = {}
     for found, more, sample in (
         ingestion_costs(bottles=10 if quick else 30, rounds=2 if quick else 4),
-        consumer_costs(users=300 if quick else 1000, minutes=15 if quick else 20),
+        consumer_costs(users=60 if quick else 200, hours=6),
         sweep_costs(bottles=1000 if quick else 2000, in_trouble=10 if quick else 20),
     ):
         units |= found

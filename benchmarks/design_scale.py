@@ -27,8 +27,9 @@ ASSUMED_RATES = {
     "bottles left open per second": OPENED_PER_SECOND * 0.01,  # one opening in a hundred left open
     "bottles going silent per second": BOTTLES * 0.01 / SECONDS_PER_DAY,  # one bottle in a hundred a day
     "check runs per second": 1 / 60 + 2 / 300,  # left open every minute, silent and late dose every 5 minutes
-    "report feed partitions": 3 * 20,  # three feeds, ~20 physical partitions each at this throughput
-    "report runs per partition per second": 1 / 60,  # REPORTS_SCHEDULE: every minute
+    # The actions' feed: ~20 physical partitions at this throughput, each run every minute (REPORTS_SCHEDULE);
+    # the heartbeat tally: REPORTS_PARTITIONS (64 at this scale), each run once an hour.
+    "report partition runs per second": 20 / 60 + 64 / 3600,
 }
 
 
@@ -91,7 +92,7 @@ def table(measured: Measured, settings: Settings | None = None) -> list[Row]:
         + ASSUMED_RATES["bottles left open per second"]
         + ASSUMED_RATES["bottles going silent per second"]
     )
-    runs = ASSUMED_RATES["report feed partitions"] * ASSUMED_RATES["report runs per partition per second"]
+    runs = ASSUMED_RATES["report partition runs per second"]
     _add(rows, measured.heartbeat, HEARTBEATS_PER_SECOND, f"{HEARTBEATS_PER_SECOND:,.0f} heartbeats/s", HEARTBEATS)
     _add(rows, measured.opened, OPENED_PER_SECOND, f"{OPENED_PER_SECOND:,} opened/s", EVENTS)
     _add(rows, measured.closed, CLOSED_PER_SECOND, f"{CLOSED_PER_SECOND:,} closed/s", EVENTS)

@@ -8,10 +8,12 @@ Reports: a backlog of source changes drained by the report feeds' processor. Che
 trouble for every check swept by the check partitions (the three checks' CHECK_PARTITIONS messages each).
 
 The backlog: every bottle's heartbeats and opened/closed events of a few hours, ingested after the change
-streams were positioned (so workers read real change streams, page by page). Per worker count: changes/s
-through the processor, and per change the commands (and writes) the workers sent. The partitions stay
-REPORTS_PARTITIONS per feed whatever the worker count: a worker count above the partition count only adds
-idle workers, which is the processor's rule on Cosmos DB too (one worker per physical partition at most).
+streams were positioned (so workers read real change streams, page by page), and drained with the clock an
+hour on, so that the heartbeat tally's pass is due too (it counts the buffered heartbeats then). Per worker
+count: changes/s through the processor (actions read from the feed and heartbeat documents the tally read),
+and per change the commands (and writes) the workers sent. The partitions stay REPORTS_PARTITIONS per feed
+whatever the worker count: a worker count above the partition count only adds idle workers, which is the
+processor's rule on Cosmos DB too (one worker per physical partition at most).
 
 What one 2-core machine shows: the per-change cost, which does not depend on the machine, and whether
 throughput holds or grows as workers are added while the database itself competes for the same two cores;
@@ -39,7 +41,8 @@ from shared.instants import utc_now
 from shared.notifications.checks import CheckPartition, partitions, run_check
 from shared.notifications.documents import KINDS
 from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import Partition
+from shared.reports.leases import FEEDS, Partition
+from shared.reports.tally import SETTLE
 from shared.settings import Settings, get_settings
 from shared.store import client as store
 from shared.store import schema
@@ -49,6 +52,7 @@ from tools.command_tally import CommandTally
 from tools.local_store import secantus_process
 
 DATABASE = "scaleout"
+AHEAD = timedelta(hours=1) + SETTLE  # the drains' clock: every hour of the backlog closed and due
 WORKER_COUNTS = (1, 2, 4)
 READY = "ready"  # what a worker process says once it has imported the app and connected: timing starts after
 
@@ -78,9 +82,11 @@ def _worker(uri: str, work: Any, results: Any) -> None:
     db = client[DATABASE]
     settings = _settings()
     results.put(READY)
-    while (message := work.get()) is not None:
+    while (item := work.get()) is not None:
+        message, ahead = item
         before, writes = tally.count, tally.writes
-        run = process_partition(db, Partition.from_message(json.loads(message)), now=utc_now(), settings=settings)
+        partition = Partition.from_message(json.loads(message))
+        run = process_partition(db, partition, now=utc_now() + ahead, settings=settings)
         results.put((run.changes, run.caught_up, tally.count - before, tally.writes - writes))
     client.close()
 
@@ -133,9 +139,9 @@ def _ingest_backlog(db: Any, bottles: int, hours: int) -> int:
     return stored
 
 
-def _drain(db: Any, uri: str, workers: int, positioned: list[dict[str, Any]]) -> Drain:
+def _drain(db: Any, uri: str, workers: int, positioned: list[dict[str, Any]], ahead: timedelta = AHEAD) -> Drain:
     """Reset reports and leases to the positioned state, then dispatch rounds until every partition is caught
-    up, the work messages taken by `workers` processes side by side."""
+    up, the work messages taken by `workers` processes side by side, all with the clock `ahead`."""
     for name in (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS, schema.LEASES):
         db[name].delete_many({})
     if positioned:
@@ -145,9 +151,9 @@ def _drain(db: Any, uri: str, workers: int, positioned: list[dict[str, Any]]) ->
         started = time.perf_counter()
         while True:
             messages: list[str] = []
-            dispatch(db, now=utc_now(), settings=_settings(), send=messages.extend)
+            dispatch(db, now=utc_now() + ahead, settings=_settings(), send=messages.extend)
             for message in messages:
-                work.put(message)
+                work.put((message, ahead))
             outcomes = [results.get(timeout=600) for _ in messages]
             total.changes += sum(o[0] for o in outcomes)
             total.commands += sum(o[2] for o in outcomes)
@@ -166,10 +172,8 @@ def run(bottles: int, hours: int) -> str:
         client = store.create_client(uri)
         db = client[DATABASE]
         ensure_store(db, _settings(), on_cosmos=False)
-        _drain(db, uri, 1, [])  # positions every partition's change stream before the traffic
-        # The source feeds' positions before the backlog; the hourly feed starts afresh with each drain (its
-        # change stream would otherwise hold every earlier drain's writes).
-        positioned = list(db[schema.LEASES].find({"feed": {"$ne": schema.USER_HOURLY_REPORTS}}))
+        _drain(db, uri, 1, [], ahead=timedelta(0))  # positions the change streams and the tally before the traffic
+        positioned = list(db[schema.LEASES].find())
         events = _ingest_backlog(db, bottles, hours)
         drains = [_drain(db, uri, workers, positioned) for workers in WORKER_COUNTS]
         client.close()
@@ -177,7 +181,7 @@ def run(bottles: int, hours: int) -> str:
     rows = [
         [
             str(d.workers),
-            str(_settings().reports_partitions * 3),
+            str(_settings().reports_partitions * len(FEEDS)),
             f"{events}",
             f"{d.changes}",
             f"{d.changes / d.seconds:,.0f}",

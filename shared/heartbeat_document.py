@@ -4,14 +4,15 @@ the report consumer counts it. Its size is what every heartbeat write costs on C
 bounded: at steady state it holds the same fields whatever the bottle sent before (README: "What is stored").
 
     _id, bottle_id   the bottle (the shard key)
-    bucket           the shard key's hash bucket (the report feeds' partitions)
+    bucket           the shard key's hash bucket (the silent check's partitions)
+    ub               the hash bucket of `user_id` (the heartbeat tally's partitions: shared/reports/tally.py)
     k                the device key's SHA-256, first KEY_BYTES bytes: a heartbeat's write checks it in its filter
     user_id, medication  denormalised from the registry (the silent check and the reports read them)
     owners           [{user_id, until}]: earlier owners, each until it was reassigned, while that is within the window
     last             newest heartbeat time (the status view)
     alive_at         newest heartbeat time, or the provisioning time before any (the silent check)
     silent_pending, silent_episode  the silent check's markers (silent_episode absent, not null, when there is none)
-    r                server time of the last write to the ring (the report feed's time, and the ring's clock)
+    r                server time of the last write to the ring (the ring's clock)
     w                the ring: one 64-bit field per 4 UTC hours of the window, named by its number modulo FIELD_NAMES
     la               server time of the newest late heartbeat written to the ring (absent until one)
 
@@ -56,6 +57,7 @@ from shared.device_time import LATE_AFTER, MAX_FUTURE_SKEW
 
 RING = "w"
 RING_TIME = "r"
+USER_BUCKET = "ub"
 LATE_AT = "la"
 KEY = "k"
 LAST = "last"

@@ -90,8 +90,8 @@ class Settings(BaseSettings):
         default=4,
         ge=1,
         le=1024,
-        description="Partitions of each report feed outside Cosmos DB (which has one per physical partition); "
-        "each is read by one worker at a time.",
+        description="Partitions of the heartbeat tally, and of the actions' feed outside Cosmos DB (which has one "
+        "per physical partition); each is read by one worker at a time.",
     )
     reports_queue: str = Field(
         default="report-partitions",
@@ -125,6 +125,14 @@ class Settings(BaseSettings):
         le=86_400,
         description="How far before its checkpoint the polling source (and a recovery) reads again, for writes "
         "that commit after later ones and for clock skew between instances.",
+    )
+    daily_rollup_hours: int = Field(
+        default=6,
+        ge=1,
+        le=24,
+        description="Hours between the roll-ups of a day's daily reports (a divisor of 24, counted from midnight "
+        "UTC): the heartbeat tally rolls each user's day up when it counts the hour that ends a block of them, "
+        "so a day's report lags its hours by up to this plus an hour; a closed day's is complete.",
     )
 
     # Notification checks: the dispatcher timers and the partition workers `run_check_partition`
@@ -216,6 +224,12 @@ class Settings(BaseSettings):
                 f"REPORTS_LEASE_SECONDS ({self.reports_lease_seconds}) must be longer than a worker's run: "
                 f"REPORTS_TIME_BUDGET_SECONDS plus REQUEST_DEADLINE_SECONDS ({longest_run:g})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _rollups_divide_the_day(self) -> "Settings":
+        if 24 % self.daily_rollup_hours:
+            raise ValueError("DAILY_ROLLUP_HOURS must divide 24 (1, 2, 3, 4, 6, 8, 12 or 24)")
         return self
 
     @model_validator(mode="after")

@@ -1,9 +1,11 @@
 """Driving the report functions as the Functions host would: the `aggregate_reports` dispatcher timer, its
 work messages delivered to `aggregate_report_partition`, and the read API; and reading what they stored."""
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import azure.functions as func
@@ -12,9 +14,10 @@ import pytest
 from pymongo.errors import PyMongoError
 
 from functions import reports
-from shared.instants import utc_now
+from shared import instants
+from shared.instants import set_clock, utc_now
 from shared.reports.change_feed import PartitionRun, dispatch, process_partition
-from shared.reports.leases import Partition
+from shared.reports.leases import FEEDS, Partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import StoreUnavailable
@@ -43,13 +46,30 @@ def work(message: str) -> None:
     _work(func.QueueMessage(body=message.encode()))
 
 
-def aggregate() -> list[str]:
+def aggregate(*, hours_later: float = 0) -> list[str]:
     """One dispatch by the timer function, and each work message it sent delivered to the worker function in
-    order (the source feeds' partitions before the hourly feed's), as one queue worker would; the messages."""
-    messages = dispatched()
-    for message in messages:
-        work(message)
+    order, as one queue worker would; the messages. `hours_later`: with the clock that much ahead (the heartbeat
+    tally counts an hour once it has closed, and a late heartbeat at its next pass)."""
+    with clock_ahead(timedelta(hours=hours_later)):
+        messages = dispatched()
+        for message in messages:
+            work(message)
     return messages
+
+
+@contextlib.contextmanager
+def clock_ahead(delta: timedelta) -> Iterator[None]:
+    """The app's clock stopped `delta` after it reads now (the test's clock, or the wall clock), for a while."""
+    if not delta:
+        yield
+        return
+    before = instants._clock  # the test's own clock, put back afterwards
+    at = utc_now() + delta
+    set_clock(lambda: at)
+    try:
+        yield
+    finally:
+        set_clock(before)
 
 
 @dataclass
@@ -81,15 +101,15 @@ class Round:
 
 
 def _feeds_in_order(lease_ids: Any) -> list[str]:
-    order = [schema.BOTTLE_ACTIONS, schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS]
+    order = [feed.key for feed in FEEDS]
     feeds = {lease_id.split(":")[1] for lease_id in lease_ids}
     return [feed for feed in order if feed in feeds]
 
 
-def run_round(db: Any, *, clock: Callable[[], float] | None = None) -> Round:
+def run_round(db: Any, *, clock: Callable[[], float] | None = None, hours_later: float = 0) -> Round:
     """One dispatch and a worker run per work message on `db` (a fake may stand in for the store); a partition
     whose run raised a database error is listed in `failed` by its feed, as the host would retry it."""
-    settings, now = get_settings(), utc_now()
+    settings, now = get_settings(), utc_now() + timedelta(hours=hours_later)
     messages: list[str] = []
     dispatch(db, now=now, settings=settings, send=messages.extend)
     done = Round()

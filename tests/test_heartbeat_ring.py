@@ -1,7 +1,7 @@
 """The heartbeat document's ring (shared/heartbeat_document.py): what it counts after any sequence of writes,
 however far apart and whatever the alignment of the window on the ring's 4-hour fields; the window setting
-changed under it; a write racing another after a long silence; and what it tells the report consumer about the
-hours changed since its checkpoint."""
+changed under it; a write racing another after a long silence; and which hours it gives the heartbeat tally to
+count."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,7 +26,7 @@ from shared.heartbeat_document import (
 )
 from shared.ingestion import storing
 from shared.instants import set_clock
-from shared.reports.documents import heartbeat_parts, hours_changed_since
+from shared.reports.documents import heartbeat_parts, tally_hours
 from shared.store import retries, schema
 from shared.store.retries import RetryPolicy
 from tests.api import SPEC, provisioned, put_bottle
@@ -198,37 +198,23 @@ def test_a_ring_write_that_races_another_after_a_long_silence_starts_again(bottl
     assert bottle.counted == [slot_start(T0), slot_start(back), slot_start(back + timedelta(minutes=5))]
 
 
-def test_hours_changed_since_a_checkpoint_are_the_prompt_ones_and_those_with_a_late_arrival_since(bottle):
+def test_a_tally_pass_counts_the_hours_closed_since_the_last_and_those_a_heartbeat_reached_late(bottle):
     for moment in every_half_hour(T0, 6):
         bottle.send(moment, now=moment + timedelta(seconds=2))
-    checkpoint = T0 + timedelta(hours=6)
-    hours = {hour_number(T0) + h: T0.replace(minute=0, second=0) + timedelta(hours=h) for h in range(8)}
+    hours = [T0.replace(minute=0, second=0) + timedelta(hours=h) for h in range(8)]
+    last_pass = T0 + timedelta(hours=6)  # counted the hours up to hours[5] and began then
 
-    # Nothing since: no hour. A prompt heartbeat since: its hour only.
-    assert hours_changed_since(bottle.document, checkpoint) == set()
-    bottle.send(checkpoint + timedelta(minutes=2), now=checkpoint + timedelta(minutes=2))
-    assert hours_changed_since(bottle.document, checkpoint) == {hours[hour_number(T0) + 6]}
+    # The hours that closed since: exactly those, of the ones the ring holds.
+    assert tally_hours(bottle.document, (hours[5], hours[7]), late_since=last_pass) == {hours[5]}
 
-    # A late one since: its hour too, found by its flag and the arrival.
+    # A late heartbeat since the last pass began: its earlier hour too, found by its flag and the arrival.
     late = T0 + timedelta(hours=2, minutes=44)
-    bottle.send(late, now=checkpoint + timedelta(minutes=3))
-    assert bottle.document[LATE_AT] == checkpoint + timedelta(minutes=3)
-    changed = hours_changed_since(bottle.document, checkpoint)
-    assert changed == {hours[hour_number(T0) + 6], hours[hour_number(T0) + 2]}
-    # ...which a consumer that checkpointed after it no longer recomputes.
-    assert hours_changed_since(bottle.document, checkpoint + timedelta(minutes=10)) == set()
-
-
-def test_a_prompt_heartbeat_at_the_end_of_its_slot_is_found_by_a_checkpoint_up_to_its_arrival(bottle):
-    """The ring knows a heartbeat by its 5-minute slot, not its time: an hour changed since a checkpoint is one
-    with a slot that ends after the checkpoint less LATE_AFTER, so a heartbeat received at the checkpoint, dated
-    5 minutes before (prompt, not flagged late) in the last seconds of its slot, is still found."""
-    at = T0.replace(minute=4, second=59)  # 06:04:59, slot 06:00-06:05
-    arrival = at + timedelta(minutes=5)
-    bottle.send(at, now=arrival)
-
-    assert hours_changed_since(bottle.document, arrival) == {T0.replace(minute=0, second=0)}
-    assert hours_changed_since(bottle.document, arrival + timedelta(seconds=1)) == set()
+    bottle.send(late, now=last_pass + timedelta(minutes=3))
+    assert bottle.document[LATE_AT] == last_pass + timedelta(minutes=3)
+    assert tally_hours(bottle.document, (hours[5], hours[7]), late_since=last_pass) == {hours[5], hours[2]}
+    # ...which the pass after, begun later, no longer counts again.
+    assert tally_hours(bottle.document, (hours[7], hours[7]), late_since=last_pass + timedelta(minutes=10)) == set()
+    assert tally_hours(bottle.document, (hours[5], hours[7]), late_since=None) == {hours[5]}
 
 
 def test_the_ring_names_each_4_hour_field_by_one_character_and_the_write_time_maps_it_back(bottle):

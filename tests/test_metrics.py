@@ -22,11 +22,13 @@ from shared import metrics
 from shared.instants import utc_now
 from shared.notifications import checks
 from shared.reports import change_feed
+from shared.reports.leases import HEARTBEAT_TALLY
+from shared.reports.tally import hours_due
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
-from tests.api import ago, get_bottle, heartbeat, opened, post_events, provisioned
+from tests.api import ago, closed, get_bottle, heartbeat, opened, post_events, provisioned
 from tests.checking import World, sweep_all
 from tests.cosmos_fakes import ThrottlingDatabase, throttled
 from tests.report_client import run_round, set_setting
@@ -223,16 +225,30 @@ def test_each_dispatch_records_every_feed_s_lag_behind_its_furthest_behind_parti
     mock_db[schema.LEASES].update_many({}, {"$set": {"checkpoint_time": now - timedelta(minutes=1)}})
     behind = mock_db[schema.LEASES].find_one({"feed": schema.BOTTLE_ACTIONS})["_id"]
     mock_db[schema.LEASES].update_one({"_id": behind}, {"$set": {"checkpoint_time": now - timedelta(minutes=7)}})
+    # The tally is behind by the closed hours it has yet to count: two, for one of its partitions.
+    tally = mock_db[schema.LEASES].find_one({"feed": HEARTBEAT_TALLY.key})["_id"]
+    two_hours_behind = hours_due(now) - timedelta(hours=2)
+    mock_db[schema.LEASES].update_one({"_id": tally}, {"$set": {"checkpoint_time": two_hours_behind}})
     recorded()  # forget the first round's readings
 
     run = change_feed.dispatch(mock_db, now=now, settings=get_settings(), send=lambda messages: None)
 
-    assert run.lag_seconds == {
-        schema.BOTTLE_ACTIONS: 420.0,
-        schema.BOTTLE_HEARTBEATS: 60.0,
-        schema.USER_HOURLY_REPORTS: 60.0,
-    }
-    assert of(recorded(), metrics.REPORT_LAG)[(("feed", schema.BOTTLE_ACTIONS),)] == (1, 420.0, 420.0)
+    assert run.lag_seconds == {schema.BOTTLE_ACTIONS: 420.0, HEARTBEAT_TALLY.key: 7200.0}
+    lags = of(recorded(), metrics.REPORT_LAG)
+    assert lags[(("feed", schema.BOTTLE_ACTIONS),)] == (1, 420.0, 420.0)
+    assert lags[(("feed", HEARTBEAT_TALLY.key),)] == (1, 7200.0, 7200.0)
+
+
+def test_a_tally_that_has_counted_every_closed_hour_is_not_behind(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    now = utc_now()
+    run_round(mock_db)
+
+    run = change_feed.dispatch(mock_db, now=now + timedelta(minutes=1), settings=get_settings(), send=list)
+
+    assert run.lag_seconds[HEARTBEAT_TALLY.key] == 0.0
 
 
 def test_a_feed_that_keeps_failing_shows_its_growing_lag(
@@ -242,15 +258,15 @@ def test_a_feed_that_keeps_failing_shows_its_growing_lag(
     key = provisioned()
     assert post_events("bottle-1", key, {"events": [heartbeat(ago(minutes=3)), opened(ago(minutes=2))]}).status == 202
     run_round(mock_db)
-    broken = ThrottlingDatabase(mock_db, {f"{schema.BOTTLE_HEARTBEATS}.find": float("inf")})
-    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 202
+    broken = ThrottlingDatabase(mock_db, {f"{schema.BOTTLE_ACTIONS}.find": float("inf")})
+    assert post_events("bottle-1", key, closed(ago(minutes=1))).status == 202
     failed = run_round(broken)
     recorded()
 
     later = utc_now() + timedelta(minutes=30)
     run = change_feed.dispatch(mock_db, now=later, settings=get_settings(), send=lambda messages: None)
 
-    assert failed.failed == [schema.BOTTLE_HEARTBEATS]
-    assert 30 * 60 <= run.lag_seconds[schema.BOTTLE_HEARTBEATS] < 30 * 60 + 10
-    (_, heartbeats_lag, _) = of(recorded(), metrics.REPORT_LAG)[(("feed", schema.BOTTLE_HEARTBEATS),)]
-    assert heartbeats_lag == run.lag_seconds[schema.BOTTLE_HEARTBEATS]
+    assert failed.failed == [schema.BOTTLE_ACTIONS]
+    assert 30 * 60 <= run.lag_seconds[schema.BOTTLE_ACTIONS] < 30 * 60 + 10
+    (_, actions_lag, _) = of(recorded(), metrics.REPORT_LAG)[(("feed", schema.BOTTLE_ACTIONS),)]
+    assert actions_lag == run.lag_seconds[schema.BOTTLE_ACTIONS]

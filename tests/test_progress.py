@@ -54,7 +54,7 @@ def test_a_ticker_says_what_runs_while_it_runs_and_when_it_ends():
     with ticker.running("bench: checks"):
         clock.now += 40
         deadline = time.monotonic() + 5
-        while "running" not in stream.getvalue() and time.monotonic() < deadline:
+        while "running, 40 s" not in stream.getvalue() and time.monotonic() < deadline:
             time.sleep(0.01)
         clock.now += 2
 

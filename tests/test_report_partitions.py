@@ -20,8 +20,7 @@ from shared.reports.change_feed import ChangeStreamSource, dispatch, process_par
 from shared.reports.leases import (
     ACTIONS_FEED,
     FEEDS,
-    HEARTBEATS_FEED,
-    HOURLY_FEED,
+    HEARTBEAT_TALLY,
     Lease,
     Partition,
     checkpoint,
@@ -81,7 +80,7 @@ def test_the_dispatcher_makes_a_lease_per_partition_and_sends_each_unheld_one_on
     partitions = get_settings().reports_partitions
     assert len(first) == len(FEEDS) * partitions
     assert {(m["feed"], m["partition"], m["of"]) for m in first} == {
-        (feed.collection, i, partitions) for feed in FEEDS for i in range(partitions)
+        (feed.key, i, partitions) for feed in FEEDS for i in range(partitions)
     }
     assert mock_db[schema.LEASES].count_documents({}) == len(first)
     assert again == []  # sent lately, not yet taken: no pile of duplicate messages
@@ -172,10 +171,15 @@ def test_on_cosmos_a_feed_has_a_partition_per_physical_partition_starting_at_its
 
     sent = sent_by_dispatch(cosmos, on_cosmos=True)
 
-    assert len(sent) == 3 * len(FEEDS)
-    assert all(m["cosmos"] and m["of"] == 3 for m in sent)
-    lease = mock_db[schema.LEASES].find_one({"feed": HEARTBEATS_FEED.collection, "partition": 2})
-    assert lease["start_token"] == {"_data": "bottle_heartbeats-p2-of-3"}
+    feed_messages = [m for m in sent if m["feed"] == ACTIONS_FEED.key]
+    assert len(feed_messages) == 3
+    assert all(m["cosmos"] and m["of"] == 3 for m in feed_messages)
+    lease = mock_db[schema.LEASES].find_one({"feed": ACTIONS_FEED.key, "partition": 2})
+    assert lease["start_token"] == {"_data": "bottle_actions-p2-of-3"}
+    # The tally is a query, not a change stream: bucket ranges on Cosmos DB too.
+    tally = [m for m in sent if m["feed"] == HEARTBEAT_TALLY.key]
+    assert len(tally) == get_settings().reports_partitions
+    assert not any(m["cosmos"] for m in tally)
 
 
 class ThrottledOnce(CosmosTokens):
@@ -196,8 +200,8 @@ def test_a_throttled_get_change_stream_tokens_is_retried_not_taken_for_a_store_w
     sent = sent_by_dispatch(cosmos, on_cosmos=True)
 
     assert cosmos.throttled
-    assert {(m["cosmos"], m["of"]) for m in sent} == {(True, 2)}
-    assert mock_db[schema.LEASES].count_documents({"_id": {"$regex": ":buckets:"}}) == 0
+    assert {(m["cosmos"], m["of"]) for m in sent if m["feed"] == ACTIONS_FEED.key} == {(True, 2)}
+    assert mock_db[schema.LEASES].count_documents({"feed": ACTIONS_FEED.key, "_id": {"$regex": ":buckets:"}}) == 0
 
 
 # --- claiming, checkpoints and the fencing version ------------------------------------------------------------------
@@ -355,53 +359,6 @@ def test_a_worker_whose_page_ran_past_its_deadline_still_releases_its_lease(mock
     assert retry.caught_up
 
 
-def test_an_hourly_document_written_late_in_a_long_run_still_reaches_the_daily_roll_up(mock_db, monkeypatch):
-    """The daily hop polls the hourly documents by `updated_at`, from its checkpoint minus the overlap. An hourly
-    document written 30 s into a run must not be stamped with the run's start: a daily run in between, having
-    read a document stamped later by another worker, checkpoints past it, and with the embedded store's 10 s
-    overlap the document is never rolled up into its day."""
-    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
-    set_setting(monkeypatch, "REPORTS_POLL_OVERLAP_SECONDS", "10")
-    set_setting(monkeypatch, "REPORTS_PARTITIONS", "1")
-    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
-    start = utc_now() - 10 * MINUTE
-    day = start.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
-    received = [start - timedelta(seconds=2)]
-    instants.set_clock(lambda: received[0])
-    try:
-        key = provisioned()
-        for hour in (1, 2):  # two pages for the actions' worker
-            received[0] += timedelta(seconds=1)
-            assert post_events("bottle-1", key, opened(day - timedelta(days=1, hours=-hour))).status == 202
-        received[0] = start + timedelta(seconds=20)  # another day's
-        assert post_events("bottle-1", key, heartbeat(day + timedelta(hours=3))).status == 202
-    finally:
-        instants.set_clock(None)
-    sent_by_dispatch(mock_db, now=start)
-    settings = get_settings()
-
-    def others_meanwhile() -> None:  # between the actions' worker's two pages
-        process_partition(mock_db, Partition(HEARTBEATS_FEED, 0, 1), now=start + 25 * SECOND, settings=settings)
-        process_partition(mock_db, Partition(HOURLY_FEED, 0, 1), now=start + 27 * SECOND, settings=settings)
-
-    ticks = iter([0, 0, 0, 30, 30, 30, 30, 30, 30, 30])
-    calls = [0]
-
-    def clock() -> float:
-        calls[0] += 1
-        if calls[0] == 4:  # the budget check before the second page
-            others_meanwhile()
-        return next(ticks)
-
-    run = process_partition(mock_db, Partition(ACTIONS_FEED, 0, 1), now=start, settings=settings, clock=clock)
-    assert run.pages == 2
-    run_round(mock_db)
-    run_round(mock_db)
-
-    [daily] = mock_db[schema.USER_DAILY_REPORTS].find({"day": day - timedelta(days=1)})
-    assert daily["opened"] == 2
-
-
 # --- Cosmos DB's change streams, by a fake that behaves as its documentation says -------------------------------------
 
 
@@ -443,17 +400,26 @@ class CosmosStream:
 
 
 def change(bottle_id: str, received_minutes_ago: int) -> dict[str, Any]:
+    """A change of `bottle_actions` as Cosmos DB's stream gives it: the document, its key, no operationType."""
+    received = utc_now() - timedelta(minutes=received_minutes_ago)
     document = {
         "_id": bottle_id,
         "bottle_id": bottle_id,
-        HEARTBEATS_FEED.time_field: utc_now() - timedelta(minutes=received_minutes_ago),
+        "user_id": "willcross1024",
+        "medication": "Cordrazine",
+        "time": received - MINUTE,
+        "action": "opened",
+        "number_of_pills": 30,
+        "mass_of_contents": 15.0,
+        "event_id": "e1",
+        ACTIONS_FEED.time_field: received,
     }
-    return {"fullDocument": document, "documentKey": {"_id": bottle_id}, "ns": {"coll": "bottle_heartbeats"}}
+    return {"fullDocument": document, "documentKey": {"_id": bottle_id}, "ns": {"coll": schema.BOTTLE_ACTIONS}}
 
 
 def test_a_page_ends_only_where_a_server_batch_ends():
     batches: list[list[dict[str, Any]] | None] = [[change(f"b{i}", 5) for i in range(3)], [change("b3", 4)]]
-    source = ChangeStreamSource(CosmosStream(batches), HEARTBEATS_FEED, page_size=2)
+    source = ChangeStreamSource(CosmosStream(batches), ACTIONS_FEED, page_size=2)
 
     first = source.next_page()
     second = source.next_page()
@@ -470,13 +436,13 @@ def test_a_page_ends_only_where_a_server_batch_ends():
 
 def test_a_throttled_stream_neither_ends_a_page_early_nor_moves_the_checkpoint_time():
     read = change("b0", received_minutes_ago=30)
-    source = ChangeStreamSource(CosmosStream([[read], None, None]), HEARTBEATS_FEED, page_size=10)
+    source = ChangeStreamSource(CosmosStream([[read], None, None]), ACTIONS_FEED, page_size=10)
 
     page = source.next_page()
 
     assert page is not None
     assert [c.key for c in page.changes] == ["b0"]
-    assert page.checkpoint_time == read["fullDocument"][HEARTBEATS_FEED.time_field]  # from the data read, not the clock
+    assert page.checkpoint_time == read["fullDocument"][ACTIONS_FEED.time_field]  # from the data read, not the clock
     assert source.next_page() is None  # throttled: an empty page, the position unchanged
 
 
@@ -484,7 +450,7 @@ def test_a_worker_on_a_throttled_cosmos_stream_checkpoints_no_later_than_what_it
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
     now = utc_now()
     partition = next(
-        Partition.from_message(m) for m in sent_by_dispatch(mock_db, now=now) if m["feed"] == HEARTBEATS_FEED.collection
+        Partition.from_message(m) for m in sent_by_dispatch(mock_db, now=now) if m["feed"] == ACTIONS_FEED.collection
     )
     mock_db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"token": {"_data": "saved"}}})
     read = change("b0", received_minutes_ago=20)
@@ -495,7 +461,7 @@ def test_a_worker_on_a_throttled_cosmos_stream_checkpoints_no_later_than_what_it
 
     assert run.caught_up
     saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
-    assert saved["checkpoint_time"] == read["fullDocument"][HEARTBEATS_FEED.time_field]
+    assert saved["checkpoint_time"] == read["fullDocument"][ACTIONS_FEED.time_field]
     assert saved["checkpoint_time"] < now - 19 * MINUTE
     assert saved["token"] == {"_data": "after-batch-1"}
 
@@ -550,16 +516,16 @@ def test_a_cosmos_recovery_cut_short_by_its_budget_carries_on_from_a_fresh_token
     partition = next(
         Partition.from_message(m)
         for m in sent_by_dispatch(cosmos, now=now, on_cosmos=True)
-        if m["feed"] == HEARTBEATS_FEED.collection
+        if m["feed"] == ACTIONS_FEED.collection
     )
     made_with = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["start_token"]
     received = [now - 30 * MINUTE]
     instants.set_clock(lambda: received[0])
     try:
-        for i in range(3):  # three heartbeat documents received a minute apart: three pages of one
+        for i in range(3):  # three actions received a minute apart: three pages of one
             key = provisioned(f"bottle-{i}")
             received[0] += MINUTE
-            assert post_events(f"bottle-{i}", key, heartbeat(received[0])).status == 202
+            assert post_events(f"bottle-{i}", key, opened(received[0])).status == 202
     finally:
         instants.set_clock(None)
     expired = {"_data": "expired"}
@@ -595,23 +561,25 @@ def test_a_cosmos_recovery_cut_short_by_its_budget_carries_on_from_a_fresh_token
 @pytest.mark.parametrize("source", ["change_stream", "polling"])
 def test_workers_side_by_side_with_every_message_twice_give_a_rebuilds_reports(real_db, monkeypatch, source):
     set_setting(monkeypatch, "CHANGE_SOURCE", source)
+    set_setting(monkeypatch, "DAILY_ROLLUP_HOURS", "1")  # every pass rolls its hours' days up
     keys = {f"bottle-{i}": provisioned(f"bottle-{i}") for i in range(6)}
     for bottle_id, key in keys.items():
         events = [heartbeat(ago(minutes=50)), opened(ago(minutes=40)), heartbeat(ago(minutes=20))]
         assert post_events(bottle_id, key, {"events": events}).status == 202
-    aggregate()  # positions the streams
+    aggregate()  # positions the streams, and counts the hours closed so far
     for bottle_id, key in keys.items():
         assert (
             post_events(bottle_id, key, {"events": [heartbeat(ago(minutes=10)), opened(ago(minutes=5))]}).status == 202
         )
 
-    for _ in range(2):  # two rounds: the hourly documents written by the first are rolled up by the second
+    # Two hours on, every hour of these events has closed: the actions' partitions and the tally's, each
+    # message delivered twice to workers side by side; then the next hour's pass, which rolls the day up again
+    # with what the actions' workers wrote after the first pass rolled it up.
+    for hours_later in (2, 2, 3):
+        now = utc_now() + timedelta(hours=hours_later)
         messages: list[str] = []
-        dispatch(real_db, now=utc_now(), settings=get_settings(), send=messages.extend)
-        workers = [
-            threading.Thread(target=_work, args=(real_db, message))
-            for message in messages + messages  # twice
-        ]
+        dispatch(real_db, now=now, settings=get_settings(), send=messages.extend)
+        workers = [threading.Thread(target=_work, args=(real_db, message, now)) for message in messages + messages]
         for worker in workers:
             worker.start()
         for worker in workers:
@@ -620,11 +588,11 @@ def test_workers_side_by_side_with_every_message_twice_give_a_rebuilds_reports(r
     by_workers = stored_reports(real_db)
     clear_reports(real_db)
     set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
-    run_round(real_db)
-    run_round(real_db)
+    run_round(real_db, hours_later=3)
     assert by_workers == stored_reports(real_db)
     assert sum(doc["opened"] for doc in real_db[schema.USER_DAILY_REPORTS].find()) == 12
+    assert sum(doc["heartbeats"] for doc in real_db[schema.USER_DAILY_REPORTS].find()) == 18
 
 
-def _work(db: Any, message: str) -> None:
-    process_partition(db, Partition.from_message(json.loads(message)), now=utc_now(), settings=get_settings())
+def _work(db: Any, message: str, now: Any) -> None:
+    process_partition(db, Partition.from_message(json.loads(message)), now=now, settings=get_settings())

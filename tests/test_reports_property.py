@@ -1,10 +1,9 @@
-"""Property: the reports are a function of the source, whatever the change feed does.
+"""Property: the reports are a function of the source, whatever the change feed and the tally do.
 
-Any history of events and reassignments, with its changes delivered after the writes that made them, but
-duplicated, reordered and split into any pages (some aggregated while the history is still being written,
-some replayed later), gives exactly the reports of a from-scratch rebuild of the final source. Each page
-is aggregated either knowing nothing of what came before it, or knowing the earliest write whose change
-has not been delivered yet (the consumer's checkpoint), as tightly as that bound allows."""
+Any history of events and reassignments, with the actions' changes delivered after the writes that made them,
+but duplicated, reordered and split into any pages (some aggregated while the history is still being written,
+some replayed later), and heartbeat tally passes at any moments (some cut short and carried on later), gives
+exactly the reports of a from-scratch rebuild of the final source, once the tally has counted every hour."""
 
 import json
 from datetime import UTC, datetime, timedelta
@@ -19,10 +18,13 @@ from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
 from shared.instants import day_of
-from shared.reports.aggregation import Change, Stamper, refresh_daily, refresh_hourly
+from shared.reports.aggregation import Change, Stamper, refresh_hourly
+from shared.reports.leases import Lease
 from shared.reports.rebuild import rebuild
+from shared.reports.tally import run_tally
 from shared.settings import Settings
 from shared.store import schema
+from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy
 from shared.store.setup import ensure_store
 from tests.report_client import stored_reports
@@ -33,7 +35,9 @@ STEP = timedelta(minutes=25)  # server time between two operations
 BOTTLES = ("b0", "b1", "b2")
 USERS = ("u0", "u1", "u2")
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
-SETTINGS = Settings()  # a heartbeat window (24 hours) longer than any history here: nothing leaves it
+# A heartbeat window (24 hours) longer than any history here, so nothing leaves it; tally pages of one user (so
+# a pass cut short stops between any two); every pass rolls its hours' days up.
+SETTINGS = Settings(reports_page_size=1, daily_rollup_hours=1)
 
 event = st.fixed_dictionaries(
     {
@@ -73,36 +77,57 @@ class History:
         kind, bottle_id, detail = op
         if kind == "reassign":
             self._provision(bottle_id, detail, server_now)
-            return [self._heartbeat_change(bottle_id)]
+            return []
         # One event per type and instant: a device's event without an id is its type at its time, so two of
         # them with other content in one request are refused (400) and store nothing.
         unique = list({(e["kind"], e["minutes_before"]): e for e in reversed(detail)}.values())[::-1]
         body = json.dumps({"events": [device_event(e, server_now) for e in unique]}).encode()
         receive(self.db, bottle_id, self.keys[bottle_id], body, now=server_now, settings=SETTINGS)
         actions = self.db[schema.BOTTLE_ACTIONS].find({"bottle_id": bottle_id, "received_at": server_now})
-        changes = [Change(schema.BOTTLE_ACTIONS, a["_id"], a) for a in actions]
-        heartbeats = sum(1 for e in unique if e["kind"] == "heartbeat")
-        return changes + [self._heartbeat_change(bottle_id)] * min(heartbeats, 1)
-
-    def _heartbeat_change(self, bottle_id: str) -> Change:
-        # updateLookup: the document as it is when the feed reads it, which aggregation does not rely on.
-        return Change(schema.BOTTLE_HEARTBEATS, bottle_id, self.db[schema.BOTTLE_HEARTBEATS].find_one(bottle_id))
+        return [Change(schema.BOTTLE_ACTIONS, a["_id"], a) for a in actions]
 
 
 Written = tuple[Change, datetime]  # a change and when the write that made it was received
 
 
-def aggregate(db: Any, page: list[Written], stamper: Stamper, changed_since: datetime | None) -> None:
-    """What the consumer does with a page: the hourly recompute, then the days of the hours it touched."""
+def aggregate(db: Any, page: list[Written], stamper: Stamper, now: datetime) -> None:
+    """What the actions' consumer does with a page: the hourly recompute (and the closed days again)."""
     changes = [change for change, _ in page]
-    result = refresh_hourly(db, changes, stamp=stamper.next(), policy=POLICY, changed_since=changed_since)
-    refresh_daily(db, {(user, day_of(hour)) for user, hour in result.user_hours}, POLICY)
+    refresh_hourly(db, changes, stamp=stamper.next(), policy=POLICY, rolled_up_before=day_of(now))
 
 
-def aggregated_before(data: st.DataObject, pending: list[Written]) -> datetime | None:
-    """Nothing known, or the tightest true bound: every write received before the earliest undelivered one
-    has had its change delivered and aggregated."""
-    return min(at for _, at in pending) if data.draw(st.booleans(), label="bound known") else None
+class Tally:
+    """The heartbeat tally's one partition, its lease kept here: passes at chosen moments, maybe cut short."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.lease = Lease()
+
+    def run(self, now: datetime, pages: int | None = None) -> bool:
+        """A worker's run at `now`, out of time after `pages` pages (None: never); whether it caught up."""
+        left = [pages]
+
+        def out_of_time() -> bool:
+            if left[0] is None:
+                return False
+            left[0] -= 1
+            return left[0] < 0
+
+        def save(lease: Lease) -> bool:
+            self.lease = lease
+            return True
+
+        _, run = run_tally(
+            self.db,
+            BucketRange(0, 1),
+            self.lease,
+            settings=SETTINGS,
+            policy=POLICY,
+            wall_clock=lambda: now,
+            out_of_time=out_of_time,
+            save=save,
+        )
+        return run.caught_up
 
 
 def take_page(data: st.DataObject, pending: list[Written], delivered: list[Written], least: int = 0) -> list[Written]:
@@ -126,29 +151,33 @@ def test_any_delivery_of_the_changes_gives_the_reports_of_a_rebuild_from_scratch
 
 def replay(operations: list[tuple[Any, ...]], data: st.DataObject) -> None:
     history = History()
+    tally = Tally(history.db)
     stamper = Stamper(START)
     pending: list[Written] = []
     delivered: list[Written] = []
+    server_now = START
     for i, op in enumerate(operations):
         server_now = START + STEP * (i + 1)
         stamper = Stamper(max(server_now, stamper.next()))
         written = [(change, server_now) for change in history.apply(op, server_now)]
         pending += written * data.draw(st.integers(1, 2), label="delivered times")
         if pending and data.draw(st.booleans(), label="aggregate now"):
-            since = aggregated_before(data, pending)
             page = take_page(data, pending, delivered)
-            aggregate(history.db, page, stamper, since)
+            aggregate(history.db, page, stamper, server_now)
             delivered += page
+        if data.draw(st.booleans(), label="tally now"):
+            tally.run(server_now, pages=data.draw(st.one_of(st.none(), st.integers(0, 3)), label="tally pages"))
     while pending:  # the feed delivers everything eventually, in pages of any size
-        since = aggregated_before(data, pending)
         page = take_page(data, pending, delivered, least=1)
-        aggregate(history.db, page, stamper, since)
+        aggregate(history.db, page, stamper, server_now)
         delivered += page
+    end = START + STEP * (len(operations) + 1) + timedelta(days=1)
+    while not tally.run(end):  # the tally counts every hour eventually
+        pass
     consumed = stored_reports(history.db)
 
     for name in (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS):
         history.db[name].delete_many({})
-    end = START + STEP * (len(operations) + 1) + timedelta(days=1)
     rebuild(history.db, start=START - timedelta(days=1), end=end, user_id=None, now=end, settings=SETTINGS)
 
     assert consumed == stored_reports(history.db)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.instants import set_clock
+from shared.reports.tally import counted_from
 from shared.settings import get_settings
 from shared.store import schema
 from tools.arguments import float_above, int_between, positive_float, positive_int
@@ -130,10 +131,11 @@ def run_simulation(
 
             keys = provision(fleet, send)
             timeline = list(_merge(plan.requests, host.due_timers(plan.start, plan.end)))
-            # A last consumer run, so the reports include the events sent after its last scheduled run (a very
-            # short run may have nothing else).
-            last = timeline[-1][0] if timeline else plan.end
-            timeline.append((max(last, plan.end), REPORTS_TIMER))
+            # A last consumer run once the last hour has closed, so the reports include the events sent after
+            # its last scheduled run and the heartbeat tally has counted every hour (a very short run may have
+            # nothing else).
+            last = max(timeline[-1][0] if timeline else plan.end, plan.end)
+            timeline.append((counted_from(last), REPORTS_TIMER))
             played = play(
                 timeline,
                 clock,

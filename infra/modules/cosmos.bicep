@@ -66,8 +66,7 @@ var collections = [
     shardKey: 'bottle_id'
     indexes: [
       { key: { keys: ['_id'] } }
-      { key: { keys: ['r'] } }
-      { key: { keys: ['user_id'] } }
+      { key: { keys: ['ub', 'user_id'] } }
       { key: { keys: ['owners.user_id'] } }
       { key: { keys: ['bucket', 'silent_pending', 'alive_at'] } }
       { key: { keys: ['bucket', 'silent_pending', 'silent_episode'] } }

@@ -24,6 +24,7 @@ from shared.heartbeat_document import (
     RING,
     RING_TIME,
     SILENT_PENDING,
+    USER_BUCKET,
     Window,
     hour_number,
     key_digest,
@@ -146,7 +147,13 @@ def _sync_heartbeat_document(
     update = {
         "$set": {"medication": spec.medication, KEY: key_digest(key_hash), BUCKET_FIELD: bucket_of(bottle_id)},
         # silent_pending: the silent check has yet to look at this `alive_at` (shared/notifications/checks.py).
-        "$setOnInsert": {"user_id": spec.user_id, ALIVE_AT: now, SILENT_PENDING: True, RING_TIME: now},
+        "$setOnInsert": {
+            "user_id": spec.user_id,
+            USER_BUCKET: bucket_of(spec.user_id),
+            ALIVE_AT: now,
+            SILENT_PENDING: True,
+            RING_TIME: now,
+        },
         "$unset": dict.fromkeys(_FORMER_FIELDS, ""),
     }
 
@@ -182,9 +189,9 @@ def _reassign(
     the bottle at its time: a reassigned bottle's earlier heartbeats stay with its earlier owner.
 
     The earlier owner goes to `owners` ([{user_id, until}], oldest first), which keeps only those that may own a
-    heartbeat of the window (ring writes drop the others). The write moves `r` on, so the report feed sees it,
-    and so writes the ring as ring writes do; it is guarded by what it read, and a retried PUT finds the owner
-    already recorded."""
+    heartbeat of the window (ring writes drop the others); `ub` follows the owner, so the tally finds the bottle
+    under its new owner. The write moves `r` on, and so writes the ring as ring writes do; it is guarded by what
+    it read, and a retried PUT finds the owner already recorded."""
     key = {"_id": bottle_id, "bottle_id": bottle_id}
     for _round in range(MAX_REASSIGN_ROUNDS):
         oldest = window.start(hour_number(now)) - MAX_FUTURE_SKEW
@@ -192,6 +199,7 @@ def _reassign(
         earlier.append({"user_id": document["user_id"], "until": now})
         fields: dict[str, Any] = {
             "user_id": user_id,
+            USER_BUCKET: bucket_of(user_id),
             OWNERS: earlier,
             RING: rewritten_ring(document, [], now, window),
             RING_TIME: max(now, document.get(RING_TIME) or now),

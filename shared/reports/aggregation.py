@@ -1,8 +1,8 @@
 """A page of changes in, report writes out: coalesce into buckets, recompute them from source, write what differs.
 
 Replay-safe by construction. A change only *names* buckets: an opened/closed event its (bottle, device hour),
-a heartbeat document the hours of its window that heartbeats received since the consumer's checkpoint can
-have changed (every hour of the window when nothing is known). Each bucket is recomputed from the source
+a heartbeat document the hours of its ring asked for (the tally's closed hours, or the rebuild's range).
+Each bucket is recomputed from the source
 collections as they are now, and the user-hour documents are written with deterministic `_id`s only where
 the recomputed content differs; so processing a change twice, or a page again after a crash, writes the same
 documents (or nothing). Reads and writes per page grow with the buckets touched, never with the changes: a
@@ -140,18 +140,20 @@ def refresh_hourly(
     policy: RetryPolicy,
     within: Window | None = None,
     only_user: str | None = None,
-    changed_since: datetime | None = None,
+    rolled_up_before: datetime | None = None,
 ) -> HourlyResult:
     """Recompute the buckets a page of `bottle_actions`/`bottle_heartbeats` changes touches and write the
     user-hour documents that differ. `within` and `only_user` narrow a rebuild to its range and user.
 
-    `changed_since`: every heartbeat received before it has been aggregated already, so of a heartbeat
-    document only the hours that may have changed since are recomputed (shared/reports/documents.py); None: all."""
+    `rolled_up_before`: days that ended before it have had their last scheduled roll-up (the tally's, after
+    the day closed), so a user-hour of such a day that changed rolls its day up again at once."""
     buckets = coalesce(changes)
-    parts = recomputed_parts(db, buckets, policy, within=within, only_user=only_user, changed_since=changed_since)
-    written, emptied = write_hourly(db, parts, stamp, policy)
-    if emptied:  # a deleted document never reaches the hourly feed (no deletes in it): roll its day up now
-        refresh_daily(db, {(user_id, day_of(hour)) for user_id, hour in emptied}, policy)
+    parts = recomputed_parts(db, buckets, policy, within=within, only_user=only_user)
+    written, changed = write_hourly(db, parts, stamp, policy)
+    if rolled_up_before is not None:
+        closed = {(user_id, day_of(hour)) for user_id, hour in changed if day_of(hour) + DAY <= rolled_up_before}
+        if closed:
+            refresh_daily(db, closed, policy)
     return HourlyResult(set(parts), written)
 
 
@@ -162,7 +164,6 @@ def recomputed_parts(
     *,
     within: Window | None = None,
     only_user: str | None = None,
-    changed_since: datetime | None = None,
 ) -> Parts:
     """Per user-hour and bottle, the parts recomputed from source: one range query per bottle's run of
     action hours, one `$in` read of the heartbeat documents (as they are now: a change may carry an older one)."""
@@ -177,7 +178,7 @@ def recomputed_parts(
             if wanted(user_id, hour):
                 parts[(user_id, hour)][bottle_id].action = action
     for doc in load_heartbeat_documents(db, buckets.heartbeat_bottles, policy):
-        for (user_id, hour), heartbeat in heartbeat_parts(doc, within, changed_since=changed_since).items():
+        for (user_id, hour), heartbeat in heartbeat_parts(doc, within).items():
             if wanted(user_id, hour):
                 parts[(user_id, hour)][str(doc["_id"])].heartbeat = heartbeat
     return {key: dict(bottles) for key, bottles in parts.items()}
@@ -226,13 +227,13 @@ def load_heartbeat_documents(db: Database[Any], bottle_ids: set[str], policy: Re
 def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: RetryPolicy) -> tuple[int, set[UserHour]]:
     """Merge the recomputed parts into the user-hour documents; write (or delete) those that change.
 
-    Returns the number of documents written or deleted, and the user-hours deleted because they no longer
-    count anything. A guard that fails (someone else wrote the document since we read it) sends that
-    document round again; StoreUnavailable if it keeps failing."""
+    Returns the number of documents written or deleted, and the user-hours written or deleted. A guard that
+    fails (someone else wrote the document since we read it) sends that document round again;
+    StoreUnavailable if it keeps failing."""
     collection = db[schema.USER_HOURLY_REPORTS]
     pending = parts
     written = 0
-    emptied: set[UserHour] = set()
+    changed: set[UserHour] = set()
     for _round in range(MAX_CONFLICT_ROUNDS):
         stored = _load_by_id(collection, [hourly_id(u, h) for u, h in pending], policy)
         ops: list[InsertOne[Any] | UpdateOne] = []
@@ -244,7 +245,7 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
             if new is None and old is not None:
                 if _delete_guarded(collection, old, policy):
                     written += 1
-                    emptied.add((user_id, hour))
+                    changed.add((user_id, hour))
                 else:
                     conflicts.add((user_id, hour))
             elif new is not None and not same_content(old, new):
@@ -252,9 +253,10 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
                 op_keys.append((user_id, hour))
         outcomes = write_idempotent(collection, ops, policy) if ops else []
         written += sum(outcomes)
+        changed |= {key for key, ok in zip(op_keys, outcomes, strict=True) if ok}
         conflicts |= {key for key, ok in zip(op_keys, outcomes, strict=True) if not ok}
         if not conflicts:
-            return written, emptied
+            return written, changed
         pending = {key: parts[key] for key in conflicts}
     raise StoreUnavailable("hourly reports kept changing during the update; try again", retry_after_s=1)
 

@@ -2,7 +2,11 @@
 work message per feed partition that no live worker holds, and a queue-triggered worker claims the partition's
 lease, reads its changes page by page within a time budget, aggregates each page, and only then checkpoints.
 
-    bottle_actions, bottle_heartbeats  ->  user_hourly_reports  ->  user_daily_reports (the second hop)
+    bottle_actions                            ->  user_hourly_reports (within a run)
+    bottle_heartbeats (the tally, hourly)     ->  user_hourly_reports, user_daily_reports
+
+The heartbeat documents are not read as a change feed: the tally (shared/reports/tally.py) sweeps them once an
+hour, by user, through the same dispatcher, queue, workers and leases.
 
 A partition's source of pages:
 - a change stream (Cosmos DB's required pipeline, `updateLookup`; on other stores narrowed to the partition's
@@ -37,10 +41,9 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 from shared import metrics
 from shared.instants import format_instant, to_stored
-from shared.reports.aggregation import Change, Stamper, find_all, refresh_daily, refresh_hourly, user_days_of
+from shared.reports.aggregation import Change, Stamper, find_all, refresh_hourly
 from shared.reports.leases import (
     FEEDS,
-    HOURLY_FEED,
     Feed,
     Lease,
     Partition,
@@ -54,6 +57,7 @@ from shared.reports.leases import (
     new_owner,
     release,
 )
+from shared.reports.tally import hours_due, rolled_up_before, run_tally
 from shared.settings import Settings
 from shared.store import cosmos
 from shared.store.cosmos import is_cosmos_uri
@@ -400,10 +404,14 @@ def dispatch(
     run = DispatchRun(partitions=len(partitions))
     run.leases_created = ensure_leases(db, partitions, now=now, policy=policy)
     hold = timedelta(seconds=settings.reports_lease_seconds)
-    due = leases_to_dispatch(db, [p for p, _ in partitions], now=now, hold_for=hold, policy=policy)
+    feeds = [p for p, _ in partitions if not p.feed.tally]
+    tallies = [p for p, _ in partitions if p.feed.tally]
+    # A tally partition is sent only when an hour it has yet to count is due (or its pass is under way).
+    due = leases_to_dispatch(db, feeds, now=now, hold_for=hold, policy=policy)
+    due += leases_to_dispatch(db, tallies, now=now, hold_for=hold, policy=policy, behind=hours_due(now))
     send([_json(p.message()) for p in due])
     run.sent = [p.lease_id for p in due]
-    run.lag_seconds = feed_lags(db, [p for p, _ in partitions], now=now, policy=policy)
+    run.lag_seconds = feed_lags(db, [p for p, _ in partitions], now=now, policy=policy, tally_due=hours_due(now))
     for feed, lag in run.lag_seconds.items():
         metrics.report_lag(feed, lag)
     return run
@@ -445,6 +453,8 @@ def process_partition(
     """One run of `aggregate_report_partition`: claim the partition's lease, then page by page aggregate and
     checkpoint until caught up or the time budget is spent (checked between pages), then release the lease.
 
+    A tally partition instead counts its due hours (shared/reports/tally.py), under the same lease.
+
     A database error propagates (the invocation fails and its message is retried) after the lease is
     released, so the retry can claim it at once; what was checkpointed stays."""
     worker = _Worker(db, partition, settings, now=now, clock=clock)
@@ -454,7 +464,7 @@ def process_partition(
     worker.run.claimed = True
     held = replace(lease, owner=worker.owner)
     try:
-        held = worker.read_and_aggregate(held, watch)
+        held = worker.tally(held) if partition.feed.tally else worker.read_and_aggregate(held, watch)
     except PartitionLayoutChanged as change:
         log.info("reports: %s belongs to an old partition layout (%s); leaving it", partition.lease_id, change)
         worker.run.layout_changed = True
@@ -484,10 +494,30 @@ class _Worker:
         """The server clock as the run goes on (the trigger read `now` once, at the start)."""
         return self._now + timedelta(seconds=self._clock() - self._started)
 
+    def tally(self, held: Lease) -> Lease:
+        """The heartbeat tally's due hours, until done or out of budget; the position reached."""
+        assert self.partition.buckets is not None, "the tally's partitions are bucket ranges"
+        deadline = self._started + self.settings.reports_time_budget_seconds
+        held, tallied = run_tally(
+            self.db,
+            self.partition.buckets,
+            held,
+            settings=self.settings,
+            policy=self.policy,
+            wall_clock=self.wall_clock,
+            out_of_time=lambda: self._clock() >= deadline,
+            save=lambda lease: self._save(lease, "tally"),
+        )
+        self.run.pages += tallied.pages
+        self.run.changes += tallied.documents
+        self.run.hourly_written += tallied.hourly_written
+        self.run.daily_written += tallied.daily_written
+        self.run.caught_up = tallied.caught_up
+        return held
+
     def read_and_aggregate(self, held: Lease, watch: Watch | None) -> Lease:
         """Pages until caught up or out of budget; the position reached (saved unless the lease was lost)."""
         deadline = self._started + self.settings.reports_time_budget_seconds
-        changed_since = aggregated_before(held, self.settings)
         stamper = Stamper(self._now)
         source, self.run.recovered = open_source(
             self.db, self.partition, held, self.settings, policy=self.policy, watch=watch
@@ -500,7 +530,7 @@ class _Worker:
                     self.run.caught_up = True
                     break
                 if page.changes:
-                    self._aggregate(page, stamper, changed_since)
+                    self._aggregate(page, stamper)
                 held = _advanced(held, page)
                 if not page.changes:
                     # Only the position moved: nothing new, though others' writes move an empty getMore's token
@@ -508,36 +538,34 @@ class _Worker:
                     # saved at the end.
                     self.run.caught_up = True
                     break
-                if not self._save(held, source):
+                if not self._save(held, source.name):
                     return held
                 saved = held
             if held != saved:
-                self._save(held, source)
+                self._save(held, source.name)
         finally:
             source.close()
         return held
 
-    def _aggregate(self, page: Page, stamper: Stamper, changed_since: datetime | None) -> None:
-        if self.partition.feed is HOURLY_FEED:
-            self.run.daily_written += refresh_daily(self.db, user_days_of(page.changes), self.policy)
-        else:
-            result = refresh_hourly(
-                self.db,
-                page.changes,
-                stamp=stamper.next(to_stored(self.wall_clock())),
-                policy=self.policy,
-                changed_since=changed_since,
-            )
-            self.run.hourly_written += result.written
+    def _aggregate(self, page: Page, stamper: Stamper) -> None:
+        written = self.wall_clock()
+        result = refresh_hourly(
+            self.db,
+            page.changes,
+            stamp=stamper.next(to_stored(written)),
+            policy=self.policy,
+            rolled_up_before=rolled_up_before(written),
+        )
+        self.run.hourly_written += result.written
         self.run.pages += 1
         self.run.changes += len(page.changes)
 
-    def _save(self, held: Lease, source: Source) -> bool:
+    def _save(self, held: Lease, source: str) -> bool:
         saved = checkpoint(
             self.db,
             self.partition,
             held,
-            source=source.name,
+            source=source,
             now=self.wall_clock(),
             lease_for=self.lease_for,
             policy=self.policy,

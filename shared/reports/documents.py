@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.device_time import LATE_AFTER, MAX_FUTURE_SKEW
+from shared.device_time import MAX_FUTURE_SKEW
 from shared.heartbeat_document import LATE_AT, LATE_FLAG, MINUTE, OWNERS, hour_start, minutes_of, ring_hours
 from shared.instants import day_of, hour_of
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
@@ -130,32 +130,37 @@ def owner_of_minute(spans: list[Ownership], minute: datetime) -> str | None:
     return None
 
 
-def hours_changed_since(heartbeat_doc: Mapping[str, Any], since: datetime) -> set[datetime]:
-    """The hours whose heartbeat counts may have changed since `since`.
-
-    A heartbeat received since then is either prompt, so its time is no earlier than `since - LATE_AFTER`, or
-    late, and then its hour carries LATE_FLAG and `la` is no earlier than `since` (every hour with the flag is
-    taken then). A reassignment since then moves only heartbeats dated after it, whose hours are among the
-    prompt ones."""
-    earliest = since - LATE_AFTER
-    late_since = (heartbeat_doc.get(LATE_AT) or since - MINUTE) >= since
-    changed = set()
-    for hour, value in ring_hours(heartbeat_doc).items():
-        start = hour_start(hour)
-        minutes = minutes_of(value)
-        if (minutes and start + (minutes[-1] + 1) * MINUTE > earliest) or (late_since and value & LATE_FLAG):
-            changed.add(start)
-    return changed
+def tally_hours(
+    heartbeat_doc: Mapping[str, Any], closed: tuple[datetime, datetime], *, late_since: datetime | None
+) -> set[datetime]:
+    """The hours of a bottle's ring that a tally pass counts (shared/reports/tally.py): those of `closed` (the
+    hours that closed since the last pass), and the earlier ones that a heartbeat reached late since
+    `late_since` (LATE_FLAG set, `la` no earlier than it; None: none), or all of them if the bottle was
+    reassigned since. Hours the ring no longer holds are not
+    counted again: their counts stay as the reports have them."""
+    late_at = heartbeat_doc.get(LATE_AT)
+    late = late_since is not None and late_at is not None and late_at >= late_since
+    # A bottle reassigned since: the last pass may have missed it (its owner's bucket moved it past the pass's
+    # cursor), and an earlier owner's hours may have moved to the new one: every hour is counted again.
+    owners = heartbeat_doc.get(OWNERS) or []
+    moved = late_since is not None and bool(owners) and owners[-1]["until"] >= late_since
+    hours = set()
+    for number, value in ring_hours(heartbeat_doc).items():
+        start = hour_start(number)
+        earlier = start < closed[0] and (moved or (late and value & LATE_FLAG))
+        if closed[0] <= start < closed[1] or earlier:
+            hours.add(start)
+    return hours
 
 
 def heartbeat_parts(
     heartbeat_doc: Mapping[str, Any],
     within: tuple[datetime, datetime] | None = None,
     *,
-    changed_since: datetime | None = None,
+    only: set[datetime] | None = None,
 ) -> dict[tuple[str, datetime], HeartbeatPart]:
-    """Per (user, hour), the heartbeat part of one bottle, for every hour its ring holds, or with
-    `changed_since`, only those whose counts may have changed since then (hours_changed_since).
+    """Per (user, hour), the heartbeat part of one bottle, for every hour its ring holds (within `within`), or
+    only for the hours `only` (tally_hours).
 
     A heartbeat counts for whoever owned the bottle at its minute (owner_of_minute). Every owner of the bottle
     during an hour gets a part for it (possibly 0), so a heartbeat attributed anew is also taken away from the
@@ -164,13 +169,12 @@ def heartbeat_parts(
     ring = ring_hours(heartbeat_doc)
     if not ring:
         return {}
-    changed = None if changed_since is None else hours_changed_since(heartbeat_doc, changed_since)
     spans = ownerships(heartbeat_doc)
     hours: set[datetime] = set()
     counts: Counter[tuple[str, datetime]] = Counter()
     for number, value in ring.items():
         hour = hour_start(number)
-        if (within is None or within[0] <= hour < within[1]) and (changed is None or hour in changed):
+        if (within is None or within[0] <= hour < within[1]) and (only is None or hour in only):
             hours.add(hour)
             for minute in minutes_of(value):
                 owner = owner_of_minute(spans, hour + minute * MINUTE)

@@ -9,7 +9,9 @@ owner and version it claimed, so a worker whose lease expired and was taken over
 
 Partitions: on Cosmos DB, one per physical partition of the feed's collection (`GetChangeStreamTokens`); on
 any other MongoDB, REPORTS_PARTITIONS ranges of the hash bucket of the shard key that the feed's documents
-carry (`bucket`, shared/store/partitioning.py).
+carry (`bucket`, shared/store/partitioning.py). The heartbeat tally (shared/reports/tally.py) is not a change
+feed but a sweep: REPORTS_PARTITIONS ranges of the bucket of the owner's `user_id` on every store, each with a
+lease of the same kind, whose checkpoint time is the end of the closed hours it has counted.
 """
 
 import uuid
@@ -21,7 +23,6 @@ from typing import Any
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.database import Database
 
-from shared.heartbeat_document import RING_TIME
 from shared.store import cosmos, schema
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
@@ -31,11 +32,17 @@ Token = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class Feed:
-    """A source collection the reports read changes of."""
+    """A source collection the reports read changes of (or, `tally`, sweep once an hour)."""
 
     collection: str
     time_field: str  # the server-side time the polling source reads by (indexed in shared/store/schema.py)
     fields: tuple[str, ...] = ()  # what aggregation reads of a changed document besides its `_id`
+    name: str = ""  # what leases and work messages call it (default: its collection)
+    tally: bool = False  # swept by user bucket, hour by hour (shared/reports/tally.py), not read as changes
+
+    @property
+    def key(self) -> str:
+        return self.name or self.collection
 
     @property
     def projection(self) -> dict[str, int]:
@@ -44,10 +51,12 @@ class Feed:
 
 
 ACTIONS_FEED = Feed(schema.BOTTLE_ACTIONS, "received_at", ("bottle_id", "time"))
-HEARTBEATS_FEED = Feed(schema.BOTTLE_HEARTBEATS, RING_TIME)
-HOURLY_FEED = Feed(schema.USER_HOURLY_REPORTS, "updated_at")
-FEEDS = (ACTIONS_FEED, HEARTBEATS_FEED, HOURLY_FEED)
-FEED_BY_COLLECTION = {feed.collection: feed for feed in FEEDS}
+HEARTBEAT_TALLY = Feed(schema.BOTTLE_HEARTBEATS, "alive_at", name="heartbeat_tally", tally=True)
+FEEDS = (ACTIONS_FEED, HEARTBEAT_TALLY)
+FEED_BY_KEY = {feed.key: feed for feed in FEEDS}
+# Feeds of an earlier layout (the heartbeat documents' change feed, and the hourly reports' feed that rolled the
+# days up): their leases are left alone and a work message still queued for one is dropped.
+RETIRED_FEEDS = frozenset({schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS})
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ class Partition:
     @property
     def lease_id(self) -> str:
         kind = "cosmos" if self.cosmos else "buckets"
-        return f"reports:{self.feed.collection}:{kind}:{self.index}/{self.count}"
+        return f"reports:{self.feed.key}:{kind}:{self.index}/{self.count}"
 
     @property
     def buckets(self) -> BucketRange | None:
@@ -72,12 +81,12 @@ class Partition:
 
     def message(self) -> dict[str, Any]:
         """The work message the dispatcher sends for this partition."""
-        return {"feed": self.feed.collection, "partition": self.index, "of": self.count, "cosmos": self.cosmos}
+        return {"feed": self.feed.key, "partition": self.index, "of": self.count, "cosmos": self.cosmos}
 
     @classmethod
     def from_message(cls, message: Mapping[str, Any]) -> "Partition":
         """The partition a work message names; ValueError for anything else."""
-        feed = FEED_BY_COLLECTION.get(str(message.get("feed")))
+        feed = FEED_BY_KEY.get(str(message.get("feed")))
         index, count, on_cosmos = message.get("partition"), message.get("of"), message.get("cosmos")
         if feed is None or type(index) is not int or type(count) is not int or type(on_cosmos) is not bool:
             raise ValueError(f"not a report partition's work message: {dict(message)!r}")
@@ -91,8 +100,8 @@ def feed_partitions(
 ) -> list[tuple[Partition, Token | None]]:
     """The feed's partitions, each with the token its change stream starts from when it has no position yet:
     on Cosmos DB one per physical partition (the tokens of `GetChangeStreamTokens`), elsewhere `count` bucket
-    ranges (no start token: a new stream starts at the present)."""
-    if on_cosmos:
+    ranges (no start token: a new stream starts at the present). The tally has bucket ranges everywhere."""
+    if on_cosmos and not feed.tally:
         tokens = with_retries(lambda: cosmos.change_stream_tokens(db, feed.collection), policy)
         if tokens:
             return [(Partition(feed, i, len(tokens), cosmos=True), token) for i, token in enumerate(tokens)]
@@ -132,7 +141,7 @@ def ensure_leases(
         return 0
     ids = [p.lease_id for p, _ in wanted]
     existing = with_retries(
-        lambda: list(db[schema.LEASES].find({"feed": {"$in": sorted({p.feed.collection for p, _ in wanted})}})),
+        lambda: list(db[schema.LEASES].find({"feed": {"$in": sorted({p.feed.key for p, _ in wanted})}})),
         policy,
     )
     have = {doc["_id"] for doc in existing}
@@ -147,12 +156,12 @@ def ensure_leases(
             {"_id": partition.lease_id},
             {
                 "$setOnInsert": {
-                    "feed": partition.feed.collection,
+                    "feed": partition.feed.key,
                     "partition": partition.index,
                     "of": partition.count,
                     "start_token": start,
                     "token": None,
-                    "checkpoint_time": oldest.get(partition.feed.collection),
+                    "checkpoint_time": oldest.get(partition.feed.key),
                     "owner": None,
                     "expires_at": None,
                     "version": 0,
@@ -169,17 +178,27 @@ def ensure_leases(
 
 
 def leases_to_dispatch(
-    db: Database[Any], partitions: Iterable[Partition], *, now: datetime, hold_for: timedelta, policy: RetryPolicy
+    db: Database[Any],
+    partitions: Iterable[Partition],
+    *,
+    now: datetime,
+    hold_for: timedelta,
+    policy: RetryPolicy,
+    behind: datetime | None = None,
 ) -> list[Partition]:
-    """The partitions no live worker holds and none was sent to lately; each is marked as sent until
-    `now + hold_for`, so the next dispatches do not pile up messages for a partition a worker is yet to take."""
+    """The partitions no live worker holds and none was sent to lately (and with `behind`, only those whose
+    checkpoint time is before it); each is marked as sent until `now + hold_for`, so the next dispatches do not
+    pile up messages for a partition a worker is yet to take."""
     by_id = {p.lease_id: p for p in partitions}
-    due = {
-        "$and": [
-            {"$or": [{"owner": None}, {"expires_at": {"$lt": now}}]},
-            {"$or": [{"dispatched_until": None}, {"dispatched_until": {"$lt": now}}]},
-        ]
-    }
+    if not by_id:
+        return []
+    conditions: list[dict[str, Any]] = [
+        {"$or": [{"owner": None}, {"expires_at": {"$lt": now}}]},
+        {"$or": [{"dispatched_until": None}, {"dispatched_until": {"$lt": now}}]},
+    ]
+    if behind is not None:
+        conditions.append({"$or": [{"checkpoint_time": None}, {"checkpoint_time": {"$lt": behind}}]})
+    due = {"$and": conditions}
     candidates = with_retries(
         lambda: [doc["_id"] for doc in db[schema.LEASES].find({"_id": {"$in": sorted(by_id)}, **due}, {"_id": 1})],
         policy,
@@ -252,10 +271,16 @@ def _fenced(db: Database[Any], partition: Partition, lease: Lease, update: dict[
 
 
 def feed_lags(
-    db: Database[Any], partitions: Iterable[Partition], *, now: datetime, policy: RetryPolicy
+    db: Database[Any],
+    partitions: Iterable[Partition],
+    *,
+    now: datetime,
+    policy: RetryPolicy,
+    tally_due: datetime | None = None,
 ) -> dict[str, float]:
     """Per feed, how far its furthest-behind partition is: `now` minus its checkpoint time (or, before its
-    first checkpoint, minus when its lease was made), in seconds."""
+    first checkpoint, minus when its lease was made), in seconds. The tally is behind by the closed hours it
+    has yet to count: `tally_due` (the end of the hours due) minus its checkpoint time, 0 when caught up."""
     ids = sorted(p.lease_id for p in partitions)
     leases = with_retries(
         lambda: list(db[schema.LEASES].find({"_id": {"$in": ids}}, {"feed": 1, "checkpoint_time": 1, "created_at": 1})),
@@ -264,7 +289,9 @@ def feed_lags(
     lags: dict[str, float] = {}
     for lease in leases:
         since = lease.get("checkpoint_time") or lease.get("created_at")
+        feed = FEED_BY_KEY.get(lease["feed"])
+        until = tally_due if feed is not None and feed.tally and tally_due is not None else now
         if since is not None:
-            lag = (now - since).total_seconds()
+            lag = max(0.0, (until - since).total_seconds())
             lags[lease["feed"]] = max(lags.get(lease["feed"], lag), lag)
     return lags

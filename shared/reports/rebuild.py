@@ -19,12 +19,13 @@ from typing import Any
 from pymongo.database import Database
 
 from shared.device_time import MAX_FUTURE_SKEW
-from shared.heartbeat_document import OWNERS, RING_TIME
+from shared.heartbeat_document import OWNERS, USER_BUCKET
 from shared.instants import day_of, hour_of, parse_instant, utc_now
 from shared.reports.aggregation import Change, Stamper, UserDay, refresh_daily, refresh_hourly
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.command_line import add_store_arguments, command_line_database
+from shared.store.partitioning import bucket_of
 from shared.store.retries import RetryPolicy, with_retries
 
 Document = dict[str, Any]
@@ -73,20 +74,21 @@ def rebuild(
 
 def _source_queries(first: datetime, end: datetime, user_id: str | None) -> list[tuple[str, dict[str, Any]]]:
     """What to read: one user's actions by (user_id, time) and the heartbeat documents of bottles the user
-    owns or owned within their window; or everyone's, by receive time (a device time is never more than
-    MAX_FUTURE_SKEW ahead of its receipt, so nothing of the range was received before `first` minus that, and
-    a heartbeat document's ring was last written no earlier than the newest heartbeat it holds was received)."""
+    owns or owned within their window; or everyone's: actions by receive time (a device time is never more than
+    MAX_FUTURE_SKEW ahead of its receipt, so nothing of the range was received before `first` minus that), and
+    every heartbeat document."""
     in_range = {"$gte": first, "$lt": end}
     if user_id is not None:
         return [
             (schema.BOTTLE_ACTIONS, {"user_id": user_id, "time": in_range}),
-            (schema.BOTTLE_HEARTBEATS, {"user_id": user_id}),
+            (schema.BOTTLE_HEARTBEATS, {USER_BUCKET: bucket_of(user_id), "user_id": user_id}),
             (schema.BOTTLE_HEARTBEATS, {f"{OWNERS}.user_id": user_id}),
         ]
     received = {"$gte": first - MAX_FUTURE_SKEW}
+    # Every heartbeat document: which rings hold an hour of the range is in the rings, not in any index.
     return [
         (schema.BOTTLE_ACTIONS, {"received_at": received, "time": in_range}),
-        (schema.BOTTLE_HEARTBEATS, {RING_TIME: received}),
+        (schema.BOTTLE_HEARTBEATS, {}),
     ]
 
 

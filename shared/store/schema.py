@@ -16,7 +16,7 @@ index. tests/sort_audit.py holds every query the tests send on a real server to 
 
 from dataclasses import dataclass, field
 
-from shared.heartbeat_document import OWNERS, RING_TIME
+from shared.heartbeat_document import OWNERS, USER_BUCKET
 from shared.settings import Settings
 
 BOTTLES = "bottles"
@@ -100,11 +100,11 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
             BOTTLE_HEARTBEATS,
             "bottle_id",
             (
-                # The reports' polling change source and recovery read by the ring's last write (server time).
-                IndexSpec("ring_time", ((RING_TIME, 1),)),
-                # Rebuilding one user's reports: the bottles the user owns, and owned within the window
-                # (multikey over the ownership list, which exists only then).
-                IndexSpec("user", (("user_id", 1),)),
+                # The heartbeat tally sweeps one user-bucket range at a time, user by user (and rebuilding one
+                # user's reports finds the bottles the user owns by it); neither field changes with a heartbeat.
+                IndexSpec("tally", ((USER_BUCKET, 1), ("user_id", 1))),
+                # Rebuilding one user's reports: the bottles the user owned within the window (multikey over the
+                # ownership list, which exists only then).
                 IndexSpec("owners_user", ((f"{OWNERS}.user_id", 1),)),
                 # The silent check's sweeps, per bucket range (cross-partition, like the bottles' ones above).
                 IndexSpec("silent_check", (("bucket", 1), ("silent_pending", 1), ("alive_at", 1))),

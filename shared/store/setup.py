@@ -14,6 +14,7 @@ from typing import Any
 from pymongo import IndexModel, UpdateOne
 from pymongo.database import Database
 
+from shared.heartbeat_document import USER_BUCKET
 from shared.settings import Settings, get_settings
 from shared.store import cosmos, schema
 from shared.store.command_line import add_store_arguments, command_line_database
@@ -92,38 +93,41 @@ def _index_model(index: Any, *, on_cosmos: bool) -> IndexModel:
 
 # The collections whose documents carry the bucket of a key (the partitioned report feeds and check sweeps
 # select by it), and that key.
-BUCKETED = {
-    schema.BOTTLES: "bottle_id",
-    schema.BOTTLE_ACTIONS: "bottle_id",
-    schema.BOTTLE_HEARTBEATS: "bottle_id",
-    schema.NOTIFICATIONS: "bottle_id",
-    schema.USER_HOURLY_REPORTS: "user_id",
-}
+# (collection, the field holding a bucket, the field it is the bucket of)
+BUCKETED = (
+    (schema.BOTTLES, BUCKET_FIELD, "bottle_id"),
+    (schema.BOTTLE_ACTIONS, BUCKET_FIELD, "bottle_id"),
+    (schema.BOTTLE_HEARTBEATS, BUCKET_FIELD, "bottle_id"),
+    (schema.BOTTLE_HEARTBEATS, USER_BUCKET, "user_id"),
+    (schema.NOTIFICATIONS, BUCKET_FIELD, "bottle_id"),
+    (schema.USER_HOURLY_REPORTS, BUCKET_FIELD, "user_id"),
+)
 
 
 def backfill_buckets(db: Database[Any], policy: RetryPolicy, batch: int = 500) -> dict[str, int]:
-    """Give every document stored before documents carried `bucket` its bucket, which no partition would
-    otherwise ever read; per collection, how many were updated. A scan of each collection for documents
-    without one (on Cosmos DB a cross-partition query): run it once, not on every setup. Idempotent."""
+    """Give every document stored before documents carried `bucket` (and heartbeat documents `ub`, their
+    owner's bucket) its bucket, which no partition would otherwise ever read; per collection and field, how
+    many were updated. A scan of each collection for documents without one (on Cosmos DB a cross-partition
+    query): run it once, not on every setup. Idempotent."""
     updated: dict[str, int] = {}
-    for name, key in BUCKETED.items():
+    for name, field, key in BUCKETED:
         collection, count = db[name], 0
         while True:
-            found = _without_bucket(collection, key, batch, policy)
+            found = _without_bucket(collection, field, key, batch, policy)
             ops = [
-                UpdateOne({"_id": d["_id"], key: d[key], BUCKET_FIELD: {"$exists": False}},
-                          {"$set": {BUCKET_FIELD: bucket_of(str(d[key]))}})
+                UpdateOne({"_id": d["_id"], key: d[key], field: {"$exists": False}},
+                          {"$set": {field: bucket_of(str(d[key]))}})
                 for d in found if key in d
             ]  # fmt: skip
             if not ops:
                 break
             count += sum(write_idempotent(collection, list(ops), policy))
-        updated[name] = count
+        updated[name if field == BUCKET_FIELD else f"{name}.{field}"] = count
     return updated
 
 
-def _without_bucket(collection: Any, key: str, batch: int, policy: RetryPolicy) -> list[dict[str, Any]]:
-    query = {BUCKET_FIELD: {"$exists": False}}
+def _without_bucket(collection: Any, field: str, key: str, batch: int, policy: RetryPolicy) -> list[dict[str, Any]]:
+    query = {field: {"$exists": False}}
     return with_retries(lambda: list(collection.find(query, {key: 1}).limit(batch)), policy)
 
 

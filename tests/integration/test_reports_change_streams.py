@@ -13,7 +13,7 @@ from shared import instants
 from shared.instants import day_of, utc_now
 from shared.reports import change_feed
 from shared.reports import rebuild as rebuild_reports
-from shared.reports.leases import ACTIONS_FEED, HEARTBEATS_FEED, Partition
+from shared.reports.leases import ACTIONS_FEED, Partition
 from shared.settings import get_settings
 from shared.store import client as store
 from shared.store import schema
@@ -40,8 +40,13 @@ def at(hour: Any, minutes: float) -> Any:
     return hour + timedelta(minutes=minutes)
 
 
-def run() -> Round:
-    return run_round(store.get_database())
+def run(*, hours_later: float = 0) -> Round:
+    return run_round(store.get_database(), hours_later=hours_later)
+
+
+def tallied() -> None:
+    """The heartbeat tally's next pass, an hour on: it counts the heartbeats that arrived late since its last."""
+    assert not run(hours_later=1).failed
 
 
 def tokens(db: Any) -> dict[str, Any]:
@@ -107,7 +112,7 @@ def test_ingested_events_become_reports_read_through_the_api(real_db):
     assert [(d["opened"], d["closed"], d["pills_taken"], d["heartbeats"]) for d in days.body["reports"]] == [
         (2, 2, 4, 5)
     ]
-    assert all(lease["token"] for lease in real_db[schema.LEASES].find())
+    assert all(lease["token"] for lease in real_db[schema.LEASES].find({"feed": ACTIONS_FEED.key}))
     assert stored_reports(real_db) == from_scratch(real_db)
 
 
@@ -137,6 +142,7 @@ def test_a_page_written_but_not_checkpointed_is_aggregated_again_with_the_same_r
     assert again.hourly_written == 0  # replaying the page writes nothing new
     assert stored_reports(real_db, with_updated_at=True) == written
     assert tokens(real_db) != checkpointed
+    tallied()
     assert stored_reports(real_db) == from_scratch(real_db)
 
 
@@ -144,7 +150,7 @@ def test_after_a_restart_the_consumer_resumes_from_its_saved_tokens(real_db, sec
     keys = two_bottles()
     history_part_one(keys)
     first = run()
-    assert first.recovered == [schema.BOTTLE_ACTIONS, schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS]
+    assert first.recovered == [schema.BOTTLE_ACTIONS]
     history_part_two(keys)
 
     restarted: MongoClient[Any] = store.create_client(secantus_uri)  # a new worker process: a new client
@@ -156,9 +162,8 @@ def test_after_a_restart_the_consumer_resumes_from_its_saved_tokens(real_db, sec
         store.use_client(real_db.client)
 
     assert second.recovered == []
-    # Only the new changes: two actions, two heartbeat-document updates, and the hourly documents this run
-    # wrote (the second hop); nothing from before the restart.
-    assert second.changes == 4 + second.hourly_written
+    assert second.changes == 2  # only the new changes, the two actions: nothing from before the restart
+    tallied()
     assert stored_reports(real_db) == from_scratch(real_db)
 
 
@@ -173,17 +178,20 @@ def test_a_rejected_resume_token_rebuilds_from_the_checkpoint_time_and_says_so(r
     with caplog.at_level(logging.WARNING, logger="shared.reports.change_feed"):
         summary = run()
 
-    assert summary.recovered == [schema.BOTTLE_ACTIONS, schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS]
+    assert summary.recovered == [schema.BOTTLE_ACTIONS]
     assert not summary.failed
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 3 * get_settings().reports_partitions  # one per partition of each feed
+    assert len(warnings) == get_settings().reports_partitions  # one per partition of the actions' feed
     assert all("was rejected" in w and "recovering from its checkpoint time" in w for w in warnings)
+    tallied()
     assert stored_reports(real_db) == from_scratch(real_db)
-    assert all(lease["token"] not in (None, token) for lease in real_db[schema.LEASES].find())
+    actions_leases = real_db[schema.LEASES].find({"feed": ACTIONS_FEED.key})
+    assert all(lease["token"] not in (None, token) for lease in actions_leases)
     assert run().recovered == []  # and carries on from the new stream
 
 
 def test_change_streams_and_polling_give_identical_reports(real_db, monkeypatch):
+    set_setting(monkeypatch, "DAILY_ROLLUP_HOURS", "1")  # every pass rolls its hours' days up, whatever the hour
     keys = two_bottles()
     history_part_one(keys)
     aggregate()
@@ -191,12 +199,12 @@ def test_change_streams_and_polling_give_identical_reports(real_db, monkeypatch)
     history_part_two(keys)
     now = utc_now().replace(microsecond=0)
     post_events("bottle-2", keys["bottle-2"], {"events": [heartbeat(now + timedelta(seconds=2)), opened(ago(hours=1))]})
-    aggregate()
+    aggregate(hours_later=1)  # the tally's next pass: the late heartbeats, and the hour of `now`
     by_change_streams = stored_reports(real_db)
 
     clear_reports(real_db)
     set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
-    aggregate()
+    aggregate(hours_later=1)
 
     assert stored_reports(real_db) == by_change_streams
     assert stored_reports(real_db) == from_scratch(real_db)
@@ -217,23 +225,24 @@ def test_a_page_costs_the_same_commands_whatever_its_number_of_changes(counted):
         post_events("bottle-1", key, {"events": events})
         counter.reset()
         summary = run()
-        assert summary.changes == size + 1  # the actions, then the hourly document they changed
+        assert summary.changes == size  # the actions (the tally has no hour due)
         costs.append(sorted(counter.writes))
     assert costs[0] == costs[1]
     reports = [write for write in costs[1] if write[1] != schema.LEASES]
     claims = [write for write in costs[1] if write == ("findAndModify", schema.LEASES)]
     lease_updates = [write for write in costs[1] if write == ("update", schema.LEASES)]
-    partitions = 3 * get_settings().reports_partitions
-    # One bulk write of the user-hour for the page of actions, one of the day for the page of hourly changes.
+    partitions = get_settings().reports_partitions  # the actions' feed's
+    # One bulk write of the user-hour for the page of actions; its day has closed, so one of the day too.
     assert reports == [("insert", schema.USER_HOURLY_REPORTS), ("update", schema.USER_DAILY_REPORTS)]
-    # Per partition: a dispatch mark, a claim and a release; a checkpoint after each of the two pages, and at
-    # most one more per partition whose idle stream moved.
+    # Per partition: a dispatch mark, a claim and a release; a checkpoint after the page, and at most one more
+    # per partition whose idle stream moved.
     assert len(claims) == partitions
-    assert 2 * partitions + 2 <= len(lease_updates) <= 3 * partitions + 2
+    assert 2 * partitions + 1 <= len(lease_updates) <= 3 * partitions + 1
     assert db[schema.USER_HOURLY_REPORTS].find_one({"hour": H9 + timedelta(hours=1)})["opened"] == 50
 
 
-def test_a_new_heartbeat_rereads_only_the_user_hour_it_changed_not_its_whole_window(counted):
+def test_a_tally_pass_reads_only_the_user_hours_it_counts_not_the_window(counted, monkeypatch):
+    set_setting(monkeypatch, "DAILY_ROLLUP_HOURS", "1")
     db, counter = counted
     clock = [datetime(2026, 11, 20, 0, 10, tzinfo=UTC)]
     instants.set_clock(lambda: clock[0])
@@ -243,23 +252,22 @@ def test_a_new_heartbeat_rereads_only_the_user_hour_it_changed_not_its_whole_win
         window = [clock[0] - timedelta(minutes=30 * k) for k in range(94)]
         post_events("bottle-1", key, {"events": [heartbeat(moment) for moment in window]})
         clock[0] += timedelta(minutes=10)
-        run()
-        assert db[schema.USER_HOURLY_REPORTS].count_documents({}) == 48  # 46.5 hours, over 48 clock hours
+        run()  # 00:20: the first pass counts every closed hour of the window (46.5 hours, over 47 clock hours)
+        assert db[schema.USER_HOURLY_REPORTS].count_documents({}) == 47
 
-        # The next prompt heartbeat moves the checkpoint (the newest receive time read) to 00:30, past the
-        # buffered ones' arrival and its overlap.
-        clock[0] += timedelta(minutes=10)
-        post_events("bottle-1", key, heartbeat(clock[0]))
-        run()
-        clock[0] += timedelta(minutes=10)  # 00:40
-        post_events("bottle-1", key, heartbeat(clock[0]))
+        for minutes in (10, 10):  # prompt heartbeats at 00:30 and 00:40
+            clock[0] += timedelta(minutes=minutes)
+            post_events("bottle-1", key, heartbeat(clock[0]))
+            run()  # the hour has not closed: nothing to count
+        clock[0] = datetime(2026, 11, 20, 1, 15, tzinfo=UTC)
         counter.reset()
         run()
     finally:
         instants.set_clock(None)
 
-    # One user-hour read to merge the heartbeat into (not the 48 of the window), one to roll up its day.
-    assert counter.documents_read[("find", schema.USER_HOURLY_REPORTS)] == 2
+    # The hour is new (nothing to merge into), and its day's roll-up reads it back: one user-hour read, not the
+    # 47 of the window.
+    assert counter.documents_read[("find", schema.USER_HOURLY_REPORTS)] == 1
     hour = db[schema.USER_HOURLY_REPORTS].find_one({"hour": datetime(2026, 11, 20, 0, tzinfo=UTC)})
     assert hour["heartbeats"] == 3  # 00:10, 00:30 and 00:40
     assert db[schema.USER_DAILY_REPORTS].find_one({"day": datetime(2026, 11, 20, tzinfo=UTC)})["heartbeats"] == 3
@@ -293,48 +301,6 @@ def test_the_rebuild_command_rejects_a_bad_range_or_scope(argv, says, capsys):
         rebuild_reports.main([*argv, "--uri", "mongodb://127.0.0.1:1/"])
     assert exit_info.value.code == 2
     assert says in capsys.readouterr().err
-
-
-def test_a_backlog_read_with_update_lookup_does_not_move_the_checkpoint_past_unread_changes(real_db, monkeypatch):
-    """`updateLookup` gives a change's document as it is *now*: reading a backlog, the first page's documents may
-    carry receive times far past the changes not read yet. A checkpoint time taken from them would tell the next
-    run that those heartbeats were aggregated, and it would skip their hours for good."""
-    set_setting(monkeypatch, "REPORTS_PARTITIONS", "1")
-    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
-    clock = [datetime(2026, 11, 20, 9, 50, tzinfo=UTC)]
-    instants.set_clock(lambda: clock[0])
-    try:
-        keys = {"bottle-x": provisioned("bottle-x"), "bottle-z": provisioned("bottle-z")}
-        keys["bottle-y"] = provisioned("bottle-y", {**SPEC, "user_id": "other"})
-        run()  # positions the streams
-
-        def beat(bottle_id: str, at_time: datetime) -> None:
-            clock[0] = at_time
-            assert post_events(bottle_id, keys[bottle_id], heartbeat(at_time)).status == 202
-
-        ten = datetime(2026, 11, 20, 10, tzinfo=UTC)
-        beat("bottle-x", ten + timedelta(minutes=10))
-        beat("bottle-z", ten + timedelta(minutes=11))
-        beat("bottle-y", ten + timedelta(minutes=20))  # its change waits behind the first page
-        beat("bottle-x", ten + timedelta(minutes=60))
-        beat("bottle-z", ten + timedelta(minutes=61))
-        clock[0] = ten + timedelta(minutes=62)
-
-        ticks = iter(range(0, 10_000, 30))  # 30 s a call against a 45 s budget: one page, then out of time
-        partition = Partition(HEARTBEATS_FEED, 0, 1)
-        first = change_feed.process_partition(
-            real_db, partition, now=utc_now(), settings=get_settings(), clock=lambda: next(ticks)
-        )
-        assert first.pages == 1
-        assert not first.caught_up
-        run()
-        run()
-    finally:
-        instants.set_clock(None)
-
-    hour = real_db[schema.USER_HOURLY_REPORTS].find_one({"user_id": "other", "hour": ten})
-    assert hour is not None
-    assert hour["heartbeats"] == 1
 
 
 def test_a_caught_up_partition_ends_its_run_though_other_writes_move_its_token(real_db, monkeypatch):

@@ -1,0 +1,277 @@
+"""The heartbeat tally: heartbeat counts go into the hourly reports once an hour has closed, by a sweep of the
+heartbeat documents one user at a time, not by reading every heartbeat write as a change.
+
+Why: a bottle's heartbeat document changes with each heartbeat (~17 K a second at the design scale), and a user's
+three bottles change at different minutes, so a change feed consumer rewrites each user-hour report about six
+times an hour, and each rewrite rolls the day up again. The tally writes each user-hour once, after it closed:
+one pass an hour per partition reads every heartbeat document of its users (each bottle's ring holds the whole
+window: shared/heartbeat_document.py) and writes each user's hours with one read-modify-write per user-hour.
+Actions (opened/closed) still reach the reports within a consumer run, through the actions feed.
+
+A pass counts, for every heartbeat document of the partition's users:
+- the hours that closed since the last pass: [the partition's checkpoint time, the end of the hours due), where
+  an hour is due SETTLE after it ends, once every prompt heartbeat of it has arrived (a heartbeat arriving more
+  than LATE_AFTER after its time is late);
+- the earlier hours a heartbeat reached late since the last pass began (the hour's LATE_FLAG, `la`).
+Counts are recomputed from the ring, never added to, so a pass run twice, or a page counted again after a crash,
+writes the same reports.
+
+Partitions: REPORTS_PARTITIONS ranges of the bucket of the owner's `user_id` (`user_bucket` on the heartbeat
+document), on every store: a sweep, unlike a change feed, is a query. Pages hold whole users, so each user-hour
+is written once per pass. The lease's checkpoint time is the end of the hours counted; its token holds the pass
+under way (its hours, when it began, the last user done), or between passes when the last one began.
+
+Daily reports: a pass rolls a day up for every user it visits when it counts the day's hour that ends a block
+of DAILY_ROLLUP_HOURS (with 6: the hours ending at 06:00, 12:00, 18:00 and midnight UTC), so the daily report of
+a closed day is complete after the day's last pass; the actions feed rolls a closed day up again when a late
+event changes it, and a pass does when a late heartbeat changes one of its hours.
+"""
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo.collection import Collection
+from pymongo.database import Database
+
+from shared.device_time import LATE_AFTER
+from shared.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME, USER_BUCKET
+from shared.instants import day_of, hour_of
+from shared.reports.aggregation import BottleParts, Parts, Stamper, refresh_daily, write_hourly
+from shared.reports.documents import HOUR, heartbeat_parts, tally_hours
+from shared.reports.leases import Lease
+from shared.settings import Settings
+from shared.store import schema
+from shared.store.partitioning import BucketRange
+from shared.store.retries import RetryPolicy, with_retries
+
+# An hour is counted this long after it ends: its prompt heartbeats have arrived by LATE_AFTER, and the rest is
+# margin for clock skew between instances and writes that commit late.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+CLOCK_MARGIN = timedelta(minutes=5)
+SETTLE = LATE_AFTER + CLOCK_MARGIN
+_FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
+_ORDER = [(USER_BUCKET, 1), ("user_id", 1)]
+LAST_BEGAN = "last_began"  # in a lease's token between passes: when the last pass began
+
+Document = dict[str, Any]
+UserKey = tuple[int, str]  # (user bucket, user_id): the sweep's order
+
+
+def hours_due(now: datetime) -> datetime:
+    """The end of the hours a pass may count at `now`: every hour that ended at least SETTLE ago."""
+    return hour_of(now - SETTLE)
+
+
+def counted_from(moment: datetime) -> datetime:
+    """The first instant at which a pass may count the hour holding `moment` (for tools and tests that wait
+    for it)."""
+    return hour_of(moment) + HOUR + SETTLE
+
+
+def rolled_up_before(now: datetime) -> datetime:
+    """Days that ended before this instant may have had their last scheduled roll-up (a pass that counted
+    their last hour), so a change to one of their hours rolls the day up again at once. Earlier by CLOCK_MARGIN
+    than the passes' own due time: a write dated just before it on one instance is seen by the pass that
+    begins after it on another."""
+    return hours_due(now + CLOCK_MARGIN)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """A pass under way: the hours it counts, when it began, where late heartbeats are looked for from, and the
+    last user done (None: none yet)."""
+
+    start: datetime
+    end: datetime
+    began: datetime
+    late_since: datetime | None
+    after: UserKey | None = None
+
+    def token(self) -> dict[str, Any]:
+        after = None if self.after is None else list(self.after)
+        return {
+            "start": self.start,
+            "end": self.end,
+            "began": self.began,
+            "late_since": self.late_since,
+            "after": after,
+        }
+
+    @classmethod
+    def resumed(cls, token: Mapping[str, Any] | None) -> "Pass | None":
+        """The pass a lease's token holds, if one is under way."""
+        if not token or token.get("end") is None:
+            return None
+        after = token.get("after")
+        return cls(
+            start=token["start"],
+            end=token["end"],
+            began=token["began"],
+            late_since=token.get("late_since"),
+            after=None if after is None else (int(after[0]), str(after[1])),
+        )
+
+    def rollup_days(self, block_hours: int, window: timedelta) -> set[datetime]:
+        """The days a block of whose hours ends within this pass's hours (of the last `window`: an older day
+        changes only by late events, which roll it up themselves)."""
+        days = set()
+        hour = max(self.start, self.end - window) + HOUR
+        while hour <= self.end:
+            if hour.hour % block_hours == 0:
+                days.add(day_of(hour - HOUR))
+            hour += HOUR
+        return days
+
+
+def next_pass(lease: Lease, *, now: datetime, overlap: timedelta) -> Pass | None:
+    """The pass to run now: the one under way, or a new one over the hours due since the last (the first pass:
+    every hour the rings hold); None when no hour is due. Late heartbeats are looked for from `overlap` (clock
+    skew between instances, writes that commit late) before the last pass began."""
+    under_way = Pass.resumed(lease.token)
+    if under_way is not None:
+        return under_way
+    end = hours_due(now)
+    start = lease.checkpoint_time or EPOCH
+    if start >= end:
+        return None
+    # A late heartbeat the last pass may have missed arrived after that pass began (saved with its end), and
+    # so after the last hour it counted had ended, the checkpoint time: without the one, the other (it counts
+    # a few again, harmlessly).
+    last_began = (lease.token or {}).get(LAST_BEGAN) or lease.checkpoint_time
+    late_since = None if last_began is None else last_began - overlap
+    return Pass(start=start, end=end, began=now, late_since=late_since)
+
+
+class UserPages:
+    """A partition's heartbeat documents in (user bucket, user_id) order, a page of whole users at a time."""
+
+    def __init__(
+        self,
+        collection: Collection[Any],
+        buckets: BucketRange,
+        *,
+        after: UserKey | None,
+        size: int,
+        policy: RetryPolicy,
+    ) -> None:
+        self._collection, self._buckets, self._after = collection, buckets, after
+        self._size, self._policy = size, policy
+
+    def next_page(self) -> list[Document] | None:
+        docs: list[Document] = []
+        for query in self._queries():
+            docs = self._find(query, limit=self._size)
+            if docs:
+                break
+        if not docs:
+            return None
+        if len(docs) == self._size:
+            last = _user_key(docs[-1])
+            whole = [d for d in docs if _user_key(d) != last]
+            # A user whose documents fill the page alone is read whole.
+            docs = whole or self._find({USER_BUCKET: last[0], "user_id": last[1]}, limit=0)
+        self._after = _user_key(docs[-1])
+        return docs
+
+    @property
+    def after(self) -> UserKey | None:
+        return self._after
+
+    def _queries(self) -> list[dict[str, Any]]:
+        if self._after is None:
+            return [self._buckets.selector(USER_BUCKET)]
+        bucket, user_id = self._after
+        return [
+            {USER_BUCKET: bucket, "user_id": {"$gt": user_id}},
+            {USER_BUCKET: {"$gt": bucket, "$lt": self._buckets.high}},
+        ]
+
+    def _find(self, query: dict[str, Any], *, limit: int) -> list[Document]:
+        return with_retries(lambda: list(self._collection.find(query, _FIELDS).sort(_ORDER).limit(limit)), self._policy)
+
+
+def _user_key(doc: Mapping[str, Any]) -> UserKey:
+    return int(doc[USER_BUCKET]), str(doc["user_id"])
+
+
+@dataclass
+class TallyRun:
+    pages: int = 0
+    documents: int = 0
+    hourly_written: int = 0
+    daily_written: int = 0
+    caught_up: bool = False
+    lost_lease: bool = False
+
+
+def run_tally(
+    db: Database[Any],
+    buckets: BucketRange,
+    held: Lease,
+    *,
+    settings: Settings,
+    policy: RetryPolicy,
+    wall_clock: Callable[[], datetime],
+    out_of_time: Callable[[], bool],
+    save: Callable[[Lease], bool],
+) -> tuple[Lease, TallyRun]:
+    """Count the partition's due hours, page by page, saving the pass's progress after each page and its end
+    (the checkpoint time) once every user is done; until caught up, out of time, or the lease is lost (`save`
+    returns False). Returns the position reached."""
+    run = TallyRun()
+    started = wall_clock()
+    overlap = timedelta(seconds=settings.reports_poll_overlap_seconds)
+    current = next_pass(held, now=started, overlap=overlap)
+    if current is None:
+        run.caught_up = True
+        return held, run
+    pages = UserPages(
+        db[schema.BOTTLE_HEARTBEATS], buckets, after=current.after, size=settings.reports_page_size, policy=policy
+    )
+    stamper = Stamper(started)
+    while not out_of_time():
+        page = pages.next_page()
+        if page is None:
+            held = replace(held, checkpoint_time=current.end, token={LAST_BEGAN: current.began})
+            run.caught_up = hours_due(wall_clock()) <= current.end
+            run.lost_lease = not save(held)
+            return held, run
+        hourly, daily = count_page(
+            db, page, current, stamp=stamper.next(wall_clock()), settings=settings, policy=policy
+        )
+        run.pages += 1
+        run.documents += len(page)
+        run.hourly_written += hourly
+        run.daily_written += daily
+        current = replace(current, after=pages.after)
+        held = replace(held, token=current.token())
+        if not save(held):
+            run.lost_lease = True
+            return held, run
+    return held, run
+
+
+def count_page(
+    db: Database[Any], page: list[Document], current: Pass, *, stamp: datetime, settings: Settings, policy: RetryPolicy
+) -> tuple[int, int]:
+    """Write the hours a page of whole users' heartbeat documents counts, and roll up the days due; (hourly
+    documents written, daily documents written)."""
+    by_hour: dict[tuple[str, datetime], dict[str, BottleParts]] = defaultdict(dict)
+    users: set[str] = set()
+    for doc in page:
+        users.add(str(doc["user_id"]))
+        users |= {str(owner["user_id"]) for owner in doc.get(OWNERS) or []}
+        hours = tally_hours(doc, (current.start, current.end), late_since=current.late_since)
+        for key, heartbeat in heartbeat_parts(doc, only=hours).items():
+            by_hour[key][str(doc["_id"])] = BottleParts(heartbeat=heartbeat)
+    parts: Parts = dict(by_hour)
+    hourly, changed = write_hourly(db, parts, stamp, policy)
+    window = timedelta(hours=settings.heartbeat_window_hours)
+    days = {(user_id, day) for user_id in users for day in current.rollup_days(settings.daily_rollup_hours, window)}
+    # A late heartbeat changed an hour counted before: its day is rolled up again now.
+    days |= {(user_id, day_of(hour)) for user_id, hour in changed if hour < current.start}
+    daily = refresh_daily(db, days, policy) if days else 0
+    return hourly, daily
