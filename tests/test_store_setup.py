@@ -122,6 +122,8 @@ def test_documents_stored_before_they_carried_a_bucket_get_it_once_and_their_par
     db[schema.BOTTLE_ACTIONS].insert_many([{"_id": f"b{i}|e", "bottle_id": f"b{i}"} for i in range(7)])
     db[schema.USER_HOURLY_REPORTS].insert_one({"_id": "u1|2026-01-01T00", "user_id": "u1"})
     db[schema.BOTTLES].insert_one({"_id": "b0", "bottle_id": "b0", "bucket": 5})  # already has one: kept
+    # A heartbeat document of before the tally: its bucket, but not its owner's.
+    db[schema.BOTTLE_HEARTBEATS].insert_one({"_id": "b3", "bottle_id": "b3", "bucket": 9, "user_id": "u3"})
 
     main(["--uri", secantus_uri, "--database", "setup_backfill", "--backfill-buckets"])
     main(["--uri", secantus_uri, "--database", "setup_backfill", "--backfill-buckets"])
@@ -132,4 +134,7 @@ def test_documents_stored_before_they_carried_a_bucket_get_it_once_and_their_par
     assert all(doc["bucket"] == bucket_of(doc["bottle_id"]) for doc in db[schema.BOTTLE_ACTIONS].find())
     assert db[schema.USER_HOURLY_REPORTS].find_one()["bucket"] == bucket_of("u1")
     assert db[schema.BOTTLES].find_one()["bucket"] == 5
+    assert "bottle_heartbeats.ub: 1 documents given their bucket" in out
+    heartbeats = db[schema.BOTTLE_HEARTBEATS].find_one()
+    assert (heartbeats["bucket"], heartbeats["ub"]) == (9, bucket_of("u3"))
     secantus_client.drop_database("setup_backfill")
