@@ -2,7 +2,11 @@
 the seeds' approach measured in the same run:
 
 - per heartbeat, per opened and per closed event (one event per request, the bottle's heartbeat document at
-  steady state, the registry read by a cold worker): the app's writes, beside one insert per event;
+  steady state, a cold worker): the app's commands, beside one insert per event. A heartbeat is one findAndModify
+  of its heartbeat document; an opened or closed event is one read of its bottle (a cold worker's registry read,
+  which a closed event with a dose makes on any worker: its status write is computed from it), one insert of the
+  action and one status update of the bottle, a single statement (Cosmos DB charges every statement that
+  changes a document as a replace of it: the five statements a closed event used to send came to ~22 RU);
 - per report consumer change, at the design's density (each bottle heard from every 30 minutes, the consumer
   every minute, so a user-hour is rarely touched twice in one run): the app's recompute, beside the naive
   `$inc` per event; the leases and empty polls of a run, apart, per partition run;
@@ -120,7 +124,9 @@ NOTES: dict[str, str] = {}  # what the last passes found that is not a number
 
 def ingestion_costs(bottles: int, rounds: int) -> tuple[dict[str, PerUnit], dict[str, float], Samples]:
     """RU per heartbeat, opened and closed event (the app, and the seeds' one insert per event), and the
-    average document sizes the app leaves."""
+    average document sizes the app leaves. Each closed event is a dose (one pill), on an `every_hours` schedule:
+    the bottle's read, the action's insert and one status statement (status, last dose, dose history, next dose
+    due)."""
     results: dict[str, PerUnit] = {}
     with metered_store() as (db, meter):
         with clock_at(T0):
