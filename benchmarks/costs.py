@@ -46,13 +46,11 @@ from shared.reports.leases import Partition
 from shared.settings import Settings, get_settings
 from shared.store import client as store
 from shared.store import schema
-from shared.store.schema import CollectionSpec, IndexSpec, collection_specs
+from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
 
 T0 = datetime(2026, 11, 2, 0, 0, 7, tzinfo=UTC)  # the server clock when a pass begins
-# The seeds stored each event as its own document: sharded by bottle, with the index its per-bottle queries
-# (a bottle's latest heartbeat, its latest action) need.
-SEEDS_EVENTS = CollectionSpec("naive_events", "bottle_id", (IndexSpec("bottle_time", (("bottle_id", 1), ("time", 1))),))
+SEEDS_EVENTS = ingestion.SEEDS_EVENTS  # the seeds' one document per event
 
 
 @contextlib.contextmanager
