@@ -2,7 +2,11 @@
 the seeds' approach measured in the same run:
 
 - per heartbeat, per opened and per closed event (one event per request, the bottle's heartbeat document at
-  steady state, the registry read by a cold worker): the app's writes, beside one insert per event;
+  steady state, a cold worker): the app's commands, beside one insert per event. A heartbeat is one findAndModify
+  of its heartbeat document; an opened or closed event is one read of its bottle (a cold worker's registry read,
+  which a closed event with a dose makes on any worker: its status write is computed from it), one insert of the
+  action and one status update of the bottle, a single statement (Cosmos DB charges every statement that
+  changes a document as a replace of it: the five statements a closed event used to send came to ~22 RU);
 - per report consumer change, at the design's density (each bottle heard from every 30 minutes, the consumer
   every minute), over whole blocks of daily roll-ups: the app's actions feed, hourly heartbeat tally and
   daily roll-ups, beside the naive `$inc` per event; the leases and empty polls of a run, apart, per
@@ -43,13 +47,11 @@ from shared.reports.leases import Partition
 from shared.settings import Settings, get_settings
 from shared.store import client as store
 from shared.store import schema
-from shared.store.schema import CollectionSpec, IndexSpec, collection_specs
+from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
 
 T0 = datetime(2026, 11, 2, 0, 0, 7, tzinfo=UTC)  # the server clock when a pass begins
-# The seeds stored each event as its own document: sharded by bottle, with the index its per-bottle queries
-# (a bottle's latest heartbeat, its latest action) need.
-SEEDS_EVENTS = CollectionSpec("naive_events", "bottle_id", (IndexSpec("bottle_time", (("bottle_id", 1), ("time", 1))),))
+SEEDS_EVENTS = ingestion.SEEDS_EVENTS  # the seeds' one document per event
 
 
 @contextlib.contextmanager
@@ -121,7 +123,9 @@ NOTES: dict[str, str] = {}  # what the last passes found that is not a number
 
 def ingestion_costs(bottles: int, rounds: int) -> tuple[dict[str, PerUnit], dict[str, float], Samples]:
     """RU per heartbeat, opened and closed event (the app, and the seeds' one insert per event), and the
-    average document sizes the app leaves."""
+    average document sizes the app leaves. Each closed event is a dose (one pill), on an `every_hours` schedule:
+    the bottle's read, the action's insert and one status statement (status, last dose, dose history, next dose
+    due)."""
     results: dict[str, PerUnit] = {}
     with metered_store() as (db, meter):
         with clock_at(T0):

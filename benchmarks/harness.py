@@ -36,6 +36,7 @@ class Measurement:
     units: int
     seconds: float
     commands: int
+    cpu_seconds: float = 0.0  # the process's CPU time: with an in-process server, the app's and the server's
 
     @property
     def per_second(self) -> float:
@@ -45,12 +46,16 @@ class Measurement:
     def commands_per_unit(self) -> float:
         return self.commands / self.units if self.units else 0.0
 
+    @property
+    def cpu_ms_per_unit(self) -> float:
+        return 1000 * self.cpu_seconds / self.units if self.units else 0.0
+
 
 def measure(name: str, units: int, tally: CommandTally, run: Callable[[], None]) -> Measurement:
     before = tally.count
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     run()
-    return Measurement(name, units, time.perf_counter() - start, tally.count - before)
+    return Measurement(name, units, time.perf_counter() - start, tally.count - before, time.process_time() - cpu)
 
 
 @dataclass(frozen=True)

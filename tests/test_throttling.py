@@ -29,11 +29,12 @@ def stored(db: Any) -> tuple[int, int]:
     return db[schema.BOTTLE_ACTIONS].count_documents({}), len(counted(db))
 
 
-# The call each collection's writes go through: the heartbeat document's one findAndModify, bulk writes elsewhere.
+# The call each collection's writes go through: the heartbeat document's one findAndModify, the actions' bulk
+# insert, the bottle's one status update.
 WRITE = {
     schema.BOTTLE_HEARTBEATS: "find_one_and_update",
     schema.BOTTLE_ACTIONS: "bulk_write",
-    schema.BOTTLES: "bulk_write",
+    schema.BOTTLES: "update_one",
 }
 
 
@@ -74,7 +75,7 @@ def test_always_throttled_is_503_with_retry_after_and_stores_nothing(db, throttl
 
 def test_a_failure_part_way_is_repaired_by_the_device_retry(db, throttle):
     key = provisioned()
-    throttle({f"{schema.BOTTLES}.bulk_write": float("inf")})  # the status update never gets through
+    throttle({f"{schema.BOTTLES}.update_one": float("inf")})  # the status update never gets through
     assert post_events("bottle-1", key, BATCH).status == 503
 
     throttle({})

@@ -1,5 +1,6 @@
-"""Registry entries: what other jobs need to know about a bottle (owner, medication, key hash, dose plan),
-read from `bottles` and cached per worker for a short time."""
+"""Registry entries: what other jobs need to know about a bottle (owner, medication, key hash), read from
+`bottles` and cached per worker for a short time. The read that fills the cache also returns the bottle's status
+(what ingestion computes its one status write from), which is never cached."""
 
 import threading
 import time
@@ -11,8 +12,6 @@ from typing import Any
 from pymongo.database import Database
 
 from shared.device_keys import hash_key, same_hash
-from shared.doses.due_tracking import plan_of
-from shared.doses.schedules import DosePlan
 from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries
 
@@ -25,7 +24,6 @@ class RegistryEntry:
     user_id: str
     medication: str
     key_hash: str
-    dose_plan: DosePlan | None = None  # what ingestion needs to keep the next dose due current
 
     def accepts(self, device_key: str) -> bool:
         return same_hash(self.key_hash, hash_key(device_key))
@@ -71,15 +69,27 @@ class RegistryCache:
 
 REGISTRY_CACHE = RegistryCache()
 
-_ENTRY_FIELDS = {
-    "user_id": 1,
-    "medication": 1,
-    "key_hash": 1,
-    "schedule": 1,
-    "grace_minutes": 1,
-    "provisioned_at": 1,
-    "schedule_from": 1,
-}
+# One point read of a bottle: its registry entry, and the status fields ingestion's status write is computed
+# from (shared/ingestion/storing.py), the dose plan's fields among them.
+BOTTLE_FIELDS = dict.fromkeys(
+    (
+        "user_id",
+        "medication",
+        "key_hash",
+        "schedule",
+        "grace_minutes",
+        "provisioned_at",
+        "schedule_from",
+        "last_action",
+        "last_action_time",
+        "last_dose_time",
+        "doses",
+        "dose_due",
+        "dose_late_at",
+        "dose_seq",
+    ),
+    1,
+)
 
 
 def cached_entry(bottle_id: str) -> RegistryEntry | None:
@@ -87,18 +97,24 @@ def cached_entry(bottle_id: str) -> RegistryEntry | None:
     return REGISTRY_CACHE.get(bottle_id)
 
 
-def load_entry(db: Database[Any], bottle_id: str, cache_ttl_s: float, policy: RetryPolicy) -> RegistryEntry | None:
-    """The bottle's entry read from the registry (and cached for `cache_ttl_s`); None if it is unknown."""
-    found = with_retries(
-        lambda: db[schema.BOTTLES].find_one({"_id": bottle_id, "bottle_id": bottle_id}, _ENTRY_FIELDS), policy
-    )
+def read_bottle(db: Database[Any], bottle_id: str, policy: RetryPolicy) -> dict[str, Any] | None:
+    """The bottle's registry and status fields (BOTTLE_FIELDS), one point read; None if it is unknown."""
+    key = {"_id": bottle_id, "bottle_id": bottle_id}
+    return with_retries(lambda: db[schema.BOTTLES].find_one(key, BOTTLE_FIELDS), policy)
+
+
+def load_entry(
+    db: Database[Any], bottle_id: str, cache_ttl_s: float, policy: RetryPolicy
+) -> tuple[RegistryEntry | None, dict[str, Any] | None]:
+    """The bottle's entry read from the registry (and cached for `cache_ttl_s`), with the document it was read
+    from (registry and status); (None, None) if it is unknown."""
+    found = read_bottle(db, bottle_id, policy)
     if found is None:
         REGISTRY_CACHE.forget(bottle_id)
-        return None
-    plan = plan_of(found) if "schedule_from" in found else None
-    entry = RegistryEntry(bottle_id, found["user_id"], found["medication"], found["key_hash"], plan)
+        return None, None
+    entry = RegistryEntry(bottle_id, found["user_id"], found["medication"], found["key_hash"])
     REGISTRY_CACHE.put(entry, cache_ttl_s)
-    return entry
+    return entry, found
 
 
 def forget_entry(bottle_id: str) -> None:

@@ -4,18 +4,24 @@
 Fields: `schedule_from` (when the schedule took effect), `dose_due` (the earliest slot neither satisfied nor
 found late), `dose_late_at` (when the check must look next: `dose_due` + grace, or earlier), `doses` (the newest
 dose times, in order: what the check re-plays), `dose_pending` (a dose arrived since the check last resolved
-this bottle's late notifications), `late_episode` (the latest slot notified late and not yet resolved), and for
-`every_hours` schedules `dose_review_from` (the earliest dose that arrived since the last review) and
-`dose_seq` (a version the check's write is guarded by).
+this bottle's late notifications), `late_episode` (the latest slot notified late and not yet resolved),
+`dose_seq` (the status's version: every ingestion write to the bottle's status adds one, and both ingestion's
+write and the check's are guarded by it), and for `every_hours` schedules `dose_review_from` (the earliest dose
+that arrived since the last review).
 
-Ingestion moves `dose_due` forward without reading it: every op is guarded so that it applies only when the
-stored state is the one the op was computed for. An op may fail to apply (another dose got there first, the
-schedule just changed, a retried request): then `dose_due` stays behind, the check finds the bottle when that
-stale slot's grace runs out, re-plays the doses and moves it on without notifying. It never moves past a slot
-that is still unsatisfied, so a late dose is never missed.
+Ingestion moves `dose_due` forward from the state it read (`after_doses`), in the same one write that adds the
+request's new doses to `doses`, guarded by that state (`dose_seq`, `schedule_from`, `dose_due`, `dose_late_at`):
+when another write came in between, it matches nothing, and ingestion reads again and computes again. So no dose
+is lost to a concurrent write, and none counts twice: a `times` dose moves `dose_due` only off its own earliest
+slot, which `dose_due` then leaves for good; an `every_hours` dose only when it first joins `doses`. `dose_due`
+may still lag (a dose satisfies a later slot while an earlier one is unsatisfied, the schedule just changed, a
+status write was lost): then the check finds the bottle when that stale slot's grace runs out, re-plays the doses
+and moves it on without notifying. It never moves past a slot that is still unsatisfied, so a late dose is never
+missed.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,68 +45,83 @@ def initial_fields(plan: DosePlan, doses: Sequence[datetime] = ()) -> dict[str, 
     return {"schedule_from": plan.start, "dose_due": due, "dose_late_at": due + plan.grace}
 
 
-def ingestion_updates(
-    bottle_id: str, plan: DosePlan | None, doses: Sequence[datetime], fresh: Sequence[datetime], history: int
-) -> list[UpdateOne]:
-    """The ops a request's doses add to its one bulk write to `bottles` (no read).
+@dataclass(frozen=True)
+class DoseAdvance:
+    """What a bottle's new doses change of its dose tracking: the fields to set (`dose_due`, `dose_late_at`, only
+    those that change) and, on `every_hours` schedules, the earliest new dose for the check to review from."""
 
-    `doses` are every dose in the request (retries included: these ops are idempotent); `fresh` are the
-    ones stored for the first time, the only ones that may advance a `times` schedule (a retry must not
-    count a dose twice)."""
-    key = {"_id": bottle_id, "bottle_id": bottle_id}
-    ops = [
-        UpdateOne(
-            {**key, "doses": {"$ne": dose}},
-            {"$push": {"doses": {"$each": [dose], "$sort": 1, "$slice": -history}}},
-        )
-        for dose in sorted(set(doses))
-    ]
-    if plan is None:
-        return ops
-    scheduled = {**key, "schedule_from": plan.start}
+    fields: dict[str, datetime]
+    review_from: datetime | None = None
+
+
+def after_doses(plan: DosePlan, stored: Mapping[str, Any], new: Sequence[datetime]) -> DoseAdvance:
+    """The dose tracking after the doses `new` to the bottle (not in its `doses` yet), from the state `stored`
+    (the bottle as read, whose `schedule_from` is `plan.start`). Pure: the caller writes it guarded by that state.
+
+    `times`: a dose satisfies the due slot when that slot is the earliest one within grace of the dose; then the
+    next slot is due. Every dose the bottle knows is looked at, in time order, not only the new ones: a dose
+    stored while an earlier slot was still due (another request's, written first) moves the due slot on once
+    that slot is satisfied. A dose can move it only off its own earliest slot, which `dose_due` (never moving
+    backwards) leaves for good, so no dose counts twice.
+    `every_hours`: a new dose taken before the due slot went late makes the next one due `every` after it; a
+    dose after that leaves the late slot for the check to find. Any dose restarts the count from itself, so one
+    that arrives late (buffered) may make slots after it late that the stored state does not know of: it asks
+    the check to review from it, at the latest when its own next slot's grace runs out."""
+    due: datetime | None = stored.get("dose_due")
+    late_at: datetime | None = stored.get("dose_late_at")
+    review_from = None
     if isinstance(plan.schedule, IntervalSchedule):
-        ops += _interval_advances(scheduled, plan, plan.schedule.every, sorted(set(doses)))
+        ordered = sorted(set(new))
+        due, late_at = _interval_advances(plan, plan.schedule.every, ordered, due, late_at)
+        review_from = ordered[0] if ordered else None
     else:
-        ops += _times_advances(scheduled, plan, plan.schedule, sorted(set(fresh)))
-    return ops
+        known = sorted({*(stored.get("doses") or []), *new})
+        due, late_at = _times_advances(plan, plan.schedule, known, due, late_at)
+    changed = {
+        name: value
+        for name, value in (("dose_due", due), ("dose_late_at", late_at))
+        if value is not None and value != stored.get(name)
+    }
+    return DoseAdvance(changed, review_from)
+
+
+def _times_advances(
+    plan: DosePlan, schedule: TimesSchedule, doses: Sequence[datetime], due: datetime | None, late_at: datetime | None
+) -> tuple[datetime | None, datetime | None]:
+    """Each dose, in time order, moves the due slot on if it is the earliest slot within grace of the dose (a dose
+    more than grace before the due slot cannot reach it)."""
+    if due is None:
+        return due, late_at
+    for dose in doses:
+        if dose < due - plan.grace:
+            continue
+        slot = schedule.first_slot_from(max(plan.start, dose - plan.grace))
+        if slot <= dose + plan.grace and due == slot:
+            due = schedule.slot_after(slot)
+            late_at = due + plan.grace
+    return due, late_at
+
+
+def _interval_advances(
+    plan: DosePlan, every: timedelta, doses: Sequence[datetime], due: datetime | None, late_at: datetime | None
+) -> tuple[datetime | None, datetime | None]:
+    """Each new dose, in time order: taken before the due slot's grace ran out, the next slot is due `every`
+    after it (never earlier than the one stored); the check must look again at the latest when the dose's own
+    next slot's grace runs out; taken just before the schedule started, it is due `every` after the dose rather
+    than after the start."""
+    for dose in doses:
+        nearest_late = dose + every + plan.grace
+        if late_at is not None and late_at >= dose:
+            due = dose + every if due is None else max(due, dose + every)
+            late_at = max(late_at, nearest_late)
+        late_at = nearest_late if late_at is None else min(late_at, nearest_late)
+        if dose < plan.start <= dose + every and due == plan.start + every:
+            due, late_at = dose + every, nearest_late
+    return due, late_at
 
 
 def _due(due: datetime, grace: timedelta) -> dict[str, datetime]:
     return {"dose_due": due, "dose_late_at": due + grace}
-
-
-def _times_advances(
-    scheduled: dict[str, Any], plan: DosePlan, schedule: TimesSchedule, fresh: Sequence[datetime]
-) -> list[UpdateOne]:
-    """A dose satisfies the due slot when that slot is the earliest one within grace of it: then the next
-    slot is due. Guarded by `dose_due` equality, so it applies at most once and only to that slot."""
-    ops = []
-    for dose in fresh:
-        slot = schedule.first_slot_from(max(plan.start, dose - plan.grace))
-        if slot <= dose + plan.grace:
-            ops.append(
-                UpdateOne({**scheduled, "dose_due": slot}, {"$set": _due(schedule.slot_after(slot), plan.grace)})
-            )
-    return ops
-
-
-def _interval_advances(
-    scheduled: dict[str, Any], plan: DosePlan, every: timedelta, doses: Sequence[datetime]
-) -> list[UpdateOne]:
-    """A dose taken before the due slot went late makes the next one due `every` after it. A dose after
-    that leaves the late slot for the check to find. Any dose restarts the count from itself, so one that
-    arrives late (buffered) may make slots after it late that the stored state does not know of: it asks
-    the check to review from it (`$min`), at the latest when its own next slot's grace runs out."""
-    ops = []
-    for dose in doses:
-        ops.append(UpdateOne({**scheduled, "dose_late_at": {"$gte": dose}}, {"$max": _due(dose + every, plan.grace)}))
-        review = {"dose_late_at": dose + every + plan.grace, "dose_review_from": dose}
-        ops.append(UpdateOne(scheduled, {"$min": review, "$inc": {"dose_seq": 1}}))
-        if dose < plan.start <= dose + every:
-            # Taken just before the schedule started: due `every` after it rather than after the start.
-            first = {**scheduled, "dose_due": plan.start + every}
-            ops.append(UpdateOne(first, {"$set": _due(dose + every, plan.grace)}))
-    return ops
 
 
 def review_update(bottle: dict[str, Any], plan: DosePlan, review: Review) -> UpdateOne:

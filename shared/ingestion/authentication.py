@@ -22,19 +22,27 @@ def check_key_shape(device_key: str | None) -> str:
 
 
 def authenticate(
-    db: Database[Any], bottle_id: str, device_key: str | None, cache_ttl_s: float, policy: RetryPolicy
-) -> RegistryEntry:
-    """The registry entry of a bottle whose device presented the right key; Unauthorized otherwise.
+    db: Database[Any],
+    bottle_id: str,
+    device_key: str | None,
+    cache_ttl_s: float,
+    policy: RetryPolicy,
+    *,
+    fresh: bool = False,
+) -> tuple[RegistryEntry, dict[str, Any] | None]:
+    """The registry entry of a bottle whose device presented the right key, and the bottle as read (registry and
+    status fields) when this call read it; Unauthorized otherwise.
 
-    Served from the worker's cache when it can be; a key the cached entry rejects is checked against
-    the database once (the key may just have been rotated on another worker). An unknown bottle and a wrong
-    key take the same steps (one registry read, one hash, one constant-time comparison), so neither the
+    Served from the worker's cache when it can be, unless `fresh` (the caller needs the bottle's status, so
+    reads it anyway, and the key is checked against that read); a key the cached entry rejects is checked
+    against the database once (the key may just have been rotated on another worker). An unknown bottle and a
+    wrong key take the same steps (one registry read, one hash, one constant-time comparison), so neither the
     answer nor its timing tells them apart."""
     presented = hash_key(check_key_shape(device_key))
-    cached = cached_entry(bottle_id)
+    cached = None if fresh else cached_entry(bottle_id)
     if cached is not None and same_hash(cached.key_hash, presented):
-        return cached
-    entry = load_entry(db, bottle_id, cache_ttl_s, policy)
+        return cached, None
+    entry, bottle = load_entry(db, bottle_id, cache_ttl_s, policy)
     if not same_hash(entry.key_hash if entry is not None else _NO_KEY, presented) or entry is None:
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
-    return entry
+    return entry, bottle

@@ -30,21 +30,25 @@ def receive(
 
     Validation needs no database, so it comes before anything is read or written; its answers say
     nothing about the registry. A request of heartbeats only is authenticated by its own write; one
-    with actions reads the registry entry (cached per worker) for their owner and medication."""
+    with actions reads the registry entry (cached per worker) for their owner and medication, and one with a
+    dose reads the bottle in any case (its status write is computed from the bottle's dose tracking), which is
+    then also what the key is checked against."""
     check_size(body)
     check_media_type(content_type)
     key = check_key_shape(device_key)
     events = parse_events(decode_json(body), now, timedelta(days=settings.max_event_age_days))
     policy = RetryPolicy.for_request(settings)
-    registry = None
+    registry, bottle = None, None
     if any(e.type != "heartbeat" for e in events):
-        registry = authenticate(db, bottle_id, key, settings.registry_cache_seconds, policy)
+        fresh = any(e.is_dose for e in events)
+        registry, bottle = authenticate(db, bottle_id, key, settings.registry_cache_seconds, policy, fresh=fresh)
     return ingest_events(
         db,
         bottle_id,
         hash_key(key),
         events,
         registry=registry,
+        bottle=bottle,
         now=now,
         policy=policy,
         window=Window(settings.heartbeat_window_hours),

@@ -2,11 +2,13 @@
 
 Per request: one write of the bottle's heartbeat document for all its heartbeats (a findAndModify, whose
 filter is the key check and whose reply is the ring as it was, so repeats are told apart), one bulk insert
-into `bottle_actions`, and one bulk update of the bottle's status in `bottles`. A request of heartbeats costs
-one write; an opened/closed event two; a batch of any size at most three.
+into `bottle_actions`, and one update of the bottle's status in `bottles`: a single statement, because Cosmos DB
+charges each statement that changes a document as a replace of the whole document. A request of heartbeats costs
+one write; an opened/closed event two (plus the bottle's read by a request with a dose, or by a worker that has
+not cached the bottle); a batch of any size at most three.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from hmac import compare_digest
@@ -14,11 +16,11 @@ from typing import Any
 
 from bson import Binary
 from pymongo import InsertOne, ReturnDocument, UpdateOne
+from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.bottles.entries import RegistryEntry, forget_entry
-from shared.doses.due_tracking import ingestion_updates
-from shared.doses.schedules import DosePlan
+from shared.bottles.entries import RegistryEntry, forget_entry, read_bottle
+from shared.doses.due_tracking import after_doses, plan_of
 from shared.errors import Unauthorized
 from shared.heartbeat_document import (
     KEY,
@@ -42,6 +44,8 @@ from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries, wr
 
 # A ring write that keeps losing to concurrent writes of the same bottle (after a long gap) gives up: 503.
 MAX_RING_ROUNDS = 5
+# Likewise a status write computed from the bottle as read, when other writes keep changing it first.
+MAX_STATUS_ROUNDS = 5
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ def ingest_events(
     events: list[DeviceEvent],
     *,
     registry: RegistryEntry | None,
+    bottle: Mapping[str, Any] | None = None,
     now: datetime,
     policy: RetryPolicy,
     window: Window,
@@ -65,10 +70,11 @@ def ingest_events(
     """Store a request's events; a retried event (same request or a later one) is counted as a duplicate.
 
     Heartbeats authenticate inside their own write (the key hash is part of the filter), so they need no
-    registry entry; actions do (`registry`: their owner and medication are denormalised onto them).
-    Writes are ordered so that a failure part-way leaves nothing a retry would not repair: events first,
-    then the status derived from all of the request's actions (re-applied on retry, never backwards).
-    """
+    registry entry; actions do (`registry`: their owner and medication are denormalised onto them). `bottle`:
+    the bottle as the request read it (registry and status fields), if it did; a request with a dose reads it
+    here otherwise. Writes are ordered so that a failure part-way leaves nothing a retry would not repair:
+    events first, then the status derived from all of the request's actions (re-applied on retry, never
+    backwards)."""
     heartbeats = _first_of_each(e for e in events if e.type == "heartbeat")
     actions = _first_of_each(e for e in events if e.type != "heartbeat")
     stored = 0
@@ -83,12 +89,8 @@ def ingest_events(
         repeats = [e for e, new in zip(actions, written, strict=True) if not new]
         reused = _reused_ids(db, bottle_id, repeats, policy) if repeats else set()
         kept = [e for e in actions if e.event_id not in reused]  # only events as they are stored count
-        fresh = [e.time for e, new in zip(actions, written, strict=True) if new and e.is_dose]
         if kept:
-            updates = status_updates(
-                bottle_id, kept, plan=registry.dose_plan, fresh_doses=fresh, dose_history=dose_history
-            )
-            write_idempotent(db[schema.BOTTLES], updates, policy)
+            store_status(db, bottle_id, kept, bottle=bottle, dose_history=dose_history, policy=policy)
     return IngestResult(stored=stored, duplicates=len(events) - stored)
 
 
@@ -243,40 +245,124 @@ def action_document_fields(event: DeviceEvent) -> dict[str, Any]:
     return fields
 
 
-def status_updates(
+def store_status(
+    db: Database[Any],
     bottle_id: str,
     actions: list[DeviceEvent],
     *,
-    plan: DosePlan | None = None,
-    fresh_doses: Sequence[datetime] = (),
-    dose_history: int = 32,
-) -> list[InsertOne[Any] | UpdateOne]:
-    """The bottle's status after these actions, guarded so an older event never moves it backwards.
+    bottle: Mapping[str, Any] | None,
+    dose_history: int,
+    policy: RetryPolicy,
+) -> None:
+    """Bring the bottle's status up to date with these actions (stored ones, retries included): one update.
 
-    `open_pending` tells the left-open check the open/closed state changed since it last looked; the dose
-    ops keep the next dose due current (shared/doses/due_tracking.py). All of it is one bulk write."""
+    Without a dose the write needs nothing read: its filter is the whole condition (`status_write`). With one,
+    it is computed from the bottle as read (`bottle`, or read here) and guarded by that state
+    (`computed_status_write`); if another write changed the bottle in between, it matches nothing, and the
+    bottle is read again and the write computed again (at most MAX_STATUS_ROUNDS times, then 503: a retry is
+    safe). A write already applied (a retry whose first answer was lost, a repeated request) computes to
+    nothing, and is not sent."""
+    collection = db[schema.BOTTLES]
+    if not any(e.is_dose for e in actions):
+        _applied(collection, status_write(bottle_id, actions), policy)
+        return
+    for _round in range(MAX_STATUS_ROUNDS):
+        found = bottle if bottle is not None else read_bottle(db, bottle_id, policy)
+        bottle = None
+        if found is None:  # bottles are never deleted: nothing to bring up to date
+            return
+        write = computed_status_write(found, actions, dose_history=dose_history)
+        if write is None:
+            return
+        if _applied(collection, write, policy):
+            return
+    raise StoreUnavailable("the bottle kept changing during its status write; retry", retry_after_s=1)
+
+
+def _applied(collection: Collection[Any], write: tuple[dict[str, Any], dict[str, Any]], policy: RetryPolicy) -> bool:
+    """One guarded update (retried on throttling and faults); whether its filter matched."""
+    return bool(with_retries(lambda: collection.update_one(*write), policy).matched_count == 1)
+
+
+def _latest(actions: list[DeviceEvent]) -> DeviceEvent:
     # At the same instant a close sorts after an open, in one request or across several in any order: the
     # bottle ends closed.
-    latest = max(actions, key=lambda e: (e.time, e.type == "closed"))
-    key = {"_id": bottle_id, "bottle_id": bottle_id}
+    return max(actions, key=lambda e: (e.time, e.type == "closed"))
+
+
+def _status_fields(latest: DeviceEvent) -> dict[str, Any]:
+    """What the latest action sets. `open_pending` tells the left-open check the open/closed state changed
+    since it last looked."""
+    return {
+        "last_action": latest.type,
+        "last_action_time": latest.time,
+        "open_since": latest.time if latest.type == "opened" else None,
+        "open_pending": True,
+    }
+
+
+# Every ingestion write of the status adds one (shared/doses/due_tracking.py), so a write computed from the
+# bottle as read applies only if no other ingestion write came in between.
+_VERSION = {"$inc": {"dose_seq": 1}}
+
+
+def status_write(bottle_id: str, actions: list[DeviceEvent]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The status write of actions without a dose: (filter, update). Guarded so an older event never moves the
+    status backwards: it matches only a bottle whose last action is older (or, for a close, an open at the
+    same instant)."""
+    latest = _latest(actions)
     newer: list[dict[str, Any]] = [{"last_action_time": None}, {"last_action_time": {"$lt": latest.time}}]
     if latest.type == "closed":
         newer.append({"last_action_time": latest.time, "last_action": "opened"})
-    updates: list[InsertOne[Any] | UpdateOne] = [
-        UpdateOne(
-            {**key, "$or": newer},
-            {
-                "$set": {
-                    "last_action": latest.type,
-                    "last_action_time": latest.time,
-                    "open_since": latest.time if latest.type == "opened" else None,
-                    "open_pending": True,
-                }
-            },
-        )
-    ]
-    doses = [e.time for e in actions if e.is_dose]
-    if doses:
-        updates.append(UpdateOne(key, {"$max": {"last_dose_time": max(doses)}, "$set": {"dose_pending": True}}))
-        updates += ingestion_updates(bottle_id, plan, doses, fresh_doses, dose_history)
-    return updates
+    return {"_id": bottle_id, "bottle_id": bottle_id, "$or": newer}, {"$set": _status_fields(latest), **_VERSION}
+
+
+def _moves_status(stored: Mapping[str, Any], latest: DeviceEvent) -> bool:
+    """`status_write`'s filter, on the bottle as read."""
+    last: datetime | None = stored.get("last_action_time")
+    if last is None or last < latest.time:
+        return True
+    return latest.type == "closed" and last == latest.time and stored.get("last_action") == "opened"
+
+
+def computed_status_write(
+    stored: Mapping[str, Any], actions: list[DeviceEvent], *, dose_history: int
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The status write of actions with doses, computed from the bottle as read (`stored`): (filter, update),
+    or None when the bottle already shows them all (nothing to write).
+
+    The status moves only for an action newer than the stored one (`status_write`'s rule). `last_dose_time` is the
+    latest dose. A dose is new when `doses` does not hold it yet: new doses join `doses` (the newest
+    `dose_history`, in order) and move the next dose due on (shared/doses/due_tracking.py) in this same write, so
+    a dose already in `doses` has been counted, and a retried one never counts twice. The filter is the state
+    the write was computed from: `dose_seq` (every ingestion write of the status adds one) and, when the dose
+    tracking was computed, the fields the check and provisioning write too (`schedule_from`, `dose_due`,
+    `dose_late_at`)."""
+    bottle_id = stored["_id"]
+    guard: dict[str, Any] = {"_id": bottle_id, "bottle_id": bottle_id, "dose_seq": stored.get("dose_seq")}
+    fields: dict[str, Any] = {}
+    update: dict[str, Any] = {}
+    latest = _latest(actions)
+    if _moves_status(stored, latest):
+        fields |= _status_fields(latest)
+    doses = sorted({e.time for e in actions if e.is_dose})
+    last_dose: datetime | None = stored.get("last_dose_time")
+    if doses and (last_dose is None or doses[-1] > last_dose):
+        fields["last_dose_time"] = doses[-1]
+    known = set(stored.get("doses") or [])
+    new = [dose for dose in doses if dose not in known]
+    if new:
+        update["$push"] = {"doses": {"$each": new, "$sort": 1, "$slice": -dose_history}}
+        if stored.get("schedule_from") is not None:  # a bottle provisioned before dose tracking has none
+            advance = after_doses(plan_of(dict(stored)), stored, new)
+            fields |= advance.fields
+            if advance.review_from is not None:
+                update["$min"] = {"dose_review_from": advance.review_from}
+            guard |= {name: stored.get(name) for name in ("schedule_from", "dose_due", "dose_late_at")}
+    if new or "last_dose_time" in fields:
+        fields["dose_pending"] = True  # the check's resolve sweep looks at the bottle again
+    if not fields and not update:
+        return None
+    if fields:
+        update["$set"] = fields
+    return guard, {**update, **_VERSION}

@@ -39,7 +39,7 @@ The markers, with what sets and clears them (each query also selects the partiti
 | --- | --- | --- | --- | --- | --- |
 | left open | bottles | `open_pending` and `open_since < now - LEFT_OPEN_MINUTES` | `open_pending` and `open_episode` set | `open_pending: true` on every new latest action | `open_pending: false`, `open_episode` |
 | silent | bottle_heartbeats | `silent_pending` and `alive_at < now - SILENT_MINUTES` | `silent_pending` and `silent_episode` set | `silent_pending: true` on every heartbeat | `silent_pending: false`, `silent_episode` |
-| late dose | bottles | `dose_late_at <= now` | `dose_pending` and `late_episode` set | `dose_due`/`dose_late_at` advanced, `dose_pending: true` per dose | `dose_due` moved on, `late_episode` |
+| late dose | bottles | `dose_late_at <= now` | `dose_pending` and `late_episode` set | `dose_due`/`dose_late_at` advanced, `dose_pending: true` per new dose | `dose_due` moved on, `late_episode` |
 
 Every write a check makes is guarded by the state it read, so a run racing with ingestion, or with another run
 (of the same partition: a duplicate work message), never undoes what the other did; the worst case is a
