@@ -97,7 +97,7 @@ def table(measured: Measured, settings: Settings | None = None) -> list[Row]:
     _add(rows, measured.opened, OPENED_PER_SECOND, f"{OPENED_PER_SECOND:,} opened/s", EVENTS)
     _add(rows, measured.closed, CLOSED_PER_SECOND, f"{CLOSED_PER_SECOND:,} closed/s", EVENTS)
     _add(rows, measured.consumer_change, changes, f"{changes:,.0f} report changes/s", CONSUMER)
-    _add(rows, measured.consumer_run, runs, f"{runs:.0f} report partition runs/s", CONSUMER)
+    _add(rows, measured.consumer_run, runs, f"{runs:.2f} report partition runs/s", CONSUMER)
     _add(rows, measured.swept_in_trouble, trouble, f"{trouble:,.0f} bottles in trouble/s", CHECKS)
     _add(rows, measured.sweep_run, ASSUMED_RATES["check runs per second"], "check runs", CHECKS)
     # Retention: at steady state as many documents expire as are written; the deletes run in the background.
