@@ -4,6 +4,7 @@ queue tests, and every sorted query checked against the declared indexes."""
 
 import itertools
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import mongomock
@@ -12,6 +13,7 @@ from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
 from shared.bottles.entries import forget_all_entries
+from shared.instants import hour_of, set_clock
 from shared.settings import Settings, get_settings
 from shared.store import client as store
 from shared.store.schema import collection_specs
@@ -109,6 +111,16 @@ def clean_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     store.use_client(None)
     get_settings.cache_clear()
     forget_all_entries()
+
+
+@pytest.fixture
+def mid_hour() -> Iterator[None]:
+    """The app's clock runs in real time from the middle of the current UTC hour: a test that reads it more than
+    once (the heartbeat tally counts an hour 10 minutes after it ends) sees no hour boundary go by."""
+    offset = hour_of(datetime.now(UTC)) + timedelta(minutes=30) - datetime.now(UTC)
+    set_clock(lambda: datetime.now(UTC) + offset)
+    yield
+    set_clock(None)
 
 
 @pytest.fixture(scope="session")

@@ -559,6 +559,7 @@ def test_a_cosmos_recovery_cut_short_by_its_budget_carries_on_from_a_fresh_token
 
 @pytest.mark.integration
 @pytest.mark.parametrize("source", ["change_stream", "polling"])
+@pytest.mark.usefixtures("mid_hour")
 def test_workers_side_by_side_with_every_message_twice_give_a_rebuilds_reports(real_db, monkeypatch, source):
     set_setting(monkeypatch, "CHANGE_SOURCE", source)
     set_setting(monkeypatch, "DAILY_ROLLUP_HOURS", "1")  # every pass rolls its hours' days up

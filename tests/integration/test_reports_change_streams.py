@@ -190,6 +190,7 @@ def test_a_rejected_resume_token_rebuilds_from_the_checkpoint_time_and_says_so(r
     assert run().recovered == []  # and carries on from the new stream
 
 
+@pytest.mark.usefixtures("mid_hour")
 def test_change_streams_and_polling_give_identical_reports(real_db, monkeypatch):
     set_setting(monkeypatch, "DAILY_ROLLUP_HOURS", "1")  # every pass rolls its hours' days up, whatever the hour
     keys = two_bottles()
