@@ -1,0 +1,102 @@
+"""The heartbeat tally under a hostile review: what it counts where the ring, the cursor, the leases, the window
+and the roll-ups meet (shared/reports/tally.py). Each test drives the app's own provisioning, ingestion, tally
+and actions consumer on one store with chosen server clocks."""
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared.bottles.provisioning import provision
+from shared.bottles.spec import BottleSpec
+from shared.ingestion.receive import receive
+from shared.reports.aggregation import Change, Stamper, refresh_hourly
+from shared.reports.leases import Lease
+from shared.reports.tally import rolled_up_before, run_tally
+from shared.settings import Settings
+from shared.store import schema
+from shared.store.partitioning import BucketRange
+from shared.store.retries import RetryPolicy
+from tests.report_client import work
+
+POLICY = RetryPolicy(max_retries=0, base_ms=1)
+DAY = datetime(2026, 11, 20, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+class Fleet:
+    """Bottles provisioned and heartbeats received at chosen server times, and the tally's one partition."""
+
+    def __init__(self, db: Any, settings: Settings) -> None:
+        self.db, self.settings = db, settings
+        self.keys: dict[str, str] = {}
+        self.lease = Lease()
+
+    def provision(self, bottle_id: str, user_id: str, now: datetime) -> None:
+        spec = BottleSpec(user_id=user_id, medication="med", schedule={"every_hours": 12})
+        key = provision(self.db, bottle_id, spec, rotate_key=False, now=now, settings=self.settings).device_key
+        if key:
+            self.keys[bottle_id] = key
+
+    def send(self, bottle_id: str, *events: dict[str, Any], now: datetime) -> None:
+        body = json.dumps({"events": list(events)}).encode()
+        receive(self.db, bottle_id, self.keys[bottle_id], body, now=now, settings=self.settings)
+        actions = self.db[schema.BOTTLE_ACTIONS].find({"bottle_id": bottle_id, "received_at": now})
+        changes = [Change(schema.BOTTLE_ACTIONS, a["_id"], a) for a in actions]
+        if changes:  # the actions' consumer, at once
+            refresh_hourly(
+                self.db, changes, stamp=Stamper(now).next(), policy=POLICY, rolled_up_before=rolled_up_before(now)
+            )
+
+    def beat(self, bottle_id: str, at: datetime, *, received: datetime | None = None) -> None:
+        self.send(bottle_id, {"type": "heartbeat", "time": at.isoformat()}, now=received or at)
+
+    def tally(self, now: datetime) -> bool:
+        def save(lease: Lease) -> bool:
+            self.lease = lease
+            return True
+
+        _, run = run_tally(
+            self.db,
+            BucketRange(0, 1),
+            self.lease,
+            settings=self.settings,
+            policy=POLICY,
+            wall_clock=lambda: now,
+            out_of_time=lambda: False,
+            save=save,
+        )
+        return run.caught_up
+
+    def hourly(self, user_id: str) -> dict[datetime, int]:
+        found = self.db[schema.USER_HOURLY_REPORTS].find({"user_id": user_id})
+        return {r["hour"].astimezone(UTC): r["heartbeats"] for r in found if r["heartbeats"]}
+
+    def daily(self, user_id: str, day: datetime) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = self.db[schema.USER_DAILY_REPORTS].find_one(
+            {"user_id": user_id, "day": day}, {"_id": 0, "updated_at": 0}
+        )
+        return found
+
+
+def every_half_hour(start: datetime, end: datetime) -> list[datetime]:
+    moments, at = [], start
+    while at < end:
+        moments.append(at)
+        at += timedelta(minutes=30)
+    return moments
+
+
+@pytest.mark.parametrize("retired", [schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS])
+def test_a_work_message_of_a_retired_feed_still_queued_after_the_upgrade_is_dropped(mock_db: Any, retired: str) -> None:
+    """Messages for the heartbeat documents' change feed and the hourly reports' feed may sit in the queue when
+    the tally's version is deployed: the worker drops them (README), rather than failing five times into the
+    poison queue, where they would count as failures and alert."""
+    message = json.dumps({"feed": retired, "partition": 0, "of": 4, "cosmos": False})
+
+    work(message)  # no error
+
+    assert mock_db[schema.LEASES].count_documents({}) == 0
+    with pytest.raises(ValueError, match="not a report partition"):
+        work(json.dumps({"feed": "bottles", "partition": 0, "of": 4, "cosmos": False}))
