@@ -13,10 +13,10 @@ from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
 from shared.reports.aggregation import Change, Stamper, refresh_hourly
 from shared.reports.leases import Lease
-from shared.reports.tally import rolled_up_before, run_tally
+from shared.reports.tally import UserPages, rolled_up_before, run_tally
 from shared.settings import Settings
 from shared.store import schema
-from shared.store.partitioning import BucketRange
+from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy
 from tests.report_client import work
 
@@ -100,3 +100,38 @@ def test_a_work_message_of_a_retired_feed_still_queued_after_the_upgrade_is_drop
     assert mock_db[schema.LEASES].count_documents({}) == 0
     with pytest.raises(ValueError, match="not a report partition"):
         work(json.dumps({"feed": "bottles", "partition": 0, "of": 4, "cosmos": False}))
+
+
+def user_in(low: int, high: int, prefix: str = "user") -> str:
+    """A user id whose bucket is in [low, high)."""
+    return next(f"{prefix}{i}" for i in range(100_000) if low <= bucket_of(f"{prefix}{i}") < high)
+
+
+def test_a_user_whose_bottles_move_away_between_the_reads_of_a_page_is_passed_over(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page full of one user's documents reads the user again whole; if the user's bottles were reassigned in
+    between (to a user of another bucket), that read finds nothing, and the cursor still moves on."""
+    first, second, moved_to = user_in(0, 100), user_in(400, 500), user_in(900, 1000)
+    fleet = Fleet(mock_db, Settings(reports_page_size=2))
+    for bottle_id in ("b1", "b2", "b3"):
+        fleet.provision(bottle_id, first, DAY)
+    fleet.provision("b4", second, DAY)
+    pages = UserPages(mock_db[schema.BOTTLE_HEARTBEATS], BucketRange(0, 1), after=None, size=2, policy=POLICY)
+    real_find = pages._find
+    reads: list[dict[str, Any]] = []
+
+    def find(query: dict[str, Any], *, limit: int) -> list[dict[str, Any]]:
+        found = real_find(query, limit=limit)
+        reads.append(query)
+        if len(reads) == 1:  # the first page has read two of the first user's three bottles: now they move
+            for bottle_id in ("b1", "b2", "b3"):
+                fleet.provision(bottle_id, moved_to, DAY + HOUR)
+        return found
+
+    monkeypatch.setattr(pages, "_find", find)
+    seen: set[str] = set()
+    while (page := pages.next_page()) is not None:
+        seen |= {str(d["_id"]) for d in page}
+
+    assert seen == {"b1", "b2", "b3", "b4"}

@@ -171,8 +171,10 @@ class UserPages:
         if len(docs) == self._size:
             last = _user_key(docs[-1])
             whole = [d for d in docs if _user_key(d) != last]
-            # A user whose documents fill the page alone is read whole.
-            docs = whole or self._find({USER_BUCKET: last[0], "user_id": last[1]}, limit=0)
+            # A user whose documents fill the page alone is read whole; if none is found now (the user's bottles
+            # were all reassigned since, and their `ub` moved them), the page as read stands: its hours closed
+            # before the reassignment, and the new owner's pass counts the bottles again whole (tally_hours).
+            docs = whole or self._find({USER_BUCKET: last[0], "user_id": last[1]}, limit=0) or docs
         self._after = _user_key(docs[-1])
         return docs
 
