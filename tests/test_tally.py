@@ -135,3 +135,16 @@ def test_a_user_whose_bottles_move_away_between_the_reads_of_a_page_is_passed_ov
         seen |= {str(d["_id"]) for d in page}
 
     assert seen == {"b1", "b2", "b3", "b4"}
+
+
+def test_with_the_shortest_window_every_prompt_heartbeat_is_counted(mock_db: Any) -> None:
+    """An hour must stay in the ring until the tally has counted it, some minutes after it closed."""
+    shortest = min(int(getattr(c, "ge", 1 << 30)) for c in Settings.model_fields["heartbeat_window_hours"].metadata)
+    fleet = Fleet(mock_db, Settings(heartbeat_window_hours=shortest))
+    fleet.provision("b1", "u1", DAY)
+    for at in every_half_hour(DAY + timedelta(minutes=2), DAY + 8 * HOUR):
+        fleet.beat("b1", at)  # at :02 and :32
+        fleet.tally(at + timedelta(minutes=10))  # a pass at :12 counts the hour that closed 12 minutes ago
+    fleet.tally(DAY + 9 * HOUR)
+
+    assert fleet.hourly("u1") == {DAY + h * HOUR: 2 for h in range(8)}
