@@ -148,3 +148,67 @@ def test_with_the_shortest_window_every_prompt_heartbeat_is_counted(mock_db: Any
     fleet.tally(DAY + 9 * HOUR)
 
     assert fleet.hourly("u1") == {DAY + h * HOUR: 2 for h in range(8)}
+
+
+def opened(at: datetime) -> dict[str, Any]:
+    return {"type": "opened", "time": at.isoformat(), "number_of_pills": 30, "mass_of_contents": 15.0}
+
+
+def test_a_tally_that_fell_behind_by_more_than_the_window_still_rolls_up_the_days_it_passed(mock_db: Any) -> None:
+    """An action counted while its day was open is rolled up into the day by the tally's pass over the day's
+    last block; a tally that comes back after a long stop must still roll those days up."""
+    fleet = Fleet(mock_db, Settings())
+    fleet.provision("b1", "u1", DAY)
+    fleet.beat("b1", DAY + timedelta(hours=5, minutes=2))
+    fleet.tally(DAY + timedelta(hours=6, minutes=10))  # counts up to 06:00, rolls the day's first block up
+    fleet.send("b1", opened(DAY + timedelta(hours=8)), now=DAY + timedelta(hours=8))  # in its hour at once
+    # The tally stops (its workers failing, say) and comes back two days later.
+    assert fleet.tally(DAY + timedelta(days=2, hours=1, minutes=10))
+
+    day = fleet.daily("u1", DAY)
+    assert day is not None
+    assert (day["opened"], day["heartbeats"]) == (1, 1)
+
+
+def test_a_first_pass_rolls_up_the_day_of_an_hour_it_finds_in_a_silent_bottles_ring(mock_db: Any) -> None:
+    """A ring is cleared only by the bottle's own writes, so a bottle silent since keeps hours older than the
+    window: the first pass counts them, and must roll their days up too, not only those of its last window."""
+    fleet = Fleet(mock_db, Settings())
+    fleet.provision("b1", "u1", DAY)
+    fleet.beat("b1", DAY + timedelta(hours=21, minutes=54))  # then silent
+    fleet.tally(DAY + timedelta(days=2, minutes=15))  # the partition's first pass (a new deployment, say)
+
+    assert fleet.hourly("u1") == {DAY + 21 * HOUR: 1}
+    day = fleet.daily("u1", DAY)
+    assert day is not None
+    assert day["heartbeats"] == 1
+
+
+def test_a_first_pass_that_completes_days_after_its_lease_was_made_rolls_up_the_days_since(mock_db: Any) -> None:
+    """Actions counted while their day was open reach the day only through the tally's roll-ups; a partition
+    whose first pass failed for days (or was never run) rolls up every day since its lease was made."""
+    fleet = Fleet(mock_db, Settings())
+    fleet.lease = Lease(created_at=DAY)  # dispatched at midnight; its first passes fail
+    fleet.provision("b1", "u1", DAY)
+    fleet.send("b1", opened(DAY + timedelta(hours=8)), now=DAY + timedelta(hours=8))
+    assert fleet.tally(DAY + timedelta(days=2, hours=1, minutes=10))
+
+    day = fleet.daily("u1", DAY)
+    assert day is not None
+    assert day["opened"] == 1
+
+
+def test_a_tally_far_behind_leaves_the_daily_reports_of_days_whose_hours_may_have_expired(mock_db: Any) -> None:
+    """The daily reports are the long-term history: a day whose hourly reports may have expired is never rolled
+    up again from what is left of them (here, nothing), however far behind the tally's checkpoint is."""
+    fleet = Fleet(mock_db, Settings())
+    long_ago = DAY - timedelta(days=40)
+    history = {"_id": f"u1|{long_ago:%Y-%m-%d}", "user_id": "u1", "day": long_ago, "opened": 3, "bottles": []}
+    mock_db[schema.USER_DAILY_REPORTS].insert_one(history | {"updated_at": long_ago})
+    fleet.lease = Lease(checkpoint_time=long_ago + 5 * HOUR, created_at=long_ago)
+    fleet.provision("b1", "u1", DAY)
+    fleet.beat("b1", DAY + timedelta(minutes=2))
+    assert fleet.tally(DAY + timedelta(hours=1, minutes=10))
+
+    assert fleet.daily("u1", long_ago) == {k: v for k, v in history.items() if k != "_id"}
+    assert fleet.hourly("u1") == {DAY: 1}

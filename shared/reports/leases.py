@@ -123,6 +123,7 @@ class Lease:
     start_token: Token | None = None
     owner: str | None = None
     version: int = 0
+    created_at: datetime | None = None  # when the lease was made (the tally's first pass rolls up days from it)
 
 
 def _lease(document: Mapping[str, Any]) -> Lease:
@@ -132,6 +133,7 @@ def _lease(document: Mapping[str, Any]) -> Lease:
         start_token=document.get("start_token"),
         owner=document.get("owner"),
         version=int(document.get("version", 0)),
+        created_at=document.get("created_at"),
     )
 
 

@@ -114,11 +114,20 @@ class Pass:
             after=None if after is None else (int(after[0]), str(after[1])),
         )
 
-    def rollup_days(self, block_hours: int, window: timedelta) -> set[datetime]:
-        """The days a block of whose hours ends within this pass's hours (of the last `window`: an older day
-        changes only by late events, which roll it up themselves)."""
+    def rollup_days(
+        self, block_hours: int, *, first: timedelta, oldest: timedelta, made: datetime | None = None
+    ) -> set[datetime]:
+        """The days a block of whose hours ends within this pass's hours: every one since the last pass's end,
+        however far behind the tally fell (the actions of a day counted while it was open are rolled up into
+        it by these passes only); a first pass, those since its lease was `made` or of the last `first` (a
+        heartbeat window), whichever is longer: the days before were rolled up as they closed (by the layout
+        before the tally, or the actions' consumer). None older than `oldest`, whose hourly reports may have
+        expired."""
+        since = self.start
+        if self.start == EPOCH:
+            since = self.end - first if made is None else min(self.end - first, made)
         days = set()
-        hour = max(self.start, self.end - window) + HOUR
+        hour = max(since, self.end - oldest) + HOUR
         while hour <= self.end:
             if hour.hour % block_hours == 0:
                 days.add(day_of(hour - HOUR))
@@ -242,7 +251,7 @@ def run_tally(
             run.lost_lease = not save(held)
             return held, run
         hourly, daily = count_page(
-            db, page, current, stamp=stamper.next(wall_clock()), settings=settings, policy=policy
+            db, page, current, stamp=stamper.next(wall_clock()), settings=settings, policy=policy, made=held.created_at
         )
         run.pages += 1
         run.documents += len(page)
@@ -257,10 +266,17 @@ def run_tally(
 
 
 def count_page(
-    db: Database[Any], page: list[Document], current: Pass, *, stamp: datetime, settings: Settings, policy: RetryPolicy
+    db: Database[Any],
+    page: list[Document],
+    current: Pass,
+    *,
+    stamp: datetime,
+    settings: Settings,
+    policy: RetryPolicy,
+    made: datetime | None = None,
 ) -> tuple[int, int]:
-    """Write the hours a page of whole users' heartbeat documents counts, and roll up the days due; (hourly
-    documents written, daily documents written)."""
+    """Write the hours a page of whole users' heartbeat documents counts, and roll up the days due (`made`: when
+    the partition's lease was); (hourly documents written, daily documents written)."""
     by_hour: dict[tuple[str, datetime], dict[str, BottleParts]] = defaultdict(dict)
     users: set[str] = set()
     for doc in page:
@@ -271,9 +287,24 @@ def count_page(
             by_hour[key][str(doc["_id"])] = BottleParts(heartbeat=heartbeat)
     parts: Parts = dict(by_hour)
     hourly, changed = write_hourly(db, parts, stamp, policy)
-    window = timedelta(hours=settings.heartbeat_window_hours)
-    days = {(user_id, day) for user_id in users for day in current.rollup_days(settings.daily_rollup_hours, window)}
-    # A late heartbeat changed an hour counted before: its day is rolled up again now.
-    days |= {(user_id, day_of(hour)) for user_id, hour in changed if hour < current.start}
+    first = timedelta(hours=settings.heartbeat_window_hours)
+    # Hourly reports are kept longer than this (Settings): a day rolled up from them has all its hours.
+    oldest = timedelta(days=settings.max_event_age_days + 1)
+    block = settings.daily_rollup_hours
+    rolled = current.rollup_days(block, first=first, oldest=oldest, made=made)
+    days = {(user_id, day) for user_id in users for day in rolled}
+    # An hour this pass changed whose day's block has ended: a late heartbeat's, a reassigned bottle's, or one
+    # the first pass found in a ring older than its roll-ups: its day is rolled up again now.
+    days |= {
+        (user_id, day_of(hour))
+        for user_id, hour in changed
+        if (hour < current.start or block_end(hour, block) <= current.end) and hour >= current.end - oldest
+    }
     daily = refresh_daily(db, days, policy) if days else 0
     return hourly, daily
+
+
+def block_end(hour: datetime, block_hours: int) -> datetime:
+    """The end of the block of DAILY_ROLLUP_HOURS that holds `hour` (the pass counting up to it rolls the day
+    up)."""
+    return day_of(hour) + timedelta(hours=(hour.hour // block_hours + 1) * block_hours)
