@@ -10,6 +10,7 @@ import pytest
 
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
+from shared.heartbeat_document import USER_BUCKET
 from shared.ingestion.receive import receive
 from shared.reports.aggregation import Change, Stamper, refresh_hourly
 from shared.reports.leases import Lease
@@ -18,6 +19,7 @@ from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy
+from shared.store.setup import backfill_buckets
 from tests.report_client import work
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
@@ -212,3 +214,24 @@ def test_a_tally_far_behind_leaves_the_daily_reports_of_days_whose_hours_may_hav
 
     assert fleet.daily("u1", long_ago) == {k: v for k, v in history.items() if k != "_id"}
     assert fleet.hourly("u1") == {DAY: 1}
+
+
+def test_heartbeats_of_a_document_stored_before_it_carried_ub_are_counted_once_it_is_backfilled(mock_db: Any) -> None:
+    """A heartbeat document stored before documents carried `ub` is in no tally partition until `setup-store
+    --backfill-buckets` gives it one (README: run it after upgrading): the tally's passes meanwhile went on
+    without it, so its next pass must count the hours its ring holds, not only those that closed since."""
+    fleet = Fleet(mock_db, Settings())
+    fleet.provision("b1", "u1", DAY)
+    fleet.provision("b2", "u2", DAY)
+    mock_db[schema.BOTTLE_HEARTBEATS].update_one({"_id": "b1"}, {"$unset": {USER_BUCKET: ""}})  # stored before
+    for at in every_half_hour(DAY + timedelta(minutes=2), DAY + 3 * HOUR):
+        fleet.beat("b1", at)
+        fleet.beat("b2", at)
+    fleet.tally(DAY + timedelta(hours=3, minutes=10))  # the upgraded app's first passes: b1 is in none
+    assert fleet.hourly("u1") == {}
+
+    backfill_buckets(mock_db, POLICY, now=DAY + timedelta(hours=3, minutes=30))
+    fleet.tally(DAY + timedelta(hours=4, minutes=10))
+
+    assert fleet.hourly("u1") == {DAY + h * HOUR: 2 for h in range(3)}
+    assert fleet.hourly("u2") == {DAY + h * HOUR: 2 for h in range(3)}
