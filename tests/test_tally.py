@@ -12,8 +12,10 @@ from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.heartbeat_document import USER_BUCKET
 from shared.ingestion.receive import receive
+from shared.reports import aggregation
 from shared.reports.aggregation import Change, Stamper, refresh_hourly
 from shared.reports.leases import Lease
+from shared.reports.rebuild import rebuild
 from shared.reports.tally import UserPages, rolled_up_before, run_tally
 from shared.settings import Settings
 from shared.store import schema
@@ -235,3 +237,36 @@ def test_heartbeats_of_a_document_stored_before_it_carried_ub_are_counted_once_i
 
     assert fleet.hourly("u1") == {DAY + h * HOUR: 2 for h in range(3)}
     assert fleet.hourly("u2") == {DAY + h * HOUR: 2 for h in range(3)}
+
+
+def test_a_rebuild_whose_write_lost_a_race_to_the_consumer_keeps_the_consumers_newer_count(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild command beside a running consumer: an event arrives, and the consumer counts it, after the
+    rebuild read the hour's source and its report; the rebuild's guarded write fails, and the hour it then
+    writes must be recomputed from the source as it is now, not merged again from what it read before."""
+    fleet = Fleet(mock_db, Settings())
+    fleet.provision("b1", "u1", DAY)
+    first = opened(DAY + timedelta(hours=8, minutes=1)) | {"event_id": "e2"}
+    fleet.send("b1", first, now=DAY + timedelta(hours=8, minutes=1))
+    wrong = {"opened": 0, "bottles.0.opened": 0}  # what the rebuild is run for: a report gone wrong
+    mock_db[schema.USER_HOURLY_REPORTS].update_one({"user_id": "u1"}, {"$set": wrong})
+    real_write = aggregation.write_idempotent
+    raced: list[bool] = []
+
+    def racing(collection: Any, ops: Any, policy: Any, *args: Any) -> Any:
+        if collection.name == schema.USER_HOURLY_REPORTS and not raced:
+            raced.append(True)  # the consumer counts a second event of the hour first
+            # (before the rebuild's cursor, which reads the user's actions in `_id` order: its later pages do not
+            # see it)
+            later = opened(DAY + timedelta(hours=8, minutes=40)) | {"event_id": "e1"}
+            fleet.send("b1", later, now=DAY + timedelta(hours=8, minutes=40))
+        return real_write(collection, ops, policy, *args)
+
+    monkeypatch.setattr(aggregation, "write_idempotent", racing)
+    now = DAY + timedelta(hours=8, minutes=40)
+    rebuild(mock_db, start=DAY, end=DAY + timedelta(days=1), user_id="u1", now=now, settings=fleet.settings)
+
+    assert raced
+    [report] = mock_db[schema.USER_HOURLY_REPORTS].find({"user_id": "u1"})
+    assert report["opened"] == 2
