@@ -160,18 +160,25 @@ def opened(at: datetime) -> dict[str, Any]:
 
 def test_a_tally_that_fell_behind_by_more_than_the_window_still_rolls_up_the_days_it_passed(mock_db: Any) -> None:
     """An action counted while its day was open is rolled up into the day by the tally's pass over the day's
-    last block; a tally that comes back after a long stop must still roll those days up."""
+    last block; a tally that comes back after a long stop must still roll those days up (a window of days a
+    pass, oldest first, so that no page's work grows with the stop)."""
     fleet = Fleet(mock_db, Settings())
     fleet.provision("b1", "u1", DAY)
     fleet.beat("b1", DAY + timedelta(hours=5, minutes=2))
     fleet.tally(DAY + timedelta(hours=6, minutes=10))  # counts up to 06:00, rolls the day's first block up
-    fleet.send("b1", opened(DAY + timedelta(hours=8)), now=DAY + timedelta(hours=8))  # in its hour at once
-    # The tally stops (its workers failing, say) and comes back two days later.
-    assert fleet.tally(DAY + timedelta(days=2, hours=1, minutes=10))
+    for day in range(4):  # the actions' consumer counts each in its hour at once, while its day is open
+        fleet.send("b1", opened(DAY + timedelta(days=day, hours=8)), now=DAY + timedelta(days=day, hours=8))
+    # The tally stops (its workers failing, say) and comes back four days later; then runs every hour.
+    back = DAY + timedelta(days=4, hours=1, minutes=10)
+    assert fleet.tally(back)
+    # The first pass back rolls up its last window of days and the oldest window it is behind: not yet the day
+    # between them.
+    assert fleet.daily("u1", DAY + timedelta(days=2)) is None
+    for hours in range(1, 4):
+        assert fleet.tally(back + hours * HOUR)
 
-    day = fleet.daily("u1", DAY)
-    assert day is not None
-    assert (day["opened"], day["heartbeats"]) == (1, 1)
+    days = [fleet.daily("u1", DAY + timedelta(days=day)) for day in range(4)]
+    assert [None if d is None else (d["opened"], d["heartbeats"]) for d in days] == [(1, 1), (1, 0), (1, 0), (1, 0)]
 
 
 def test_a_first_pass_rolls_up_the_day_of_an_hour_it_finds_in_a_silent_bottles_ring(mock_db: Any) -> None:

@@ -24,7 +24,8 @@ under way (its hours, when it began, the last user done), or between passes when
 Daily reports: a pass rolls a day up for every user it visits when it counts the day's hour that ends a block
 of DAILY_ROLLUP_HOURS (with 6: the hours ending at 06:00, 12:00, 18:00 and midnight UTC), so the daily report of
 a closed day is complete after the day's last pass; the actions feed rolls a closed day up again when a late
-event changes it, and a pass does when a late heartbeat changes one of its hours.
+event changes it, and a pass does when a late heartbeat changes one of its hours. A pass that fell behind by more
+than a window catches up on the roll-ups it passed a window at a time (Pass.rollup_days).
 """
 
 from collections import defaultdict
@@ -55,6 +56,7 @@ SETTLE = LATE_AFTER + CLOCK_MARGIN
 _FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
 _ORDER = [(USER_BUCKET, 1), ("user_id", 1)]
 LAST_BEGAN = "last_began"  # in a lease's token between passes: when the last pass began
+ROLLUPS_FROM = "rollups_from"  # and where the roll-ups a pass left to the next ones start
 
 Document = dict[str, Any]
 UserKey = tuple[int, str]  # (user bucket, user_id): the sweep's order
@@ -81,14 +83,15 @@ def rolled_up_before(now: datetime) -> datetime:
 
 @dataclass(frozen=True)
 class Pass:
-    """A pass under way: the hours it counts, when it began, where late heartbeats are looked for from, and the
-    last user done (None: none yet)."""
+    """A pass under way: the hours it counts, when it began, where late heartbeats are looked for from, the last
+    user done (None: none yet), and where the roll-ups it is behind start (None: none)."""
 
     start: datetime
     end: datetime
     began: datetime
     late_since: datetime | None
     after: UserKey | None = None
+    rollups_from: datetime | None = None
 
     def token(self) -> dict[str, Any]:
         after = None if self.after is None else list(self.after)
@@ -98,6 +101,7 @@ class Pass:
             "began": self.began,
             "late_since": self.late_since,
             "after": after,
+            ROLLUPS_FROM: self.rollups_from,
         }
 
     @classmethod
@@ -112,33 +116,47 @@ class Pass:
             began=token["began"],
             late_since=token.get("late_since"),
             after=None if after is None else (int(after[0]), str(after[1])),
+            rollups_from=token.get(ROLLUPS_FROM),
         )
 
-    def rollup_days(
-        self, block_hours: int, *, first: timedelta, oldest: timedelta, made: datetime | None = None
-    ) -> set[datetime]:
-        """The days a block of whose hours ends within this pass's hours: every one since the last pass's end,
-        however far behind the tally fell (the actions of a day counted while it was open are rolled up into
-        it by these passes only); a first pass, those since its lease was `made` or of the last `first` (a
-        heartbeat window), whichever is longer: the days before were rolled up as they closed (by the layout
-        before the tally, or the actions' consumer). None older than `oldest`, whose hourly reports may have
-        expired."""
-        since = self.start
-        if self.start == EPOCH:
-            since = self.end - first if made is None else min(self.end - first, made)
-        days = set()
-        hour = max(since, self.end - oldest) + HOUR
-        while hour <= self.end:
-            if hour.hour % block_hours == 0:
-                days.add(day_of(hour - HOUR))
-            hour += HOUR
+    def rollup_days(self, block_hours: int, window: timedelta) -> set[datetime]:
+        """The days a block of whose hours ends within this pass's last `window` of hours, and within the next
+        `window` of the roll-ups it is behind (`rollups_from`: a pass that fell behind by more than a window, or a
+        first pass): at most two windows of days a user, whatever the lag, so a page's work stays bounded."""
+        recent = max(self.start, self.end - window)
+        days = block_days(recent, self.end, block_hours)
+        if self.rollups_from is not None and self.rollups_from < recent:
+            days |= block_days(self.rollups_from, min(self.rollups_from + window, recent), block_hours)
         return days
 
+    def rollups_left(self, window: timedelta) -> datetime | None:
+        """Where the roll-ups this pass leaves to the next ones start (None: it leaves none)."""
+        recent = max(self.start, self.end - window)
+        if self.rollups_from is None or self.rollups_from + window >= recent:
+            return None
+        return self.rollups_from + window
 
-def next_pass(lease: Lease, *, now: datetime, overlap: timedelta) -> Pass | None:
+
+def block_days(after: datetime, until: datetime, block_hours: int) -> set[datetime]:
+    """The days of the blocks of DAILY_ROLLUP_HOURS that end in (after, until]."""
+    days = set()
+    hour = hour_of(after) + HOUR
+    while hour <= until:
+        if hour.hour % block_hours == 0:
+            days.add(day_of(hour - HOUR))
+        hour += HOUR
+    return days
+
+
+def next_pass(lease: Lease, *, now: datetime, overlap: timedelta, oldest: timedelta) -> Pass | None:
     """The pass to run now: the one under way, or a new one over the hours due since the last (the first pass:
     every hour the rings hold); None when no hour is due. Late heartbeats are looked for from `overlap` (clock
-    skew between instances, writes that commit late) before the last pass began."""
+    skew between instances, writes that commit late) before the last pass began.
+
+    Roll-ups: the days of every block since the last pass's end are rolled up (the actions of a day counted
+    while it was open reach its daily report through them only), a first pass's since its lease was made, a
+    window a pass (Pass.rollup_days) until caught up; none of a day older than `oldest`, whose hourly reports
+    may have expired."""
     under_way = Pass.resumed(lease.token)
     if under_way is not None:
         return under_way
@@ -146,12 +164,15 @@ def next_pass(lease: Lease, *, now: datetime, overlap: timedelta) -> Pass | None
     start = lease.checkpoint_time or EPOCH
     if start >= end:
         return None
+    token = lease.token or {}
     # A late heartbeat the last pass may have missed arrived after that pass began (saved with its end), and
     # so after the last hour it counted had ended, the checkpoint time: without the one, the other (it counts
     # a few again, harmlessly).
-    last_began = (lease.token or {}).get(LAST_BEGAN) or lease.checkpoint_time
+    last_began = token.get(LAST_BEGAN) or lease.checkpoint_time
     late_since = None if last_began is None else last_began - overlap
-    return Pass(start=start, end=end, began=now, late_since=late_since)
+    left = token.get(ROLLUPS_FROM) or (lease.created_at if lease.checkpoint_time is None else start)
+    rollups_from = None if left is None else max(left, end - oldest)
+    return Pass(start=start, end=end, began=now, late_since=late_since, rollups_from=rollups_from)
 
 
 class UserPages:
@@ -235,7 +256,8 @@ def run_tally(
     run = TallyRun()
     started = wall_clock()
     overlap = timedelta(seconds=settings.reports_poll_overlap_seconds)
-    current = next_pass(held, now=started, overlap=overlap)
+    window = timedelta(hours=settings.heartbeat_window_hours)
+    current = next_pass(held, now=started, overlap=overlap, oldest=rollup_horizon(settings))
     if current is None:
         run.caught_up = True
         return held, run
@@ -246,12 +268,16 @@ def run_tally(
     while not out_of_time():
         page = pages.next_page()
         if page is None:
-            held = replace(held, checkpoint_time=current.end, token={LAST_BEGAN: current.began})
+            token: dict[str, Any] = {LAST_BEGAN: current.began}
+            left = current.rollups_left(window)
+            if left is not None:
+                token[ROLLUPS_FROM] = left
+            held = replace(held, checkpoint_time=current.end, token=token)
             run.caught_up = hours_due(wall_clock()) <= current.end
             run.lost_lease = not save(held)
             return held, run
         hourly, daily = count_page(
-            db, page, current, stamp=stamper.next(wall_clock()), settings=settings, policy=policy, made=held.created_at
+            db, page, current, stamp=stamper.next(wall_clock()), settings=settings, policy=policy
         )
         run.pages += 1
         run.documents += len(page)
@@ -273,10 +299,9 @@ def count_page(
     stamp: datetime,
     settings: Settings,
     policy: RetryPolicy,
-    made: datetime | None = None,
 ) -> tuple[int, int]:
-    """Write the hours a page of whole users' heartbeat documents counts, and roll up the days due (`made`: when
-    the partition's lease was); (hourly documents written, daily documents written)."""
+    """Write the hours a page of whole users' heartbeat documents counts, and roll up the days due; (hourly
+    documents written, daily documents written)."""
     by_hour: dict[tuple[str, datetime], dict[str, BottleParts]] = defaultdict(dict)
     users: set[str] = set()
     for doc in page:
@@ -287,12 +312,10 @@ def count_page(
             by_hour[key][str(doc["_id"])] = BottleParts(heartbeat=heartbeat)
     parts: Parts = dict(by_hour)
     hourly, changed = write_hourly(db, parts, stamp, policy)
-    first = timedelta(hours=settings.heartbeat_window_hours)
-    # Hourly reports are kept longer than this (Settings): a day rolled up from them has all its hours.
-    oldest = timedelta(days=settings.max_event_age_days + 1)
+    window = timedelta(hours=settings.heartbeat_window_hours)
+    oldest = rollup_horizon(settings)
     block = settings.daily_rollup_hours
-    rolled = current.rollup_days(block, first=first, oldest=oldest, made=made)
-    days = {(user_id, day) for user_id in users for day in rolled}
+    days = {(user_id, day) for user_id in users for day in current.rollup_days(block, window)}
     # An hour this pass changed whose day's block has ended: a late heartbeat's, a reassigned bottle's, or one
     # the first pass found in a ring older than its roll-ups: its day is rolled up again now.
     days |= {
@@ -302,6 +325,12 @@ def count_page(
     }
     daily = refresh_daily(db, days, policy) if days else 0
     return hourly, daily
+
+
+def rollup_horizon(settings: Settings) -> timedelta:
+    """How far back a pass rolls days up: hourly reports are kept longer than this (Settings), so a day rolled
+    up from them has all its hours; an older day's daily report is kept as it is."""
+    return timedelta(days=settings.max_event_age_days + 1)
 
 
 def block_end(hour: datetime, block_hours: int) -> datetime:
