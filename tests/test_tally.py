@@ -20,7 +20,7 @@ from shared.reports.tally import UserPages, rolled_up_before, run_tally
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange, bucket_of
-from shared.store.retries import RetryPolicy
+from shared.store.retries import RetryPolicy, write_idempotent
 from shared.store.setup import backfill_buckets
 from tests.report_client import work
 
@@ -258,7 +258,6 @@ def test_a_rebuild_whose_write_lost_a_race_to_the_consumer_keeps_the_consumers_n
     fleet.send("b1", first, now=DAY + timedelta(hours=8, minutes=1))
     wrong = {"opened": 0, "bottles.0.opened": 0}  # what the rebuild is run for: a report gone wrong
     mock_db[schema.USER_HOURLY_REPORTS].update_one({"user_id": "u1"}, {"$set": wrong})
-    real_write = aggregation.write_idempotent
     raced: list[bool] = []
 
     def racing(collection: Any, ops: Any, policy: Any, *args: Any) -> Any:
@@ -268,7 +267,7 @@ def test_a_rebuild_whose_write_lost_a_race_to_the_consumer_keeps_the_consumers_n
             # see it)
             later = opened(DAY + timedelta(hours=8, minutes=40)) | {"event_id": "e1"}
             fleet.send("b1", later, now=DAY + timedelta(hours=8, minutes=40))
-        return real_write(collection, ops, policy, *args)
+        return write_idempotent(collection, ops, policy, *args)
 
     monkeypatch.setattr(aggregation, "write_idempotent", racing)
     now = DAY + timedelta(hours=8, minutes=40)
