@@ -160,8 +160,8 @@ def opened(at: datetime) -> dict[str, Any]:
 
 def test_a_tally_that_fell_behind_by_more_than_the_window_still_rolls_up_the_days_it_passed(mock_db: Any) -> None:
     """An action counted while its day was open is rolled up into the day by the tally's pass over the day's
-    last block; a tally that comes back after a long stop must still roll those days up (a window of days a
-    pass, oldest first, so that no page's work grows with the stop)."""
+    last block; a tally that comes back after a long stop must still roll those days up (a day of them a pass,
+    oldest first, beside its last window's, so that no page's work grows with the stop)."""
     fleet = Fleet(mock_db, Settings())
     fleet.provision("b1", "u1", DAY)
     fleet.beat("b1", DAY + timedelta(hours=5, minutes=2))
@@ -171,7 +171,7 @@ def test_a_tally_that_fell_behind_by_more_than_the_window_still_rolls_up_the_day
     # The tally stops (its workers failing, say) and comes back four days later; then runs every hour.
     back = DAY + timedelta(days=4, hours=1, minutes=10)
     assert fleet.tally(back)
-    # The first pass back rolls up its last window of days and the oldest window it is behind: not yet the day
+    # The first pass back rolls up its last window of days and the oldest day it is behind: not yet the day
     # between them.
     assert fleet.daily("u1", DAY + timedelta(days=2)) is None
     for hours in range(1, 4):

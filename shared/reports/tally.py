@@ -25,7 +25,7 @@ Daily reports: a pass rolls a day up for every user it visits when it counts the
 of DAILY_ROLLUP_HOURS (with 6: the hours ending at 06:00, 12:00, 18:00 and midnight UTC), so the daily report of
 a closed day is complete after the day's last pass; the actions feed rolls a closed day up again when a late
 event changes it, and a pass does when a late heartbeat changes one of its hours. A pass that fell behind by more
-than a window catches up on the roll-ups it passed a window at a time (Pass.rollup_days).
+than a window catches up on the roll-ups it passed a day at a time (Pass.rollup_days).
 """
 
 from collections import defaultdict
@@ -57,6 +57,7 @@ _FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNE
 _ORDER = [(USER_BUCKET, 1), ("user_id", 1)]
 LAST_BEGAN = "last_began"  # in a lease's token between passes: when the last pass began
 ROLLUPS_FROM = "rollups_from"  # and where the roll-ups a pass left to the next ones start
+CATCH_UP = timedelta(days=1)  # the roll-ups a pass that fell behind catches up on, beside its own
 
 Document = dict[str, Any]
 UserKey = tuple[int, str]  # (user bucket, user_id): the sweep's order
@@ -121,20 +122,20 @@ class Pass:
 
     def rollup_days(self, block_hours: int, window: timedelta) -> set[datetime]:
         """The days a block of whose hours ends within this pass's last `window` of hours, and within the next
-        `window` of the roll-ups it is behind (`rollups_from`: a pass that fell behind by more than a window, or a
-        first pass): at most two windows of days a user, whatever the lag, so a page's work stays bounded."""
+        CATCH_UP of the roll-ups it is behind (`rollups_from`: a pass that fell behind by more than a window, or a
+        first pass): a few days a user at most, whatever the lag, so a page's work stays bounded."""
         recent = max(self.start, self.end - window)
         days = block_days(recent, self.end, block_hours)
         if self.rollups_from is not None and self.rollups_from < recent:
-            days |= block_days(self.rollups_from, min(self.rollups_from + window, recent), block_hours)
+            days |= block_days(self.rollups_from, min(self.rollups_from + CATCH_UP, recent), block_hours)
         return days
 
     def rollups_left(self, window: timedelta) -> datetime | None:
         """Where the roll-ups this pass leaves to the next ones start (None: it leaves none)."""
         recent = max(self.start, self.end - window)
-        if self.rollups_from is None or self.rollups_from + window >= recent:
+        if self.rollups_from is None or self.rollups_from + CATCH_UP >= recent:
             return None
-        return self.rollups_from + window
+        return self.rollups_from + CATCH_UP
 
 
 def block_days(after: datetime, until: datetime, block_hours: int) -> set[datetime]:
