@@ -12,6 +12,7 @@ from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.heartbeat_document import USER_BUCKET
 from shared.ingestion.receive import receive
+from shared.instants import day_of
 from shared.reports import aggregation
 from shared.reports.aggregation import Change, Stamper, refresh_hourly
 from shared.reports.leases import Lease
@@ -25,7 +26,9 @@ from shared.store.setup import backfill_buckets
 from tests.report_client import work
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
-DAY = datetime(2026, 11, 20, tzinfo=UTC)
+# A week ago: within the hourly reports' retention (mongomock expires them by the app's clock), and every
+# instant the tests play, up to four days on, is past.
+DAY = day_of(datetime.now(UTC)) - timedelta(days=7)
 HOUR = timedelta(hours=1)
 
 
