@@ -15,7 +15,8 @@ from shared.ingestion.receive import receive
 from shared.instants import day_of
 from shared.reports import aggregation
 from shared.reports.aggregation import Change, Stamper, refresh_hourly
-from shared.reports.leases import Lease
+from shared.reports.change_feed import dispatch, process_partition
+from shared.reports.leases import Lease, Partition
 from shared.reports.rebuild import rebuild
 from shared.reports.tally import UserPages, rolled_up_before, run_tally
 from shared.settings import Settings
@@ -279,3 +280,32 @@ def test_a_rebuild_whose_write_lost_a_race_to_the_consumer_keeps_the_consumers_n
     assert raced
     [report] = mock_db[schema.USER_HOURLY_REPORTS].find({"user_id": "u1"})
     assert report["opened"] == 2
+
+
+def test_a_new_partition_layout_counts_what_the_old_one_left_and_the_late_heartbeats_since(mock_db: Any) -> None:
+    """REPORTS_PARTITIONS changed while one old partition was an hour behind: the new layout's leases start from
+    the feed's oldest checkpoint, and look for late heartbeats from it (a regression test: it held)."""
+    first, second = user_in(0, 512, "a"), user_in(512, 1024, "b")
+    two = Settings(reports_partitions=2, change_source="polling")
+    fleet = Fleet(mock_db, two)
+    for bottle_id, user_id in (("b1", first), ("b2", second)):
+        fleet.provision(bottle_id, user_id, DAY)
+    for at in every_half_hour(DAY + timedelta(minutes=2), DAY + 3 * HOUR):
+        fleet.beat("b1", at)
+        fleet.beat("b2", at)
+
+    def passes(settings: Settings, now: datetime, only: str | None = None) -> None:
+        sent: list[str] = []
+        dispatch(mock_db, now=now, settings=settings, send=sent.extend)
+        for partition in (Partition.from_message(json.loads(body)) for body in sent):
+            if partition.feed.tally and only in (None, partition.lease_id):
+                process_partition(mock_db, partition, now=now, settings=settings)
+
+    passes(two, DAY + timedelta(hours=1, minutes=10))
+    passes(two, DAY + timedelta(hours=2, minutes=10), only="reports:heartbeat_tally:buckets:0/2")  # 1/2 is behind
+    for bottle_id in ("b1", "b2"):  # late, for an hour both partitions counted
+        fleet.beat(bottle_id, DAY + timedelta(minutes=47), received=DAY + timedelta(hours=2, minutes=20))
+    four = Settings(reports_partitions=4, change_source="polling")
+    passes(four, DAY + timedelta(hours=3, minutes=10))
+
+    assert fleet.hourly(first) == fleet.hourly(second) == {DAY: 3, DAY + HOUR: 2, DAY + 2 * HOUR: 2}
