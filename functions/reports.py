@@ -13,7 +13,7 @@ from shared.ids import check_id
 from shared.instants import utc_now
 from shared.observability import log_invocation
 from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import Partition
+from shared.reports.leases import Partition, retired
 from shared.reports.reading import parse_report_query, read_reports
 from shared.settings import get_settings
 from shared.store.client import get_database
@@ -47,7 +47,11 @@ def aggregate_reports(timer: func.TimerRequest, work: func.Out[list[str]]) -> No
 def aggregate_report_partition(message: func.QueueMessage) -> None:
     """A malformed message raises, so the host retries it and then moves it to the poison queue."""
     started = time.perf_counter()
-    partition = Partition.from_message(json.loads(message.get_body()))
+    body = json.loads(message.get_body())
+    if isinstance(body, dict) and retired(body):
+        log.info("aggregate_report_partition: dropped a work message of a retired feed: %s", body)
+        return
+    partition = Partition.from_message(body)
     run = process_partition(get_database(), partition, now=utc_now(), settings=get_settings())
     log_invocation(
         log,

@@ -171,6 +171,16 @@ def ring_hours(document: Mapping[str, Any]) -> dict[int, int]:
     return hours
 
 
+def late_flags(document: Mapping[str, Any]) -> dict[str, Int64]:
+    """The bits that set LATE_FLAG on every hour the ring holds, by field name (`$bit` `or` operands): for a
+    document whose hours must all be counted again by the heartbeat tally's next pass, as a late heartbeat's hour
+    is (with `la` moved on), e.g. one the tally could not see before (shared/store/setup.py: backfill_buckets)."""
+    bits: dict[int, int] = {}
+    for hour in ring_hours(document):
+        bits[field_of(hour)] = bits.get(field_of(hour), 0) | LATE_FLAG << _shift(hour)
+    return {field_name(field): Int64(value) for field, value in sorted(bits.items())}
+
+
 def slots_of(value: int) -> list[int]:
     """The slots of the hour (0-11: minutes 0-4, 5-9, ...) an hour's bits have a heartbeat in."""
     return [s for s in range(SLOTS_PER_HOUR) if value >> s & 1]

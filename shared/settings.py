@@ -28,10 +28,14 @@ class Settings(BaseSettings):
     )
     heartbeat_window_hours: int = Field(
         default=24,
-        ge=1,
+        # The heartbeat tally counts an hour from the ring some minutes after the hour closed (SETTLE, then its
+        # pass), and a ring keeps an hour H only until server hour H + window - 1 ends: with 1, an hour that ends
+        # a 4-hour ring field is cleared by the bottle's first heartbeat of the next hour, before it is counted.
+        ge=2,
         le=48,
         description="Hours of heartbeats each bottle's heartbeat document counts, the current hour included: "
-        "a heartbeat buffered for longer is accepted but not counted in the reports.",
+        "a heartbeat buffered for longer is accepted but not counted in the reports. At least 2: the heartbeat "
+        "tally counts an hour after it has closed, and must find it in the ring then.",
     )
     store_max_retries: int = Field(
         default=3, ge=0, le=10, description="Retries of a throttled or failed database call before a 503."

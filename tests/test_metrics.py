@@ -19,7 +19,7 @@ from pymongo.errors import AutoReconnect, ExecutionTimeout
 
 from functions import device_events
 from shared import metrics
-from shared.instants import utc_now
+from shared.instants import hour_of, set_clock, utc_now
 from shared.notifications import checks
 from shared.reports import change_feed
 from shared.reports.leases import HEARTBEAT_TALLY
@@ -243,8 +243,12 @@ def test_a_tally_that_has_counted_every_closed_hour_is_not_behind(
     mock_db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
-    now = utc_now()
-    run_round(mock_db)
+    now = hour_of(utc_now()) + timedelta(minutes=30)  # no hour falls due between the round and the dispatch
+    set_clock(lambda: now)
+    try:
+        run_round(mock_db)
+    finally:
+        set_clock(None)
 
     run = change_feed.dispatch(mock_db, now=now + timedelta(minutes=1), settings=get_settings(), send=list)
 

@@ -286,9 +286,10 @@ def test_heartbeats_counted_before_they_leave_the_window_stay_counted(db, monkey
     first = hour_of(ago(hours=2))  # closed and counted by the first pass, whatever the clock says
     post_events("bottle-1", key, {"events": [heartbeat(at(first, 1)), heartbeat(at(first, 31))]})
     aggregate()
-    # Five hours on, `first` has left the bottle's window; a late heartbeat for it is not counted, and the count
-    # already reported for it stays.
-    later = first + timedelta(hours=5)
+    # Six hours on, `first` has left the bottle's window (3 hours, as whole 4-hour ring fields: five hours on, an
+    # hour that begins a field is still in it); a late heartbeat for it is not counted, and the count already
+    # reported for it stays.
+    later = first + timedelta(hours=6)
     set_clock(lambda: later + timedelta(minutes=2))
     try:
         post_events("bottle-1", key, {"events": [heartbeat(at(later, 1)), heartbeat(at(first, 45))]})
@@ -526,7 +527,8 @@ def test_a_day_rolled_up_from_a_stale_read_does_not_overwrite_one_from_after_an_
     assert db[schema.USER_DAILY_REPORTS].find_one({"day": day})["heartbeats"] == 1
 
 
-def test_a_heartbeat_dated_after_a_reassignment_moves_to_the_new_owner(db, server_clock):
+def test_a_heartbeat_dated_after_a_reassignment_moves_to_the_new_owner(db, server_clock, monkeypatch):
+    set_setting(monkeypatch, "DAILY_ROLLUP_HOURS", "1")  # every pass rolls its hours' days up, whatever the hour
     key = provisioned("bottle-1")
     early, ahead = server_clock - timedelta(hours=3), server_clock + timedelta(minutes=3)  # a device clock ahead
     post_events("bottle-1", key, {"events": [heartbeat(early), heartbeat(ahead)]})

@@ -9,7 +9,7 @@ import mongomock
 import pytest
 from pydantic import ValidationError
 
-from shared.instants import set_clock
+from shared.instants import hour_of, set_clock
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.setup import ensure_store
@@ -67,10 +67,11 @@ def test_old_actions_and_reports_expire_while_the_heartbeat_document_stays(mock_
     bottle, its heartbeat document and the daily report that keeps the day's totals are not."""
     use_change_source_of(mock_db, monkeypatch)
     key = provisioned()
-    post_events(
-        "bottle-1", key, {"events": [heartbeat(ago(minutes=9)), opened(ago(minutes=8)), closed(ago(minutes=7))]}
-    )
-    aggregate()
+    hour = hour_of(ago(minutes=9))  # three events of one past UTC hour, whatever the minute now is
+    minute = timedelta(minutes=1)
+    events = [heartbeat(hour + minute), opened(hour + 2 * minute), closed(hour + 3 * minute)]
+    post_events("bottle-1", key, {"events": events})
+    aggregate(hours_later=24)  # a day on: the tally has counted the hour and rolled its day up, at any hour now is
     assert mock_db[schema.BOTTLE_ACTIONS].count_documents({}) == 2
     assert mock_db[schema.USER_HOURLY_REPORTS].count_documents({}) == 1
 

@@ -228,8 +228,8 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
     """Merge the recomputed parts into the user-hour documents; write (or delete) those that change.
 
     Returns the number of documents written or deleted, and the user-hours written or deleted. A guard that
-    fails (someone else wrote the document since we read it) sends that document round again;
-    StoreUnavailable if it keeps failing."""
+    fails (someone else wrote the document since we read it) sends that document round again, its parts
+    recomputed from source (refreshed_parts); StoreUnavailable if it keeps failing."""
     collection = db[schema.USER_HOURLY_REPORTS]
     pending = parts
     written = 0
@@ -257,8 +257,29 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
         conflicts |= {key for key, ok in zip(op_keys, outcomes, strict=True) if not ok}
         if not conflicts:
             return written, changed
-        pending = {key: parts[key] for key in conflicts}
+        pending = refreshed_parts(db, {key: pending[key] for key in conflicts}, policy)
     raise StoreUnavailable("hourly reports kept changing during the update; try again", retry_after_s=1)
+
+
+def refreshed_parts(db: Database[Any], parts: Parts, policy: RetryPolicy) -> Parts:
+    """The same parts of these user-hours, recomputed from the sources as they are now. For a write whose guard
+    failed: the writer that got there first may have recomputed the same bottle's part from a newer source
+    (an event, or a late heartbeat, that arrived after ours was read), and merging ours again would undo it.
+    A part the source no longer gives (its hour has left the ring, its events expired) is kept as it was."""
+    actions = {(b, hour) for (_, hour), bottles in parts.items() for b, part in bottles.items() if part.action}
+    beats = {b for bottles in parts.values() for b, part in bottles.items() if part.heartbeat}
+    fresh = recomputed_parts(db, Buckets(actions=actions, heartbeat_bottles=beats), policy)
+    refreshed: Parts = {}
+    for key, bottles in parts.items():
+        now = fresh.get(key, {})
+        refreshed[key] = {}
+        for bottle_id, part in bottles.items():
+            found = now.get(bottle_id, BottleParts())
+            refreshed[key][bottle_id] = BottleParts(
+                action=part.action and (found.action or part.action),
+                heartbeat=part.heartbeat and (found.heartbeat or part.heartbeat),
+            )
+    return refreshed
 
 
 def merged_document(

@@ -55,8 +55,14 @@ HEARTBEAT_TALLY = Feed(schema.BOTTLE_HEARTBEATS, "alive_at", name="heartbeat_tal
 FEEDS = (ACTIONS_FEED, HEARTBEAT_TALLY)
 FEED_BY_KEY = {feed.key: feed for feed in FEEDS}
 # Feeds of an earlier layout (the heartbeat documents' change feed, and the hourly reports' feed that rolled the
-# days up): their leases are left alone and a work message still queued for one is dropped.
+# days up): their leases are left alone and a work message still queued for one is dropped (`retired`).
 RETIRED_FEEDS = frozenset({schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS})
+
+
+def retired(message: Mapping[str, Any]) -> bool:
+    """Whether a work message names a feed of an earlier layout (sent before an upgrade): the worker drops it,
+    rather than failing it into the poison queue (where it would count as a failure, and alert)."""
+    return message.get("feed") in RETIRED_FEEDS
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,7 @@ class Lease:
     start_token: Token | None = None
     owner: str | None = None
     version: int = 0
+    created_at: datetime | None = None  # when the lease was made (the tally's first pass rolls up days from it)
 
 
 def _lease(document: Mapping[str, Any]) -> Lease:
@@ -126,6 +133,7 @@ def _lease(document: Mapping[str, Any]) -> Lease:
         start_token=document.get("start_token"),
         owner=document.get("owner"),
         version=int(document.get("version", 0)),
+        created_at=document.get("created_at"),
     )
 
 

@@ -24,7 +24,8 @@ under way (its hours, when it began, the last user done), or between passes when
 Daily reports: a pass rolls a day up for every user it visits when it counts the day's hour that ends a block
 of DAILY_ROLLUP_HOURS (with 6: the hours ending at 06:00, 12:00, 18:00 and midnight UTC), so the daily report of
 a closed day is complete after the day's last pass; the actions feed rolls a closed day up again when a late
-event changes it, and a pass does when a late heartbeat changes one of its hours.
+event changes it, and a pass does when a late heartbeat changes one of its hours. A pass that fell behind by more
+than a window catches up on the roll-ups it passed a day at a time (Pass.rollup_days).
 """
 
 from collections import defaultdict
@@ -55,6 +56,8 @@ SETTLE = LATE_AFTER + CLOCK_MARGIN
 _FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
 _ORDER = [(USER_BUCKET, 1), ("user_id", 1)]
 LAST_BEGAN = "last_began"  # in a lease's token between passes: when the last pass began
+ROLLUPS_FROM = "rollups_from"  # and where the roll-ups a pass left to the next ones start
+CATCH_UP = timedelta(days=1)  # the roll-ups a pass that fell behind catches up on, beside its own
 
 Document = dict[str, Any]
 UserKey = tuple[int, str]  # (user bucket, user_id): the sweep's order
@@ -81,14 +84,15 @@ def rolled_up_before(now: datetime) -> datetime:
 
 @dataclass(frozen=True)
 class Pass:
-    """A pass under way: the hours it counts, when it began, where late heartbeats are looked for from, and the
-    last user done (None: none yet)."""
+    """A pass under way: the hours it counts, when it began, where late heartbeats are looked for from, the last
+    user done (None: none yet), and where the roll-ups it is behind start (None: none)."""
 
     start: datetime
     end: datetime
     began: datetime
     late_since: datetime | None
     after: UserKey | None = None
+    rollups_from: datetime | None = None
 
     def token(self) -> dict[str, Any]:
         after = None if self.after is None else list(self.after)
@@ -98,6 +102,7 @@ class Pass:
             "began": self.began,
             "late_since": self.late_since,
             "after": after,
+            ROLLUPS_FROM: self.rollups_from,
         }
 
     @classmethod
@@ -112,24 +117,47 @@ class Pass:
             began=token["began"],
             late_since=token.get("late_since"),
             after=None if after is None else (int(after[0]), str(after[1])),
+            rollups_from=token.get(ROLLUPS_FROM),
         )
 
     def rollup_days(self, block_hours: int, window: timedelta) -> set[datetime]:
-        """The days a block of whose hours ends within this pass's hours (of the last `window`: an older day
-        changes only by late events, which roll it up themselves)."""
-        days = set()
-        hour = max(self.start, self.end - window) + HOUR
-        while hour <= self.end:
-            if hour.hour % block_hours == 0:
-                days.add(day_of(hour - HOUR))
-            hour += HOUR
+        """The days a block of whose hours ends within this pass's last `window` of hours, and within the next
+        CATCH_UP of the roll-ups it is behind (`rollups_from`: a pass that fell behind by more than a window, or a
+        first pass): a few days a user at most, whatever the lag, so a page's work stays bounded."""
+        recent = max(self.start, self.end - window)
+        days = block_days(recent, self.end, block_hours)
+        if self.rollups_from is not None and self.rollups_from < recent:
+            days |= block_days(self.rollups_from, min(self.rollups_from + CATCH_UP, recent), block_hours)
         return days
 
+    def rollups_left(self, window: timedelta) -> datetime | None:
+        """Where the roll-ups this pass leaves to the next ones start (None: it leaves none)."""
+        recent = max(self.start, self.end - window)
+        if self.rollups_from is None or self.rollups_from + CATCH_UP >= recent:
+            return None
+        return self.rollups_from + CATCH_UP
 
-def next_pass(lease: Lease, *, now: datetime, overlap: timedelta) -> Pass | None:
+
+def block_days(after: datetime, until: datetime, block_hours: int) -> set[datetime]:
+    """The days of the blocks of DAILY_ROLLUP_HOURS that end in (after, until]."""
+    days = set()
+    hour = hour_of(after) + HOUR
+    while hour <= until:
+        if hour.hour % block_hours == 0:
+            days.add(day_of(hour - HOUR))
+        hour += HOUR
+    return days
+
+
+def next_pass(lease: Lease, *, now: datetime, overlap: timedelta, oldest: timedelta) -> Pass | None:
     """The pass to run now: the one under way, or a new one over the hours due since the last (the first pass:
     every hour the rings hold); None when no hour is due. Late heartbeats are looked for from `overlap` (clock
-    skew between instances, writes that commit late) before the last pass began."""
+    skew between instances, writes that commit late) before the last pass began.
+
+    Roll-ups: the days of every block since the last pass's end are rolled up (the actions of a day counted
+    while it was open reach its daily report through them only), a first pass's since its lease was made, a
+    window a pass (Pass.rollup_days) until caught up; none of a day older than `oldest`, whose hourly reports
+    may have expired."""
     under_way = Pass.resumed(lease.token)
     if under_way is not None:
         return under_way
@@ -137,12 +165,15 @@ def next_pass(lease: Lease, *, now: datetime, overlap: timedelta) -> Pass | None
     start = lease.checkpoint_time or EPOCH
     if start >= end:
         return None
+    token = lease.token or {}
     # A late heartbeat the last pass may have missed arrived after that pass began (saved with its end), and
     # so after the last hour it counted had ended, the checkpoint time: without the one, the other (it counts
     # a few again, harmlessly).
-    last_began = (lease.token or {}).get(LAST_BEGAN) or lease.checkpoint_time
+    last_began = token.get(LAST_BEGAN) or lease.checkpoint_time
     late_since = None if last_began is None else last_began - overlap
-    return Pass(start=start, end=end, began=now, late_since=late_since)
+    left = token.get(ROLLUPS_FROM) or (lease.created_at if lease.checkpoint_time is None else start)
+    rollups_from = None if left is None else max(left, end - oldest)
+    return Pass(start=start, end=end, began=now, late_since=late_since, rollups_from=rollups_from)
 
 
 class UserPages:
@@ -171,8 +202,10 @@ class UserPages:
         if len(docs) == self._size:
             last = _user_key(docs[-1])
             whole = [d for d in docs if _user_key(d) != last]
-            # A user whose documents fill the page alone is read whole.
-            docs = whole or self._find({USER_BUCKET: last[0], "user_id": last[1]}, limit=0)
+            # A user whose documents fill the page alone is read whole; if none is found now (the user's bottles
+            # were all reassigned since, and their `ub` moved them), the page as read stands: its hours closed
+            # before the reassignment, and the new owner's pass counts the bottles again whole (tally_hours).
+            docs = whole or self._find({USER_BUCKET: last[0], "user_id": last[1]}, limit=0) or docs
         self._after = _user_key(docs[-1])
         return docs
 
@@ -224,7 +257,8 @@ def run_tally(
     run = TallyRun()
     started = wall_clock()
     overlap = timedelta(seconds=settings.reports_poll_overlap_seconds)
-    current = next_pass(held, now=started, overlap=overlap)
+    window = timedelta(hours=settings.heartbeat_window_hours)
+    current = next_pass(held, now=started, overlap=overlap, oldest=rollup_horizon(settings))
     if current is None:
         run.caught_up = True
         return held, run
@@ -235,7 +269,11 @@ def run_tally(
     while not out_of_time():
         page = pages.next_page()
         if page is None:
-            held = replace(held, checkpoint_time=current.end, token={LAST_BEGAN: current.began})
+            token: dict[str, Any] = {LAST_BEGAN: current.began}
+            left = current.rollups_left(window)
+            if left is not None:
+                token[ROLLUPS_FROM] = left
+            held = replace(held, checkpoint_time=current.end, token=token)
             run.caught_up = hours_due(wall_clock()) <= current.end
             run.lost_lease = not save(held)
             return held, run
@@ -255,7 +293,13 @@ def run_tally(
 
 
 def count_page(
-    db: Database[Any], page: list[Document], current: Pass, *, stamp: datetime, settings: Settings, policy: RetryPolicy
+    db: Database[Any],
+    page: list[Document],
+    current: Pass,
+    *,
+    stamp: datetime,
+    settings: Settings,
+    policy: RetryPolicy,
 ) -> tuple[int, int]:
     """Write the hours a page of whole users' heartbeat documents counts, and roll up the days due; (hourly
     documents written, daily documents written)."""
@@ -270,8 +314,27 @@ def count_page(
     parts: Parts = dict(by_hour)
     hourly, changed = write_hourly(db, parts, stamp, policy)
     window = timedelta(hours=settings.heartbeat_window_hours)
-    days = {(user_id, day) for user_id in users for day in current.rollup_days(settings.daily_rollup_hours, window)}
-    # A late heartbeat changed an hour counted before: its day is rolled up again now.
-    days |= {(user_id, day_of(hour)) for user_id, hour in changed if hour < current.start}
+    oldest = rollup_horizon(settings)
+    block = settings.daily_rollup_hours
+    days = {(user_id, day) for user_id in users for day in current.rollup_days(block, window)}
+    # An hour this pass changed whose day's block has ended: a late heartbeat's, a reassigned bottle's, or one
+    # the first pass found in a ring older than its roll-ups: its day is rolled up again now.
+    days |= {
+        (user_id, day_of(hour))
+        for user_id, hour in changed
+        if (hour < current.start or block_end(hour, block) <= current.end) and hour >= current.end - oldest
+    }
     daily = refresh_daily(db, days, policy) if days else 0
     return hourly, daily
+
+
+def rollup_horizon(settings: Settings) -> timedelta:
+    """How far back a pass rolls days up: hourly reports are kept longer than this (Settings), so a day rolled
+    up from them has all its hours; an older day's daily report is kept as it is."""
+    return timedelta(days=settings.max_event_age_days + 1)
+
+
+def block_end(hour: datetime, block_hours: int) -> datetime:
+    """The end of the block of DAILY_ROLLUP_HOURS that holds `hour` (the pass counting up to it rolls the day
+    up)."""
+    return day_of(hour) + timedelta(hours=(hour.hour // block_hours + 1) * block_hours)

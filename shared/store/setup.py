@@ -9,12 +9,14 @@ on any other MongoDB they are plain collections. Azure deployments get the same 
 
 import argparse
 import logging
+from datetime import datetime
 from typing import Any
 
 from pymongo import IndexModel, UpdateOne
 from pymongo.database import Database
 
-from shared.heartbeat_document import USER_BUCKET
+from shared.heartbeat_document import LATE_AT, RING, RING_TIME, USER_BUCKET, late_flags
+from shared.instants import utc_now
 from shared.settings import Settings, get_settings
 from shared.store import cosmos, schema
 from shared.store.command_line import add_store_arguments, command_line_database
@@ -104,21 +106,26 @@ BUCKETED = (
 )
 
 
-def backfill_buckets(db: Database[Any], policy: RetryPolicy, batch: int = 500) -> dict[str, int]:
+def backfill_buckets(
+    db: Database[Any], policy: RetryPolicy, batch: int = 500, *, now: datetime | None = None
+) -> dict[str, int]:
     """Give every document stored before documents carried `bucket` (and heartbeat documents `ub`, their
     owner's bucket) its bucket, which no partition would otherwise ever read; per collection and field, how
     many were updated. A scan of each collection for documents without one (on Cosmos DB a cross-partition
-    query): run it once, not on every setup. Idempotent."""
+    query): run it once, not on every setup. Idempotent.
+
+    A heartbeat document given its `ub` joins the heartbeat tally's sweep after passes that went on without it:
+    every hour its ring holds is flagged as a late heartbeat's is, and `la` moved on to `now`, so the tally's
+    next pass counts them all (shared/reports/documents.py: tally_hours). The write is guarded by the ring's
+    clock `r` as read: a heartbeat written meanwhile leaves the document for the next round."""
+    now = now or utc_now()
     updated: dict[str, int] = {}
     for name, field, key in BUCKETED:
         collection, count = db[name], 0
+        tally = name == schema.BOTTLE_HEARTBEATS and field == USER_BUCKET
         while True:
-            found = _without_bucket(collection, field, key, batch, policy)
-            ops = [
-                UpdateOne({"_id": d["_id"], key: d[key], field: {"$exists": False}},
-                          {"$set": {field: bucket_of(str(d[key]))}})
-                for d in found if key in d
-            ]  # fmt: skip
+            found = _without_bucket(collection, field, key, batch, policy, ring=tally)
+            ops = [_given_bucket(d, field, key, now=now if tally else None) for d in found if key in d]
             if not ops:
                 break
             count += sum(write_idempotent(collection, list(ops), policy))
@@ -126,9 +133,25 @@ def backfill_buckets(db: Database[Any], policy: RetryPolicy, batch: int = 500) -
     return updated
 
 
-def _without_bucket(collection: Any, field: str, key: str, batch: int, policy: RetryPolicy) -> list[dict[str, Any]]:
+def _given_bucket(document: dict[str, Any], field: str, key: str, *, now: datetime | None) -> UpdateOne:
+    """The write that gives a document its bucket; with `now`, a heartbeat document's ring flagged for the tally."""
+    guard = {"_id": document["_id"], key: document[key], field: {"$exists": False}}
+    update: dict[str, Any] = {"$set": {field: bucket_of(str(document[key]))}}
+    if now is not None:
+        guard[RING_TIME] = document.get(RING_TIME)
+        flags = late_flags(document)
+        if flags:
+            update["$bit"] = {f"{RING}.{name}": {"or": value} for name, value in flags.items()}
+            update["$max"] = {LATE_AT: now}
+    return UpdateOne(guard, update)
+
+
+def _without_bucket(
+    collection: Any, field: str, key: str, batch: int, policy: RetryPolicy, *, ring: bool
+) -> list[dict[str, Any]]:
     query = {field: {"$exists": False}}
-    return with_retries(lambda: list(collection.find(query, {key: 1}).limit(batch)), policy)
+    projection = dict.fromkeys((key, RING, RING_TIME) if ring else (key,), 1)
+    return with_retries(lambda: list(collection.find(query, projection).limit(batch)), policy)
 
 
 def main(argv: list[str] | None = None) -> None:

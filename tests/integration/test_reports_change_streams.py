@@ -200,12 +200,14 @@ def test_change_streams_and_polling_give_identical_reports(real_db, monkeypatch)
     history_part_two(keys)
     now = utc_now().replace(microsecond=0)
     post_events("bottle-2", keys["bottle-2"], {"events": [heartbeat(now + timedelta(seconds=2)), opened(ago(hours=1))]})
-    aggregate(hours_later=1)  # the tally's next pass: the late heartbeats, and the hour of `now`
+    # The tally's next pass: the late heartbeats, and the hour of `now` (due 10 minutes after it ends: an hour
+    # and a half on, whatever the minute `now` is).
+    aggregate(hours_later=1.5)
     by_change_streams = stored_reports(real_db)
 
     clear_reports(real_db)
     set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
-    aggregate(hours_later=1)
+    aggregate(hours_later=1.5)
 
     assert stored_reports(real_db) == by_change_streams
     assert stored_reports(real_db) == from_scratch(real_db)
