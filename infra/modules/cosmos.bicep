@@ -89,7 +89,6 @@ var collections = [
     indexes: [
       { key: { keys: ['_id'] } }
       { key: { keys: ['user_id', 'hour'] } }
-      { key: { keys: ['updated_at'] } }
       { key: { keys: ['_ts'] }, options: { expireAfterSeconds: hourlyReportsRetentionDays * 86400 } }
     ]
   }

@@ -131,8 +131,6 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
             (
                 # GET /users/{user_id}/reports?granularity=hour and the daily roll-up: one partition, by time.
                 IndexSpec("user_hour", (("user_id", 1), ("hour", 1))),
-                # The daily roll-up's polling change source reads by write time.
-                IndexSpec("updated_at", (("updated_at", 1),)),
                 retention("hour", settings, "hourly_reports_retention_days"),
             ),
         ),
