@@ -1,6 +1,6 @@
 """POST /api/bottles/{bottle_id}/events: what devices see and what gets stored."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -8,7 +8,7 @@ import bson
 import pytest
 
 from shared.heartbeat_document import LATE_AT, LATE_FLAG, hour_number, ring_hours
-from shared.instants import hour_of, set_clock
+from shared.instants import hour_of, set_clock, utc_now
 from shared.store import schema
 from shared.store.partitioning import bucket_of
 from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned
@@ -101,14 +101,14 @@ def test_a_late_heartbeat_never_moves_last_backwards(db):
 def test_a_late_heartbeat_marks_its_hour_and_its_arrival_for_the_report_consumer(db):
     key = provisioned()
     prompt, buffered = ago(minutes=2), ago(hours=6, minutes=10)
-    before = datetime.now(UTC) - timedelta(milliseconds=1)  # the store keeps milliseconds
+    before = utc_now()
 
     post_events("bottle-1", key, {"events": [heartbeat(prompt), heartbeat(buffered)]})
 
     document = heartbeat_document(db)
     late = [hour for hour, value in ring_hours(document).items() if value & LATE_FLAG]
     assert late == [hour_number(buffered)]  # the prompt heartbeat's hour is not marked
-    assert before <= document[LATE_AT] <= datetime.now(UTC)
+    assert before <= document[LATE_AT] <= utc_now()
     assert counted(db) == sorted([minute(prompt), minute(buffered)])
 
 
