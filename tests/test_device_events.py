@@ -80,13 +80,19 @@ def test_heartbeats_older_than_the_window_are_accepted_but_not_counted(db, monke
 
     monkeypatch.setenv("HEARTBEAT_WINDOW_HOURS", "3")
     get_settings.cache_clear()
-    key = provisioned()
-    times = [ago(minutes=30 * i) for i in range(10)]  # five hours
-
-    response = post_events("bottle-1", key, {"events": [heartbeat(t) for t in times]})
+    # The server clock stopped inside an hour: read twice, once by the server and once here, a running clock could
+    # give two hours, and two windows.
+    now = hour_of(ago(hours=1)) + timedelta(minutes=40)
+    set_clock(lambda: now)
+    try:
+        key = provisioned()
+        times = [now - timedelta(minutes=30 * i) for i in range(10)]  # five hours
+        response = post_events("bottle-1", key, {"events": [heartbeat(t) for t in times]})
+    finally:
+        set_clock(None)
 
     assert response.body == {"stored": 10, "duplicates": 0}
-    oldest_counted = hour_of(ago(hours=2))  # three hours, the current one included
+    oldest_counted = hour_of(now) - timedelta(hours=2)  # three hours, the current one included
     assert counted(db) == sorted(minute(t) for t in times if t >= oldest_counted)
 
 
