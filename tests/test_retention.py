@@ -9,7 +9,7 @@ import mongomock
 import pytest
 from pydantic import ValidationError
 
-from shared.instants import set_clock, utc_now
+from shared.instants import hour_of, set_clock, utc_now
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.setup import ensure_store
@@ -67,9 +67,9 @@ def test_old_actions_and_reports_expire_while_the_heartbeat_document_stays(mock_
     bottle, its heartbeat document and the daily report that keeps the day's totals are not."""
     use_change_source_of(mock_db, monkeypatch)
     key = provisioned()
-    post_events(
-        "bottle-1", key, {"events": [heartbeat(ago(minutes=9)), opened(ago(minutes=8)), closed(ago(minutes=7))]}
-    )
+    at = hour_of(ago(hours=1)) + timedelta(minutes=10)  # three events in one hour, so one hourly report and one day
+    events = [heartbeat(at), opened(at + timedelta(minutes=1)), closed(at + timedelta(minutes=2))]
+    post_events("bottle-1", key, {"events": events})
     aggregate()
     assert mock_db[schema.BOTTLE_ACTIONS].count_documents({}) == 2
     assert mock_db[schema.USER_HOURLY_REPORTS].count_documents({}) == 1
