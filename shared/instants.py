@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
 
 def parse_instant(text: str) -> datetime:
@@ -42,11 +43,13 @@ def format_instant(moment: datetime) -> str:
 
 
 _clock: Callable[[], datetime] | None = None
+# The real clock, which set_clock(None) restores; tests/conftest.py can place it at a chosen instant.
+_wall_clock: Callable[[], datetime] = partial(datetime.now, UTC)
 
 
 def utc_now() -> datetime:
     """The server clock. Triggers read it once per invocation and pass it down to domain code."""
-    return to_stored(_clock() if _clock is not None else datetime.now(UTC))
+    return to_stored(_clock() if _clock is not None else _wall_clock())
 
 
 def set_clock(clock: Callable[[], datetime] | None) -> None:

@@ -2,12 +2,13 @@
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import azure.functions as func
 
 from functions import bottles, device_events
+from shared.instants import utc_now
 
 _provision = bottles.provision_bottle.build().get_user_function()
 _get_bottle = bottles.get_bottle.build().get_user_function()
@@ -90,8 +91,8 @@ def iso(moment: datetime) -> str:
 
 
 def ago(**delta: float) -> datetime:
-    """A recent instant, whole seconds, UTC."""
-    return (datetime.now(UTC) - timedelta(**delta)).replace(microsecond=0)
+    """A recent instant by the server clock, whole seconds, UTC."""
+    return (utc_now() - timedelta(**delta)).replace(microsecond=0)
 
 
 def heartbeat(at: datetime, **extra: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 from benchmarks import design_scale
 from benchmarks.cost_meter import CostMeter, IndexedPaths
 from benchmarks.cost_model import KB, MODEL, SMALL_ITEMS_AS_1KB, DocumentWrite, Operation
-from shared.instants import set_clock
+from shared.instants import set_clock, utc_now
 from shared.settings import Settings
 from shared.store import client as store
 from shared.store import schema
@@ -81,7 +81,7 @@ def test_the_meter_sees_that_a_heartbeat_changes_only_the_silent_checks_index_te
     db = client["meter_test"]
     ensure_store(db, get_settings(), on_cosmos=False)
     store.use_client(client)
-    now = datetime.now(UTC)
+    now = utc_now()
     try:
         set_clock(lambda: now - timedelta(hours=2))
         key = provisioned("bottle-1", SPEC)

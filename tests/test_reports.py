@@ -259,13 +259,15 @@ def test_a_page_aggregated_again_after_a_crash_before_its_checkpoint_gives_the_s
     assert stored_reports(db) == expected
 
 
-def test_a_reassigned_bottles_later_events_count_for_the_new_user_only(db):
+def test_a_reassigned_bottles_later_events_count_for_the_new_user_only(db, server_clock):
     key = provisioned("bottle-1")
-    before = hour_of(ago(hours=2)) + timedelta(minutes=10)  # both events in one hour, whatever the clock says
+    before = hour_of(server_clock - timedelta(hours=2)) + timedelta(minutes=10)  # both events in one hour
     post_events("bottle-1", key, {"events": [heartbeat(before), opened(before + timedelta(minutes=1))]})
     # Reassigned before the consumer ever ran: the earlier heartbeat must still stay with the earlier owner.
     assert put_bottle("bottle-1", {**SPEC, "user_id": "newowner"}).status == 200
-    after = utc_now().replace(microsecond=0) + timedelta(seconds=2)
+    # After the reassignment (at the server's HH:58), and in its hour: not in the next one when the test runs
+    # seconds before an hour ends.
+    after = server_clock + timedelta(seconds=2)
     post_events("bottle-1", key, {"events": [heartbeat(after), closed(after + timedelta(seconds=1), taken=1)]})
 
     aggregate(hours_later=2)  # the tally counts `after`'s hour once it has closed

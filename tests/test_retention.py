@@ -9,7 +9,7 @@ import mongomock
 import pytest
 from pydantic import ValidationError
 
-from shared.instants import hour_of, set_clock
+from shared.instants import hour_of, set_clock, utc_now
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.setup import ensure_store
@@ -75,7 +75,7 @@ def test_old_actions_and_reports_expire_while_the_heartbeat_document_stays(mock_
     assert mock_db[schema.BOTTLE_ACTIONS].count_documents({}) == 2
     assert mock_db[schema.USER_HOURLY_REPORTS].count_documents({}) == 1
 
-    later = datetime.now(UTC) + timedelta(days=61)
+    later = utc_now() + timedelta(days=61)
     set_clock(lambda: later)
     try:
         assert mock_db[schema.BOTTLE_ACTIONS].count_documents({}) == 0
@@ -91,6 +91,7 @@ def test_old_actions_and_reports_expire_while_the_heartbeat_document_stays(mock_
 def test_a_real_server_deletes_expired_documents_and_keeps_the_rest(real_db, secantus_client):
     """SecantusDB's TTL pass (every minute in a deployment; on demand here) by the real clock."""
     settings = get_settings()
+    # datetime.now, not utc_now: SecantusDB prunes by the real clock, which tests/conftest.py cannot place
     old = datetime.now(UTC) - timedelta(days=settings.notifications_retention_days + 1)
     recent = datetime.now(UTC) - timedelta(days=1)
     real_db[schema.NOTIFICATIONS].insert_many([{"_id": "old", "created_at": old}, {"_id": "new", "created_at": recent}])

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from shared.instants import set_clock
+from shared.instants import set_clock, utc_now
 from shared.reports.tally import counted_from
 from shared.settings import get_settings
 from shared.store import schema
@@ -297,17 +297,18 @@ def run_over_http(
     function_key: str | None = None,
     progress: bool = True,
 ) -> Tally:
-    """Send a fleet's device traffic to `base_url` as it happens (event times are the real clock)."""
+    """Send a fleet's device traffic to `base_url` as it happens (event times are the app's clock,
+    `utc_now`: the real one unless set or placed)."""
     rng = random.Random(seed)
     fleet = make_fleet(rng, bottles, users)
     send = http_sender(base_url)
     keys = provision(fleet, send, function_key)
-    start = datetime.now(UTC)
+    start = utc_now()
     plan = plan_fleet(rng, fleet, start, minutes / 1440, heartbeat=timedelta(seconds=heartbeat_seconds))
     tally = Tally()
     bar = Progress(len(plan.requests), "sending", what="requests") if progress else None
     for done, request in enumerate(plan.requests, 1):
-        delay = (request.at - datetime.now(UTC)).total_seconds()
+        delay = (request.at - utc_now()).total_seconds()
         if delay > 0:
             time.sleep(delay)
         post(request, keys, send, tally)
