@@ -174,3 +174,25 @@ def test_an_unknown_bottle_and_a_wrong_key_take_the_same_steps(counted, monkeypa
     assert unknown[:2] == wrong_key[:2]
     assert [name for name, _ in unknown[2]] == [name for name, _ in wrong_key[2]]  # the same commands
     assert unknown[3] == wrong_key[3]  # the same comparisons
+
+
+def test_a_heartbeat_document_upsert_that_answers_no_document_is_tried_again(db, monkeypatch):
+    """Under concurrent creates of one bottle, SecantusDB's upsert by findAndModify may answer no document (real
+    MongoDB answers the document or a duplicate key): the PUT tries again and succeeds, never a 500."""
+    collection_class = type(db[schema.BOTTLE_HEARTBEATS])  # pymongo's, or mongomock's
+    real = collection_class.find_one_and_update
+    answered = {"nothing": True}
+
+    def first_answers_nothing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        found = real(self, *args, **kwargs)
+        if self.name == schema.BOTTLE_HEARTBEATS and kwargs.get("upsert") and answered.pop("nothing", False):
+            return None
+        return found
+
+    monkeypatch.setattr(collection_class, "find_one_and_update", first_answers_nothing)
+
+    created = put_bottle("bottle-1")
+
+    assert created.status == 201, created.body
+    assert not answered  # the first answer was nothing
+    assert post_events("bottle-1", created.body["device_key"], heartbeat(ago(minutes=2))).status == 202

@@ -157,21 +157,27 @@ def _sync_heartbeat_document(
         "$unset": dict.fromkeys(_FORMER_FIELDS, ""),
     }
 
-    def upsert() -> dict[str, Any]:
-        found = collection.find_one_and_update(
-            {"_id": bottle_id, "bottle_id": bottle_id},
-            update,
-            projection=_OWNERSHIP,
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
-        )
-        assert found is not None, "an upsert returns its document"
-        return dict(found)
+    def upsert() -> dict[str, Any] | None:
+        """The document after the upsert; None where a concurrent PUT's create won the race (a duplicate key,
+        or, on some stores, an upsert that answers no document): it exists now, and the next try updates it."""
+        try:
+            found = collection.find_one_and_update(
+                {"_id": bottle_id, "bottle_id": bottle_id},
+                update,
+                projection=_OWNERSHIP,
+                upsert=True,
+                return_document=ReturnDocument.AFTER,
+            )
+        except DuplicateKeyError:
+            return None
+        return None if found is None else dict(found)
 
-    try:
+    for _try in range(MAX_REASSIGN_ROUNDS):
         document = upsert()
-    except DuplicateKeyError:  # a concurrent PUT created it first: now it exists
-        document = upsert()
+        if document is not None:
+            break
+    else:
+        raise StoreUnavailable("the heartbeat document kept changing during provisioning; retry", retry_after_s=1)
     if document["user_id"] != spec.user_id:
         _reassign(collection, bottle_id, document, spec.user_id, now=now, window=window)
 
