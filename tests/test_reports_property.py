@@ -19,15 +19,13 @@ from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
 from shared.instants import day_of, set_clock
 from shared.reports.aggregation import Change, Stamper, refresh_hourly
-from shared.reports.leases import Lease
 from shared.reports.rebuild import rebuild
-from shared.reports.tally import run_tally
 from shared.settings import Settings
 from shared.store import schema
-from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy
 from shared.store.setup import ensure_store
 from tests.report_client import stored_reports
+from tests.tally_runner import TallyPartition
 from tools.report_truth import reported_totals, source_totals
 
 START = datetime(2026, 11, 20, 6, tzinfo=UTC)  # the server clock when the history begins
@@ -96,40 +94,6 @@ def aggregate(db: Any, page: list[Written], stamper: Stamper, now: datetime) -> 
     refresh_hourly(db, changes, stamp=stamper.next(), policy=POLICY, rolled_up_before=day_of(now))
 
 
-class Tally:
-    """The heartbeat tally's one partition, its lease kept here: passes at chosen moments, maybe cut short."""
-
-    def __init__(self, db: Any) -> None:
-        self.db = db
-        self.lease = Lease()
-
-    def run(self, now: datetime, pages: int | None = None) -> bool:
-        """A worker's run at `now`, out of time after `pages` pages (None: never); whether it caught up."""
-        left = [pages]
-
-        def out_of_time() -> bool:
-            if left[0] is None:
-                return False
-            left[0] -= 1
-            return left[0] < 0
-
-        def save(lease: Lease) -> bool:
-            self.lease = lease
-            return True
-
-        _, run = run_tally(
-            self.db,
-            BucketRange(0, 1),
-            self.lease,
-            settings=SETTINGS,
-            policy=POLICY,
-            wall_clock=lambda: now,
-            out_of_time=out_of_time,
-            save=save,
-        )
-        return run.caught_up
-
-
 def take_page(data: st.DataObject, pending: list[Written], delivered: list[Written], least: int = 0) -> list[Written]:
     """Some pending changes (in any order), maybe with replays of delivered ones; removes them from pending."""
     order = data.draw(st.permutations(range(len(pending))))
@@ -157,7 +121,7 @@ def test_any_delivery_of_the_changes_gives_the_reports_of_a_rebuild_from_scratch
 
 def replay(operations: list[tuple[Any, ...]], data: st.DataObject) -> None:
     history = History()
-    tally = Tally(history.db)
+    tally = TallyPartition(history.db, SETTINGS)
     stamper = Stamper(START)
     pending: list[Written] = []
     delivered: list[Written] = []

@@ -18,13 +18,14 @@ from shared.reports.aggregation import Change, Stamper, refresh_hourly
 from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.leases import Lease, Partition
 from shared.reports.rebuild import rebuild
-from shared.reports.tally import UserPages, rolled_up_before, run_tally
+from shared.reports.tally import UserPages, rolled_up_before
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, write_idempotent
 from shared.store.setup import backfill_buckets
 from tests.report_client import work
+from tests.tally_runner import TallyPartition
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 # A week ago: within the hourly reports' retention (mongomock expires them by the app's clock), and every
@@ -39,7 +40,7 @@ class Fleet:
     def __init__(self, db: Any, settings: Settings) -> None:
         self.db, self.settings = db, settings
         self.keys: dict[str, str] = {}
-        self.lease = Lease()
+        self.partition = TallyPartition(db, settings)
 
     def provision(self, bottle_id: str, user_id: str, now: datetime) -> None:
         spec = BottleSpec(user_id=user_id, medication="med", schedule={"every_hours": 12})
@@ -61,21 +62,7 @@ class Fleet:
         self.send(bottle_id, {"type": "heartbeat", "time": at.isoformat()}, now=received or at)
 
     def tally(self, now: datetime) -> bool:
-        def save(lease: Lease) -> bool:
-            self.lease = lease
-            return True
-
-        _, run = run_tally(
-            self.db,
-            BucketRange(0, 1),
-            self.lease,
-            settings=self.settings,
-            policy=POLICY,
-            wall_clock=lambda: now,
-            out_of_time=lambda: False,
-            save=save,
-        )
-        return run.caught_up
+        return self.partition.run(now)
 
     def hourly(self, user_id: str) -> dict[datetime, int]:
         found = self.db[schema.USER_HOURLY_REPORTS].find({"user_id": user_id})
@@ -203,7 +190,7 @@ def test_a_first_pass_that_completes_days_after_its_lease_was_made_rolls_up_the_
     """Actions counted while their day was open reach the day only through the tally's roll-ups; a partition
     whose first pass failed for days (or was never run) rolls up every day since its lease was made."""
     fleet = Fleet(mock_db, Settings())
-    fleet.lease = Lease(created_at=DAY)  # dispatched at midnight; its first passes fail
+    fleet.partition.lease = Lease(created_at=DAY)  # dispatched at midnight; its first passes fail
     fleet.provision("b1", "u1", DAY)
     fleet.send("b1", opened(DAY + timedelta(hours=8)), now=DAY + timedelta(hours=8))
     assert fleet.tally(DAY + timedelta(days=2, hours=1, minutes=10))
@@ -220,7 +207,7 @@ def test_a_tally_far_behind_leaves_the_daily_reports_of_days_whose_hours_may_hav
     long_ago = DAY - timedelta(days=40)
     history = {"_id": f"u1|{long_ago:%Y-%m-%d}", "user_id": "u1", "day": long_ago, "opened": 3, "bottles": []}
     mock_db[schema.USER_DAILY_REPORTS].insert_one(history | {"updated_at": long_ago})
-    fleet.lease = Lease(checkpoint_time=long_ago + 5 * HOUR, created_at=long_ago)
+    fleet.partition.lease = Lease(checkpoint_time=long_ago + 5 * HOUR, created_at=long_ago)
     fleet.provision("b1", "u1", DAY)
     fleet.beat("b1", DAY + timedelta(minutes=2))
     assert fleet.tally(DAY + timedelta(hours=1, minutes=10))

@@ -1,0 +1,45 @@
+"""The heartbeat tally's one partition (all the buckets), driven straight through run_tally with its lease kept
+here: passes at chosen server times, maybe cut short after some pages."""
+
+from datetime import datetime
+from typing import Any
+
+from shared.reports.leases import Lease
+from shared.reports.tally import run_tally
+from shared.settings import Settings
+from shared.store.partitioning import BucketRange
+from shared.store.retries import RetryPolicy
+
+POLICY = RetryPolicy(max_retries=0, base_ms=1)
+
+
+class TallyPartition:
+    def __init__(self, db: Any, settings: Settings) -> None:
+        self.db, self.settings = db, settings
+        self.lease = Lease()
+
+    def run(self, now: datetime, pages: int | None = None) -> bool:
+        """A worker's run at `now`, out of time after `pages` pages (None: never); whether it caught up."""
+        left = [pages]
+
+        def out_of_time() -> bool:
+            if left[0] is None:
+                return False
+            left[0] -= 1
+            return left[0] < 0
+
+        def save(lease: Lease) -> bool:
+            self.lease = lease
+            return True
+
+        _, run = run_tally(
+            self.db,
+            BucketRange(0, 1),
+            self.lease,
+            settings=self.settings,
+            policy=POLICY,
+            wall_clock=lambda: now,
+            out_of_time=out_of_time,
+            save=save,
+        )
+        return run.caught_up
