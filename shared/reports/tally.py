@@ -12,14 +12,15 @@ A pass counts, for every heartbeat document of the partition's users:
 - the hours that closed since the last pass: [the partition's checkpoint time, the end of the hours due), where
   an hour is due SETTLE after it ends, once every prompt heartbeat of it has arrived (a heartbeat arriving more
   than LATE_AFTER after its time is late);
-- the earlier hours a heartbeat reached late since the last pass began (the hour's LATE_FLAG, `la`).
+- the earlier hours a heartbeat reached late since the last pass began (the hour's LATE_FLAG, `la`);
+- every hour of a bottle reassigned since then (shared/reports/documents.py `tally_hours`).
 Counts are recomputed from the ring, never added to, so a pass run twice, or a page counted again after a crash,
 writes the same reports.
 
-Partitions: REPORTS_PARTITIONS ranges of the bucket of the owner's `user_id` (`user_bucket` on the heartbeat
-document), on every store: a sweep, unlike a change feed, is a query. Pages hold whole users, so each user-hour
-is written once per pass. The lease's checkpoint time is the end of the hours counted; its token holds the pass
-under way (its hours, when it began, the last user done), or between passes when the last one began.
+Partitions: REPORTS_PARTITIONS ranges of the bucket of the owner's `user_id` (`ub` on the heartbeat document), on
+every store: a sweep, unlike a change feed, is a query. Pages hold whole users, so each user-hour is written once
+per pass. The lease's checkpoint time is the end of the hours counted; its token holds the pass under way (its
+hours, when it began, the last user done), or between passes when the last one began.
 
 Daily reports: a pass rolls a day up for every user it visits when it counts the day's hour that ends a block
 of DAILY_ROLLUP_HOURS (with 6: the hours ending at 06:00, 12:00, 18:00 and midnight UTC), so the daily report of
@@ -48,9 +49,9 @@ from shared.store import schema
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy, with_retries
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # An hour is counted this long after it ends: its prompt heartbeats have arrived by LATE_AFTER, and the rest is
 # margin for clock skew between instances and writes that commit late.
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 CLOCK_MARGIN = timedelta(minutes=5)
 SETTLE = LATE_AFTER + CLOCK_MARGIN
 _FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
