@@ -30,7 +30,7 @@ from typing import Any
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
-from benchmarks.harness import print_table
+from benchmarks.harness import installed_store, print_table
 from shared.bottles.entries import forget_all_entries
 from shared.doses.due_tracking import plan_of
 from shared.heartbeat_document import (
@@ -48,10 +48,8 @@ from shared.heartbeat_document import (
 from shared.notifications import checks
 from shared.notifications.documents import KINDS, Episode, Kind, notification_document
 from shared.settings import Settings
-from shared.store import client as store
 from shared.store import schema
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
-from shared.store.setup import ensure_store
 from tools.arguments import float_above, int_between
 from tools.command_tally import CommandTally
 from tools.local_store import secantus_process
@@ -90,16 +88,11 @@ class Result:
 @contextlib.contextmanager
 def fresh_database(uri: str, name: str) -> Iterator[tuple[Database[Any], CommandTally]]:
     tally = CommandTally()
-    client = store.create_client(uri, event_listeners=[tally])
-    db = client[name]
-    ensure_store(db, SETTINGS, on_cosmos=False)
-    store.use_client(client)
-    try:
-        yield db, tally
-    finally:
-        store.use_client(None)
-        client.drop_database(name)
-        client.close()
+    with installed_store(uri, name, SETTINGS, [tally]) as db:
+        try:
+            yield db, tally
+        finally:
+            db.client.drop_database(name)
 
 
 def seed(db: Database[Any], bottles: int, in_trouble: int) -> None:

@@ -36,7 +36,7 @@ from benchmarks import ingestion
 from benchmarks.cost_meter import CostMeter, IndexedPaths, bson_size
 from benchmarks.cost_model import MODEL, SMALL_ITEMS_AS_1KB, DocumentWrite, Operation, SizeRule, by_collection
 from benchmarks.design_scale import Measured
-from benchmarks.harness import print_table
+from benchmarks.harness import installed_store, print_table
 from benchmarks.reports import NaiveConsumer, provision_fleet
 from shared.bottles.entries import forget_all_entries
 from shared.ingestion.receive import receive
@@ -45,10 +45,8 @@ from shared.notifications.documents import KINDS
 from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.leases import Partition
 from shared.settings import Settings, get_settings
-from shared.store import client as store
 from shared.store import schema
 from shared.store.schema import collection_specs
-from shared.store.setup import ensure_store
 
 T0 = datetime(2026, 11, 2, 0, 0, 7, tzinfo=UTC)  # the server clock when a pass begins
 SEEDS_EVENTS = ingestion.SEEDS_EVENTS  # the seeds' one document per event
@@ -62,16 +60,11 @@ def metered_store(settings: Settings | None = None) -> Iterator[tuple[Database[A
     settings = settings or get_settings()
     with SecantusDBServer(storage_path=":memory:", ttl_sweep_seconds=0) as server:
         meter = CostMeter(settings, observe=server.uri, extra=[SEEDS_EVENTS])
-        client = store.create_client(server.uri, event_listeners=[meter])
-        db = client[get_settings().mongodb_database]
-        meter.recording = False
-        ensure_store(db, settings, on_cosmos=False)
-        store.use_client(client)
+        meter.recording = False  # the set-up is not measured
         try:
-            yield db, meter
+            with installed_store(server.uri, get_settings().mongodb_database, settings, [meter]) as db:
+                yield db, meter
         finally:
-            store.use_client(None)
-            client.close()
             meter.close()
             set_clock(None)
 

@@ -2,14 +2,33 @@
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.settings import get_settings
+from pymongo.database import Database
+
+from shared.settings import Settings, get_settings
 from shared.store import client as store
 from shared.store.setup import ensure_store
 from tools.command_tally import CommandTally
+
+
+@contextlib.contextmanager
+def installed_store(
+    uri: str, database: str, settings: Settings | None = None, listeners: Sequence[Any] = ()
+) -> Iterator[Database[Any]]:
+    """A set-up database on the server at `uri` (its collections and indexes), installed as the app's store
+    while the block runs, through a client with these command listeners."""
+    client = store.create_client(uri, event_listeners=list(listeners))
+    db = client[database]
+    ensure_store(db, settings or get_settings(), on_cosmos=False)
+    store.use_client(client)
+    try:
+        yield db
+    finally:
+        store.use_client(None)
+        client.close()
 
 
 @contextlib.contextmanager
@@ -18,16 +37,11 @@ def secantus_store(database: str = "bench") -> Iterator[tuple[Any, CommandTally]
     from secantus import SecantusDBServer
 
     tally = CommandTally()
-    with SecantusDBServer(storage_path=":memory:", ttl_sweep_seconds=0) as server:  # no expiry mid-run
-        client = store.create_client(server.uri, event_listeners=[tally])
-        db = client[database]
-        ensure_store(db, get_settings(), on_cosmos=False)
-        store.use_client(client)
-        try:
-            yield db, tally
-        finally:
-            store.use_client(None)
-            client.close()
+    with (
+        SecantusDBServer(storage_path=":memory:", ttl_sweep_seconds=0) as server,  # no expiry mid-run
+        installed_store(server.uri, database, listeners=[tally]) as db,
+    ):
+        yield db, tally
 
 
 @dataclass

@@ -40,7 +40,6 @@ from shared.reports.documents import (
     hourly_document,
     hourly_id,
     merged_entry,
-    parse_hourly_id,
     same_content,
 )
 from shared.store import schema
@@ -88,15 +87,6 @@ def coalesce(changes: Iterable[Change]) -> Buckets:
         elif change.collection == schema.BOTTLE_HEARTBEATS:
             buckets.heartbeat_bottles.add(str(change.key))
     return buckets
-
-
-def user_days_of(changes: Iterable[Change]) -> set[UserDay]:
-    """The user-days whose hourly reports a page of `user_hourly_reports` changes touched."""
-    days = set()
-    for change in changes:
-        user_id, hour = parse_hourly_id(str(change.key))
-        days.add((user_id, day_of(hour)))
-    return days
 
 
 class Stamper:

@@ -11,16 +11,16 @@ hour, by user, through the same dispatcher, queue, workers and leases.
 A partition's source of pages:
 - a change stream (Cosmos DB's required pipeline, `updateLookup`; on other stores narrowed to the partition's
   buckets by `$match`), positioned by the resume token saved after the last page;
-- or polling by an indexed server-side time (`received_at`; `updated_at` for the hourly reports) from the last
-  checkpoint time minus an overlap, for stores without change streams (CHANGE_SOURCE=polling).
+- or polling by an indexed server-side time (`received_at`) from the last checkpoint time minus an overlap,
+  for stores without change streams (CHANGE_SOURCE=polling).
 
 Cosmos DB's change streams, as its documentation describes them, and what this module does about each:
 - a resume token belongs to a server batch: every document of a batch carries the same token, which points
   after the batch. A page therefore ends only where a server batch ends, and only then is it checkpointed;
   stopping inside a batch would skip the rest of it for good;
 - a throttled stream answers with empty batches, so an empty or short page is no proof of being caught up:
-  a checkpoint time is the newest server time among the documents read, never the clock's (elsewhere an
-  update is dated by what it set: its `updateLookup` document may be newer than changes not read yet);
+  a checkpoint time is the newest server time among the documents read, never the clock's (actions are only
+  ever inserted, so a change's document is the one the change wrote);
 - no deletes, no `operationType` in the output, order only within a shard key: aggregation recomputes
   buckets from source, so order and repeats do not matter;
 - a rejected resume token (expired, or its partition split): the partition polls from its checkpoint time
@@ -74,16 +74,11 @@ MAX_AWAIT_MS = 20  # how long an empty getMore waits for changes before the page
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-# Outside Cosmos DB an update also says what it set: `updateLookup` gives the document as it is now, which may
-# be newer than the change (ChangeStreamSource's checkpoint time).
-PROJECTION_WITH_UPDATES = {"$project": {**PROJECTION["$project"], "updateDescription": 1}}
-
-
 def partition_pipeline(buckets: BucketRange | None) -> list[dict[str, Any]]:
     """The required pipeline, narrowed to a bucket range where the store has no physical partitions to read."""
     if buckets is None:
         return PIPELINE
-    return [{"$match": {**OPERATIONS, **buckets.selector(f"fullDocument.{BUCKET_FIELD}")}}, PROJECTION_WITH_UPDATES]
+    return [{"$match": {**OPERATIONS, **buckets.selector(f"fullDocument.{BUCKET_FIELD}")}}, PROJECTION]
 
 
 def aggregated_before(lease: Lease | None, settings: Settings) -> datetime | None:
@@ -117,18 +112,6 @@ class Source(Protocol):
 def _newest(documents: list[Mapping[str, Any] | None], time_field: str) -> datetime | None:
     times = [d[time_field] for d in documents if d is not None and d.get(time_field) is not None]
     return max(times, default=None)
-
-
-def _as_changed(entry: Mapping[str, Any], time_field: str) -> Mapping[str, Any] | None:
-    """What of a change's document dates the change itself. An update's `fullDocument` (`updateLookup`) is the
-    document as it is now, maybe changed again since, far past changes not read yet (a backlog): only what the
-    update set dates it. Cosmos DB sends no `updateDescription`, and a document there appears at its latest
-    change only, so its document dates it; so does an insert's or a replacement's anywhere."""
-    description = entry.get("updateDescription")
-    if description is None:
-        document: Mapping[str, Any] | None = entry.get("fullDocument")
-        return document
-    return {time_field: (description.get("updatedFields") or {}).get(time_field)}
 
 
 class PollingSource:
@@ -244,7 +227,7 @@ class ChangeStreamSource:
             if entry is None:  # the server had nothing more for now: its batch ended
                 break
             changes.append(Change(self._feed.collection, entry["documentKey"]["_id"], entry.get("fullDocument")))
-            dated.append(_as_changed(entry, self._feed.time_field))
+            dated.append(entry.get("fullDocument"))
             if len(changes) >= self._page_size and self._reader.at_batch_end():
                 break
         token = self._reader.resume_token

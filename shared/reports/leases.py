@@ -51,7 +51,7 @@ class Feed:
 
 
 ACTIONS_FEED = Feed(schema.BOTTLE_ACTIONS, "received_at", ("bottle_id", "time"))
-HEARTBEAT_TALLY = Feed(schema.BOTTLE_HEARTBEATS, "alive_at", name="heartbeat_tally", tally=True)
+HEARTBEAT_TALLY = Feed(schema.BOTTLE_HEARTBEATS, "", name="heartbeat_tally", tally=True)  # no time: it sweeps
 FEEDS = (ACTIONS_FEED, HEARTBEAT_TALLY)
 FEED_BY_KEY = {feed.key: feed for feed in FEEDS}
 # Feeds of an earlier layout (the heartbeat documents' change feed, and the hourly reports' feed that rolled the
