@@ -7,7 +7,7 @@ import itertools
 import os
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import mongomock
@@ -160,8 +160,10 @@ def clean_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def mid_hour() -> Iterator[None]:
     """The app's clock runs in real time from the middle of the current UTC hour: a test that reads it more than
     once (the heartbeat tally counts an hour 10 minutes after it ends) sees no hour boundary go by."""
-    offset = hour_of(datetime.now(UTC)) + timedelta(minutes=30) - datetime.now(UTC)
-    set_clock(lambda: datetime.now(UTC) + offset)
+    wall = instants._wall_clock  # the real clock, or the one PILLBOTTLE_TEST_CLOCK_START placed
+    now = wall()
+    offset = hour_of(now) + timedelta(minutes=30) - now
+    set_clock(lambda: wall() + offset)
     yield
     set_clock(None)
 
