@@ -34,7 +34,7 @@ import argparse
 import json
 import logging
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import azure.functions as func
@@ -212,7 +212,7 @@ def store_floor(db: Any, tally: Any, keys: dict[str, str], count: int) -> list[M
 
 
 def run(events: int, bottles: int) -> str:
-    start = datetime.now(UTC) - timedelta(days=2)
+    start = utc_now() - timedelta(days=2)
     rows: list[Measurement] = []
     with secantus_store(get_settings().mongodb_database) as (db, tally):  # the database the app's functions use
         spec = SEEDS_EVENTS.indexes[0]

@@ -12,7 +12,7 @@ from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.heartbeat_document import USER_BUCKET
 from shared.ingestion.receive import receive
-from shared.instants import day_of
+from shared.instants import day_of, utc_now
 from shared.reports import aggregation
 from shared.reports.aggregation import Change, Stamper, refresh_hourly
 from shared.reports.change_feed import dispatch, process_partition
@@ -30,7 +30,7 @@ from tests.tally_runner import TallyPartition
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 # A week ago: within the hourly reports' retention (mongomock expires them by the app's clock), and every
 # instant the tests play, up to four days on, is past.
-DAY = day_of(datetime.now(UTC)) - timedelta(days=7)
+DAY = day_of(utc_now()) - timedelta(days=7)
 HOUR = timedelta(hours=1)
 
 
