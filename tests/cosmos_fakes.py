@@ -1,7 +1,10 @@
 """Fakes that behave like Cosmos DB for MongoDB as documented: throttling answers error 16500
-("TooManyRequests", with RetryAfterMs in the message), and a bulk write can be throttled part-way,
-reporting a write error per op that was not applied."""
+("TooManyRequests", with RetryAfterMs in the message), a bulk write can be throttled part-way, reporting a
+write error per op that was not applied, and `GetChangeStreamTokens` answers a token per physical partition."""
 
+import json
+import random
+from collections.abc import Mapping
 from typing import Any
 
 from pymongo.errors import BulkWriteError, OperationFailure
@@ -99,3 +102,72 @@ class FakeCosmosDatabase:
 
     def __getitem__(self, name: str) -> Any:
         return self.db[name]
+
+
+# --- GetChangeStreamTokens: one token per physical partition, keyed by its feed range ----------------------------
+
+# Effective partition keys of the fake, as integers: its ranges split [0, EPK_TOP). Cosmos DB's hashed keys stay below
+# "40" (the top bits of the hash are cleared), so inner boundaries written as 4 hex digits all sort below "FF", the
+# key space's end, as strings.
+EPK_TOP = 0x4000
+
+
+def epk(value: int) -> str:
+    return "" if value == 0 else "FF" if value >= EPK_TOP else f"{value:04X}"
+
+
+def cosmos_token(low: int, high: int, position: str = "1") -> dict[str, Any]:
+    """A resume token shaped as the documented sample of
+    https://learn.microsoft.com/azure/cosmos-db/mongodb/custom-commands#parallel-change-stream: `_data` is BinData
+    holding JSON whose continuation names the token's feed range."""
+    data = {
+        "V": 2,
+        "Rid": "PxUaALn0SKE=",
+        "Continuation": [
+            {
+                "FeedRange": {"type": "Effective Partition Key Range", "value": {"min": epk(low), "max": epk(high)}},
+                "State": {"type": "continuation", "value": f'"{position}"'},
+            }
+        ],
+    }
+    return {"_data": json.dumps(data).encode(), "_kind": 1}
+
+
+class CosmosTokens:
+    """A database whose `GetChangeStreamTokens` answers one token per physical partition, as Cosmos DB does: each
+    token names its feed range, and the reply's order changes from call to call (the documentation promises a
+    token per partition, not an order). `split(i)` halves the i-th range, as Cosmos DB splits a partition that
+    outgrew 50 GB; setting `partitions` lays the key space out evenly again."""
+
+    def __init__(self, db: Any, partitions: int) -> None:
+        self._db = db
+        self.asked = 0
+        self._order = random.Random(partitions)
+        self.partitions = partitions
+
+    @property
+    def partitions(self) -> int:
+        return len(self.ranges)
+
+    @partitions.setter
+    def partitions(self, count: int) -> None:
+        self.ranges = [(i * EPK_TOP // count, (i + 1) * EPK_TOP // count) for i in range(count)]
+
+    def split(self, index: int) -> None:
+        low, high = sorted(self.ranges)[index]
+        middle = (low + high) // 2
+        self.ranges = sorted([r for r in self.ranges if r != (low, high)] + [(low, middle), (middle, high)])
+
+    def tokens(self) -> list[dict[str, Any]]:
+        self.asked += 1
+        tokens = [cosmos_token(low, high, position=str(self.asked)) for low, high in self.ranges]
+        self._order.shuffle(tokens)
+        return tokens
+
+    def command(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        if command.get("customAction") == "GetChangeStreamTokens":
+            return {"resumeAfterTokens": self.tokens(), "ok": 1}
+        raise OperationFailure("no such command", code=59)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._db[name]

@@ -210,6 +210,7 @@ def test_alert_thresholds_are_parameters_with_sane_defaults_that_main_bicep_pass
         "check-time-budget": (0, 5, 3),  # every run of a check hit its budget, 3 periods of 5 minutes in a row
         "http-503": (50, 5, 1),
         "store-throttled": (300, 5, 3),  # per 5 minutes, 3 periods in a row
+        "report-feed-unpartitioned": (0, 5, 1),  # any dispatch that could not partition a feed
         "http-5xx-rate": (5, 5, 1),  # percent of requests
     }
     tree = bicep.parse("modules/alerts.bicep")

@@ -46,10 +46,12 @@ from shared.reports.leases import (
     FEEDS,
     Feed,
     Lease,
+    NoPartitionTokens,
     Partition,
     Token,
     checkpoint,
     claim,
+    cosmos_partitions,
     ensure_leases,
     feed_lags,
     feed_partitions,
@@ -59,7 +61,6 @@ from shared.reports.leases import (
 )
 from shared.reports.tally import hours_due, rolled_up_before, run_tally
 from shared.settings import Settings
-from shared.store import cosmos
 from shared.store.cosmos import is_cosmos_uri
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, StoreUnavailable, is_transient, with_retries
@@ -326,18 +327,16 @@ def open_source(
 
 
 class PartitionLayoutChanged(Exception):
-    """Cosmos DB now has another number of physical partitions for the feed (a split): this lease belongs to the
-    old layout. The dispatcher makes the new layout's leases, which start from the feed's oldest checkpoint."""
+    """Cosmos DB no longer has this lease's physical partition (it split): the lease belongs to the old layout.
+    The dispatcher makes the children's leases, which start from their parents' positions."""
 
 
 def _fresh_start_token(db: Database[Any], partition: Partition, policy: RetryPolicy) -> Token | None:
-    tokens = with_retries(lambda: cosmos.change_stream_tokens(db, partition.feed.collection), policy) or []
-    if len(tokens) != partition.count:
-        raise PartitionLayoutChanged(
-            f"{partition.feed.collection} has {len(tokens)} physical partitions now, not {partition.count}"
-        )
-    token: Token = tokens[partition.index]
-    return token
+    """The present token of the partition's own feed range (the reply's order means nothing)."""
+    for current, token in cosmos_partitions(db, partition.feed, policy):
+        if current.feed_range == partition.feed_range:
+            return token
+    raise PartitionLayoutChanged(f"{partition.feed.collection} has no physical partition {partition.feed_range} now")
 
 
 def _watch(
@@ -376,14 +375,22 @@ def dispatch(
 ) -> DispatchRun:
     """One run of `aggregate_reports`: make sure every partition of every feed has a lease, and send a work
     message (JSON) for each one that no live worker holds. `send` gets them all at once (the queue output
-    binding: a message lost with it is sent again by the next dispatch)."""
+    binding: a message lost with it is sent again by the next dispatch). On Cosmos DB, a feed whose
+    `GetChangeStreamTokens` gives no usable tokens is logged as an error and counted
+    (pillbottle.reports.unpartitioned), the other feeds are dispatched, and the run then fails."""
     policy = RetryPolicy.for_run(settings, settings.reports_time_budget_seconds)
     cosmos = is_cosmos_uri(settings.mongodb_connection_string) if on_cosmos is None else on_cosmos
-    partitions = [
-        entry
-        for feed in FEEDS
-        for entry in feed_partitions(db, feed, count=settings.reports_partitions, on_cosmos=cosmos, policy=policy)
-    ]
+    partitions: list[tuple[Partition, Token | None]] = []
+    unpartitioned: list[NoPartitionTokens] = []
+    for source in FEEDS:
+        try:
+            partitions += feed_partitions(
+                db, source, count=settings.reports_partitions, on_cosmos=cosmos, policy=policy
+            )
+        except NoPartitionTokens as error:
+            log.error("reports: %s is not dispatched: %s", source.key, error)
+            metrics.feed_unpartitioned(source.key)
+            unpartitioned.append(error)
     run = DispatchRun(partitions=len(partitions))
     run.leases_created = ensure_leases(db, partitions, now=now, policy=policy)
     hold = timedelta(seconds=settings.reports_lease_seconds)
@@ -397,6 +404,8 @@ def dispatch(
     run.lag_seconds = feed_lags(db, [p for p, _ in partitions], now=now, policy=policy, tally_due=hours_due(now))
     for feed, lag in run.lag_seconds.items():
         metrics.report_lag(feed, lag)
+    if unpartitioned:  # the other feeds are dispatched; the invocation still fails, for the alerts
+        raise unpartitioned[0]
     return run
 
 
