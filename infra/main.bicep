@@ -146,6 +146,7 @@ var appSettings = {
   AzureWebJobsStorage__clientId: identity.outputs.clientId
   QUEUE_SEND_TIMEOUT_SECONDS: '5'
   QUEUE_SEND_RETRIES: '2'
+  QUEUE_SEND_CONCURRENCY: '8'
   CHECK_BATCH_SIZE: '500'
   QUEUE_MESSAGES_PER_PARTITION: '5000'
   CHECKS_TIME_BUDGET_SECONDS: '50'

@@ -212,6 +212,14 @@ class Settings(BaseSettings):
         description="Most queue messages one partition's check run sends (its own pending notifications); the "
         "rest stay pending for that partition's next run.",
     )
+    queue_send_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        description="Queue sends one check run makes at once (a bounded thread pool): at the late-dose peak a "
+        "partition sends thousands of notifications. At most 10 keeps within the HTTP connection pool the queue "
+        "client keeps per host.",
+    )
     checks_time_budget_seconds: float = Field(
         default=50.0,
         gt=0,
