@@ -37,7 +37,12 @@ param notificationsRetentionDays int = 90
 
 // One entry per collection of shared/store/schema.py collection_specs(): the shard key ('' = unsharded) and the indexes in
 // ARM's form (key names only: ARM has no index direction or name; Cosmos serves a fully reversed sort from the same
-// index). `_id` is always indexed; a TTL index is on `_ts`, the only TTL field Cosmos allows, for the days above.
+// index). `_id` is always indexed; a TTL index is on `_ts` (a document's last write) for the days above. (4.2 also
+// allows TTL on one custom field, with the EnableTtlOnCustomPath capability, instead of `_ts`:
+// https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-42#custom-ttl.)
+// Each deployment sets a collection's whole index list: a changed key here would swap the old index for the new in
+// one transformation, during which sorts that need either fail (code 2). Change keys with `./dev setup-store` first
+// (it builds the new index beside the old, waits, then drops the old), then deploy this (README: Setting up a database).
 var collections = [
   {
     name: 'bottles'
