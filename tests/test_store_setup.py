@@ -210,3 +210,17 @@ def test_documents_stored_before_they_carried_a_bucket_get_it_once_and_their_par
     heartbeats = db[schema.BOTTLE_HEARTBEATS].find_one()
     assert (heartbeats["bucket"], heartbeats["ub"]) == (9, bucket_of("u3"))
     secantus_client.drop_database("setup_backfill")
+
+
+def test_an_index_with_the_declared_keys_under_another_name_is_the_declared_one():
+    """An Azure deployment's indexes come from the Bicep, and ARM cannot name an index: the setup run against it
+    must neither create the same keys again under the declared name (MongoDB refuses: IndexOptionsConflict) nor
+    drop it."""
+    db: Any = mongomock.MongoClient().db
+    db["bottles"].create_index([("bucket", 1), ("open_pending", 1), ("open_since", 1)], name="arm_made_name")
+
+    ensure_store(db, get_settings(), on_cosmos=False)
+
+    indexes = db["bottles"].index_information()
+    assert "arm_made_name" in indexes
+    assert "open_check" not in indexes

@@ -94,8 +94,8 @@ def ensure_store(db: Database[Any], settings: Settings, *, on_cosmos: bool, wait
 
 
 def _index_plan(spec: CollectionSpec, existing: Mapping[str, Any], *, on_cosmos: bool) -> IndexPlan:
-    """Per declared index: nothing if one of its two names has its keys (the other name, if it has old keys, is
-    dropped once built); created under its name if neither exists; under its free name if the other holds old
+    """Per declared index: nothing if an index has its keys (its two names, if they have old keys, are dropped
+    once built); created under its name if neither exists; under its free name if the other holds old
     keys, which are dropped once the new ones are built. A TTL index is created under its name (its changes are
     `_drop_changed_expiry`'s)."""
     plan = IndexPlan()
@@ -106,7 +106,8 @@ def _index_plan(spec: CollectionSpec, existing: Mapping[str, Any], *, on_cosmos:
                 plan.create.append(_index_model(index, index.name, on_cosmos=on_cosmos))
             continue
         held = [name for name in (index.name, index.name + ALTERNATE) if name in existing]
-        current = [name for name in held if _keys_of(existing[name]) == keys]
+        # Any name with the declared keys will do: an index ARM deployed (infra/, which cannot name indexes) too.
+        current = [name for name, info in existing.items() if _keys_of(info) == keys]
         if current:
             plan.drop += [name for name in held if name not in current]
         elif not held:
