@@ -156,13 +156,13 @@ def _storage(
         schema.BOTTLE_ACTIONS: (actions_per_day, settings.actions_retention_days),
         schema.USER_HOURLY_REPORTS: (hourly_per_day, settings.hourly_reports_retention_days),
         schema.NOTIFICATIONS: (notifications_per_day, settings.notifications_retention_days),
-        schema.USER_DAILY_REPORTS: (USERS, None),
+        schema.USER_DAILY_REPORTS: (USERS, settings.daily_reports_retention_days),
     }
     for collection, (per_day, days) in kept.items():
-        held = min(year, days) if days is not None else year
+        held = min(year, days)
         rows[collection].storage_gb = per_day * held * sizes.get(collection, 0) / gb
         rows[collection].storage_note = (
-            f"{days} days' worth (TTL)" if days is not None and days < year else "a year's worth, growing"
+            f"{days} days' worth (TTL)" if days < year else f"a year's worth, growing to {days} days' (TTL)"
         )
 
 

@@ -464,6 +464,88 @@ def test_a_worker_on_a_throttled_cosmos_stream_checkpoints_no_later_than_what_it
     assert saved["token"] == {"_data": "after-batch-1"}
 
 
+class FakeTime:
+    """A monotonic clock that moves only when the worker sleeps (its back-off) or a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def actions_partition_with_token(db: Any, now: Any) -> Partition:
+    partition = next(
+        Partition.from_message(m) for m in sent_by_dispatch(db, now=now) if m["feed"] == ACTIONS_FEED.collection
+    )
+    db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"token": {"_data": "saved"}}})
+    return partition
+
+
+def run_on_stream(db: Any, partition: Partition, batches: list[Any], time_: FakeTime) -> Any:
+    now = utc_now()
+    stream = CosmosStream(batches)
+    return process_partition(
+        db, partition, now=now, settings=get_settings(), clock=time_, sleep=time_.sleep, watch=lambda p, t: stream
+    )
+
+
+def test_a_throttled_stream_after_a_full_page_is_asked_again_with_back_off_until_it_answers(mock_db, monkeypatch):
+    """Cosmos DB's change stream answers empty batches while the partition is throttled (tests/cosmos_fakes.py's
+    throttling, and the empty batches of CosmosStream above): an empty page right after a full one is no proof
+    of being caught up. Ending there left the rest of the backlog to the next dispatch, a page a dispatch."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    full = [change("b0", 30), change("b1", 29)]
+    time_ = FakeTime()
+
+    run = run_on_stream(mock_db, partition, [full, None, None, None, [change("b2", 28)]], time_)
+
+    assert run.changes == 3
+    assert run.caught_up
+    assert run.empty_retries == 3
+    assert time_.slept == [0.1, 0.2, 0.4]  # doubling
+    saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
+    assert saved["token"] == {"_data": "after-batch-2"}  # the position after the page read once it answered
+
+
+def test_an_idle_partition_a_short_page_then_empty_ends_its_run_at_once(mock_db, monkeypatch):
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    time_ = FakeTime()
+
+    # The short page ends at the first empty batch; the next page is the second: empty, so the run ends.
+    run = run_on_stream(mock_db, partition, [[change("b0", 30)], None, None, [change("b1", 29)]], time_)
+
+    assert (run.changes, run.caught_up, run.empty_retries, time_.slept) == (1, True, 0, [])
+
+
+def test_a_stream_throttled_for_longer_than_the_budget_ends_the_run_when_it_is_spent(mock_db, monkeypatch, caplog):
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    time_ = FakeTime()
+
+    run = run_on_stream(mock_db, partition, [[change("b0", 30), change("b1", 29)], *[None] * 1000], time_)
+
+    budget = get_settings().reports_time_budget_seconds
+    assert run.changes == 2
+    assert not run.caught_up
+    assert time_.now == pytest.approx(budget)  # waited to the budget's end, never past it
+    assert max(time_.slept) == 2.0
+    assert "kept answering empty pages after a full one" in caplog.text
+    saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
+    assert saved["token"] == {"_data": "after-batch-1"}
+    assert saved["owner"] is None  # released: the next dispatch sends it again
+
+
 def test_a_split_partition_leaves_its_old_lease_to_the_new_layout(mock_db, monkeypatch, caplog):
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
     cosmos = CosmosTokens(mock_db, partitions=2)
