@@ -199,3 +199,36 @@ def partition_of(span: tuple[str, str]) -> Partition:
 
 def polling() -> Any:
     return get_settings().model_copy(update={"change_source": "polling"})
+
+
+def test_a_partition_count_changed_back_revives_the_retired_leases_from_their_successors(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """REPORTS_PARTITIONS 4 -> 8 -> 4: the first layout's leases were retired once the second had run; when their
+    ranges come back they must be read again, from the second layout's position, not left retired (never claimed,
+    the feed stalled for good) nor resumed from their own frozen checkpoints."""
+    settings = polling()
+    now = utc_now()
+    send: list[str] = []
+    dispatch(mock_db, now=now, settings=settings, send=send.extend)
+    mock_db[schema.LEASES].update_many({}, {"$set": {"checkpoint_time": now - DAY}})  # the first layout's position
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "8")
+    eight = get_settings().model_copy(update={"change_source": "polling"})
+    dispatch(mock_db, now=now, settings=eight, send=send.extend)
+    for i in range(8):
+        assert process_partition(mock_db, Partition(ACTIONS_FEED, i, 8), now=now, settings=eight).claimed
+    dispatch(mock_db, now=now + MINUTE, settings=eight, send=send.extend)  # the first layout retires
+    assert mock_db[schema.LEASES].count_documents({"of": 4, "feed": ACTIONS_FEED.key, "retired_at": None}) == 0
+    mock_db[schema.LEASES].update_many({"of": 8}, {"$set": {"checkpoint_time": now}})
+
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "4")
+    four = get_settings().model_copy(update={"change_source": "polling"})
+    made = dispatch(mock_db, now=now + 2 * MINUTE, settings=four, send=send.extend).leases_created
+
+    assert made == 4
+    for i in range(4):
+        lease = mock_db[schema.LEASES].find_one({"_id": Partition(ACTIONS_FEED, i, 4).lease_id})
+        assert lease["retired_at"] is None
+        assert lease["checkpoint_time"] == now  # the 8-layout's position, not the frozen day-old one
+        run = process_partition(mock_db, Partition(ACTIONS_FEED, i, 4), now=now + 2 * MINUTE, settings=four)
+        assert run.claimed

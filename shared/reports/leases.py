@@ -212,35 +212,34 @@ def ensure_leases(
         policy,
     )
     have = {doc["_id"] for doc in live}
-    ops: list[Any] = [
-        UpdateOne(
-            {"_id": partition.lease_id},
-            {
-                "$setOnInsert": {
-                    "feed": partition.feed.key,
-                    "kind": partition.kind,
-                    "range": list(partition.span),
-                    "partition": partition.index,
-                    "of": partition.count,
-                    "start_token": start,
-                    "token": None,
-                    "checkpoint_time": _start_time([doc for doc in live if _overlaps(partition, doc)]),
-                    "owner": None,
-                    "expires_at": None,
-                    "version": 0,
-                    "dispatched_until": None,
-                    "created_at": now,
-                    "retired_at": None,
-                }
-            },
-            upsert=True,
-        )
-        for partition, start in wanted
-        if partition.lease_id not in have
-    ]
-    made = sum(write_idempotent(db[schema.LEASES], ops, policy)) if ops else 0
+    fresh = [(partition, start) for partition, start in wanted if partition.lease_id not in have]
+    ops: list[Any] = []
+    for partition, start in fresh:
+        lease = {
+            "feed": partition.feed.key,
+            "kind": partition.kind,
+            "range": list(partition.span),
+            "partition": partition.index,
+            "of": partition.count,
+            "start_token": start,
+            "token": None,
+            "checkpoint_time": _start_time([doc for doc in live if _overlaps(partition, doc)]),
+            "owner": None,
+            "expires_at": None,
+            "version": 0,
+            "dispatched_until": None,
+            "created_at": now,
+            "retired_at": None,
+        }
+        # A range that comes back (REPORTS_PARTITIONS 4 -> 8 -> 4) finds its old lease retired: it starts again
+        # from its parents, as a new one would. The version goes on, so a worker of its earlier life is fenced.
+        revived = {key: value for key, value in lease.items() if key != "version"}
+        ops.append(UpdateOne({"_id": partition.lease_id, "retired_at": {"$ne": None}}, {"$set": revived}))
+        ops.append(UpdateOne({"_id": partition.lease_id}, {"$setOnInsert": lease}, upsert=True))
+    if ops:
+        write_idempotent(db[schema.LEASES], ops, policy)
     _retire_replaced(db, [p for p, _ in wanted], live, now=now, policy=policy)
-    return made
+    return len(fresh)
 
 
 def _start_time(parents: list[Mapping[str, Any]]) -> datetime | None:
