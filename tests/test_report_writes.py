@@ -1,0 +1,133 @@
+"""Report writes that race: a guarded write of a user-hour must never bring back what another writer removed, and a
+worker whose lease was taken over must never leave a report behind its source, whatever the clocks say."""
+
+import json
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from shared.instants import hour_of, utc_now
+from shared.reports import aggregation
+from shared.reports.aggregation import Change, refresh_hourly
+from shared.reports.change_feed import dispatch, process_partition
+from shared.reports.documents import hourly_document, hourly_id
+from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.settings import get_settings
+from shared.store import schema
+from shared.store.partitioning import bucket_of
+from shared.store.retries import RetryPolicy
+from tests.api import SPEC, ago, opened, post_events, provisioned
+from tests.report_client import set_setting
+from tools.report_truth import reported_totals, source_totals
+
+USER = SPEC["user_id"]
+POLICY = RetryPolicy(max_retries=0, base_ms=1)
+
+
+def stale_entry(bottle_id: str, heartbeats: int) -> dict[str, Any]:
+    """A bottle's entry as an earlier merge left it."""
+    counts = {"opened": 0, "closed": 0, "doses": 0, "pills_taken": 0, "heartbeats": heartbeats}
+    return {"bottle_id": bottle_id, "medication": "Cordrazine", **counts} | {
+        "last_number_of_pills": None,
+        "last_mass_of_contents": None,
+    }
+
+
+def test_a_user_hour_deleted_after_it_was_read_is_not_brought_back_by_the_guarded_write(db, monkeypatch):
+    """A merge reads the user-hour (holding another bottle's entry), then another writer empties and deletes it
+    (say the other bottle's heartbeats moved to its new owner): the merge's write must not insert what it read."""
+    key = provisioned("bottle-1")
+    at = ago(hours=2)
+    assert post_events("bottle-1", key, opened(at, event_id="e1")).status == 202
+    hour = hour_of(at)
+    reports = db[schema.USER_HOURLY_REPORTS]
+    reports.insert_one(hourly_document(USER, hour, [stale_entry("bottle-2", 3)], utc_now() - timedelta(minutes=1)))
+    real_load = aggregation._load_by_id
+    deleted: list[int] = []
+
+    def deleted_after_the_read(collection: Any, ids: Any, policy: Any) -> Any:
+        found = real_load(collection, ids, policy)
+        if not deleted:
+            deleted.append(reports.delete_one({"_id": hourly_id(USER, hour), "user_id": USER}).deleted_count)
+        return found
+
+    monkeypatch.setattr(aggregation, "_load_by_id", deleted_after_the_read)
+    action = db[schema.BOTTLE_ACTIONS].find_one({"bottle_id": "bottle-1"})
+    refresh_hourly(db, [Change(schema.BOTTLE_ACTIONS, action["_id"], action)], stamp=utc_now(), policy=POLICY)
+
+    assert deleted == [1]
+    stored = reports.find_one({"_id": hourly_id(USER, hour)})
+    assert [e["bottle_id"] for e in stored["bottles"]] == ["bottle-1"]
+    assert (stored["opened"], stored["heartbeats"]) == (1, 0)
+
+
+class Paused:
+    """Makes the worker run on the thread named `name` stop after it recomputed a page's buckets from source and
+    before it reads and writes the reports, until `resume` is set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+        self.name, self.reached, self.resume = name, threading.Event(), threading.Event()
+        real = aggregation.recomputed_parts
+
+        def recomputed(*args: Any, **kwargs: Any) -> Any:
+            parts = real(*args, **kwargs)
+            if threading.current_thread().name == self.name and parts and not self.reached.is_set():
+                self.reached.set()
+                assert self.resume.wait(timeout=30)
+            return parts
+
+        monkeypatch.setattr(aggregation, "recomputed_parts", recomputed)
+
+
+def actions_partition(db: Any, now: Any) -> Partition:
+    """The actions feed's partition that holds bottle-1 (the dispatcher makes the leases)."""
+    messages: list[str] = []
+    dispatch(db, now=now, settings=get_settings(), send=messages.extend)
+    partitions = [Partition.from_message(json.loads(m)) for m in messages]
+    return next(
+        p
+        for p in partitions
+        if p.feed == ACTIONS_FEED and p.buckets is not None and p.buckets.holds(bucket_of("bottle-1"))
+    )
+
+
+def in_thread(name: str, run: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    done: list[Any] = []
+    thread = threading.Thread(target=lambda: done.append(run()), name=name)
+    thread.start()
+    return thread, done
+
+
+@pytest.mark.parametrize("skew_s", [121, 300])
+def test_a_worker_whose_lease_was_taken_over_cannot_put_its_older_counts_over_newer_ones(db, monkeypatch, skew_s):
+    """Worker A reads three opened events and stalls; two more arrive; worker B, its clock `skew_s` ahead, takes
+    the lease A's clock still thinks is A's and writes five; then A wakes and writes. The report ends as the source
+    says: five."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")  # one source on both stores: the interleaving is exact
+    key = provisioned("bottle-1")
+    hour = hour_of(ago(hours=2))
+    for i in range(3):
+        assert post_events("bottle-1", key, opened(hour + timedelta(minutes=i), event_id=f"e{i}")).status == 202
+    now = utc_now()
+    partition = actions_partition(db, now)
+    paused = Paused(monkeypatch, "A")
+    settings = get_settings()
+
+    a, a_run = in_thread("A", lambda: process_partition(db, partition, now=now, settings=settings))
+    assert paused.reached.wait(timeout=30)
+    for i in range(3, 5):
+        assert post_events("bottle-1", key, opened(hour + timedelta(minutes=i), event_id=f"e{i}")).status == 202
+    ahead = now + timedelta(seconds=skew_s)
+    b_run = process_partition(db, partition, now=ahead, settings=settings)
+    paused.resume.set()
+    a.join(timeout=30)
+
+    assert b_run.claimed  # the interleaving the test means
+    assert a_run
+    assert a_run[0].lost_lease
+    stored = db[schema.USER_HOURLY_REPORTS].find_one({"_id": hourly_id(USER, hour)})
+    assert stored["opened"] == 5
+    assert reported_totals(db) == source_totals(db)
