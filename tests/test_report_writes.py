@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 
 from shared.instants import hour_of, utc_now
-from shared.reports import aggregation
+from shared.reports import aggregation, tally
 from shared.reports.aggregation import Change, refresh_hourly
 from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.documents import hourly_document, hourly_id
-from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.reports.leases import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.settings import get_settings
 from shared.store import schema
-from shared.store.partitioning import bucket_of
+from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy
-from tests.api import SPEC, ago, opened, post_events, provisioned
+from tests.api import SPEC, ago, heartbeat, opened, post_events, provisioned
 from tests.report_client import set_setting
 from tools.report_truth import reported_totals, source_totals
 
@@ -130,4 +130,47 @@ def test_a_worker_whose_lease_was_taken_over_cannot_put_its_older_counts_over_ne
     assert a_run[0].lost_lease
     stored = db[schema.USER_HOURLY_REPORTS].find_one({"_id": hourly_id(USER, hour)})
     assert stored["opened"] == 5
+    assert reported_totals(db) == source_totals(db)
+
+
+@pytest.mark.parametrize("skew_s", [121, 300])
+def test_a_tally_worker_whose_lease_was_taken_over_cannot_put_its_older_heartbeat_counts_back(db, monkeypatch, skew_s):
+    """The same for the heartbeat tally: worker A counts an hour's three heartbeats and stalls before it writes;
+    two late heartbeats of that hour arrive; worker B, its clock ahead, takes the lease and counts five; A wakes."""
+    key = provisioned("bottle-1")
+    hour = hour_of(ago(hours=3))
+    beats = [heartbeat(hour + timedelta(minutes=m)) for m in (1, 11, 21)]
+    assert post_events("bottle-1", key, {"events": beats}).status == 202
+    now = utc_now()
+    settings = get_settings()
+    dispatch(db, now=now, settings=settings, send=lambda _messages: None)  # makes the leases
+    partition = next(
+        Partition(HEARTBEAT_TALLY, i, settings.reports_partitions)
+        for i in range(settings.reports_partitions)
+        if BucketRange(i, settings.reports_partitions).holds(bucket_of(USER))
+    )
+    reached, resume = threading.Event(), threading.Event()
+    real_write = aggregation.write_hourly  # what the tally calls (it imports it by name)
+
+    def stalling(*args: Any) -> Any:
+        if threading.current_thread().name == "A" and not reached.is_set():
+            reached.set()
+            assert resume.wait(timeout=30)
+        return real_write(*args)
+
+    monkeypatch.setattr(tally, "write_hourly", stalling)
+
+    a, a_run = in_thread("A", lambda: process_partition(db, partition, now=now, settings=settings))
+    assert reached.wait(timeout=30)
+    late = [heartbeat(hour + timedelta(minutes=m)) for m in (31, 41)]
+    assert post_events("bottle-1", key, {"events": late}).status == 202
+    b_run = process_partition(db, partition, now=now + timedelta(seconds=skew_s), settings=settings)
+    resume.set()
+    a.join(timeout=30)
+
+    assert b_run.claimed  # the interleaving the test means
+    assert a_run
+    assert a_run[0].lost_lease
+    stored = db[schema.USER_HOURLY_REPORTS].find_one({"_id": hourly_id(USER, hour)})
+    assert stored["heartbeats"] == 5
     assert reported_totals(db) == source_totals(db)

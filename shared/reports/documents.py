@@ -90,6 +90,8 @@ class HeartbeatPart:
 
     heartbeats: int
     medication: str
+    # The user owned the bottle for the whole hour (and the skew before it): then the hour's count only grows.
+    sole_owner: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,11 +185,12 @@ def heartbeat_parts(
     medication = str(heartbeat_doc.get("medication", ""))
     parts = {}
     for hour in sorted(hours):
-        for span in spans:
-            # A heartbeat received before a reassignment may be dated up to MAX_FUTURE_SKEW after it, and so
-            # counted for the earlier owner then: that owner's hour is recomputed too.
-            if span.overlaps(hour - MAX_FUTURE_SKEW, hour + HOUR):
-                parts[(span.user_id, hour)] = HeartbeatPart(counts[(span.user_id, hour)], medication=medication)
+        # A heartbeat received before a reassignment may be dated up to MAX_FUTURE_SKEW after it, and so
+        # counted for the earlier owner then: that owner's hour is recomputed too.
+        owners = [span for span in spans if span.overlaps(hour - MAX_FUTURE_SKEW, hour + HOUR)]
+        for span in owners:
+            count = counts[(span.user_id, hour)]
+            parts[(span.user_id, hour)] = HeartbeatPart(count, medication=medication, sole_owner=len(owners) == 1)
     return parts
 
 
@@ -208,6 +211,10 @@ def merged_entry(
     old = stored or {}
     if action is not None and older_than_stored(action, old):
         action = None
+    if heartbeat is not None and heartbeat.sole_owner and heartbeat.heartbeats < int(old.get("heartbeats") or 0):
+        # A ring only gains heartbeats while it holds an hour: a smaller count of an hour that had one owner
+        # throughout was read before some arrived. (With a reassignment a heartbeat can move to the other owner.)
+        heartbeat = None
     entry: Document = {"bottle_id": bottle_id, "medication": old.get("medication")}
     for field in (*ACTION_COUNTERS, *LAST_READINGS):
         entry[field] = old.get(field, 0 if field in ACTION_COUNTERS else None)
