@@ -113,7 +113,9 @@ def _rotate(db: Database[Any], bottle_id: str, key_hash: str, *, now: datetime, 
 
     The version is read from the write's own after-image: every rotation gets its own, and the newest key has the
     highest. (A version computed from a before-image plus one is not safe: SecantusDB's findAndModify may answer,
-    under concurrency, a before-image older than the document it updated, so two rotations got one version.)"""
+    under concurrency, a before-image older than the document it updated, so two rotations got one version.)
+    Cosmos DB for MongoDB supports `findAndModify` and `$inc` ("Database commands" and "Update operators" in
+    https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-40)."""
     update = {"$set": {"key_hash": key_hash, "key_rotated_at": now}, "$inc": {KEY_VERSION_FIELD: 1}}
     after = with_retries(
         lambda: db[schema.BOTTLES].find_one_and_update(
