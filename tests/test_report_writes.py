@@ -174,3 +174,23 @@ def test_a_tally_worker_whose_lease_was_taken_over_cannot_put_its_older_heartbea
     stored = db[schema.USER_HOURLY_REPORTS].find_one({"_id": hourly_id(USER, hour)})
     assert stored["heartbeats"] == 5
     assert reported_totals(db) == source_totals(db)
+
+
+def test_guarded_writes_in_one_bulk_tell_which_landed(db):
+    """One bulk of guarded updates: the one whose document is as read lands; the one another writer changed, and
+    the one another writer deleted, do not (conflicts); nothing is inserted in place of the deleted one."""
+    reports = db[schema.USER_HOURLY_REPORTS]
+    hours = [hour_of(ago(hours=h)) for h in (3, 4, 5)]
+    read = utc_now() - timedelta(minutes=5)
+    olds = [hourly_document(USER, hour, [stale_entry("bottle-1", 1)], read) for hour in hours]
+    reports.insert_many([dict(old) for old in olds])
+    reports.update_one({"_id": olds[1]["_id"]}, {"$set": {"updated_at": read + timedelta(minutes=1)}})
+    reports.delete_one({"_id": olds[2]["_id"], "user_id": USER})
+    later = read + timedelta(minutes=2)
+    writes = [
+        aggregation.GuardedWrite(old, hourly_document(USER, hour, [stale_entry("bottle-1", 2)], later))
+        for old, hour in zip(olds, hours, strict=True)
+    ]
+
+    assert aggregation.write_guarded(reports, writes, POLICY) == [True, False, False]
+    assert sorted(doc["heartbeats"] for doc in reports.find()) == [1, 2]

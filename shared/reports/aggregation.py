@@ -28,7 +28,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from shared.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME
-from shared.instants import day_of, hour_of
+from shared.instants import day_of, hour_of, to_stored
 from shared.reports.documents import (
     DAY,
     HOUR,
@@ -308,7 +308,7 @@ def write_guarded(collection: Collection[Any], writes: Sequence[GuardedWrite], p
     (its last entry emptied), an upsert would bring the stale merge back, other bottles' old counts with it.
 
     The guarded updates go as one bulk write; as a bulk answer counts matches but does not say which, when some
-    matched nothing the documents are read back, and a write landed where the document now holds its content."""
+    matched nothing the documents are read back, and a write landed where the document now is what it wrote."""
     outcomes = [False] * len(writes)
     inserts = [i for i, w in enumerate(writes) if w.old is None]
     updates = [i for i, w in enumerate(writes) if w.old is not None]
@@ -324,8 +324,15 @@ def write_guarded(collection: Collection[Any], writes: Sequence[GuardedWrite], p
         else:
             stored = _load_by_id(collection, [writes[i].new["_id"] for i in updates], policy)
             for i in updates:
-                outcomes[i] = same_content(stored.get(writes[i].new["_id"]), writes[i].new)
+                outcomes[i] = _holds(stored.get(writes[i].new["_id"]), writes[i].new)
     return outcomes
+
+
+def _holds(stored: Mapping[str, Any] | None, new: Document) -> bool:
+    """Whether a stored document is `new` as written: its content and its `updated_at` (as BSON keeps it)."""
+    if stored is None:
+        return False
+    return same_content(stored, new) and to_stored(stored["updated_at"]) == to_stored(new["updated_at"])
 
 
 def _guarded_update(write: GuardedWrite) -> UpdateOne:
