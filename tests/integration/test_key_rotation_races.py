@@ -10,6 +10,7 @@ number of trials (default 25; the rule was checked at 100)."""
 import os
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -141,3 +142,25 @@ def test_a_plain_put_that_read_the_bottle_before_a_rotation_cannot_put_the_old_k
     assert revoked_heartbeat == 401
     assert statuses("bottle-1", first, 2) == REFUSED
     assert statuses("bottle-1", new, 1) == ACCEPTED
+
+
+def test_creates_racing_a_rotation_of_a_new_bottle_leave_only_the_rotations_key(real_db):
+    """Two creates and a rotation of a bottle that does not exist yet: one of them inserts it; whichever it was,
+    the rotation's key is the one that works afterwards, and a key the create answered is refused."""
+    failures = []
+    for trial in range(TRIALS):
+        bottle_id = f"bottle-{trial}"
+        answers = at_once(
+            partial(put_bottle, bottle_id, rotate_key=True),
+            partial(put_bottle, bottle_id),
+            partial(put_bottle, bottle_id, {**SPEC, "medication": "Hyronalin"}),
+        )
+        assert sorted(a.status for a in answers) == [200, 200, 201], [a.body for a in answers]
+        rotated = str(answers[0].body["device_key"])
+        created = [str(a.body["device_key"]) for a in answers[1:] if a.status == 201]
+        found = {"rotated": statuses(bottle_id, rotated, 2)}
+        if created:  # a plain create won the insert: its key was the bottle's until the rotation
+            found["created"] = statuses(bottle_id, created[0], 1)
+        if found["rotated"] != ACCEPTED or found.get("created", REFUSED) != REFUSED:
+            failures.append((trial, found))
+    assert failures == [], f"{len(failures)} of {TRIALS} trials left the wrong key working: {failures[:3]}"
