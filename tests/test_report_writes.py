@@ -13,7 +13,7 @@ from shared.instants import hour_of, utc_now
 from shared.reports import aggregation, tally
 from shared.reports.aggregation import Change, refresh_hourly
 from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.documents import hourly_document, hourly_id
+from shared.reports.documents import ActionPart, HeartbeatPart, hourly_document, hourly_id, merged_entry
 from shared.reports.leases import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.settings import get_settings
 from shared.store import schema
@@ -194,3 +194,34 @@ def test_guarded_writes_in_one_bulk_tell_which_landed(db):
 
     assert aggregation.write_guarded(reports, writes, POLICY) == [True, False, False]
     assert sorted(doc["heartbeats"] for doc in reports.find()) == [1, 2]
+
+
+def action_part(opened_: int, closed_: int, pills_taken: int) -> ActionPart:
+    doses = 1 if pills_taken else 0
+    return ActionPart("Cordrazine", opened_, closed_, doses, pills_taken, 29, 14.5)
+
+
+@pytest.mark.parametrize(
+    ("stored", "part", "kept"),
+    [
+        ((2, 1, 0), (1, 1, 2), True),  # fewer events: read before some arrived
+        ((1, 1, 0), (1, 1, 2), False),  # as many: the same events, counted anew (a rebuild for a changed rule)
+        ((1, 0, 0), (2, 1, 1), False),  # more: newer
+    ],
+    ids=["fewer", "as many", "more"],
+)
+def test_an_action_part_replaces_the_stored_one_unless_it_counts_fewer_events(stored, part, kept):
+    opened_, closed_, taken = stored
+    entry = stale_entry("bottle-1", 0) | {"opened": opened_, "closed": closed_, "pills_taken": taken}
+    merged = merged_entry("bottle-1", entry, action_part(*part), None)
+    assert merged is not None
+    assert (merged["opened"], merged["closed"], merged["pills_taken"]) == (stored if kept else part)
+
+
+@pytest.mark.parametrize(
+    ("sole_owner", "heartbeats"), [(True, 5), (False, 3)], ids=["one owner: kept", "reassigned in the hour: moved"]
+)
+def test_a_smaller_heartbeat_count_is_merged_only_where_the_hour_changed_owner(sole_owner, heartbeats):
+    merged = merged_entry("bottle-1", stale_entry("bottle-1", 5), None, HeartbeatPart(3, "Cordrazine", sole_owner))
+    assert merged is not None
+    assert merged["heartbeats"] == heartbeats
