@@ -5,6 +5,7 @@ from those costs. Prints the tables and writes them, with the commit and the mac
 results can be compared across commits, and the design-scale table into the README (a full run only).
 
     ./dev bench [--quick] [--output benchmarks/RESULTS.md]
+    ./dev bench --mongodb-uri "<Cosmos DB connection string>"   the model beside a real account's charges
 
 Each benchmark says on stderr when it starts and ends, and every 10 seconds that it is still running.
 """
@@ -13,11 +14,12 @@ import argparse
 import os
 import platform
 import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import checks, costs, design_scale, ingestion, reports, scaleout
+from benchmarks import calibrate, checks, costs, design_scale, ingestion, reports, scaleout
 from benchmarks.cost_model import ASSUMPTIONS, RULES
 from benchmarks.harness import PRINTED, Table, print_table
 from shared.settings import get_settings
@@ -211,12 +213,19 @@ def update_readme(blocks: str, readme: Path = README) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg.split("=")[0] == "--mongodb-uri" for arg in argv):
+        sys.exit(calibrate.main(argv))  # calibration on a real account (benchmarks/calibrate.py)
     parser = argparse.ArgumentParser(
         prog="./dev bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="smaller fleets and streams (about a minute)")
     parser.add_argument(
         "--output", type=Path, default=RESULTS, help="where to write the results (default benchmarks/RESULTS.md)"
+    )
+    parser.add_argument(
+        "--mongodb-uri",
+        help="instead of the benchmarks, calibrate the cost model on an account (benchmarks/calibrate.py)",
     )
     args = parser.parse_args(argv)
     if not args.output.parent.is_dir():
