@@ -46,7 +46,7 @@ TALLY_FIRST_MINUTE = 10  # an hour is counted SETTLE (10 minutes) after it ends 
 TALLY_MINUTES = 15  # a pass's pages land in about 15 minutes of each hour
 MORNING_HOUR = 7  # the hour (UTC) of the morning late-dose peak
 SWEEP_MINUTES = {"late_dose": 5, "left_open": 1, "silent": 5}  # each check runs every so many minutes
-REGIONS = (1, 2)
+REPORTS_PARTITIONS = 64  # the tally's partitions at this scale (the README's deploy settings)
 
 # Rates the design does not give, and what the table assumes for them.
 ASSUMED_RATES = {
@@ -128,7 +128,7 @@ def minute_load(measured: Measured, settings: Settings, hour: int, minute: int, 
         (EVENTS, measured.closed, CLOSED_PER_SECOND),
         (FEED, measured.actions_feed, CHANGES_PER_SECOND),
         # The actions feed: a run per physical partition every minute; the tally: a run per partition an hour.
-        (FEED, measured.consumer_run, actions_partitions / 60 + settings.reports_partitions / 3600),
+        (FEED, measured.consumer_run, actions_partitions / 60 + REPORTS_PARTITIONS / 3600),
     ]
     if measured.tally and TALLY_FIRST_MINUTE <= minute < TALLY_FIRST_MINUTE + TALLY_MINUTES:
         tally = tally_at_scale(tally_of_hour(measured.tally, hour), settings)
@@ -162,7 +162,7 @@ def tally_at_scale(measured: UnitCost, settings: Settings) -> UnitCost:
     in full pages of REPORTS_PAGE_SIZE, each page one sorted query over every physical partition, and two more to
     end each of REPORTS_PARTITIONS ranges; each page reads and writes its users' reports with one `$in` per
     CLAUSES_PER_QUERY users (and the daily reports' likewise, in a roll-up hour)."""
-    pages_per_hour = BOTTLES / settings.reports_page_size + 2 * settings.reports_partitions
+    pages_per_hour = BOTTLES / settings.reports_page_size + 2 * REPORTS_PARTITIONS
     per_change = pages_per_hour / (CHANGES_PER_SECOND * 3600)
     users_per_page = settings.reports_page_size * USERS / BOTTLES
     chunks = math.ceil(users_per_page / CLAUSES_PER_QUERY)

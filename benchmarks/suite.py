@@ -139,7 +139,7 @@ def cost_section(measured: costs.Costs) -> tuple[str, str]:
     print_table(
         "Design scale: the bill from these costs",
         [
-            ["RU/s", f"{billed:,.0f}", "200,000 billed (each collection at its busiest hour, one region)"],
+            ["RU/s", f"{billed:,.0f}", "200,000 (billed, one region)"],
             ["RU/s, two regions", f"{2 * billed:,.0f}", "-"],
             ["$ a month, one region", f"{design_scale.monthly(rows, 1):,.0f}", "-"],
             ["$ a month, two regions", f"{design_scale.monthly(rows, 2):,.0f}", "-"],
