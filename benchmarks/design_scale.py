@@ -57,6 +57,26 @@ ASSUMED_RATES = {
     "minutes a sweep's work takes": 1.0,  # the check partitions run side by side, each within its minute
 }
 
+
+@dataclass(frozen=True)
+class Variant:
+    """A way of running the same work, for the alternatives table: how long the tally's pages take each hour,
+    and whether every hour rolls the days up (a daily report within an hour of its hours) or only the hours that
+    end a block of DAILY_ROLLUP_HOURS (today: up to 7 hours behind)."""
+
+    name: str
+    tally_minutes: int = TALLY_MINUTES
+    rollup_every_hour: bool = False
+
+
+TODAY = Variant("today: the tally's pages in ~15 minutes, days rolled up every 6 hours")
+ALTERNATIVES = (
+    TODAY,
+    Variant("the tally paced over the hour (a per-partition rate, staggered starts)", tally_minutes=60),
+    Variant("daily reports within an hour (a roll-up every hour)", rollup_every_hour=True),
+    Variant("both: paced, and a roll-up every hour", tally_minutes=60, rollup_every_hour=True),
+)
+
 HEARTBEATS, EVENTS, FEED, TALLY, CHECKS, FLOOR = (
     "heartbeats",
     "opened/closed events",
@@ -120,7 +140,15 @@ _ORDER = (
 Load = list[tuple[str, UnitCost, float]]  # (kind of work, RU per unit, units per second)
 
 
-def minute_load(measured: Measured, settings: Settings, hour: int, minute: int, actions_partitions: int) -> Load:
+def minute_load(
+    measured: Measured,
+    settings: Settings,
+    hour: int,
+    minute: int,
+    actions_partitions: int,
+    *,
+    variant: Variant = TODAY,
+) -> Load:
     """The work under way in one minute of the day, as units per second."""
     load: Load = [
         (HEARTBEATS, measured.heartbeat, HEARTBEATS_PER_SECOND),
@@ -130,9 +158,9 @@ def minute_load(measured: Measured, settings: Settings, hour: int, minute: int, 
         # The actions feed: a run per physical partition every minute; the tally: a run per partition an hour.
         (FEED, measured.consumer_run, actions_partitions / 60 + REPORTS_PARTITIONS / 3600),
     ]
-    if measured.tally and TALLY_FIRST_MINUTE <= minute < TALLY_FIRST_MINUTE + TALLY_MINUTES:
-        tally = tally_at_scale(tally_of_hour(measured.tally, hour), settings)
-        load.append((TALLY, tally, CHANGES_PER_SECOND * 60 / TALLY_MINUTES))
+    if measured.tally and (minute - TALLY_FIRST_MINUTE) % 60 < variant.tally_minutes:
+        tally = tally_at_scale(tally_of_hour(measured.tally, hour, every_hour=variant.rollup_every_hour), settings)
+        load.append((TALLY, tally, CHANGES_PER_SECOND * 60 / variant.tally_minutes))
     spread = ASSUMED_RATES["minutes a sweep's work takes"] * 60
     for kind in KINDS:
         every = SWEEP_MINUTES[kind]
@@ -198,20 +226,20 @@ def unit_costs(measured: Measured, settings: Settings) -> dict[str, UnitCost]:
     }
 
 
-def tally_of_hour(tally: Sequence[UnitCost], hour: int) -> UnitCost:
+def tally_of_hour(tally: Sequence[UnitCost], hour: int, *, every_hour: bool = False) -> UnitCost:
     """The measured tally hour standing for `hour` (UTC): the block's roll-up hour (the one that writes the most
-    daily reports) at the hours that end a block (00, 06, 12, 18 with six-hour blocks)."""
+    daily reports) at the hours that end a block (00, 06, 12, 18 with six-hour blocks), or at every hour."""
     rollup = max(range(len(tally)), key=lambda i: tally[i].base.get(schema.USER_DAILY_REPORTS, 0.0))
-    return tally[(rollup + hour) % len(tally)]
+    return tally[rollup if every_hour else (rollup + hour) % len(tally)]
 
 
-def table(measured: Measured, settings: Settings | None = None) -> list[Row]:
+def table(measured: Measured, settings: Settings | None = None, variant: Variant = TODAY) -> list[Row]:
     settings = settings or Settings()
     rows = {name: Row(name) for name in _ORDER}
     _storage(rows, measured, settings)
     partitions = {name: physical_partitions(row.storage_gb, 0) for name, row in rows.items()}
     for _ in range(20):  # the partitions price the fan-out, which raises the peak, which adds partitions
-        _bill(rows, measured, settings, partitions)
+        _bill(rows, measured, settings, partitions, variant)
         found = {name: row.partitions for name, row in rows.items()}
         if found == partitions:
             break
@@ -219,13 +247,16 @@ def table(measured: Measured, settings: Settings | None = None) -> list[Row]:
     return [rows[name] for name in _ORDER if rows[name].peak or rows[name].storage_gb]
 
 
-def _bill(rows: dict[str, Row], measured: Measured, settings: Settings, partitions: dict[str, int]) -> None:
+def _bill(
+    rows: dict[str, Row], measured: Measured, settings: Settings, partitions: dict[str, int], variant: Variant
+) -> None:
     per_minute: dict[str, list[float]] = {name: [] for name in rows}
     split_at: dict[str, list[dict[str, float]]] = {name: [] for name in rows}
     for hour in range(24):
         for minute in range(60):
             by_collection: dict[str, dict[str, float]] = {name: {} for name in rows}
-            for kind, cost, rate in minute_load(measured, settings, hour, minute, partitions[schema.BOTTLE_ACTIONS]):
+            actions = partitions[schema.BOTTLE_ACTIONS]
+            for kind, cost, rate in minute_load(measured, settings, hour, minute, actions, variant=variant):
                 for name in cost.collections:
                     if name not in rows:
                         continue
@@ -336,3 +367,37 @@ def monthly(rows: list[Row], regions: int = 1) -> float:
 
 def partitions_of(rows: list[Row]) -> dict[str, int]:
     return {row.collection: row.partitions for row in rows}
+
+
+def alternatives(measured: Measured, settings: Settings | None = None) -> list[list[str]]:
+    """The same work run each way of ALTERNATIVES, side by side, as the model bills it: the billed RU/s, what
+    it is against today's, the monthly price in one and two regions, and the two report collections' bills."""
+    found = []
+    today = 0.0
+    for variant in ALTERNATIVES:
+        rows = table(measured, settings, variant)
+        billed = total(rows)
+        today = today or billed
+        by_name = {row.collection: row for row in rows}
+        reports = [by_name[name].billed for name in (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS)]
+        found.append(
+            [
+                variant.name,
+                f"{billed:,.0f}",
+                f"{billed / today:.2f}x",
+                f"{monthly(rows, 1):,.0f}",
+                f"{monthly(rows, 2):,.0f}",
+                " / ".join(f"{ru:,.0f}" for ru in reports),
+            ]
+        )
+    return found
+
+
+ALTERNATIVES_HEADER = [
+    "how",
+    "billed RU/s",
+    "vs today",
+    "$/month, 1 region",
+    "$/month, 2 regions",
+    "hourly / daily reports RU/s",
+]

@@ -243,3 +243,24 @@ def test_the_morning_sweep_bills_its_minute_in_the_morning_hour():
     assert notifications.billed == pytest.approx(morning)
     assert notifications.hourly_billed[design_scale.MORNING_HOUR] == pytest.approx(morning)
     assert notifications.hourly_billed[design_scale.MORNING_HOUR + 1] == pytest.approx(max(other, morning * 1.2 / 10))
+
+
+def test_the_alternatives_bill_a_paced_tally_at_its_average_and_hourly_roll_ups_every_hour():
+    ordinary = UnitCost({schema.USER_HOURLY_REPORTS: 1.0})
+    rollup = UnitCost({schema.USER_HOURLY_REPORTS: 3.0, schema.USER_DAILY_REPORTS: 2.0})
+    measured = _measured(tally=[ordinary] * 5 + [rollup])
+    hourly = schema.USER_HOURLY_REPORTS
+
+    def row(variant: design_scale.Variant) -> design_scale.Row:
+        return {r.collection: r for r in design_scale.table(measured, Settings(), variant)}[hourly]
+
+    today = row(design_scale.TODAY)
+    assert today.billed == pytest.approx(4 * 3.0 * design_scale.CHANGES_PER_SECOND)  # the roll-up hour's burst
+    paced = row(design_scale.Variant("paced", tally_minutes=60))
+    assert paced.billed == pytest.approx(3.0 * design_scale.CHANGES_PER_SECOND)
+    every_hour = row(design_scale.Variant("hourly roll-ups", rollup_every_hour=True))
+    assert every_hour.hourly_billed == pytest.approx([today.billed] * 24)
+    assert every_hour.monthly() > today.monthly()
+    printed = design_scale.alternatives(measured, Settings())
+    assert [line[0] for line in printed] == [variant.name for variant in design_scale.ALTERNATIVES]
+    assert printed[0][2] == "1.00x"
