@@ -165,6 +165,7 @@ class _Pending:
     collection: str
     sent: int
     reach: int = 1
+    cursor: int = 0  # a getMore's cursor
     before: list[tuple[Any, dict[str, Any] | None, bool]] = field(default_factory=list)  # (_id, doc, matched)
     inserted: list[dict[str, Any]] = field(default_factory=list)
 
@@ -218,7 +219,8 @@ class CostMeter(monitoring.CommandListener):
         name = collection if isinstance(collection, str) else str(command.get("collection", ""))
         pending = _Pending(self.label, event.command_name, name, bson_size(command))
         if event.command_name == "getMore":
-            pending.reach = self._cursors.get(int(command.get("getMore", 0)), 1)
+            pending.cursor = int(command.get("getMore", 0))
+            pending.reach = self._cursors.get(pending.cursor, 1)
         elif event.command_name in READS:
             pending.reach = command_reach(command, event.command_name, self._shard_keys.get(name))
         if self._observer is not None and event.command_name in WRITES:
@@ -236,9 +238,11 @@ class CostMeter(monitoring.CommandListener):
         reply = event.reply
         cursor = reply.get("cursor")
         if isinstance(cursor, Mapping):
-            if cursor.get("id"):
-                with self._lock:
+            with self._lock:
+                if cursor.get("id"):
                     self._cursors[int(cursor["id"])] = pending.reach
+                elif pending.command == "getMore":  # the cursor is exhausted: forget it
+                    self._cursors.pop(pending.cursor, None)
             batch = cursor.get("firstBatch", cursor.get("nextBatch", [])) or []
             operation.returned = [bson_size(d.get("fullDocument") or d) for d in batch if isinstance(d, Mapping)]
         if pending.command == "findAndModify" and isinstance(reply.get("value"), Mapping):

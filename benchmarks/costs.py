@@ -182,8 +182,10 @@ def average_sizes(db: Database[Any], collections: list[str]) -> dict[str, float]
 
 def consumer_costs(users: int, hours: int) -> tuple[dict[str, PerUnit], dict[str, float]]:
     """RU per source change of the report consumer at the design's density, the app beside the naive `$inc`
-    consumer fed by the same change streams; the app's per-run overhead (leases, empty polls) per partition
-    run; and the report documents' average sizes.
+    consumer fed by the same change streams: the actions feed's ("actions feed"), the tally's hour by hour of the
+    roll-up block ("tally 0" ... : autoscale bills each hour's peak, and the roll-up hour costs more), and both
+    ("consumer change"); the app's per-run overhead (leases, empty polls) per partition run; and the report
+    documents' average sizes.
 
     The design's density: every bottle heard from every 30 minutes (each at its own minute) and an opened/closed
     pair per 24 heartbeats, the consumer every minute, with pages as full as a partition's (one partition here,

@@ -264,3 +264,22 @@ def test_the_alternatives_bill_a_paced_tally_at_its_average_and_hourly_roll_ups_
     printed = design_scale.alternatives(measured, Settings())
     assert [line[0] for line in printed] == [variant.name for variant in design_scale.ALTERNATIVES]
     assert printed[0][2] == "1.00x"
+
+
+@pytest.mark.integration
+def test_the_meter_carries_a_querys_reach_to_its_get_mores(secantus_uri: str) -> None:
+    meter = CostMeter(Settings())
+    client: Any = store.create_client(secantus_uri, event_listeners=[meter])
+    try:
+        bottles = client["meter_reach"][schema.BOTTLES]
+        bottles.insert_many([{"_id": f"b{i}", "bottle_id": f"b{i}", "user_id": "u"} for i in range(5)])
+        meter.clear()
+        assert len(list(bottles.find({"user_id": "u"}, batch_size=2))) == 5
+        assert len(list(bottles.find({"bottle_id": {"$in": ["b1", "b2", "b3"]}}, batch_size=2))) == 3
+
+        reads = [(op.command, op.reach) for op in meter.operations()]
+        assert reads == [("find", ALL), ("getMore", ALL), ("getMore", ALL), ("find", 3), ("getMore", 3)]
+    finally:
+        client.drop_database("meter_reach")
+        client.close()
+        meter.close()
