@@ -8,6 +8,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pymongo import monitoring
 from pymongo.errors import BulkWriteError, OperationFailure
 
 THROTTLE_MESSAGE = (
@@ -296,3 +297,39 @@ class CosmosTokens:
 
     def __getitem__(self, name: str) -> Any:
         return self._db[name]
+
+
+class LastCommand(monitoring.CommandListener):
+    """Remembers the last command a client sent (handshakes aside), as a server knows its connection's."""
+
+    def __init__(self) -> None:
+        self.name = ""
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name not in {"hello", "isMaster", "ismaster", "endSessions"}:
+            self.name = event.command_name
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+class RequestStatistics:
+    """A database that answers Cosmos DB's `getLastRequestStatistics` as its documentation shows the reply
+    (CommandName, RequestCharge, RequestDurationInMilliSeconds, ActivityId), charging `charges[command]` for the
+    last command `last` saw; every other command goes to the real database."""
+
+    def __init__(self, db: Any, last: LastCommand, charges: dict[str, float]) -> None:
+        self._db, self._last, self._charges = db, last, charges
+
+    def command(self, command: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(command, dict) and "getLastRequestStatistics" in command:
+            name = self._last.name
+            return {"CommandName": name, "RequestCharge": self._charges[name], "RequestDurationInMilliSeconds": 3,
+                    "ActivityId": "00000000-0000-0000-0000-000000000000", "ok": 1.0}  # fmt: skip
+        return self._db.command(command, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
