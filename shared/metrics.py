@@ -21,6 +21,7 @@ CHECK_BUDGET_EXHAUSTED = "pillbottle.checks.budget_exhausted"
 HTTP_503 = "pillbottle.http.responses_503"
 STORE_THROTTLED = "pillbottle.store.throttled"
 REPORT_UNPARTITIONED = "pillbottle.reports.unpartitioned"
+STORE_ERRORS = "pillbottle.store.errors"
 NAMES = (
     REPORT_LAG,
     PENDING_NOTIFICATIONS,
@@ -29,6 +30,7 @@ NAMES = (
     HTTP_503,
     STORE_THROTTLED,
     REPORT_UNPARTITIONED,
+    STORE_ERRORS,
 )
 # The attributes each metric carries (custom dimensions in Application Insights, which the alert rules split by).
 ATTRIBUTES: dict[str, tuple[str, ...]] = {
@@ -41,6 +43,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     HTTP_503: ("function", "reason"),
     STORE_THROTTLED: ("code",),
     REPORT_UNPARTITIONED: ("feed",),
+    STORE_ERRORS: ("code",),
 }
 
 Unavailable = Literal["store_unavailable", "not_configured"]
@@ -86,6 +89,13 @@ _unpartitioned = _meter.create_counter(
     description="Report dispatches that could not partition a feed, per feed: Cosmos DB's GetChangeStreamTokens gave "
     "no token, or tokens without a feed range; the feed is not read until it does",
 )
+_store_errors = _meter.create_counter(
+    STORE_ERRORS,
+    unit="{error}",
+    description="Database calls that failed with an error that is not transient (a bad query, a refused write, "
+    "an authorization failure: a fault, answered 500 over HTTP), per server code (or the error's type when the "
+    "client raised it); never retried",
+)
 
 
 def report_lag(feed: str, seconds: float) -> None:
@@ -118,3 +128,8 @@ def unavailable_response(function: str, reason: Unavailable) -> None:
 def store_throttled(code: int) -> None:
     """Count one throttled database call (an attempt: with_retries may retry it)."""
     _store_throttled.add(1, {"code": code})
+
+
+def store_error(code: str) -> None:
+    """Count one database call that failed for good (not throttling, not an outage): a fault to look into."""
+    _store_errors.add(1, {"code": code})

@@ -40,6 +40,9 @@ param unavailableResponsesPer5Minutes int = 50
 @description('Throttled database calls per 5 minutes above which to alert, when sustained for 3 periods in a row (15 minutes).')
 param throttlesPer5Minutes int = 300
 
+@description('Database errors that are faults (not throttling, not an outage: a bad query, a refused write, denied access) per 5 minutes above which to alert.')
+param storeErrorsPer5Minutes int = 0
+
 @description('Percentage of HTTP requests answered 5xx in 5 minutes (of at least 20 requests) above which to alert.')
 param http5xxPercent int = 5
 
@@ -209,6 +212,26 @@ customMetrics
     threshold: throttlesPer5Minutes
     window: 5
     periods: 3
+  }
+  {
+    name: 'store-errors'
+    title: 'The database refuses the app\'s calls'
+    description: 'More than storeErrorsPer5Minutes database calls failed in 5 minutes with an error that is not transient (per code): a bad query, a refused write, denied access, a missing collection. A fault in the code or the deployment, not load: HTTP requests answer 500 with an error_id that the log line of the failure carries.'
+    severity: 1
+    metrics: ['pillbottle.store.errors']
+    query: '''
+customMetrics
+| where name == 'pillbottle.store.errors'
+| extend code = tostring(customDimensions.code)
+| summarize errors = sum(valueSum) by code, bin(timestamp, 5m)
+'''
+    measure: 'errors'
+    dimensions: ['code']
+    aggregation: 'Total'
+    comparison: 'GreaterThan'
+    threshold: storeErrorsPer5Minutes
+    window: 5
+    periods: 1
   }
   {
     name: 'http-5xx-rate'
