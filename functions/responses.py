@@ -14,6 +14,7 @@ from pymongo.errors import PyMongoError
 
 from shared import metrics
 from shared.errors import BadRequest, DomainError
+from shared.payloads import check_request_text
 from shared.store.client import StoreNotConfigured
 from shared.store.retries import StoreUnavailable
 
@@ -36,6 +37,7 @@ def handles_errors(handler: Handler) -> Handler:
     @functools.wraps(handler)
     def wrapper(req: func.HttpRequest) -> func.HttpResponse:
         try:
+            check_request_text(req.route_params, req.params, req.headers)
             return handler(req)
         except DomainError as error:
             log.info("%s rejected status=%d error=%r", handler.__name__, error.status, error.message)
