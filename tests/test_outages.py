@@ -229,7 +229,7 @@ def _request(handler: Any, route: dict[str, str], params: dict[str, str] | None 
     [
         (bottles.get_bottle, {"bottle_id": "bottle-1"}, {}),
         (notifications.get_user_notifications, {"user_id": "u"}, {}),
-        (reports.get_user_reports, {"user_id": "u"}, {"from": "2026-01-01T00:00Z", "to": "2026-01-02T00:00Z"}),
+        (reports.get_user_reports, {"user_id": "u"}, {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"}),
     ],
 )
 def test_every_read_route_answers_503_within_its_deadline(monkeypatch, handler, route, params):
