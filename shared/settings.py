@@ -68,7 +68,8 @@ class Settings(BaseSettings):
         ge=1,
         le=3600,
         description="Retry-After of a 503 when the database is unreachable: this plus up to as much again, "
-        "at random, so a fleet does not come back at once (throttling answers with the server's shorter hint).",
+        "at random, so a fleet does not come back at once. Also the widest spread of a throttled 503's "
+        "Retry-After (the server's hint plus 0-2 s, widening towards this under sustained throttling).",
     )
 
     # Retention: how long each growing collection keeps a document after its last write (Cosmos DB's `_ts`

@@ -50,9 +50,10 @@ MAX_HINT_S = 60.0
 # grows with the process's recent throttling towards OUTAGE_RETRY_AFTER_SECONDS (sustained throttling spreads a
 # fleet as widely as an outage does).
 THROTTLED_SPREAD_S = 2
-# Codes of a server stepping down, shutting down, or unreachable from the one answering (MongoDB's "not primary",
-# shutdown and network codes, which its drivers retry): a failover or an election, over in seconds.
-FAILOVER_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10058, 10107, 11600, 11602, 13435, 13436})
+# Server codes of a passing condition, which MongoDB's drivers retry too: a server stepping down or shutting down,
+# or unreachable from the one answering (6, 7, 89, 91, 189, 262, 9001, 10058, 10107, 11600, 11602, 13435,
+# 13436: a failover or an election, over in seconds), and a write conflict (112: the write did not apply).
+TRANSIENT_CODES = frozenset({6, 7, 89, 91, 112, 189, 262, 9001, 10058, 10107, 11600, 11602, 13435, 13436})
 
 
 class StoreUnavailable(Exception):
@@ -74,7 +75,7 @@ def is_transient(error: BaseException) -> bool:
         return True
     if isinstance(error, PyMongoError) and (error.timeout or error.has_error_label("RetryableWriteError")):
         return True
-    return isinstance(error, OperationFailure) and error.code in FAILOVER_CODES
+    return isinstance(error, OperationFailure) and error.code in TRANSIENT_CODES
 
 
 class RecentThrottling:
