@@ -69,6 +69,7 @@ def unexpected_error(function: str, error: Exception) -> func.HttpResponse:
     code = getattr(error, "code", None) if isinstance(error, PyMongoError) else None
     named = type(error).__name__ + ("" if code is None else f" code={code}")
     log.error("%s failed error_id=%s %s at %s", function, error_id, named, _raised_at(error))
+    metrics.internal_error(function, type(error).__name__ + ("" if code is None else f":{code}"))
     return json_response(500, {"error": "internal error; it has been logged", "error_id": error_id, "details": []})
 
 

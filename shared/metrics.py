@@ -21,16 +21,16 @@ CHECK_BUDGET_EXHAUSTED = "pillbottle.checks.budget_exhausted"
 HTTP_503 = "pillbottle.http.responses_503"
 STORE_THROTTLED = "pillbottle.store.throttled"
 REPORT_UNPARTITIONED = "pillbottle.reports.unpartitioned"
-STORE_ERRORS = "pillbottle.store.errors"
+HTTP_500 = "pillbottle.http.responses_500"
 NAMES = (
     REPORT_LAG,
     PENDING_NOTIFICATIONS,
     CHECK_RUNS,
     CHECK_BUDGET_EXHAUSTED,
     HTTP_503,
+    HTTP_500,
     STORE_THROTTLED,
     REPORT_UNPARTITIONED,
-    STORE_ERRORS,
 )
 # The attributes each metric carries (custom dimensions in Application Insights, which the alert rules split by).
 ATTRIBUTES: dict[str, tuple[str, ...]] = {
@@ -43,7 +43,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     HTTP_503: ("function", "reason"),
     STORE_THROTTLED: ("code",),
     REPORT_UNPARTITIONED: ("feed",),
-    STORE_ERRORS: ("code",),
+    HTTP_500: ("function", "error"),
 }
 
 Unavailable = Literal["store_unavailable", "not_configured"]
@@ -89,12 +89,11 @@ _unpartitioned = _meter.create_counter(
     description="Report dispatches that could not partition a feed, per feed: Cosmos DB's GetChangeStreamTokens gave "
     "no token, or tokens without a feed range; the feed is not read until it does",
 )
-_store_errors = _meter.create_counter(
-    STORE_ERRORS,
-    unit="{error}",
-    description="Database calls that failed with an error that is not transient (a bad query, a refused write, "
-    "an authorization failure: a fault, answered 500 over HTTP), per server code (or the error's type when the "
-    "client raised it); never retried",
+_http_500 = _meter.create_counter(
+    HTTP_500,
+    unit="{response}",
+    description="HTTP 500 answers, per function and error (the exception's type, and a database error's code: a "
+    "bad query, a refused write, denied access are faults, not outages, so not 503s)",
 )
 
 
@@ -130,6 +129,6 @@ def store_throttled(code: int) -> None:
     _store_throttled.add(1, {"code": code})
 
 
-def store_error(code: str) -> None:
-    """Count one database call that failed for good (not throttling, not an outage): a fault to look into."""
-    _store_errors.add(1, {"code": code})
+def internal_error(function: str, error: str) -> None:
+    """Count a 500 answered by an HTTP function; `error` names the exception (`OperationFailure:13`)."""
+    _http_500.add(1, {"function": function, "error": error})

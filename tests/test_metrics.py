@@ -143,7 +143,7 @@ def test_server_side_retry_running_out_counts_as_throttling_and_a_dropped_connec
     assert of(recorded(), metrics.STORE_THROTTLED) == {(("code", 50),): 1, (("code", 16500),): 1}
 
 
-def test_a_database_fault_counts_a_store_error_by_code_and_no_503(
+def test_a_database_fault_counts_a_500_of_its_function_naming_the_code_and_no_503(
     mock_db: Any, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
 ) -> None:
     key = provisioned()
@@ -155,7 +155,7 @@ def test_a_database_fault_counts_a_store_error_by_code_and_no_503(
     assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 500
 
     found = recorded()
-    assert of(found, metrics.STORE_ERRORS) == {(("code", "13"),): 1}
+    assert of(found, metrics.HTTP_500) == {(("error", "OperationFailure:13"), ("function", "post_events")): 1}
     assert of(found, metrics.HTTP_503) == {}
     assert of(found, metrics.STORE_THROTTLED) == {}
 

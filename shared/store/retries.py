@@ -2,8 +2,9 @@
 bulk writes built on it. Transient errors (Cosmos DB's throttling 16500 and its ExceededTimeLimit 50, dropped
 connections, failovers, timeouts) are retried with bounded back-off; what persists becomes StoreUnavailable,
 which the HTTP layer turns into a 503 + Retry-After. Any other database error (a bad query, a refused write, an
-authorization failure) is a fault, not an outage: it is counted (`pillbottle.store.errors`) and raised as it is,
-and the HTTP layer answers a 500 with an `error_id`."""
+authorization failure) is a fault, not an outage: it is raised as it is, at once (a caller may expect it: a
+rejected resume token), and where nothing handles it the HTTP layer answers a 500 with an `error_id`, counted in
+`pillbottle.http.responses_500`."""
 
 import contextlib
 import math
@@ -190,7 +191,7 @@ def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callabl
 
     The one retry loop of the app: an operation that made partial progress keeps what it did in its own
     state and raises a transient error for the rest (as the bulk writes below do). A database error that is not
-    transient is counted and raised as it is, at once: a fault, not an outage, and retrying repeats it."""
+    transient is raised as it is, at once: a fault, not an outage, and retrying repeats it."""
     for attempt in range(policy.max_retries + 1):
         remaining = policy.remaining_s()
         if remaining is not None and remaining <= 0:
@@ -204,7 +205,6 @@ def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callabl
             if code is not None:
                 metrics.store_throttled(code)
             if not is_transient(error):
-                metrics.store_error(_error_code(error))
                 raise
             if attempt == policy.max_retries:
                 raise _unavailable(error, attempt, policy) from error
@@ -217,12 +217,6 @@ def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callabl
             policy.throttling.record(False)
             return result
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _error_code(error: PyMongoError) -> str:
-    """How the metrics name a database error: its server code, else its type (a client-side error)."""
-    code = getattr(error, "code", None)
-    return str(code) if code is not None else type(error).__name__
 
 
 def _client_timeout(remaining_s: float | None) -> contextlib.AbstractContextManager[Any]:
