@@ -136,3 +136,13 @@ def test_a_lone_surrogate_in_the_device_key_is_400_naming_the_header(mock_db):
     assert response.status == 400
     assert [f.lower() for f in fields(response)] == ["x-device-key"]
     assert not heartbeat_slots(mock_db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"}))
+
+
+def test_a_surrogate_pair_is_one_character_and_accepted(mock_db):
+    body = json.dumps({**SPEC, "medication": "Cordrazine \U0001f48a"}).encode()  # escaped as "\ud83d\udc8a"
+    assert b"\\ud83d\\udc8a" in body
+
+    response = put_bottle("bottle-1", raw=body)
+
+    assert response.status == 201
+    assert response.body["medication"] == "Cordrazine \U0001f48a"
