@@ -3,7 +3,7 @@ benchmarks measured per operation (benchmarks/cost_model.py) and the rates the d
 DESIGN.md: 30 M bottles of 10 M users, a heartbeat per bottle every 30 minutes, ~1.4 K opened/closed events a
 second). What the design does not give is an assumption, stated in ASSUMED_RATES and printed with the table.
 
-The README's "What it costs at the design scale" table is this module's output for the last full run
+The design-scale table of docs/costs.md is this module's output for the last full run
 (benchmarks/suite.py writes it there and into benchmarks/RESULTS.md).
 """
 
