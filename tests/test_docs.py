@@ -82,7 +82,10 @@ def test_every_topic_has_its_page_starting_with_a_summary() -> None:
     for topic in TOPICS:
         text = (ROOT / "docs" / f"{topic}.md").read_text()
         title, blank, summary = text.splitlines()[:3]
-        assert title.startswith("# ") and not blank and summary and not summary.startswith(("#", "-", "|")), topic
+        assert title.startswith("# "), topic
+        assert not blank, topic
+        assert summary, topic
+        assert not summary.startswith(("#", "-", "|", "`")), f"{topic}: no summary paragraph under the title"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
