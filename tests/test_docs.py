@@ -85,7 +85,7 @@ def test_every_topic_has_its_page_starting_with_a_summary() -> None:
         assert title.startswith("# "), topic
         assert not blank, topic
         assert summary, topic
-        assert not summary.startswith(("#", "-", "|", "`")), f"{topic}: no summary paragraph under the title"
+        assert not summary.startswith(("#", "-", "|", "```")), f"{topic}: no summary paragraph under the title"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
