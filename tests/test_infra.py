@@ -355,6 +355,13 @@ def test_the_configuration_doc_has_a_row_per_setting_and_only_settings() -> None
     assert not rows - env_names(), f"docs/configuration.md lists what no setting reads: {sorted(rows - env_names())}"
 
 
+def test_the_configuration_doc_gives_each_settings_default_as_the_code_has_it() -> None:
+    rows = re.findall(r"^\| `([^`]+)` \| `([^`]+)` \|", (ROOT / "docs" / "configuration.md").read_text(), re.MULTILINE)
+    assert len(rows) > 30, "docs/configuration.md's defaults are written `like this`"
+    wrong = [f"{name} = {value}" for name, value in rows if not parses_to_default(name, value)]
+    assert not wrong, f"docs/configuration.md gives defaults the code does not have: {wrong}"
+
+
 def test_the_readme_configuration_table_names_real_settings() -> None:
     names = re.findall(r"`([A-Z][A-Za-z_]+)`", section_of((ROOT / "README.md").read_text(), "## Configuration"))
     assert names, "the README's Configuration section names no setting"
