@@ -362,10 +362,14 @@ def test_the_configuration_doc_gives_each_settings_default_as_the_code_has_it() 
     assert not wrong, f"docs/configuration.md gives defaults the code does not have: {wrong}"
 
 
-def test_the_readme_configuration_table_names_real_settings() -> None:
-    names = re.findall(r"`([A-Z][A-Za-z_]+)`", section_of((ROOT / "README.md").read_text(), "## Configuration"))
+def test_the_readme_configuration_table_names_real_settings_at_their_defaults() -> None:
+    section = section_of((ROOT / "README.md").read_text(), "## Configuration")
+    names = re.findall(r"`([A-Z][A-Za-z_]+)`", section)
     assert names, "the README's Configuration section names no setting"
     assert not set(names) - env_names(), f"README Configuration names unknown settings {set(names) - env_names()}"
+    for row in re.findall(r"^\| (`[A-Z].*?) \| (`.*?`) \|", section, re.MULTILINE):
+        pairs = zip(re.findall(r"`([^`]+)`", row[0]), re.findall(r"`([^`]+)`", row[1]), strict=True)
+        assert all(parses_to_default(name, value) for name, value in pairs), row
 
 
 def section_of(text: str, heading: str) -> str:
