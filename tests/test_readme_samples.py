@@ -165,6 +165,8 @@ class Shell:
     def __init__(self, directory: Path, base_url: str) -> None:
         self.directory = directory
         self.base_url = base_url
+        for tool in ("bash", "curl", "date"):
+            assert shutil.which(tool), f"the README's examples need {tool}, which is not on PATH"
         shims = directory / "bin"
         shims.mkdir()
         for name, text in {
