@@ -1,7 +1,7 @@
 """Notification checks at fleet scale: database commands, wall time and peak memory per check run, the app's
 indexed sweeps beside the seeds' per-bottle approach (one query per bottle), on the same data in the same run.
 
-    python -m benchmarks.checks [--quick] [--full] [--sizes 10000,50000] [--trouble 0.01]
+    python -m benchmarks.checks [--quick] [--full] [--sizes 10000,50000] [--trouble 0.01] [--peak 5000]
 
 Each fleet is written straight into a fresh SecantusDB (bottle and heartbeat documents as provisioning and
 ingestion leave them; no HTTP, to keep the setup short), with the given share of bottles in trouble for each
@@ -16,10 +16,16 @@ it everywhere.
 The server runs in a child process, so `tracemalloc` measures what the check itself holds (the app's process in
 Azure), not the database. Times include the round trips to that local server; a real Cosmos DB adds network
 latency per command, which makes the per-bottle approach (one round trip per bottle) slower still.
+
+The morning peak (`peak`, its own table): one partition's pending notifications sent and marked by the app's
+delivery, with a queue that takes SEND_MS a send (the Storage queue's round trip, which cannot be reached from
+here), one after another (the baseline: the run before sends went side by side) and QUEUE_SEND_CONCURRENCY at
+once: sends per second per worker, and the ratio.
 """
 
 import argparse
 import contextlib
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -45,11 +51,12 @@ from shared.heartbeat_document import (
     place,
     rewritten_ring,
 )
-from shared.notifications import checks
+from shared.notifications import checks, delivery
 from shared.notifications.documents import KINDS, Episode, Kind, notification_document
 from shared.settings import Settings
 from shared.store import schema
-from shared.store.partitioning import BUCKET_FIELD, bucket_of
+from shared.store.partitioning import BUCKET_FIELD, BucketRange, bucket_of
+from shared.store.retries import RetryPolicy
 from tools.arguments import float_above, int_between
 from tools.command_tally import CommandTally
 from tools.local_store import secantus_process
@@ -304,6 +311,63 @@ def default_fleets(
     return fleets
 
 
+# --- the morning peak -------------------------------------------------------------------------------------------
+
+SEND_MS = 10.0  # a Storage queue send's round trip from a Functions instance in the same region (the issue's figure)
+
+
+class TimedQueue:
+    """A queue that takes SEND_MS a send (sleeping, as a send waits on the network) and counts what it got."""
+
+    def __init__(self, send_ms: float) -> None:
+        self._seconds = send_ms / 1000
+        self._lock = threading.Lock()
+        self.sent = 0
+
+    def __call__(self, message: str) -> None:
+        time.sleep(self._seconds)
+        with self._lock:
+            self.sent += 1
+
+
+def peak(notifications: int = 5000, send_ms: float = SEND_MS) -> str:
+    """One partition's `notifications` pending at once, sent and marked by the app's delivery one after another
+    and QUEUE_SEND_CONCURRENCY at once, on the same store; print the table and return it."""
+    rows: list[list[str]] = []
+    with secantus_process(expire=False) as uri, fresh_database(uri, "bench_checks_peak") as (db, tally):
+        baseline: float | None = None
+        for concurrency in (1, SETTINGS.queue_send_concurrency):
+            db[schema.NOTIFICATIONS].delete_many({})
+            _pending(db, notifications)
+            queue = TimedQueue(send_ms)
+            sending = delivery.Sending(
+                send_until=time.monotonic() + 3600,
+                concurrency=concurrency,
+                request_policy=lambda: RetryPolicy.for_request(SETTINGS),
+            )
+            before, started = tally.count, time.perf_counter()
+            done = delivery.send_pending(
+                db, "late_dose", partition=BucketRange(0, 1), now=NOW, limit=notifications, send=queue, sending=sending
+            )
+            seconds = time.perf_counter() - started
+            rate = done.queued / seconds
+            baseline = baseline or rate
+            name = "one after another (before)" if concurrency == 1 else f"{concurrency} at once (app)"
+            rows.append(
+                [name, f"{notifications:,}", f"{queue.sent:,}", f"{done.queued:,}", f"{tally.count - before:,}",
+                 f"{seconds:.2f}", f"{rate:,.0f}", f"{rate / baseline:.1f}x"]
+            )  # fmt: skip
+    header = ["sending", "pending", "sent", "marked", "commands", "seconds", "sends/s per worker", "faster"]
+    title = f"The morning peak: one partition's notifications, a queue send taking {send_ms:g} ms"
+    return print_table(title, rows, header)
+
+
+def _pending(db: Database[Any], count: int) -> None:
+    """`count` pending late-dose notifications of distinct bottles, as a check records them."""
+    episodes = (Episode(_id(n), f"user-{n}", "aspirin", "late_dose", NOW - GRACE) for n in range(count))
+    db[schema.NOTIFICATIONS].insert_many([notification_document(e, NOW) for e in episodes], ordered=False)
+
+
 def fleet_sizes(text: str) -> list[int]:
     """`--sizes`: comma-separated whole numbers, each a fleet large enough for its share of trouble."""
     size = int_between(MIN_FLEET)
@@ -325,10 +389,19 @@ def main(argv: list[str] | None = None) -> None:
         help=f"share of bottles in trouble per check, at most {MAX_TROUBLE} (default 0.01)",
     )
     parser.add_argument("--full", action="store_true", help="measure the per-bottle approach for every check")
+    parser.add_argument(
+        "--peak",
+        type=int_between(1, 100_000),
+        default=None,
+        help="pending notifications of the morning-peak table (default 5000, 1000 with --quick)",
+    )
+    parser.add_argument("--no-peak", action="store_true", help="skip the morning-peak table")
     args = parser.parse_args(argv)
     sizes = args.sizes
     started = time.perf_counter()
     run(default_fleets(args.quick, sizes, args.trouble, args.full))
+    if not args.no_peak:
+        peak(args.peak or (1000 if args.quick else 5000))
     print(f"finished in {time.perf_counter() - started:.0f} s")
 
 

@@ -39,6 +39,10 @@ param hourlyReportsRetentionDays int = 60
 @minValue(1)
 param notificationsRetentionDays int = 90
 
+@description('Days a daily report is kept after its last write: DAILY_REPORTS_RETENTION_DAYS and the TTL.')
+@minValue(32)
+param dailyReportsRetentionDays int = 400
+
 @description('Cosmos DB account key whose connection string the app uses; flip it to rotate keys (README: Rotating keys).')
 @allowed(['primary', 'secondary'])
 param cosmosKeyInUse string = 'primary'
@@ -52,7 +56,7 @@ param reportsQueueName string = 'report-partitions'
 @description('Name of the Storage queue of the check partition workers\' work messages (the CHECKS_QUEUE setting).')
 param checksQueueName string = 'check-partitions'
 
-@description('Most instances Flex Consumption may scale the app out to.')
+@description('Most instances Flex Consumption may scale the app out to. Every Flex app of the subscription in the region shares a quota of 250 cores (250 instances of 2,048 MB) unless raised by a support request (README: what it costs).')
 @minValue(40)
 @maxValue(1000)
 param maximumInstanceCount int = 100
@@ -114,6 +118,7 @@ var appSettings = {
   ACTIONS_RETENTION_DAYS: string(actionsRetentionDays)
   HOURLY_REPORTS_RETENTION_DAYS: string(hourlyReportsRetentionDays)
   NOTIFICATIONS_RETENTION_DAYS: string(notificationsRetentionDays)
+  DAILY_REPORTS_RETENTION_DAYS: string(dailyReportsRetentionDays)
   STORE_MAX_RETRIES: '3'
   STORE_RETRY_BASE_MS: '100'
   STORE_SERVER_SELECTION_TIMEOUT_MS: '3000'
@@ -146,6 +151,7 @@ var appSettings = {
   AzureWebJobsStorage__clientId: identity.outputs.clientId
   QUEUE_SEND_TIMEOUT_SECONDS: '5'
   QUEUE_SEND_RETRIES: '2'
+  QUEUE_SEND_CONCURRENCY: '8'
   CHECK_BATCH_SIZE: '500'
   QUEUE_MESSAGES_PER_PARTITION: '5000'
   CHECKS_TIME_BUDGET_SECONDS: '50'
@@ -243,6 +249,7 @@ module cosmos 'modules/cosmos.bicep' = {
     actionsRetentionDays: actionsRetentionDays
     hourlyReportsRetentionDays: hourlyReportsRetentionDays
     notificationsRetentionDays: notificationsRetentionDays
+    dailyReportsRetentionDays: dailyReportsRetentionDays
   }
 }
 

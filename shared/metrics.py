@@ -20,7 +20,16 @@ CHECK_RUNS = "pillbottle.checks.runs"
 CHECK_BUDGET_EXHAUSTED = "pillbottle.checks.budget_exhausted"
 HTTP_503 = "pillbottle.http.responses_503"
 STORE_THROTTLED = "pillbottle.store.throttled"
-NAMES = (REPORT_LAG, PENDING_NOTIFICATIONS, CHECK_RUNS, CHECK_BUDGET_EXHAUSTED, HTTP_503, STORE_THROTTLED)
+REPORT_UNPARTITIONED = "pillbottle.reports.unpartitioned"
+NAMES = (
+    REPORT_LAG,
+    PENDING_NOTIFICATIONS,
+    CHECK_RUNS,
+    CHECK_BUDGET_EXHAUSTED,
+    HTTP_503,
+    STORE_THROTTLED,
+    REPORT_UNPARTITIONED,
+)
 # The attributes each metric carries (custom dimensions in Application Insights, which the alert rules split by).
 ATTRIBUTES: dict[str, tuple[str, ...]] = {
     REPORT_LAG: ("feed",),
@@ -31,6 +40,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     CHECK_BUDGET_EXHAUSTED: ("kind", "partition"),
     HTTP_503: ("function", "reason"),
     STORE_THROTTLED: ("code",),
+    REPORT_UNPARTITIONED: ("feed",),
 }
 
 Unavailable = Literal["store_unavailable", "not_configured"]
@@ -70,11 +80,23 @@ _store_throttled = _meter.create_counter(
     "(ExceededTimeLimit: Cosmos DB's server-side retry ran out); each attempt counts, retried or not",
 )
 
+_unpartitioned = _meter.create_counter(
+    REPORT_UNPARTITIONED,
+    unit="{dispatch}",
+    description="Report dispatches that could not partition a feed, per feed: Cosmos DB's GetChangeStreamTokens gave "
+    "no token, or tokens without a feed range; the feed is not read until it does",
+)
+
 
 def report_lag(feed: str, seconds: float) -> None:
     """Record a report feed's lag (`feed`: its source collection: now minus the checkpoint time of its
     furthest-behind partition) at each dispatch."""
     _report_lag.record(max(0.0, seconds), {"feed": feed})
+
+
+def feed_unpartitioned(feed: str) -> None:
+    """Count a dispatch that could not partition `feed` (no usable GetChangeStreamTokens reply)."""
+    _unpartitioned.add(1, {"feed": feed})
 
 
 def check_run(kind: str, *, partition: str, budget_exhausted: bool, pending: int | None) -> None:

@@ -67,7 +67,8 @@ class Settings(BaseSettings):
     )
 
     # Retention: how long each growing collection keeps a document after its last write (Cosmos DB's `_ts`
-    # TTL in infra/, a TTL index elsewhere: shared/store/schema.py). Late events must still find their hour.
+    # TTL in infra/, a TTL index on the document's own time elsewhere: shared/store/schema.py). Late events must
+    # still find their hour and their day.
     actions_retention_days: int = Field(
         default=60,
         ge=2,
@@ -84,6 +85,13 @@ class Settings(BaseSettings):
     )
     notifications_retention_days: int = Field(
         default=90, ge=1, le=36_500, description="Days a notification is kept after its last change."
+    )
+    daily_reports_retention_days: int = Field(
+        default=400,
+        ge=2,
+        le=36_500,
+        description="Days a daily report is kept after its last change (a year and a month: this month beside "
+        "last year's); more than MAX_EVENT_AGE_DAYS + 1, so a late event's day is still there to be rolled up.",
     )
 
     # Reports (the dispatcher `aggregate_reports` and the workers `aggregate_report_partition`).
@@ -212,6 +220,14 @@ class Settings(BaseSettings):
         description="Most queue messages one partition's check run sends (its own pending notifications); the "
         "rest stay pending for that partition's next run.",
     )
+    queue_send_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        description="Queue sends one check run makes at once (a bounded thread pool): at the late-dose peak a "
+        "partition sends thousands of notifications. At most 10 keeps within the HTTP connection pool the queue "
+        "client keeps per host.",
+    )
     checks_time_budget_seconds: float = Field(
         default=50.0,
         gt=0,
@@ -240,7 +256,7 @@ class Settings(BaseSettings):
     def _retention_outlasts_late_events(self) -> "Settings":
         """A late event recomputes its hour from the hour's actions and its day from the day's hourly reports:
         both must still be there."""
-        for name in ("actions_retention_days", "hourly_reports_retention_days"):
+        for name in ("actions_retention_days", "hourly_reports_retention_days", "daily_reports_retention_days"):
             if getattr(self, name) <= self.max_event_age_days + 1:
                 raise ValueError(f"{name.upper()} must be more than MAX_EVENT_AGE_DAYS + 1")
         return self

@@ -4,6 +4,7 @@ request) with each work message they dispatch delivered to the partition worker 
 queue trigger would), and a fake notifications queue in place of the Storage queue client."""
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -112,13 +113,15 @@ class FakeQueue:
     def __init__(self) -> None:
         self.messages: list[str] = []
         self.accepting: int | None = None
+        self._lock = threading.Lock()  # a run sends side by side (QUEUE_SEND_CONCURRENCY)
 
     def __call__(self, message: str) -> None:
-        if self.accepting is not None:
-            if self.accepting <= 0:
-                raise SendFailed("queue unreachable")
-            self.accepting -= 1
-        self.messages.append(message)
+        with self._lock:
+            if self.accepting is not None:
+                if self.accepting <= 0:
+                    raise SendFailed("queue unreachable")
+                self.accepting -= 1
+            self.messages.append(message)
 
 
 @dataclass

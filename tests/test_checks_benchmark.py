@@ -4,7 +4,7 @@ where one query per bucket would be 1,024."""
 
 import pytest
 
-from benchmarks import sweep_queries
+from benchmarks import checks, sweep_queries
 from benchmarks.checks import Fleet, run
 
 pytestmark = pytest.mark.integration
@@ -33,3 +33,12 @@ def test_the_sweep_queries_benchmark_compares_one_query_per_partition_with_one_p
     assert by_query["one query per bucket"][2] == "1,024"  # one per bucket of every partition
     assert {row[4] for row in rows} == {"3"}  # every shape finds the same silent bottles
     assert "4 partitions over 1024 buckets" in capsys.readouterr().out
+
+
+def test_the_morning_peak_table_sends_and_marks_every_notification_both_ways(capsys):
+    table = checks.peak(120, send_ms=1)
+
+    rows = [[cell.strip() for cell in line.split("  ") if cell.strip()] for line in table.splitlines()[3:]]
+    assert [row[0] for row in rows] == ["one after another (before)", "8 at once (app)"]
+    assert all(row[1:4] == ["120", "120", "120"] for row in rows)  # pending, sent, marked
+    assert "sends/s per worker" in capsys.readouterr().out

@@ -4,18 +4,24 @@ throttling. (tests/test_queue_delivery.py sends to a real queue, on Azurite; tes
 covers what partitions do to one another.)"""
 
 import json
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from shared.notifications import checks, delivery
+from shared.notifications import documents as notifications
+from shared.notifications.documents import Episode
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange, bucket_of
+from shared.store.retries import RetryPolicy
 from tests.checking import Sweep, World, sweep_all
 from tests.cosmos_fakes import ThrottlingDatabase
+from tests.report_client import set_setting
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
 REAL_MARK = delivery._mark_queued
@@ -199,3 +205,103 @@ def test_a_past_due_run_is_an_ordinary_run(world):
     left_open(world, "bottle-1")
     assert len(world.check("left_open", past_due=True)) == 1
     assert world.after(minutes=1).check("left_open", past_due=True) == []
+
+
+# --- the morning peak ---------------------------------------------------------------------------------------------
+
+
+def pending_peak(db, count: int, now: datetime) -> list[str]:
+    """`count` pending left-open notifications, recorded as a check records them; their ids."""
+    episodes = [
+        Episode(f"bottle-{i}", f"user-{i}", "aspirin", "left_open", now - timedelta(minutes=20)) for i in range(count)
+    ]
+    notifications.record(db, episodes, now, RetryPolicy())
+    return [e.notification_id for e in episodes]
+
+
+class SlowQueue:
+    """A queue that takes `seconds` a send, on a clock of its own (FakeTime) or the real one; keeps what it got."""
+
+    def __init__(self, seconds: float, time_: "FakeTime | None" = None) -> None:
+        self.seconds, self.time = seconds, time_
+        self.messages: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, message: str) -> None:
+        if self.time is None:
+            time.sleep(self.seconds)
+        with self._lock:
+            if self.time is not None:
+                self.time.now += self.seconds
+            self.messages.append(json.loads(message)["notification_id"])
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def peak_run(world: World, send, **kwargs) -> checks.CheckRun:
+    everything = BucketRange(0, 1)  # one partition holding every notification
+    return checks.run_check(
+        world.db, "left_open", partition=everything, now=world.now, settings=get_settings(), send=send, **kwargs
+    )
+
+
+def test_a_peak_longer_than_the_run_s_deadline_sends_none_twice_and_marks_every_one(world, monkeypatch):
+    """The morning peak scaled down: 300 notifications at 30 ms a send (9 s one after another) against a run of
+    1 s plus a request deadline of 1 s. With one deadline for the whole run, the first mark came after it: the run
+    failed with 100 sent and 0 marked, and its retry sent them again."""
+    set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "1")
+    set_setting(monkeypatch, "REQUEST_DEADLINE_SECONDS", "1")
+    ids = pending_peak(world.db, 300, world.now)
+    queue = SlowQueue(0.03)
+
+    runs = [peak_run(world, queue) for _ in range(10) if len(queue.messages) < len(ids)]
+
+    assert sorted(queue.messages) == sorted(ids)  # each once
+    assert {n["delivery"] for n in world.notifications("left_open")} == {"queued"}
+    assert sum(r.queued for r in runs) == 300
+    assert not runs[-1].send_out_of_time
+
+
+def test_sending_stops_at_the_run_s_send_deadline_and_the_next_runs_send_the_rest(world, monkeypatch, caplog):
+    set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "0.5")
+    set_setting(monkeypatch, "REQUEST_DEADLINE_SECONDS", "0.2")
+    ids = pending_peak(world.db, 250, world.now)
+    time_ = FakeTime()
+    queue = SlowQueue(0.01, time_)  # 100 sends: 1 s, past the 0.5 s budget
+
+    first = peak_run(world, queue, clock=time_)
+
+    assert (first.queued, first.send_out_of_time, first.send_failed) == (100, True, False)
+    assert "150 left_open notifications stay pending for the next run" in caplog.text
+    assert Counter(n["delivery"] for n in world.notifications("left_open")) == {"queued": 100, "pending": 150}
+    later = [peak_run(world, queue, clock=time_) for _ in range(2)]
+    assert [r.queued for r in later] == [100, 50]
+    assert sorted(queue.messages) == sorted(ids)
+    assert {n["delivery"] for n in world.notifications("left_open")} == {"queued"}
+
+
+def test_a_failed_send_among_concurrent_ones_leaves_only_it_and_the_batches_after_it_pending(world, monkeypatch):
+    monkeypatch.setattr(delivery, "MARK_BATCH", 10)
+    pending_peak(world.db, 30, world.now)
+    in_order = [n["_id"] for n in world.db[schema.NOTIFICATIONS].find().sort(delivery.OLDEST_FIRST)]
+    refused = in_order[13]  # in the second batch of 10
+    got: list[str] = []
+
+    def flaky(message: str) -> None:
+        notification_id = json.loads(message)["notification_id"]
+        if notification_id == refused:
+            raise delivery.SendFailed("refused")
+        got.append(notification_id)
+
+    run = peak_run(world, flaky)
+
+    assert (run.queued, run.send_failed) == (19, True)  # the first batch, and the second but the refused one
+    queued = {n["_id"] for n in world.notifications("left_open") if n["delivery"] == "queued"}
+    assert queued == set(got)
+    assert refused not in queued

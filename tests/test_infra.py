@@ -36,6 +36,8 @@ HOST_APP_SETTINGS = {
     "APPLICATIONINSIGHTS_CONNECTION_STRING": "the host, and shared/observability.configure_telemetry (the distro)",
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING": "Entra ID telemetry auth (App Insights local auth is off)",
     "PYTHON_ENABLE_OPENTELEMETRY": "the Python worker streams OpenTelemetry logs; the host does not repeat them",
+    "PYTHON_THREADPOOL_THREAD_COUNT": "the Python worker's threads for synchronous functions: one per concurrent "
+    "invocation (infra/modules/functionapp.bicep)",
     "OTEL_TRACES_SAMPLER": "the OpenTelemetry distro's sampler (rate-limited)",
     "OTEL_TRACES_SAMPLER_ARG": "traces kept per second; logs follow their trace's sampling",
 }
@@ -124,7 +126,7 @@ def test_retention_is_deployed_from_parameters_that_set_both_the_ttl_and_the_app
     app = bicep.variable("main.bicep", "appSettings")
     cosmos_params = bicep.parse("modules/cosmos.bicep")["parameters"]
     settings = [name for name in Settings.model_fields if name.endswith("_retention_days")]
-    assert len(settings) == 3
+    assert len(settings) == 4
     for setting in settings:
         param = bicep_parameter(setting)
         assert main["parameters"][param]["default"] == Settings.model_fields[setting].default, param
@@ -210,6 +212,7 @@ def test_alert_thresholds_are_parameters_with_sane_defaults_that_main_bicep_pass
         "check-time-budget": (0, 5, 3),  # every run of a check hit its budget, 3 periods of 5 minutes in a row
         "http-503": (50, 5, 1),
         "store-throttled": (300, 5, 3),  # per 5 minutes, 3 periods in a row
+        "report-feed-unpartitioned": (0, 5, 1),  # any dispatch that could not partition a feed
         "http-5xx-rate": (5, 5, 1),  # percent of requests
     }
     tree = bicep.parse("modules/alerts.bicep")
@@ -543,3 +546,26 @@ def test_the_function_timeout_fits_every_timer_budget_the_settings_allow() -> No
     budgets = {name: budget_seconds(name) for name in Settings.model_fields}
     too_long = {name: s for name, s in budgets.items() if s is not None and s >= function_timeout().total_seconds()}
     assert not too_long, f"host.json functionTimeout {function_timeout()} is shorter than {too_long}"
+
+
+def test_an_unsharded_collection_is_deployed_within_the_throughput_one_partition_serves() -> None:
+    """A collection without a shard key is one logical partition: at most 10,000 RU/s ("Maximum RUs per partition
+    (logical & physical)", https://learn.microsoft.com/azure/cosmos-db/concepts-limits), and autoscale's smallest
+    maximum is 1,000 RU/s. `leases` got the default of every collection, whatever it was raised to."""
+    text = bicep.text("modules/cosmos.bicep")
+    assert bicep.variable("modules/cosmos.bicep", "unshardedMaxThroughput") == 10000
+    assert "min(maxThroughputByCollection[c.name], unshardedMaxThroughput)" in text
+    assert "(empty(c.shardKey) ? 1000 : defaultMaxThroughput)" in text
+    assert [spec.name for spec in collection_specs(Settings()) if spec.shard_key is None] == ["leases"]
+
+
+def test_http_concurrency_and_the_python_worker_s_threads_are_set_and_match() -> None:
+    """Flex Consumption's HTTP concurrency default depends on the instance size and the language, and the Python
+    worker's default thread pool is smaller: the app sets both, one thread per concurrent invocation."""
+    params = bicep.parse("modules/functionapp.bicep")["parameters"]
+    concurrency = params["httpPerInstanceConcurrency"]["default"]
+    threads = params["pythonThreadpoolThreadCount"]["default"]
+    assert concurrency == threads == 16
+    text = bicep.text("modules/functionapp.bicep")
+    assert "perInstanceConcurrency: httpPerInstanceConcurrency" in text
+    assert "PYTHON_THREADPOOL_THREAD_COUNT: string(pythonThreadpoolThreadCount)" in text

@@ -10,16 +10,19 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from azure.identity import ManagedIdentityCredential
 from azure.storage.queue import QueueClient
 
-from shared.notifications import delivery
-from shared.notifications.queue import queue_client
+from shared.notifications import checks, delivery, documents
+from shared.notifications.documents import Episode
+from shared.notifications.queue import get_sender, queue_client
 from shared.settings import Settings, get_settings
+from shared.store.partitioning import BucketRange
+from shared.store.retries import RetryPolicy
 from tests import azurite
 from tests.checking import World
 
@@ -155,3 +158,24 @@ def test_in_azure_the_client_reaches_the_queue_endpoint_with_the_apps_managed_id
     assert client.url == "https://stexample.queue.core.windows.net/notifications"
     assert isinstance(client.credential, ManagedIdentityCredential)
     client.close()
+
+
+@pytest.mark.azurite
+def test_a_peak_is_sent_side_by_side_through_the_app_s_client_each_notification_once(world, queue, azurite_port):
+    """The morning peak, scaled down, on a real queue: the app's one queue client shared by the run's send threads
+    (QUEUE_SEND_CONCURRENCY) delivers every notification exactly once and every one is marked queued."""
+    episodes = [
+        Episode(f"bottle-{i}", f"user-{i}", "aspirin", "left_open", world.now - timedelta(minutes=20))
+        for i in range(250)
+    ]
+    documents.record(world.db, episodes, world.now, RetryPolicy())
+    sender = get_sender(get_settings())
+
+    run = checks.run_check(
+        world.db, "left_open", partition=BucketRange(0, 1), now=world.now, settings=get_settings(), send=sender
+    )
+
+    ids = [m["notification_id"] for m in received(azurite_port, queue)]
+    assert (run.queued, run.send_failed, run.send_out_of_time) == (250, False, False)
+    assert sorted(ids) == sorted(e.notification_id for e in episodes)  # each once
+    assert {n["delivery"] for n in world.notifications("left_open")} == {"queued"}

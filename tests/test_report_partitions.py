@@ -29,10 +29,11 @@ from shared.reports.leases import (
 )
 from shared.settings import get_settings
 from shared.store import schema
+from shared.store.cosmos import feed_range
 from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable
 from tests.api import ago, heartbeat, opened, post_events, provisioned
-from tests.cosmos_fakes import throttled
+from tests.cosmos_fakes import CosmosTokens, throttled
 from tests.report_client import aggregate, clear_reports, run_round, set_setting, stored_reports
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
@@ -99,20 +100,34 @@ def test_a_partition_is_sent_again_once_its_worker_released_it_or_its_lease_expi
     assert partition.lease_id in {Partition.from_message(m).lease_id for m in after_expiry}
 
 
-def test_a_new_partition_count_starts_from_the_feeds_oldest_checkpoint(mock_db, monkeypatch):
+def test_a_new_partition_count_starts_each_partition_from_the_old_partitions_it_overlaps(mock_db, monkeypatch):
+    """REPORTS_PARTITIONS 4 -> 8 -> 3: a new partition starts from the oldest checkpoint time of the live
+    partitions whose bucket ranges overlap its own, not from the oldest of the whole feed."""
     now = utc_now()
     sent_by_dispatch(mock_db, now=now)
-    mock_db[schema.LEASES].update_many({}, {"$set": {"checkpoint_time": now - MINUTE}})
-    oldest = now - 10 * MINUTE
-    mock_db[schema.LEASES].update_one({"feed": ACTIONS_FEED.collection}, {"$set": {"checkpoint_time": oldest}})
+    for i in range(4):  # old partition i checkpointed i + 1 minutes ago
+        mock_db[schema.LEASES].update_one(
+            {"_id": Partition(ACTIONS_FEED, i, 4).lease_id}, {"$set": {"checkpoint_time": now - (i + 1) * MINUTE}}
+        )
     set_setting(monkeypatch, "REPORTS_PARTITIONS", "8")
 
     sent = sent_by_dispatch(mock_db, now=now)
 
-    assert {m["of"] for m in sent} == {8}
-    new = list(mock_db[schema.LEASES].find({"of": 8, "feed": ACTIONS_FEED.collection}))
-    assert len(new) == 8
-    assert {lease["checkpoint_time"] for lease in new} == {oldest}
+    assert {m["of"] for m in sent if m["feed"] == ACTIONS_FEED.key} == {8}
+    starts = {i: lease_of(mock_db, Partition(ACTIONS_FEED, i, 8))["checkpoint_time"] for i in range(8)}
+    assert starts == {i: now - (i // 2 + 1) * MINUTE for i in range(8)}  # each half of an old partition
+
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "3")
+    sent_by_dispatch(mock_db, now=now)
+
+    # The old layouts are live still (none of their successors has run): a third overlaps 3 of the 4 and 3 of the 8.
+    starts = {i: lease_of(mock_db, Partition(ACTIONS_FEED, i, 3))["checkpoint_time"] for i in range(3)}
+    assert starts == {0: now - 2 * MINUTE, 1: now - 3 * MINUTE, 2: now - 4 * MINUTE}
+
+
+def lease_of(db: Any, partition: Partition) -> dict[str, Any]:
+    lease: dict[str, Any] = db[schema.LEASES].find_one({"_id": partition.lease_id})
+    return lease
 
 
 def test_a_new_partition_count_rebuilds_a_range_whose_old_partition_never_checkpointed(mock_db, monkeypatch):
@@ -149,23 +164,6 @@ def test_a_new_partition_count_rebuilds_a_range_whose_old_partition_never_checkp
     assert hour["opened"] == 1
 
 
-class CosmosTokens:
-    """A database whose `GetChangeStreamTokens` answers one token per physical partition, as Cosmos DB does."""
-
-    def __init__(self, db: Any, partitions: int) -> None:
-        self._db = db
-        self.partitions = partitions
-
-    def command(self, command: Mapping[str, Any]) -> dict[str, Any]:
-        if command.get("customAction") == "GetChangeStreamTokens":
-            tokens = [{"_data": f"{command['collection']}-p{i}-of-{self.partitions}"} for i in range(self.partitions)]
-            return {"resumeAfterTokens": tokens, "ok": 1}
-        raise OperationFailure("no such command", code=59)
-
-    def __getitem__(self, name: str) -> Any:
-        return self._db[name]
-
-
 def test_on_cosmos_a_feed_has_a_partition_per_physical_partition_starting_at_its_token(mock_db):
     cosmos = CosmosTokens(mock_db, partitions=3)
 
@@ -175,7 +173,7 @@ def test_on_cosmos_a_feed_has_a_partition_per_physical_partition_starting_at_its
     assert len(feed_messages) == 3
     assert all(m["cosmos"] and m["of"] == 3 for m in feed_messages)
     lease = mock_db[schema.LEASES].find_one({"feed": ACTIONS_FEED.key, "partition": 2})
-    assert lease["start_token"] == {"_data": "bottle_actions-p2-of-3"}
+    assert feed_range(lease["start_token"]) == tuple(lease["range"]) == ("2AAA", "FF")  # the last third
     # The tally is a query, not a change stream: bucket ranges on Cosmos DB too.
     tally = [m for m in sent if m["feed"] == HEARTBEAT_TALLY.key]
     assert len(tally) == get_settings().reports_partitions
@@ -466,6 +464,88 @@ def test_a_worker_on_a_throttled_cosmos_stream_checkpoints_no_later_than_what_it
     assert saved["token"] == {"_data": "after-batch-1"}
 
 
+class FakeTime:
+    """A monotonic clock that moves only when the worker sleeps (its back-off) or a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def actions_partition_with_token(db: Any, now: Any) -> Partition:
+    partition = next(
+        Partition.from_message(m) for m in sent_by_dispatch(db, now=now) if m["feed"] == ACTIONS_FEED.collection
+    )
+    db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"token": {"_data": "saved"}}})
+    return partition
+
+
+def run_on_stream(db: Any, partition: Partition, batches: list[Any], time_: FakeTime) -> Any:
+    now = utc_now()
+    stream = CosmosStream(batches)
+    return process_partition(
+        db, partition, now=now, settings=get_settings(), clock=time_, sleep=time_.sleep, watch=lambda p, t: stream
+    )
+
+
+def test_a_throttled_stream_after_a_full_page_is_asked_again_with_back_off_until_it_answers(mock_db, monkeypatch):
+    """Cosmos DB's change stream answers empty batches while the partition is throttled (tests/cosmos_fakes.py's
+    throttling, and the empty batches of CosmosStream above): an empty page right after a full one is no proof
+    of being caught up. Ending there left the rest of the backlog to the next dispatch, a page a dispatch."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    full = [change("b0", 30), change("b1", 29)]
+    time_ = FakeTime()
+
+    run = run_on_stream(mock_db, partition, [full, None, None, None, [change("b2", 28)]], time_)
+
+    assert run.changes == 3
+    assert run.caught_up
+    assert run.empty_retries == 3
+    assert time_.slept == [0.1, 0.2, 0.4]  # doubling
+    saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
+    assert saved["token"] == {"_data": "after-batch-2"}  # the position after the page read once it answered
+
+
+def test_an_idle_partition_a_short_page_then_empty_ends_its_run_at_once(mock_db, monkeypatch):
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    time_ = FakeTime()
+
+    # The short page ends at the first empty batch; the next page is the second: empty, so the run ends.
+    run = run_on_stream(mock_db, partition, [[change("b0", 30)], None, None, [change("b1", 29)]], time_)
+
+    assert (run.changes, run.caught_up, run.empty_retries, time_.slept) == (1, True, 0, [])
+
+
+def test_a_stream_throttled_for_longer_than_the_budget_ends_the_run_when_it_is_spent(mock_db, monkeypatch, caplog):
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    time_ = FakeTime()
+
+    run = run_on_stream(mock_db, partition, [[change("b0", 30), change("b1", 29)], *[None] * 1000], time_)
+
+    budget = get_settings().reports_time_budget_seconds
+    assert run.changes == 2
+    assert not run.caught_up
+    assert time_.now == pytest.approx(budget)  # waited to the budget's end, never past it
+    assert max(time_.slept) == 2.0
+    assert "kept answering empty pages after a full one" in caplog.text
+    saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
+    assert saved["token"] == {"_data": "after-batch-1"}
+    assert saved["owner"] is None  # released: the next dispatch sends it again
+
+
 def test_a_split_partition_leaves_its_old_lease_to_the_new_layout(mock_db, monkeypatch, caplog):
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
     cosmos = CosmosTokens(mock_db, partitions=2)
@@ -492,18 +572,6 @@ def test_a_split_partition_leaves_its_old_lease_to_the_new_layout(mock_db, monke
     assert new["checkpoint_time"] == now - MINUTE
 
 
-class TokensOfNow(CosmosTokens):
-    """`GetChangeStreamTokens` as Cosmos DB answers it: each call gives the tokens of the present."""
-
-    asked = 0
-
-    def command(self, command: Mapping[str, Any]) -> dict[str, Any]:
-        reply = super().command(command)
-        self.asked += 1
-        reply["resumeAfterTokens"] = [{"_data": f"{t['_data']}-now-{self.asked}"} for t in reply["resumeAfterTokens"]]
-        return reply
-
-
 def test_a_cosmos_recovery_cut_short_by_its_budget_carries_on_from_a_fresh_token(mock_db, monkeypatch):
     """A token rejected (expired): the worker polls from its checkpoint time, and a run out of budget before it
     caught up saves its polling position without a token. The next run must not open its stream at the lease's
@@ -511,7 +579,7 @@ def test_a_cosmos_recovery_cut_short_by_its_budget_carries_on_from_a_fresh_token
     too, and the partition would fail on every run for good."""
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
     set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
-    cosmos = TokensOfNow(mock_db, partitions=1)
+    cosmos = CosmosTokens(mock_db, partitions=1)  # each call gives the tokens of the present
     now = utc_now()
     partition = next(
         Partition.from_message(m)

@@ -1,4 +1,4 @@
-"""Retention: the growing collections (actions, hourly reports, notifications) keep a document for their
+"""Retention: the growing collections (actions, hourly and daily reports, notifications) keep a document for their
 setting's days, by a TTL index the setup command creates (on `_ts` on Cosmos DB); a changed setting changes
 the index; the heartbeat documents and the registry are never expired."""
 
@@ -36,7 +36,8 @@ def test_the_setup_command_expires_each_growing_collection_by_its_setting():
     assert expiry(db, schema.BOTTLE_ACTIONS) == {("time",): 60 * DAY}
     assert expiry(db, schema.USER_HOURLY_REPORTS) == {("hour",): 60 * DAY}
     assert expiry(db, schema.NOTIFICATIONS) == {("created_at",): 90 * DAY}
-    for kept in (schema.BOTTLES, schema.BOTTLE_HEARTBEATS, schema.USER_DAILY_REPORTS, schema.LEASES):
+    assert expiry(db, schema.USER_DAILY_REPORTS) == {("day",): 400 * DAY}
+    for kept in (schema.BOTTLES, schema.BOTTLE_HEARTBEATS, schema.LEASES):
         assert expiry(db, kept) == {}, kept
 
 
@@ -56,7 +57,9 @@ def test_a_changed_setting_changes_the_index_when_the_setup_command_runs_again()
     assert expiry(db, schema.USER_HOURLY_REPORTS) == {("hour",): 400 * DAY}
 
 
-@pytest.mark.parametrize("name", ["actions_retention_days", "hourly_reports_retention_days"])
+@pytest.mark.parametrize(
+    "name", ["actions_retention_days", "hourly_reports_retention_days", "daily_reports_retention_days"]
+)
 def test_a_retention_shorter_than_late_events_are_accepted_is_refused(name):
     with pytest.raises(ValidationError, match=name.upper()):
         Settings(max_event_age_days=30, **{name: 31})

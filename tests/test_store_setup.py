@@ -1,13 +1,20 @@
 """The setup command: every collection and index, on any MongoDB and on Cosmos DB, safe to run twice."""
 
+from datetime import UTC, datetime
+from typing import Any
+
 import mongomock
 import pytest
+from pymongo.errors import OperationFailure
 
+from shared.notifications import delivery, documents
+from shared.notifications.documents import Episode
 from shared.settings import get_settings
-from shared.store import cosmos
+from shared.store import cosmos, schema
+from shared.store.retries import RetryPolicy
 from shared.store.schema import collection_specs
-from shared.store.setup import ensure_store, main
-from tests.cosmos_fakes import FakeCosmosDatabase
+from shared.store.setup import BuildWait, IndexBuildPending, ensure_store, main
+from tests.cosmos_fakes import FakeCosmosDatabase, IndexTransformingDatabase
 
 
 def index_keys(db, name):
@@ -34,7 +41,9 @@ def test_creates_every_collection_and_index_and_is_idempotent(store, secantus_cl
 
 
 @pytest.mark.parametrize("store", ["mongomock", pytest.param("secantus", marks=pytest.mark.integration)])
-def test_an_index_whose_declared_keys_changed_is_rebuilt_under_its_name(store, secantus_client, request):
+def test_an_index_whose_declared_keys_changed_is_built_under_its_other_name_before_the_old_one_goes(
+    store, secantus_client, request
+):
     client = mongomock.MongoClient() if store == "mongomock" else secantus_client
     db = client[f"setup_changed_{store}"]
     # A store set up before the checks swept by bucket range: the sweep index without `bucket`.
@@ -42,14 +51,77 @@ def test_an_index_whose_declared_keys_changed_is_rebuilt_under_its_name(store, s
 
     report = ensure_store(db, get_settings(), on_cosmos=False)
 
-    assert list(db["bottles"].index_information()["open_check"]["key"]) == [
-        ("bucket", 1),
-        ("open_pending", 1),
-        ("open_since", 1),
-    ]
+    indexes = db["bottles"].index_information()
+    assert "open_check" not in indexes
+    assert list(indexes["open_check_alt"]["key"]) == [("bucket", 1), ("open_pending", 1), ("open_since", 1)]
     assert any(line.startswith("bottles:") and "rebuilt with new keys: open_check" in line for line in report)
     assert ensure_store(db, get_settings(), on_cosmos=False) == [line.split(" (rebuilt")[0] for line in report]
     client.drop_database(db.name)
+
+
+def pending_notifications(db: Any, count: int) -> None:
+    now = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
+    episodes = [Episode(f"bottle-{i}", f"user-{i}", "aspirin", "left_open", now) for i in range(count)]
+    documents.record(db, episodes, now, RetryPolicy())
+
+
+OLD_KEYS = [("delivery", 1), ("kind", 1), ("created_at", 1)]  # the delivery sweep's index before `bucket`
+
+
+def cosmos_set_up_before_the_change() -> IndexTransformingDatabase:
+    """A Cosmos DB whose notifications were set up when delivery_pending had no `bucket`, with data in it."""
+    fake = IndexTransformingDatabase(mongomock.MongoClient().db, polls=3)
+    fake.db[schema.NOTIFICATIONS].create_index(OLD_KEYS, name="delivery_pending")
+    pending_notifications(fake.db, 5)
+    return fake
+
+
+def sorted_by(db: Any, keys: list[tuple[str, int]]) -> list[Any]:
+    return list(db[schema.NOTIFICATIONS].find({"delivery": "pending"}).sort(keys).limit(10))
+
+
+def test_on_cosmos_a_changed_index_serves_its_sorts_when_the_setup_ends_and_the_old_one_until_then():
+    """Dropping the old index and creating the new one (what the setup did) left both sorts failing with code 2
+    until Cosmos DB's transformation ended, after the setup had returned."""
+    fake = cosmos_set_up_before_the_change()
+    old_sorts: list[int] = []
+
+    def running_code_meanwhile() -> None:
+        if (schema.NOTIFICATIONS, "delivery_pending_alt") in fake.building:
+            old_sorts.append(len(sorted_by(fake, OLD_KEYS)))
+            with pytest.raises(OperationFailure):  # the new keys serve no sort yet
+                sorted_by(fake, delivery.OLDEST_FIRST)
+
+    fake.on_poll = running_code_meanwhile
+    slept: list[float] = []
+
+    report = ensure_store(fake, get_settings(), on_cosmos=True, wait=BuildWait(sleep=slept.append))
+
+    assert any("rebuilt with new keys: delivery_pending" in line for line in report)
+    assert old_sorts == [5, 5, 5]  # the old index served while the new one was built (three polls)
+    assert slept  # it waited
+    assert len(sorted_by(fake, delivery.OLDEST_FIRST)) == 5  # the new code's sort, at once
+    info = fake.db[schema.NOTIFICATIONS].index_information()
+    assert "delivery_pending" not in info
+    assert [tuple(k) for k in info["delivery_pending_alt"]["key"]] == delivery.OLDEST_FIRST
+    with pytest.raises(OperationFailure) as refused:  # the old keys are gone once the new ones serve
+        sorted_by(fake, OLD_KEYS)
+    assert refused.value.code == 2
+
+
+def test_on_cosmos_a_build_longer_than_the_wait_keeps_the_old_index_and_the_next_setup_finishes():
+    fake = cosmos_set_up_before_the_change()
+    fake.polls = 10
+    ticks = iter(range(0, 10_000, 60))
+    short = BuildWait(timeout_s=120, clock=lambda: float(next(ticks)), sleep=lambda s: None)
+
+    with pytest.raises(IndexBuildPending, match=r"still building an index .* run the setup again"):
+        ensure_store(fake, get_settings(), on_cosmos=True, wait=short)
+
+    assert len(sorted_by(fake, OLD_KEYS)) == 5  # kept
+    ensure_store(fake, get_settings(), on_cosmos=True, wait=BuildWait(sleep=lambda s: None))
+    assert len(sorted_by(fake, delivery.OLDEST_FIRST)) == 5
+    assert "delivery_pending" not in fake.db[schema.NOTIFICATIONS].index_information()
 
 
 def test_on_cosmos_collections_are_created_sharded_with_the_design_keys():
@@ -138,3 +210,17 @@ def test_documents_stored_before_they_carried_a_bucket_get_it_once_and_their_par
     heartbeats = db[schema.BOTTLE_HEARTBEATS].find_one()
     assert (heartbeats["bucket"], heartbeats["ub"]) == (9, bucket_of("u3"))
     secantus_client.drop_database("setup_backfill")
+
+
+def test_an_index_with_the_declared_keys_under_another_name_is_the_declared_one():
+    """An Azure deployment's indexes come from the Bicep, and ARM cannot name an index: the setup run against it
+    must neither create the same keys again under the declared name (MongoDB refuses: IndexOptionsConflict) nor
+    drop it."""
+    db: Any = mongomock.MongoClient().db
+    db["bottles"].create_index([("bucket", 1), ("open_pending", 1), ("open_since", 1)], name="arm_made_name")
+
+    ensure_store(db, get_settings(), on_cosmos=False)
+
+    indexes = db["bottles"].index_information()
+    assert "arm_made_name" in indexes
+    assert "open_check" not in indexes

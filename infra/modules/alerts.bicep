@@ -92,6 +92,26 @@ customMetrics
     periods: 1
   }
   {
+    name: 'report-feed-unpartitioned'
+    title: 'A report feed cannot be partitioned'
+    description: 'Cosmos DB answered GetChangeStreamTokens without tokens, or with tokens naming no feed range: the feed is not read at all until it does (docs/reports.md).'
+    severity: 1
+    metrics: ['pillbottle.reports.unpartitioned']
+    query: '''
+customMetrics
+| where name == 'pillbottle.reports.unpartitioned'
+| extend feed = tostring(customDimensions.feed)
+| summarize failures = sum(valueSum) by feed, bin(timestamp, 5m)
+'''
+    measure: 'failures'
+    dimensions: ['feed']
+    aggregation: 'Total'
+    comparison: 'GreaterThan'
+    threshold: 0
+    window: 5
+    periods: 1
+  }
+  {
     name: 'report-consumer-silent'
     title: 'The report consumer has not run'
     description: 'No report consumer run recorded its lag in the window: aggregate_reports is not running (timer, host or deployment), or its telemetry is off.'

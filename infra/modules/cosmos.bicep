@@ -20,6 +20,13 @@ param defaultMaxThroughput int = 1000
 @description('Per-collection autoscale maximum RU/s overriding defaultMaxThroughput, e.g. { bottle_heartbeats: 200000 }.')
 param maxThroughputByCollection object = {}
 
+// A collection without a shard key (`leases`) is one logical partition, and a partition serves at most 10,000 RU/s
+// and 20 GB ("Maximum RUs per partition (logical & physical)": https://learn.microsoft.com/azure/cosmos-db/concepts-limits);
+// autoscale's smallest maximum is 1,000 RU/s (https://learn.microsoft.com/azure/cosmos-db/autoscale-faq). So an
+// unsharded collection gets its maximum within that range, whatever the default for the others: `leases` needs ~9
+// RU/s at the design scale (README: cost), and a maximum past 10,000 would bill 10 % of it for nothing.
+var unshardedMaxThroughput = 10000
+
 // Retention (the app settings of the same names, README: retention): each growing collection's TTL on `_ts`, so a
 // document expires that many days after its last write. Cosmos DB deletes expired documents in the background,
 // with throughput the collection does not otherwise use.
@@ -35,9 +42,18 @@ param hourlyReportsRetentionDays int = 60
 @minValue(1)
 param notificationsRetentionDays int = 90
 
+@description('Days a daily report is kept after its last write (DAILY_REPORTS_RETENTION_DAYS).')
+@minValue(2)
+param dailyReportsRetentionDays int = 400
+
 // One entry per collection of shared/store/schema.py collection_specs(): the shard key ('' = unsharded) and the indexes in
 // ARM's form (key names only: ARM has no index direction or name; Cosmos serves a fully reversed sort from the same
-// index). `_id` is always indexed; a TTL index is on `_ts`, the only TTL field Cosmos allows, for the days above.
+// index). `_id` is always indexed; a TTL index is on `_ts` (a document's last write) for the days above. (4.2 also
+// allows TTL on one custom field, with the EnableTtlOnCustomPath capability, instead of `_ts`:
+// https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-42#custom-ttl.)
+// Each deployment sets a collection's whole index list: a changed key here would swap the old index for the new in
+// one transformation, during which sorts that need either fail (code 2). Change keys with `./dev setup-store` first
+// (it builds the new index beside the old, waits, then drops the old), then deploy this (README: Setting up a database).
 var collections = [
   {
     name: 'bottles'
@@ -98,6 +114,7 @@ var collections = [
     indexes: [
       { key: { keys: ['_id'] } }
       { key: { keys: ['user_id', 'day'] } }
+      { key: { keys: ['_ts'] }, options: { expireAfterSeconds: dailyReportsRetentionDays * 86400 } }
     ]
   }
   {
@@ -163,7 +180,7 @@ resource collection 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/coll
       )
       options: {
         autoscaleSettings: {
-          maxThroughput: contains(maxThroughputByCollection, c.name) ? maxThroughputByCollection[c.name] : defaultMaxThroughput
+          maxThroughput: contains(maxThroughputByCollection, c.name) ? (empty(c.shardKey) ? min(maxThroughputByCollection[c.name], unshardedMaxThroughput) : maxThroughputByCollection[c.name]) : (empty(c.shardKey) ? 1000 : defaultMaxThroughput)
         }
       }
     }

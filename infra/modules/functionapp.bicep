@@ -26,6 +26,23 @@ param maximumInstanceCount int = 100
 @allowed([2048, 4096])
 param instanceMemoryMB int = 2048
 
+// How many HTTP requests one instance takes at once, and the Python worker's threads to run them. Set, not left to
+// the defaults, which depend on the instance size and the language
+// (https://learn.microsoft.com/azure/azure-functions/functions-concurrency#http-trigger-concurrency): the functions
+// are synchronous, so each concurrent invocation needs a worker thread (PYTHON_THREADPOOL_THREAD_COUNT,
+// https://learn.microsoft.com/azure/azure-functions/python-scale-performance-reference), and a request spends most
+// of its time waiting on Cosmos DB (~2.5 ms of CPU an event measured, benchmarks/RESULTS.md, against a few database
+// round trips of ~5 ms): 16 at once keeps one core (2,048 MB) busy without queueing requests behind a short pool.
+// Queue-triggered functions scale on their own instances (per-function scaling) and take up to batchSize +
+// newBatchThreshold = 6 messages at once (host.json), within the same pool.
+@minValue(1)
+@maxValue(1000)
+param httpPerInstanceConcurrency int = 16
+
+@minValue(1)
+@maxValue(32)
+param pythonThreadpoolThreadCount int = 16
+
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
 }
@@ -44,6 +61,7 @@ var hostSettings = {
   APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsights.properties.ConnectionString
   APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
   PYTHON_ENABLE_OPENTELEMETRY: 'true'
+  PYTHON_THREADPOOL_THREAD_COUNT: string(pythonThreadpoolThreadCount)
   OTEL_TRACES_SAMPLER: 'microsoft.rate_limited'
   OTEL_TRACES_SAMPLER_ARG: '5'
 }
@@ -80,6 +98,11 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       scaleAndConcurrency: {
         maximumInstanceCount: maximumInstanceCount
         instanceMemoryMB: instanceMemoryMB
+        triggers: {
+          http: {
+            perInstanceConcurrency: httpPerInstanceConcurrency
+          }
+        }
       }
       runtime: {
         name: 'python'

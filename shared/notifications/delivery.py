@@ -2,11 +2,23 @@
 notifications queue, one message each, inside the run, and marks a notification queued only after its message was
 accepted. At least once: a run that dies between a send and its mark leaves the notification pending, and a later
 run of that partition sends it again (the consumer deduplicates on `notification_id`); a send that fails leaves it
-and the rest pending for the partition's next run. Another partition's notifications are never read or marked."""
+and the rest pending for the partition's next run. Another partition's notifications are never read or marked.
+
+**The morning peak.** At the late-dose peak one partition can have thousands to send (QUEUE_MESSAGES_PER_PARTITION,
+5,000 by default), at some 10 ms a send. So a run sends a batch of MARK_BATCH at a time, side by side on a bounded
+pool of QUEUE_SEND_CONCURRENCY threads (the Storage Queue SDK's clients are thread-safe: "All Azure SDK client
+objects are thread-safe and independent of each other", https://learn.microsoft.com/dotnet/azure/sdk/thread-safety,
+and the Python guidelines' https://azure.github.io/azure-sdk/python_design.html), then marks the batch under a
+request deadline of its own (REQUEST_DEADLINE_SECONDS from the mark), never the run's: a mark refused because the
+run's deadline had passed would fail the run, and its retry would send the whole batch again. It starts no batch
+past its send deadline (the check run's budget, or one request deadline after the sending began if the sweep used
+the budget up); the rest stays pending for the partition's next run."""
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,10 +47,23 @@ class SendFailed(Exception):
 
 @dataclass(frozen=True)
 class Delivery:
-    """What a run's sending did: messages the queue accepted (and marked queued), and whether a send failed."""
+    """What a run's sending did: messages the queue accepted (and marked queued), whether a send failed, and
+    whether the send deadline stopped it with notifications left to send."""
 
     queued: int
     failed: bool
+    out_of_time: bool = False
+
+
+@dataclass(frozen=True)
+class Sending:
+    """How a run sends: `send_until` (a `clock` reading) past which no batch starts, `concurrency` sends at once,
+    and `request_policy`, a fresh deadline for each store request (the pending read, each batch's mark)."""
+
+    send_until: float
+    concurrency: int
+    request_policy: Callable[[], RetryPolicy]
+    clock: Callable[[], float] = time.monotonic
 
 
 def queue_message(notification: Mapping[str, Any]) -> str:
@@ -74,41 +99,58 @@ def send_pending(
     now: datetime,
     limit: int,
     send: Send,
-    policy: RetryPolicy,
+    sending: Sending,
 ) -> Delivery:
-    """Send the partition's pending notifications of this kind (oldest first, at most `limit`), one `send`
-    each, marking them queued in batches as their sends succeed. The first failed send stops the sending: that
-    notification and the ones after it stay pending for the partition's next run."""
+    """Send the partition's pending notifications of this kind (oldest first, at most `limit`), a batch of
+    MARK_BATCH at a time, side by side, marking each batch's accepted ones queued once its sends are done. A
+    failed send stops the sending after its batch: it and the ones after it stay pending for the partition's
+    next run. No batch starts past `sending.send_until`."""
     pending = with_retries(
         lambda: list(db[schema.NOTIFICATIONS].find(pending_selector(kind, partition)).sort(OLDEST_FIRST).limit(limit)),
-        policy,
+        sending.request_policy(),
     )
-    sent: list[Mapping[str, Any]] = []
     queued = 0
-    failed = False
-    for index, notification in enumerate(pending):
-        try:
-            send(queue_message(notification))
-        except SendFailed as error:
-            log.warning(
-                "notifications: sending %s failed; %d %s notifications stay pending for the next run of partition "
-                "%d/%d: %s",
-                notification["_id"],
-                len(pending) - index,
-                kind,
-                partition.index,
-                partition.count,
-                error,
-            )
-            failed = True
-            break
-        sent.append(notification)
-        if len(sent) == MARK_BATCH:
-            queued += _mark_queued(db, sent, now=now, policy=policy)
-            sent = []
-    if sent:
-        queued += _mark_queued(db, sent, now=now, policy=policy)
-    return Delivery(queued, failed)
+    with ThreadPoolExecutor(max_workers=sending.concurrency, thread_name_prefix="notify") as pool:
+        for start in range(0, len(pending), MARK_BATCH):
+            if sending.clock() >= sending.send_until:
+                log.warning(
+                    "notifications: the run's send deadline passed; %d %s notifications stay pending for the next "
+                    "run of partition %d/%d",
+                    len(pending) - start,
+                    kind,
+                    partition.index,
+                    partition.count,
+                )
+                return Delivery(queued, failed=False, out_of_time=True)
+            batch = pending[start : start + MARK_BATCH]
+            errors = list(pool.map(lambda n: _send_one(send, n), batch))
+            accepted = [n for n, error in zip(batch, errors, strict=True) if error is None]
+            queued += _mark_queued(db, accepted, now=now, policy=sending.request_policy())
+            if len(accepted) < len(batch):
+                first = next(e for e in errors if e is not None)
+                log.warning(
+                    "notifications: %d of %d sends failed; %d %s notifications stay pending for the next run of "
+                    "partition %d/%d: %s",
+                    len(batch) - len(accepted),
+                    len(batch),
+                    len(pending) - start - len(accepted),
+                    kind,
+                    partition.index,
+                    partition.count,
+                    first,
+                )
+                return Delivery(queued, failed=True)
+    return Delivery(queued, failed=False)
+
+
+def _send_one(send: Send, notification: Mapping[str, Any]) -> SendFailed | None:
+    """Send one notification's message; the SendFailed if the queue did not take it (anything else raises: the
+    run dies, and what it sent unmarked is sent again by a later run)."""
+    try:
+        send(queue_message(notification))
+    except SendFailed as error:
+        return error
+    return None
 
 
 def _mark_queued(db: Database[Any], sent: list[Mapping[str, Any]], *, now: datetime, policy: RetryPolicy) -> int:

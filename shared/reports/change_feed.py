@@ -20,7 +20,9 @@ Cosmos DB's change streams, as its documentation describes them, and what this m
   stopping inside a batch would skip the rest of it for good;
 - a throttled stream answers with empty batches, so an empty or short page is no proof of being caught up:
   a checkpoint time is the newest server time among the documents read, never the clock's (actions are only
-  ever inserted, so a change's document is the one the change wrote);
+  ever inserted, so a change's document is the one the change wrote). And a run does not end at an empty page
+  that follows a full one (more was waiting a moment ago): it asks again with back-off until the time budget is
+  spent (`_Worker.read_and_aggregate`). An empty page after a short one is an idle partition: the run ends;
 - no deletes, no `operationType` in the output, order only within a shard key: aggregation recomputes
   buckets from source, so order and repeats do not matter;
 - a rejected resume token (expired, or its partition split): the partition polls from its checkpoint time
@@ -46,10 +48,12 @@ from shared.reports.leases import (
     FEEDS,
     Feed,
     Lease,
+    NoPartitionTokens,
     Partition,
     Token,
     checkpoint,
     claim,
+    cosmos_partitions,
     ensure_leases,
     feed_lags,
     feed_partitions,
@@ -59,7 +63,6 @@ from shared.reports.leases import (
 )
 from shared.reports.tally import hours_due, rolled_up_before, run_tally
 from shared.settings import Settings
-from shared.store import cosmos
 from shared.store.cosmos import is_cosmos_uri
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, StoreUnavailable, is_transient, with_retries
@@ -71,6 +74,8 @@ PROJECTION = {"$project": {"_id": 1, "fullDocument": 1, "ns": 1, "documentKey": 
 # What Cosmos DB for MongoDB requires of a change stream (and any MongoDB accepts).
 PIPELINE: list[dict[str, Any]] = [{"$match": OPERATIONS}, PROJECTION]
 MAX_AWAIT_MS = 20  # how long an empty getMore waits for changes before the page counts as the last
+# Back-off between empty pages after a full one (a throttled stream): doubles from the first to the last.
+THROTTLED_BACKOFF_S = (0.1, 2.0)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -326,18 +331,16 @@ def open_source(
 
 
 class PartitionLayoutChanged(Exception):
-    """Cosmos DB now has another number of physical partitions for the feed (a split): this lease belongs to the
-    old layout. The dispatcher makes the new layout's leases, which start from the feed's oldest checkpoint."""
+    """Cosmos DB no longer has this lease's physical partition (it split): the lease belongs to the old layout.
+    The dispatcher makes the children's leases, which start from their parents' positions."""
 
 
 def _fresh_start_token(db: Database[Any], partition: Partition, policy: RetryPolicy) -> Token | None:
-    tokens = with_retries(lambda: cosmos.change_stream_tokens(db, partition.feed.collection), policy) or []
-    if len(tokens) != partition.count:
-        raise PartitionLayoutChanged(
-            f"{partition.feed.collection} has {len(tokens)} physical partitions now, not {partition.count}"
-        )
-    token: Token = tokens[partition.index]
-    return token
+    """The present token of the partition's own feed range (the reply's order means nothing)."""
+    for current, token in cosmos_partitions(db, partition.feed, policy):
+        if current.feed_range == partition.feed_range:
+            return token
+    raise PartitionLayoutChanged(f"{partition.feed.collection} has no physical partition {partition.feed_range} now")
 
 
 def _watch(
@@ -376,14 +379,22 @@ def dispatch(
 ) -> DispatchRun:
     """One run of `aggregate_reports`: make sure every partition of every feed has a lease, and send a work
     message (JSON) for each one that no live worker holds. `send` gets them all at once (the queue output
-    binding: a message lost with it is sent again by the next dispatch)."""
+    binding: a message lost with it is sent again by the next dispatch). On Cosmos DB, a feed whose
+    `GetChangeStreamTokens` gives no usable tokens is logged as an error and counted
+    (pillbottle.reports.unpartitioned), the other feeds are dispatched, and the run then fails."""
     policy = RetryPolicy.for_run(settings, settings.reports_time_budget_seconds)
     cosmos = is_cosmos_uri(settings.mongodb_connection_string) if on_cosmos is None else on_cosmos
-    partitions = [
-        entry
-        for feed in FEEDS
-        for entry in feed_partitions(db, feed, count=settings.reports_partitions, on_cosmos=cosmos, policy=policy)
-    ]
+    partitions: list[tuple[Partition, Token | None]] = []
+    unpartitioned: list[NoPartitionTokens] = []
+    for source in FEEDS:
+        try:
+            partitions += feed_partitions(
+                db, source, count=settings.reports_partitions, on_cosmos=cosmos, policy=policy
+            )
+        except NoPartitionTokens as error:
+            log.error("reports: %s is not dispatched: %s", source.key, error)
+            metrics.feed_unpartitioned(source.key)
+            unpartitioned.append(error)
     run = DispatchRun(partitions=len(partitions))
     run.leases_created = ensure_leases(db, partitions, now=now, policy=policy)
     hold = timedelta(seconds=settings.reports_lease_seconds)
@@ -397,6 +408,8 @@ def dispatch(
     run.lag_seconds = feed_lags(db, [p for p, _ in partitions], now=now, policy=policy, tally_due=hours_due(now))
     for feed, lag in run.lag_seconds.items():
         metrics.report_lag(feed, lag)
+    if unpartitioned:  # the other feeds are dispatched; the invocation still fails, for the alerts
+        raise unpartitioned[0]
     return run
 
 
@@ -418,6 +431,7 @@ class PartitionRun:
     hourly_written: int = 0
     daily_written: int = 0
     caught_up: bool = False
+    empty_retries: int = 0  # empty pages after a full one (a throttled stream), asked again after a back-off
     recovered: bool = False  # rebuilt from a checkpoint time
     lost_lease: bool = False  # taken over after it expired: stopped without saving a position
     layout_changed: bool = False  # Cosmos DB split the partition: the new layout's leases carry on
@@ -431,6 +445,7 @@ def process_partition(
     now: datetime,
     settings: Settings,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
     watch: Watch | None = None,
 ) -> PartitionRun:
     """One run of `aggregate_report_partition`: claim the partition's lease, then page by page aggregate and
@@ -440,7 +455,7 @@ def process_partition(
 
     A database error propagates (the invocation fails and its message is retried) after the lease is
     released, so the retry can claim it at once; what was checkpointed stays."""
-    worker = _Worker(db, partition, settings, now=now, clock=clock)
+    worker = _Worker(db, partition, settings, now=now, clock=clock, sleep=sleep)
     lease = claim(db, partition, worker.owner, now=now, lease_for=worker.lease_for, policy=worker.policy)
     if lease is None:
         return worker.run
@@ -464,14 +479,21 @@ class _Worker:
     """One worker invocation on one partition: its budget, its lease timing and what it did."""
 
     def __init__(
-        self, db: Database[Any], partition: Partition, settings: Settings, *, now: datetime, clock: Callable[[], float]
+        self,
+        db: Database[Any],
+        partition: Partition,
+        settings: Settings,
+        *,
+        now: datetime,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.db, self.partition, self.settings = db, partition, settings
         self.policy = RetryPolicy.for_run(settings, settings.reports_time_budget_seconds)
         self.lease_for = timedelta(seconds=settings.reports_lease_seconds)
         self.owner = new_owner()
         self.run = PartitionRun(partition.lease_id)
-        self._now, self._clock, self._started = now, clock, clock()
+        self._now, self._clock, self._sleep, self._started = now, clock, sleep, clock()
 
     def wall_clock(self) -> datetime:
         """The server clock as the run goes on (the trigger read `now` once, at the start)."""
@@ -505,25 +527,33 @@ class _Worker:
         source, self.run.recovered = open_source(
             self.db, self.partition, held, self.settings, policy=self.policy, watch=watch
         )
-        saved = held
+        saved, backoff = held, _Backoff(self._clock, self._sleep, deadline)
         try:
             while self._clock() < deadline:
                 page = source.next_page()
-                if page is None:
-                    self.run.caught_up = True
-                    break
-                if page.changes:
-                    self._aggregate(page, stamper)
-                held = _advanced(held, page)
-                if not page.changes:
-                    # Only the position moved: nothing new, though others' writes move an empty getMore's token
-                    # (MongoDB's postBatchResumeToken); polling on would spin until the budget is spent. It is
-                    # saved at the end.
-                    self.run.caught_up = True
-                    break
+                if page is not None:
+                    held = _advanced(held, page)
+                if page is None or not page.changes:
+                    # Nothing new: caught up, unless the last page was full (a throttled stream answers empty
+                    # pages). Otherwise polling on would spin until the budget is spent: an empty getMore's
+                    # token moves with others' writes (MongoDB's postBatchResumeToken). Saved at the end.
+                    if not backoff.armed or not backoff.wait():
+                        self.run.caught_up = not backoff.armed
+                        break
+                    self.run.empty_retries += 1
+                    continue
+                self._aggregate(page, stamper)
+                backoff.arm(page.token is not None and len(page.changes) >= self.settings.reports_page_size)
                 if not self._save(held, source.name):
                     return held
                 saved = held
+            if self.run.empty_retries and not self.run.caught_up:
+                log.warning(
+                    "reports: %s: the change stream kept answering empty pages after a full one (%d asked again, "
+                    "throttled?); the run ends with its budget and the next run carries on",
+                    self.partition.lease_id,
+                    self.run.empty_retries,
+                )
             if held != saved:
                 self._save(held, source.name)
         finally:
@@ -567,6 +597,30 @@ class _Worker:
             release(self.db, self.partition, held, now=self.wall_clock(), policy=self.release_policy())
         except (PyMongoError, StoreUnavailable) as error:  # the lease then expires on its own
             log.warning("reports: could not release %s: %s", self.partition.lease_id, type(error).__name__)
+
+
+class _Backoff:
+    """Waits between empty pages that follow a full page of a change stream: Cosmos DB's change stream answers
+    empty batches while throttled, so more may be waiting. The wait doubles from THROTTLED_BACKOFF_S's first to
+    its last, never past the run's deadline. Armed by a full page, disarmed by a short one (an idle partition
+    ends its run at once)."""
+
+    def __init__(self, clock: Callable[[], float], sleep: Callable[[float], None], deadline: float) -> None:
+        self._clock, self._sleep, self._deadline = clock, sleep, deadline
+        self.armed = False
+        self._delay = THROTTLED_BACKOFF_S[0]
+
+    def arm(self, full_page: bool) -> None:
+        self.armed, self._delay = full_page, THROTTLED_BACKOFF_S[0]
+
+    def wait(self) -> bool:
+        """Wait before asking again; False when the budget leaves no time to."""
+        left = self._deadline - self._clock()
+        if left <= 0:
+            return False
+        self._sleep(min(self._delay, left))
+        self._delay = min(self._delay * 2, THROTTLED_BACKOFF_S[1])
+        return True
 
 
 def _advanced(lease: Lease, page: Page) -> Lease:

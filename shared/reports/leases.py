@@ -7,11 +7,17 @@ Claiming a free or expired lease bumps `version`; every checkpoint, renewal and 
 owner and version it claimed, so a worker whose lease expired and was taken over cannot write a position
 (the fencing token). What it aggregated meanwhile is harmless: aggregation is replay-safe.
 
-Partitions: on Cosmos DB, one per physical partition of the feed's collection (`GetChangeStreamTokens`); on
+Partitions: on Cosmos DB, one per physical partition of the feed's collection (`GetChangeStreamTokens`), keyed
+by the feed range its token carries (the reply promises one token per physical partition, not an order); on
 any other MongoDB, REPORTS_PARTITIONS ranges of the hash bucket of the shard key that the feed's documents
 carry (`bucket`, shared/store/partitioning.py). The heartbeat tally (shared/reports/tally.py) is not a change
 feed but a sweep: REPORTS_PARTITIONS ranges of the bucket of the owner's `user_id` on every store, each with a
 lease of the same kind, whose checkpoint time is the end of the closed hours it has counted.
+
+Layouts change: Cosmos DB splits a physical partition as its collection grows, and REPORTS_PARTITIONS can be
+changed. As Cosmos DB's change feed processor does, a new partition starts from the position of the partitions
+it replaces (its parents: the live leases whose ranges overlap its own), and a replaced lease is retired once
+every lease overlapping it has checkpointed; retired leases take part in nothing again.
 """
 
 import uuid
@@ -24,6 +30,7 @@ from pymongo import ReturnDocument, UpdateOne
 from pymongo.database import Database
 
 from shared.store import cosmos, schema
+from shared.store.cosmos import FeedRange, ranges_overlap
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 
@@ -68,17 +75,38 @@ def retired(message: Mapping[str, Any]) -> bool:
 @dataclass(frozen=True)
 class Partition:
     """One partition of a feed: `index` of `count`, by bucket range, or by a Cosmos DB physical partition
-    (`cosmos`: its change stream starts from `start_token`, the partition's token when the lease was made)."""
+    (`cosmos`: `feed_range`, the effective partition key range its token reads; its change stream starts from
+    `start_token`, the partition's token when the lease was made; `index` of `count` only orders the ranges)."""
 
     feed: Feed
     index: int
     count: int
     cosmos: bool = False
+    feed_range: FeedRange | None = None
+
+    def __post_init__(self) -> None:
+        if self.cosmos != (self.feed_range is not None):
+            raise ValueError("a Cosmos DB partition is named by its feed range, and only it has one")
+
+    @property
+    def kind(self) -> str:
+        return "cosmos" if self.cosmos else "buckets"
 
     @property
     def lease_id(self) -> str:
-        kind = "cosmos" if self.cosmos else "buckets"
-        return f"reports:{self.feed.key}:{kind}:{self.index}/{self.count}"
+        if self.feed_range is not None:
+            low, high = self.feed_range
+            return f"reports:{self.feed.key}:cosmos:{low}-{high}"
+        return f"reports:{self.feed.key}:buckets:{self.index}/{self.count}"
+
+    @property
+    def span(self) -> FeedRange:
+        """The keys it reads, comparable with the spans of the same kind: its feed range, or its buckets as
+        fixed-width hex."""
+        if self.feed_range is not None:
+            return self.feed_range
+        buckets = BucketRange(self.index, self.count)
+        return f"{buckets.low:04X}", f"{buckets.high:04X}"
 
     @property
     def buckets(self) -> BucketRange | None:
@@ -87,7 +115,8 @@ class Partition:
 
     def message(self) -> dict[str, Any]:
         """The work message the dispatcher sends for this partition."""
-        return {"feed": self.feed.key, "partition": self.index, "of": self.count, "cosmos": self.cosmos}
+        message = {"feed": self.feed.key, "partition": self.index, "of": self.count, "cosmos": self.cosmos}
+        return message if self.feed_range is None else {**message, "range": list(self.feed_range)}
 
     @classmethod
     def from_message(cls, message: Mapping[str, Any]) -> "Partition":
@@ -98,20 +127,46 @@ class Partition:
             raise ValueError(f"not a report partition's work message: {dict(message)!r}")
         if not 0 <= index < count:
             raise ValueError(f"partition {index} of {count} does not exist")
-        return cls(feed, index, count, on_cosmos)
+        if not on_cosmos:
+            return cls(feed, index, count)
+        span = message.get("range")
+        if not (isinstance(span, list) and len(span) == 2 and all(isinstance(k, str) for k in span)):
+            raise ValueError(f"a Cosmos DB partition's work message without its feed range: {dict(message)!r}")
+        return cls(feed, index, count, cosmos=True, feed_range=(span[0], span[1]))
+
+
+class NoPartitionTokens(Exception):
+    """Cosmos DB answered `GetChangeStreamTokens` without tokens, or with tokens that name no feed range: without
+    them a feed cannot be read partition by partition (each bucket-filtered stream would read every physical
+    partition). The dispatch fails, loudly, rather than fall back."""
 
 
 def feed_partitions(
     db: Database[Any], feed: Feed, *, count: int, on_cosmos: bool, policy: RetryPolicy
 ) -> list[tuple[Partition, Token | None]]:
     """The feed's partitions, each with the token its change stream starts from when it has no position yet:
-    on Cosmos DB one per physical partition (the tokens of `GetChangeStreamTokens`), elsewhere `count` bucket
-    ranges (no start token: a new stream starts at the present). The tally has bucket ranges everywhere."""
+    on Cosmos DB one per physical partition (the tokens of `GetChangeStreamTokens`, ordered by feed range),
+    elsewhere `count` bucket ranges (no start token: a new stream starts at the present). The tally has bucket
+    ranges everywhere."""
     if on_cosmos and not feed.tally:
-        tokens = with_retries(lambda: cosmos.change_stream_tokens(db, feed.collection), policy)
-        if tokens:
-            return [(Partition(feed, i, len(tokens), cosmos=True), token) for i, token in enumerate(tokens)]
+        return list(cosmos_partitions(db, feed, policy))
     return [(Partition(feed, i, count), None) for i in range(count)]
+
+
+def cosmos_partitions(db: Database[Any], feed: Feed, policy: RetryPolicy) -> list[tuple[Partition, Token]]:
+    """One partition per token of `GetChangeStreamTokens`, named by the feed range the token carries."""
+    tokens = with_retries(lambda: cosmos.change_stream_tokens(db, feed.collection), policy)
+    if not tokens:
+        raise NoPartitionTokens(f"GetChangeStreamTokens gave no resumeAfterTokens for {feed.collection}")
+    try:
+        ranged = sorted(((cosmos.feed_range(token), token) for token in tokens), key=lambda entry: entry[0])
+    except ValueError as error:
+        raise NoPartitionTokens(f"{feed.collection}: {error}") from None
+    if len({span for span, _ in ranged}) != len(ranged):
+        raise NoPartitionTokens(f"GetChangeStreamTokens named one feed range twice for {feed.collection}")
+    return [
+        (Partition(feed, i, len(ranged), cosmos=True, feed_range=span), token) for i, (span, token) in enumerate(ranged)
+    ]
 
 
 @dataclass(frozen=True)
@@ -140,49 +195,112 @@ def _lease(document: Mapping[str, Any]) -> Lease:
 def ensure_leases(
     db: Database[Any], partitions: Iterable[tuple[Partition, Token | None]], *, now: datetime, policy: RetryPolicy
 ) -> int:
-    """Make a lease for every partition that has none; how many were made. A new partition of a feed that
-    already has positions (the partition count changed, or Cosmos DB split a partition) starts from the
-    feed's oldest checkpoint time and recovers from there; a feed's first partitions, and the new ones of a feed
-    with a partition that never saved a checkpoint time, start from scratch."""
+    """Make a lease for every partition that has none, and retire the leases they replaced; how many were made.
+
+    A new partition of a feed that has leases (Cosmos DB split a physical partition, or REPORTS_PARTITIONS
+    changed) starts from its parents' position: the oldest checkpoint time of the live leases whose ranges
+    overlap its own, as Cosmos DB's change feed processor hands a parent's position to its children. It then
+    recovers from there (less the overlap), reading what was written since its parents' last checkpoint, and
+    never what older, replaced layouts left behind. A parent that never saved a checkpoint time has aggregated
+    nothing known: its children build from the start. A feed's first partitions start from scratch."""
     wanted = list(partitions)
     if not wanted:
         return 0
-    ids = [p.lease_id for p, _ in wanted]
-    existing = with_retries(
-        lambda: list(db[schema.LEASES].find({"feed": {"$in": sorted({p.feed.key for p, _ in wanted})}})),
+    feeds = sorted({p.feed.key for p, _ in wanted})
+    live = with_retries(
+        lambda: list(db[schema.LEASES].find({"feed": {"$in": feeds}, "retired_at": None})),
         policy,
     )
-    have = {doc["_id"] for doc in existing}
-    # A lease without a checkpoint time has aggregated nothing known: the new ones then build from the start.
-    oldest: dict[str, datetime | None] = {}
-    for doc in existing:
-        feed, time = doc["feed"], doc.get("checkpoint_time")
-        known = oldest.get(feed, time)
-        oldest[feed] = None if time is None or known is None else min(known, time)
-    ops: list[Any] = [
-        UpdateOne(
-            {"_id": partition.lease_id},
-            {
-                "$setOnInsert": {
-                    "feed": partition.feed.key,
-                    "partition": partition.index,
-                    "of": partition.count,
-                    "start_token": start,
-                    "token": None,
-                    "checkpoint_time": oldest.get(partition.feed.key),
-                    "owner": None,
-                    "expires_at": None,
-                    "version": 0,
-                    "dispatched_until": None,
-                    "created_at": now,
-                }
-            },
-            upsert=True,
+    have = {doc["_id"] for doc in live}
+    fresh = [(partition, start) for partition, start in wanted if partition.lease_id not in have]
+    ops: list[Any] = []
+    for partition, start in fresh:
+        lease = {
+            "feed": partition.feed.key,
+            "kind": partition.kind,
+            "range": list(partition.span),
+            "partition": partition.index,
+            "of": partition.count,
+            "start_token": start,
+            "token": None,
+            "checkpoint_time": _start_time([doc for doc in live if _overlaps(partition, doc)]),
+            "owner": None,
+            "expires_at": None,
+            "version": 0,
+            "dispatched_until": None,
+            "created_at": now,
+            "retired_at": None,
+        }
+        # A range that comes back (REPORTS_PARTITIONS 4 -> 8 -> 4) finds its old lease retired: it starts again
+        # from its parents, as a new one would. The version goes on, so a worker of its earlier life is fenced.
+        revived = {key: value for key, value in lease.items() if key != "version"}
+        ops.append(UpdateOne({"_id": partition.lease_id, "retired_at": {"$ne": None}}, {"$set": revived}))
+        ops.append(UpdateOne({"_id": partition.lease_id}, {"$setOnInsert": lease}, upsert=True))
+    if ops:
+        write_idempotent(db[schema.LEASES], ops, policy)
+    _retire_replaced(db, [p for p, _ in wanted], live, now=now, policy=policy)
+    return len(fresh)
+
+
+def _start_time(parents: list[Mapping[str, Any]]) -> datetime | None:
+    """Where a new partition starts: the oldest of its parents' checkpoint times (None: from scratch)."""
+    times: list[datetime | None] = [doc.get("checkpoint_time") for doc in parents]
+    known = [t for t in times if t is not None]
+    return min(known) if known and len(known) == len(times) else None
+
+
+def _span_of(doc: Mapping[str, Any]) -> tuple[str, FeedRange | None]:
+    """A lease document's kind and range (None: unknown, as on leases made before ranges were stored, which
+    are then taken to overlap every range)."""
+    kind = str(doc.get("kind") or ("cosmos" if ":cosmos:" in str(doc["_id"]) else "buckets"))
+    span = doc.get("range")
+    if isinstance(span, list) and len(span) == 2:
+        return kind, (str(span[0]), str(span[1]))
+    index, count = doc.get("partition"), doc.get("of")
+    if kind == "buckets" and isinstance(index, int) and isinstance(count, int) and 0 <= index < count:
+        return kind, Partition(FEEDS[0], index, count).span
+    return kind, None
+
+
+def _overlaps(partition: Partition, doc: Mapping[str, Any]) -> bool:
+    """Whether a live lease of the partition's feed reads keys the partition reads (ranges of another kind,
+    or unknown, overlap everything)."""
+    if doc["feed"] != partition.feed.key or doc["_id"] == partition.lease_id:
+        return False
+    kind, span = _span_of(doc)
+    return kind != partition.kind or span is None or ranges_overlap(span, partition.span)
+
+
+def _retire_replaced(
+    db: Database[Any],
+    current: list[Partition],
+    live: list[Mapping[str, Any]],
+    *,
+    now: datetime,
+    policy: RetryPolicy,
+) -> None:
+    """Retire each live lease that no current partition is, once every current lease overlapping it has run to
+    the end at least once (checkpointed or released: its own position then covers what the parent left)."""
+    ids = {p.lease_id for p in current}
+    by_id = {doc["_id"]: doc for doc in live}
+    retiring = []
+    for doc in live:
+        if doc["_id"] in ids:
+            continue
+        children = [by_id.get(p.lease_id) for p in current if _overlaps(p, doc)]
+        if children and all(child is not None and _has_run(child) for child in children):
+            retiring.append(doc["_id"])
+    if retiring:
+        with_retries(
+            lambda: db[schema.LEASES].update_many(
+                {"_id": {"$in": retiring}, "retired_at": None}, {"$set": {"retired_at": now}}
+            ),
+            policy,
         )
-        for (partition, start), lease_id in zip(wanted, ids, strict=True)
-        if lease_id not in have
-    ]
-    return sum(write_idempotent(db[schema.LEASES], ops, policy)) if ops else 0
+
+
+def _has_run(doc: Mapping[str, Any]) -> bool:
+    return doc.get("updated_at") is not None or doc.get("released_at") is not None
 
 
 def leases_to_dispatch(
@@ -231,12 +349,13 @@ def claim(
     db: Database[Any], partition: Partition, owner: str, *, now: datetime, lease_for: timedelta, policy: RetryPolicy
 ) -> Lease | None:
     """Take the partition's lease if no live worker holds it (a new version: the fencing token); None if one
-    does (a work message delivered twice, or to two workers at once)."""
+    does (a work message delivered twice, or to two workers at once), or if the lease was retired (a message
+    sent before its partition was replaced)."""
     # A retry whose first try took effect (its reply lost) finds the lease already its owner's.
     free = [{"owner": None}, {"expires_at": {"$lt": now}}, {"owner": owner}]
     found = with_retries(
         lambda: db[schema.LEASES].find_one_and_update(
-            {"_id": partition.lease_id, "$or": free},
+            {"_id": partition.lease_id, "retired_at": None, "$or": free},
             {"$set": {"owner": owner, "expires_at": now + lease_for, "claimed_at": now}, "$inc": {"version": 1}},
             return_document=ReturnDocument.AFTER,
         ),

@@ -2,7 +2,11 @@
 `getLastRequestStatistics` commands. Everything here also works on plain MongoDB, where the Cosmos-only
 commands are simply not used."""
 
+import base64
+import binascii
+import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pymongo.database import Database
@@ -85,6 +89,35 @@ def change_stream_tokens(db: Database[Any], collection: str) -> list[Any] | None
         return None
     tokens = reply.get("resumeAfterTokens")
     return list(tokens) if tokens else None
+
+
+FeedRange = tuple[str, str]  # an effective partition key range [min, max): upper-case hex, "" the lowest
+
+
+def feed_range(token: Mapping[str, Any]) -> FeedRange:
+    """The effective partition key range a `GetChangeStreamTokens` token reads: its identity, since the reply
+    promises one token per physical partition and no order. The token is `{"_data": BinData(JSON), "_kind": 1}`,
+    the JSON `{"V": 2, "Rid": ..., "Continuation": [{"FeedRange": {"type": "Effective Partition Key Range",
+    "value": {"min": "", "max": "FF"}}, "State": ...}]}`, as the sample of
+    https://learn.microsoft.com/azure/cosmos-db/mongodb/custom-commands#parallel-change-stream decodes.
+    ValueError for a token that carries no range (the caller cannot key a lease by it)."""
+    data = token.get("_data")
+    try:
+        raw = bytes(data) if isinstance(data, bytes | bytearray) else base64.b64decode(str(data), validate=True)
+        continuations = json.loads(raw)["Continuation"]
+        ranges = {(str(c["FeedRange"]["value"]["min"]), str(c["FeedRange"]["value"]["max"])) for c in continuations}
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        raise ValueError(f"a change stream token without a readable feed range: {dict(token)!r:.200}") from None
+    if len(ranges) != 1:
+        raise ValueError(f"a change stream token with {len(ranges)} feed ranges; one expected")
+    low, high = ranges.pop()
+    return low.upper(), high.upper()
+
+
+def ranges_overlap(a: FeedRange, b: FeedRange) -> bool:
+    """Whether two [min, max) ranges of one key space share a key (hex strings of one width compare as numbers;
+    Cosmos DB compares effective partition keys as strings, "" lowest)."""
+    return a[0] < b[1] and b[0] < a[1]
 
 
 def last_request_charge(db: Database[Any]) -> float | None:

@@ -71,26 +71,29 @@ class RetryPolicy:
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, budget_s: float | None = None) -> "RetryPolicy":
+    def from_settings(
+        cls, settings: Settings, *, budget_s: float | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> "RetryPolicy":
         """The policy of an operations command (`budget_s` None: no deadline) or of a run with a budget."""
-        deadline = None if budget_s is None else time.monotonic() + budget_s
+        deadline = None if budget_s is None else clock() + budget_s
         return cls(
             max_retries=settings.store_max_retries,
             base_ms=settings.store_retry_base_ms,
             deadline=deadline,
             outage_retry_after_s=settings.outage_retry_after_seconds,
+            clock=clock,
         )
 
     @classmethod
-    def for_request(cls, settings: Settings) -> "RetryPolicy":
+    def for_request(cls, settings: Settings, clock: Callable[[], float] = time.monotonic) -> "RetryPolicy":
         """An HTTP invocation's policy: REQUEST_DEADLINE_SECONDS from now for everything it asks of the store."""
-        return cls.from_settings(settings, budget_s=settings.request_deadline_seconds)
+        return cls.from_settings(settings, budget_s=settings.request_deadline_seconds, clock=clock)
 
     @classmethod
-    def for_run(cls, settings: Settings, budget_s: float) -> "RetryPolicy":
+    def for_run(cls, settings: Settings, budget_s: float, clock: Callable[[], float] = time.monotonic) -> "RetryPolicy":
         """A timer run's policy: its time budget, plus one request's deadline for the call in flight when the
         budget runs out (the run checks its budget between batches)."""
-        return cls.from_settings(settings, budget_s=budget_s + settings.request_deadline_seconds)
+        return cls.from_settings(settings, budget_s=budget_s + settings.request_deadline_seconds, clock=clock)
 
     def remaining_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - self.clock()

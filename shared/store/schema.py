@@ -2,7 +2,10 @@
 
 Index reasoning (the seeds' rule): equality fields first, then the sort/range field; every query the app
 issues names its shard key or is a deliberate fan-out (the checks). Cosmos DB limits: compound indexes of
-at most 8 fields and no arrays; TTL only on `_ts` (an index may name a different key for Cosmos).
+at most 8 fields and no arrays. Its TTL is on `_ts`, a document's last write (an index may name a different key
+for Cosmos); a 4.2 account may put it on one custom field instead, with the EnableTtlOnCustomPath capability,
+which then excludes `_ts` (https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-42#custom-ttl):
+the app keeps `_ts`, which every write moves, so a document expires its days after its last write.
 
 Every indexed field a write changes costs index terms on Cosmos DB (benchmarks/cost_model.py), so a heartbeat's
 write changes only what the silent check and the report feed's time need (`alive_at`, `r`). Retention: the
@@ -36,7 +39,7 @@ class IndexSpec:
     keys: Key
     unique: bool = False
     expire_after_seconds: int | None = None
-    cosmos_keys: Key | None = None  # a different key on Cosmos DB (its TTL index must be on `_ts`)
+    cosmos_keys: Key | None = None  # a different key on Cosmos DB (its TTL index is on `_ts`: see above)
     retention_setting: str | None = None  # the setting (days) a TTL index's expireAfterSeconds comes from
 
     def keys_for(self, cosmos: bool) -> Key:
@@ -134,6 +137,13 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
                 retention("hour", settings, "hourly_reports_retention_days"),
             ),
         ),
-        CollectionSpec(USER_DAILY_REPORTS, "user_id", (IndexSpec("user_day", (("user_id", 1), ("day", 1))),)),
+        CollectionSpec(
+            USER_DAILY_REPORTS,
+            "user_id",
+            (
+                IndexSpec("user_day", (("user_id", 1), ("day", 1))),
+                retention("day", settings, "daily_reports_retention_days"),
+            ),
+        ),
         CollectionSpec(LEASES, None),
     )

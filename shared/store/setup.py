@@ -5,13 +5,29 @@
 
 On Cosmos DB the sharded collections are created with their shard keys first (Cosmos' `customAction`);
 on any other MongoDB they are plain collections. Azure deployments get the same from infra/ (Bicep).
+
+**Changing an index's keys** never drops it first. On Cosmos DB a new index serves queries only once its
+transformation has ended, and queries that filter on a dropped index "might be inconsistent and incomplete until
+the index transformation finishes"; a sort without its index fails (code 2)
+(https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing#background-index-updates). So the new keys are
+created under the index's other name (`<name>` and `<name>_alt` take turns), the setup waits until Cosmos DB
+reports no index build on the collection (`currentOp`, as the same page's "Track index progress" documents:
+`inprog` is empty once it is done), and only then drops the old one. Run it before deploying code that needs
+the new keys; until it ends, the running code keeps its old index. A wait that runs out (INDEX_BUILD_WAIT_S)
+leaves both indexes: run the setup again later to finish. A TTL index whose days change is dropped and created
+again (no query needs it; Cosmos allows one TTL index a collection).
 """
 
 import argparse
 import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from dataclasses import field as default
 from datetime import datetime
 from typing import Any
 
+from bson import SON
 from pymongo import IndexModel, UpdateOne
 from pymongo.database import Database
 
@@ -22,45 +38,121 @@ from shared.store import cosmos, schema
 from shared.store.command_line import add_store_arguments, command_line_database
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
-from shared.store.schema import CollectionSpec, collection_specs
+from shared.store.schema import CollectionSpec, IndexSpec, collection_specs
 
 log = logging.getLogger(__name__)
 
+ALTERNATE = "_alt"  # an index's other name: a change of keys is built under it before the old one goes
+INDEX_BUILD_WAIT_S = 3600.0  # longest the setup waits for Cosmos DB to build an index, per collection
+INDEX_BUILD_POLL_S = 10.0
 
-def ensure_store(db: Database[Any], settings: Settings, *, on_cosmos: bool) -> list[str]:
-    """Create what is missing; return a line per collection saying what it has."""
+
+class IndexBuildPending(Exception):
+    """Cosmos DB is still building an index after the wait: the old one is kept; run the setup again later."""
+
+
+@dataclass(frozen=True)
+class BuildWait:
+    """How the setup waits for Cosmos DB's index builds (tests pass a fake clock and sleep)."""
+
+    timeout_s: float = INDEX_BUILD_WAIT_S
+    poll_s: float = INDEX_BUILD_POLL_S
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass
+class IndexPlan:
+    """What one collection's declared indexes need: models to create, then (once built) names to drop."""
+
+    create: list[IndexModel] = default(default_factory=list)
+    drop: list[str] = default(default_factory=list)
+    replaced: list[str] = default(default_factory=list)  # declared names whose keys change
+
+
+def ensure_store(db: Database[Any], settings: Settings, *, on_cosmos: bool, wait: BuildWait | None = None) -> list[str]:
+    """Create what is missing and replace indexes whose keys changed (built before the old ones go); return a line
+    per collection saying what it has. IndexBuildPending if Cosmos DB is still building one after the wait."""
     existing = set(db.list_collection_names())
     report = []
     for spec in collection_specs(settings):
         if spec.name not in existing:
             _create_collection(db, spec, on_cosmos=on_cosmos)
-        replaced = _drop_changed_indexes(db, spec, on_cosmos=on_cosmos)
         _drop_changed_expiry(db, spec, on_cosmos=on_cosmos)
-        models = [_index_model(index, on_cosmos=on_cosmos) for index in spec.indexes]
-        if models:
-            db[spec.name].create_indexes(models)
+        plan = _index_plan(spec, db[spec.name].index_information(), on_cosmos=on_cosmos)
+        if plan.create:
+            db[spec.name].create_indexes(plan.create)
+        if on_cosmos and (plan.create or plan.drop):
+            wait_for_index_builds(db, spec.name, wait or BuildWait())
+        for name in plan.drop:
+            log.warning("setup: %s: the index %s is replaced by its new keys, built; dropping it", spec.name, name)
+            db[spec.name].drop_index(name)
         names = ", ".join(index.name for index in spec.indexes) or "_id only"
         line = f"{spec.name}: shard key {spec.shard_key or '(unsharded)'}; indexes: {names}"
-        report.append(line + (f" (rebuilt with new keys: {', '.join(replaced)})" if replaced else ""))
+        report.append(line + (f" (rebuilt with new keys: {', '.join(plan.replaced)})" if plan.replaced else ""))
     return report
 
 
-def _drop_changed_indexes(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> list[str]:
-    """Drop the indexes that exist under a declared name with other keys (a schema change, e.g. the checks'
-    sweep indexes gaining `bucket`), so that they are created again with the declared ones; the names dropped.
-    A store whose index keeps its name and changes keys would otherwise refuse the create (IndexKeySpecsConflict).
-    """
-    declared = {index.name: list(index.keys_for(on_cosmos)) for index in spec.indexes}
-    existing = db[spec.name].index_information()
-    changed = [
-        name
-        for name, info in existing.items()
-        if name in declared and [(field, int(order)) for field, order in info["key"]] != declared[name]
-    ]
-    for name in changed:
-        log.warning("setup: index %s.%s has other keys than declared; dropping it to create it anew", spec.name, name)
-        db[spec.name].drop_index(name)
-    return changed
+def _index_plan(spec: CollectionSpec, existing: Mapping[str, Any], *, on_cosmos: bool) -> IndexPlan:
+    """Per declared index: nothing if an index has its keys (its two names, if they have old keys, are dropped
+    once built); created under its name if neither exists; under its free name if the other holds old
+    keys, which are dropped once the new ones are built. A TTL index is created under its name (its changes are
+    `_drop_changed_expiry`'s)."""
+    plan = IndexPlan()
+    for index in spec.indexes:
+        keys = list(index.keys_for(on_cosmos))
+        if index.expire_after_seconds is not None:
+            if index.name not in existing:
+                plan.create.append(_index_model(index, index.name, on_cosmos=on_cosmos))
+            continue
+        held = [name for name in (index.name, index.name + ALTERNATE) if name in existing]
+        # Any name with the declared keys will do: an index ARM deployed (infra/, which cannot name indexes) too.
+        current = [name for name, info in existing.items() if _keys_of(info) == keys]
+        if current:
+            plan.drop += [name for name in held if name not in current]
+        elif not held:
+            plan.create.append(_index_model(index, index.name, on_cosmos=on_cosmos))
+        elif len(held) == 2:
+            log.error(
+                "setup: %s: both %s and %s exist with other keys than declared; drop the one no running code needs, "
+                "then run the setup again",
+                spec.name,
+                *held,
+            )
+        else:
+            free = index.name + ALTERNATE if held == [index.name] else index.name
+            log.warning(
+                "setup: %s: index %s has other keys than declared; building them as %s", spec.name, held[0], free
+            )
+            plan.create.append(_index_model(index, free, on_cosmos=on_cosmos))
+            plan.drop += held
+            plan.replaced.append(index.name)
+    return plan
+
+
+def _keys_of(info: Mapping[str, Any]) -> list[tuple[str, int]]:
+    return [(key, int(direction)) for key, direction in info["key"]]
+
+
+def wait_for_index_builds(db: Database[Any], collection: str, wait: BuildWait) -> None:
+    """Poll Cosmos DB's `currentOp` for the collection's index builds until there are none; IndexBuildPending
+    past `wait.timeout_s`. The command and its reply (`inprog`, each build's `progress.done` of `total`) are
+    https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing#track-index-progress."""
+    command = SON([("currentOp", 1), ("command.createIndexes", collection), ("command.$db", db.name)])
+    give_up = wait.clock() + wait.timeout_s
+    while True:
+        building = db.client.admin.command(command).get("inprog", [])
+        if not building:
+            return
+        progress = building[0].get("progress", {})
+        done = f"{progress.get('done', '?')} of {progress.get('total', '?')}"
+        if wait.clock() >= give_up:
+            raise IndexBuildPending(
+                f"{collection}: Cosmos DB is still building an index ({done}) after {wait.timeout_s:g} s; the old "
+                "index is kept: run the setup again later to finish"
+            )
+        log.info("setup: %s: Cosmos DB is building an index (%s); waiting", collection, done)
+        wait.sleep(wait.poll_s)
 
 
 def _drop_changed_expiry(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> None:
@@ -84,8 +176,8 @@ def _create_collection(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bo
         db.create_collection(spec.name)
 
 
-def _index_model(index: Any, *, on_cosmos: bool) -> IndexModel:
-    options: dict[str, Any] = {"name": index.name}
+def _index_model(index: IndexSpec, name: str, *, on_cosmos: bool) -> IndexModel:
+    options: dict[str, Any] = {"name": name}
     if index.unique:
         options["unique"] = True
     if index.expire_after_seconds is not None:
@@ -166,7 +258,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     with command_line_database(parser, args) as (db, uri):
-        for line in ensure_store(db, get_settings(), on_cosmos=cosmos.is_cosmos_uri(uri)):
+        try:
+            lines = ensure_store(db, get_settings(), on_cosmos=cosmos.is_cosmos_uri(uri))
+        except IndexBuildPending as pending:
+            parser.exit(1, f"{parser.prog}: {pending}\n")
+        for line in lines:
             print(line)
         if args.backfill_buckets:
             for name, count in backfill_buckets(db, RetryPolicy.from_settings(get_settings())).items():

@@ -54,6 +54,13 @@ def ingest(hours_ago: float = 3) -> None:
     assert response.status == 202, response.body
 
 
+def polling_with_days_rolled_up_every_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The polling source, and every tally pass rolling its hours' days up: with the default blocks of 6 hours,
+    the day of events 3 hours ago has no roll-up yet while its block is open (03:00-06:10 UTC and the like)."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    set_setting(monkeypatch, "DAILY_ROLLUP_HOURS", "1")
+
+
 # --- the rule -------------------------------------------------------------------------------------------------
 
 
@@ -126,10 +133,7 @@ def test_get_notifications_with_and_without_filters_and_pages_reads_the_user_fee
 def test_get_reports_by_hour_and_by_day_read_their_user_time_indexes(
     real_db: Any, sort_audit: SortAudit, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
-    # Every pass rolls its hours' days up: with blocks of 6 hours, the events' day (3 hours ago) would have no
-    # roll-up yet between 03:10 and 06:10 UTC.
-    set_setting(monkeypatch, "DAILY_ROLLUP_HOURS", "1")
+    polling_with_days_rolled_up_every_pass(monkeypatch)
     ingest()
     aggregate()
     sort_audit.clear()
@@ -168,7 +172,7 @@ def test_the_checks_sweeps_and_pending_delivery_read_only_through_their_indexes(
 def test_the_report_consumer_polling_reads_each_feed_by_its_time_index(
     real_db: Any, sort_audit: SortAudit, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    polling_with_days_rolled_up_every_pass(monkeypatch)
     ingest()
     sort_audit.clear()
 

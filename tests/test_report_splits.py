@@ -1,0 +1,234 @@
+"""The report feeds through Cosmos DB's partition splits, with a fake `GetChangeStreamTokens` that answers as the
+documentation describes (a token per physical partition, each naming its feed range, in no promised order):
+leases are keyed by feed range, a child starts from its parent's position, a replaced lease retires once its
+children have run and then takes part in nothing, and a reply without tokens fails loudly."""
+
+import base64
+import json
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared.instants import set_clock, utc_now
+from shared.reports.change_feed import dispatch, process_partition
+from shared.reports.leases import ACTIONS_FEED, NoPartitionTokens, Partition
+from shared.settings import get_settings
+from shared.store import schema
+from shared.store.cosmos import feed_range
+from tests.api import opened, post_events, provisioned
+from tests.cosmos_fakes import CosmosTokens
+from tests.report_client import set_setting
+
+MINUTE = timedelta(minutes=1)
+DAY = timedelta(days=1)
+
+
+def dispatched(db: Any, now: Any) -> list[Partition]:
+    messages: list[str] = []
+    dispatch(db, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
+    return [p for p in map(Partition.from_message, map(json.loads, messages)) if p.feed == ACTIONS_FEED]
+
+
+def actions_leases(db: Any, *, live: bool = True) -> dict[tuple[str, str], dict[str, Any]]:
+    query: dict[str, Any] = {"feed": ACTIONS_FEED.key, "kind": "cosmos"}
+    if live:
+        query["retired_at"] = None
+    return {(doc["range"][0], doc["range"][1]): doc for doc in db[schema.LEASES].find(query)}
+
+
+def checkpoint_all(db: Any, at: Any) -> None:
+    """Every live actions lease checkpointed at `at`, as workers that ran would leave them."""
+    db[schema.LEASES].update_many(
+        {"feed": ACTIONS_FEED.key, "retired_at": None}, {"$set": {"checkpoint_time": at, "updated_at": at}}
+    )
+
+
+def test_the_documented_sample_token_names_its_feed_range() -> None:
+    """learn.microsoft.com/azure/cosmos-db/mongodb/custom-commands, "Parallelizing change streams": "The following
+    command returns one or more change stream resume tokens - each one corresponding to data from a single physical
+    shard/partition", and its sample `resumeAfter: { "_data" : BinData(0,"eyJWIjoyLCJSaWQiOiJQeFVhQUxuMFNLRT0i...")`.
+    Its JSON (the sample's tail is garbled on the page; its head, up to the range, reads):"""
+    head = "eyJWIjoyLCJSaWQiOiJQeFVhQUxuMFNLRT0iLCJDb250aW51YXRpb24iOlt7IkZlZWRSYW5nZSI6eyJ0eXBlIjoiRWZmZWN0aXZlIFBh"
+    head += "cnRpdGlvbiBLZXkgUmFuZ2UiLCJ2YWx1ZSI6eyJtaW4iOiIiLCJtYXgiOiJGRiJ9fQ=="
+    decoded = base64.b64decode(head)
+    assert decoded.startswith(b'{"V":2,"Rid":"PxUaALn0SKE=","Continuation":[{"FeedRange":')
+    whole = decoded + b',"State":{"type":"continuation","value":"\\"1844\\""}}]}'
+
+    assert feed_range({"_data": whole, "_kind": 1}) == ("", "FF")  # BinData reaches pymongo as bytes
+    assert feed_range({"_data": base64.b64encode(whole).decode()}) == ("", "FF")
+    with pytest.raises(ValueError, match="without a readable feed range"):
+        feed_range({"_data": "bottle_actions-p0-of-3"})
+
+
+def test_leases_are_keyed_by_feed_range_so_a_new_token_order_loses_and_adds_nothing(mock_db: Any) -> None:
+    cosmos = CosmosTokens(mock_db, partitions=4)
+    now = utc_now()
+    first = dispatched(cosmos, now)
+    checkpoint_all(mock_db, now - MINUTE)
+    leases_before = actions_leases(mock_db)
+
+    for later in range(1, 6):  # five more dispatches, each reply in another order
+        dispatched(cosmos, now + later * 10 * MINUTE)
+
+    assert len({p.lease_id for p in first}) == 4
+    assert actions_leases(mock_db).keys() == leases_before.keys()
+    assert {k: v["checkpoint_time"] for k, v in actions_leases(mock_db).items()} == dict.fromkeys(
+        leases_before, now - MINUTE
+    )
+
+
+def test_a_split_partitions_children_start_from_its_position_and_it_retires_once_they_ran(mock_db: Any) -> None:
+    cosmos = CosmosTokens(mock_db, partitions=2)
+    now = utc_now()
+    dispatched(cosmos, now)
+    low, high = sorted(actions_leases(mock_db))
+    mock_db[schema.LEASES].update_one({"range": list(low)}, {"$set": {"checkpoint_time": now - 5 * MINUTE}})
+    mock_db[schema.LEASES].update_one({"range": list(high)}, {"$set": {"checkpoint_time": now - MINUTE}})
+
+    cosmos.split(0)
+    dispatched(cosmos, now)
+
+    live = actions_leases(mock_db)
+    children = [r for r in live if r not in (low, high)]
+    assert sorted(children) == [(low[0], "1000"), ("1000", low[1])]
+    assert {live[c]["checkpoint_time"] for c in children} == {now - 5 * MINUTE}  # the parent's position
+    assert live[high]["checkpoint_time"] == now - MINUTE  # the sibling is untouched
+    assert low in live  # the parent stays live until both children have run
+
+    for child in children:  # each child's worker runs once (nothing to read) and releases its lease
+        run = process_partition(cosmos, partition_of(child), now=now, settings=polling(), watch=None)
+        assert run.claimed
+    dispatched(cosmos, now + MINUTE)
+
+    assert low not in actions_leases(mock_db)
+    assert low in actions_leases(mock_db, live=False)
+    parent = Partition(ACTIONS_FEED, 0, 2, cosmos=True, feed_range=low)
+    assert not process_partition(cosmos, parent, now=now + MINUTE, settings=polling()).claimed  # a late message
+
+
+def test_a_third_layout_starts_from_the_second_not_from_the_frozen_first(mock_db: Any) -> None:
+    """The audit's case: layout 2 froze at t0 when the partition split; layout 3 ran for 30 days; layout 4 (the next
+    split) must start from layout 3's position. Starting from t0 would have a new lease poll 30 days of writes."""
+    cosmos = CosmosTokens(mock_db, partitions=1)
+    t0 = utc_now() - 30 * DAY
+    dispatched(cosmos, t0)
+    cosmos.split(0)  # layout 2 -> 3
+    dispatched(cosmos, t0)
+    for span in actions_leases(mock_db):
+        if span != ("", "FF"):
+            process_partition(cosmos, partition_of(span), now=t0, settings=polling())
+    dispatched(cosmos, t0 + MINUTE)
+    checkpoint_all(mock_db, t0 + 30 * DAY)  # layout 3 ran for 30 days
+
+    cosmos.split(1)  # layout 3 -> 4
+    dispatched(cosmos, t0 + 30 * DAY)
+
+    live = actions_leases(mock_db)
+    assert ("", "FF") not in live  # the first layout's lease retired
+    assert len(live) == 4  # the split child, and the three of layout 4
+    assert {doc["checkpoint_time"] for doc in live.values()} == {t0 + 30 * DAY}
+
+
+def test_a_child_rereads_only_what_was_written_since_its_parents_last_checkpoint(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cost of a split, bounded: a child recovers by polling from its parent's checkpoint time less the
+    overlap, so it reads what arrived since then (on Cosmos DB's polling, from every partition: the app cannot
+    compute effective partition keys), never the history before it."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    cosmos = CosmosTokens(mock_db, partitions=1)
+    now = utc_now()
+    written = [now - 3 * DAY + i * 6 * 60 * MINUTE for i in range(12)]  # an action every 6 hours for 3 days
+    for i, at in enumerate(written):
+        set_clock(stopped_at(at))
+        try:
+            assert post_events(f"bottle-{i}", provisioned(f"bottle-{i}"), opened(at)).status == 202
+        finally:
+            set_clock(None)
+    dispatched(cosmos, now)
+    parent_checkpoint = written[8] + 60 * MINUTE  # the parent had aggregated the first 9 actions
+    checkpoint_all(mock_db, parent_checkpoint)
+
+    cosmos.split(0)
+    children = [s for s in (p.feed_range for p in dispatched(cosmos, now)) if s != ("", "FF")]
+
+    overlap = timedelta(seconds=get_settings().reports_poll_overlap_seconds)
+    since_parent = sum(1 for at in written if at >= parent_checkpoint - overlap)
+    for span in children:
+        assert span is not None
+        run = process_partition(cosmos, partition_of(span), now=now, settings=get_settings())
+        assert run.caught_up
+        assert run.changes == since_parent == 3  # not the 12 of the whole history
+
+
+def test_a_reply_without_tokens_fails_the_dispatch_loudly_after_sending_the_tally(
+    mock_db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    class NoTokens(CosmosTokens):
+        def command(self, command: Any) -> dict[str, Any]:
+            return {"ok": 1}  # resumeAfterTokens missing
+
+    messages: list[str] = []
+    with caplog.at_level(logging.ERROR), pytest.raises(NoPartitionTokens, match="no resumeAfterTokens"):
+        dispatch(NoTokens(mock_db, 2), now=utc_now(), settings=get_settings(), send=messages.extend, on_cosmos=True)
+
+    sent = [json.loads(m) for m in messages]
+    assert sent
+    assert all(m["feed"] == "heartbeat_tally" for m in sent)  # the tally still runs
+    assert "bottle_actions is not dispatched" in caplog.text
+    assert mock_db[schema.LEASES].count_documents({"feed": ACTIONS_FEED.key}) == 0  # no bucket-filtered fallback
+
+
+def test_a_work_message_for_a_cosmos_partition_must_name_its_feed_range() -> None:
+    with pytest.raises(ValueError, match="without its feed range"):
+        Partition.from_message({"feed": ACTIONS_FEED.key, "partition": 0, "of": 2, "cosmos": True})
+    message = Partition(ACTIONS_FEED, 1, 2, cosmos=True, feed_range=("2000", "FF")).message()
+    assert Partition.from_message(message).lease_id == "reports:bottle_actions:cosmos:2000-FF"
+
+
+def stopped_at(moment: datetime) -> Callable[[], datetime]:
+    return lambda: moment
+
+
+def partition_of(span: tuple[str, str]) -> Partition:
+    return Partition(ACTIONS_FEED, 0, 1, cosmos=True, feed_range=span)
+
+
+def polling() -> Any:
+    return get_settings().model_copy(update={"change_source": "polling"})
+
+
+def test_a_partition_count_changed_back_revives_the_retired_leases_from_their_successors(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """REPORTS_PARTITIONS 4 -> 8 -> 4: the first layout's leases were retired once the second had run; when their
+    ranges come back they must be read again, from the second layout's position, not left retired (never claimed,
+    the feed stalled for good) nor resumed from their own frozen checkpoints."""
+    settings = polling()
+    now = utc_now()
+    send: list[str] = []
+    dispatch(mock_db, now=now, settings=settings, send=send.extend)
+    mock_db[schema.LEASES].update_many({}, {"$set": {"checkpoint_time": now - DAY}})  # the first layout's position
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "8")
+    eight = get_settings().model_copy(update={"change_source": "polling"})
+    dispatch(mock_db, now=now, settings=eight, send=send.extend)
+    for i in range(8):
+        assert process_partition(mock_db, Partition(ACTIONS_FEED, i, 8), now=now, settings=eight).claimed
+    dispatch(mock_db, now=now + MINUTE, settings=eight, send=send.extend)  # the first layout retires
+    assert mock_db[schema.LEASES].count_documents({"of": 4, "feed": ACTIONS_FEED.key, "retired_at": None}) == 0
+    mock_db[schema.LEASES].update_many({"of": 8}, {"$set": {"checkpoint_time": now}})
+
+    set_setting(monkeypatch, "REPORTS_PARTITIONS", "4")
+    four = get_settings().model_copy(update={"change_source": "polling"})
+    made = dispatch(mock_db, now=now + 2 * MINUTE, settings=four, send=send.extend).leases_created
+
+    assert made == 4
+    for i in range(4):
+        lease = mock_db[schema.LEASES].find_one({"_id": Partition(ACTIONS_FEED, i, 4).lease_id})
+        assert lease["retired_at"] is None
+        assert lease["checkpoint_time"] == now  # the 8-layout's position, not the frozen day-old one
+        run = process_partition(mock_db, Partition(ACTIONS_FEED, i, 4), now=now + 2 * MINUTE, settings=four)
+        assert run.claimed
