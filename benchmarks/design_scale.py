@@ -46,7 +46,7 @@ TALLY_FIRST_MINUTE = 10  # an hour is counted SETTLE (10 minutes) after it ends 
 TALLY_MINUTES = 15  # a pass's pages land in about 15 minutes of each hour
 MORNING_HOUR = 7  # the hour (UTC) of the morning late-dose peak
 SWEEP_MINUTES = {"late_dose": 5, "left_open": 1, "silent": 5}  # each check runs every so many minutes
-REPORTS_PARTITIONS = 64  # the tally's partitions at this scale (the README's deploy settings)
+REPORTS_PARTITIONS = 64  # the tally's partitions at this scale (docs/costs.md: Throughput to deploy)
 
 # Rates the design does not give, and what the table assumes for them.
 ASSUMED_RATES = {
