@@ -11,7 +11,7 @@ at least a tenth of the maximum); the maximum to set is the day's peak with HEAD
 floor; the physical partitions follow the storage and the maximum, and price every query that fans out. What the
 design does not give is an assumption, in ASSUMED_RATES, printed with the table.
 
-The README's "What it costs at the design scale" table is this module's output for the last full run
+The design-scale table of docs/costs.md is this module's output for the last full run
 (benchmarks/suite.py writes it there and into benchmarks/RESULTS.md).
 """
 
@@ -46,7 +46,7 @@ TALLY_FIRST_MINUTE = 10  # an hour is counted SETTLE (10 minutes) after it ends 
 TALLY_MINUTES = 15  # a pass's pages land in about 15 minutes of each hour
 MORNING_HOUR = 7  # the hour (UTC) of the morning late-dose peak
 SWEEP_MINUTES = {"late_dose": 5, "left_open": 1, "silent": 5}  # each check runs every so many minutes
-REPORTS_PARTITIONS = 64  # the tally's partitions at this scale (the README's deploy settings)
+REPORTS_PARTITIONS = 64  # the tally's partitions at this scale (docs/costs.md: Throughput to deploy)
 
 # Rates the design does not give, and what the table assumes for them.
 ASSUMED_RATES = {

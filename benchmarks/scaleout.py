@@ -17,7 +17,7 @@ processor's rule on Cosmos DB too (one worker per physical partition at most).
 
 What one 2-core machine shows: the per-change cost, which does not depend on the machine, and whether
 throughput holds or grows as workers are added while the database itself competes for the same two cores;
-not the throughput of many machines against a Cosmos DB account (README "Scale-out at the design scale").
+not the throughput of many machines against a Cosmos DB account (docs/costs.md: "Workers and partitions").
 """
 
 import argparse

@@ -2,7 +2,8 @@
 costs on Cosmos DB in request units (benchmarks/costs.py, by the rules of benchmarks/cost_model.py), each beside
 its same-run baseline (the seeds' approach) with the ratio; then the design-scale bill (benchmarks/design_scale.py)
 from those costs. Prints the tables and writes them, with the commit and the machine, to benchmarks/RESULTS.md so
-results can be compared across commits, and the design-scale table into the README (a full run only).
+results can be compared across commits, and the summary and the design-scale table into docs/benchmarks.md and
+docs/costs.md (a full run only).
 
     ./dev bench [--quick] [--output benchmarks/RESULTS.md]
     ./dev bench --mongodb-uri "<Cosmos DB connection string>"   the model beside a real account's charges
@@ -26,7 +27,9 @@ from shared.settings import get_settings
 from tools.progress import Ticker
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
-README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+SUMMARY_DOC = DOCS / "benchmarks.md"  # the summary, between SUMMARY_START and SUMMARY_END
+TABLE_DOC = DOCS / "costs.md"  # the design-scale table, between TABLE_START and TABLE_END
 TABLE_START = "<!-- design-scale table: written by ./dev bench (benchmarks/suite.py) -->"
 TABLE_END = "<!-- end of the design-scale table -->"
 SUMMARY_START = "<!-- benchmark summary: written by ./dev bench (benchmarks/suite.py) -->"
@@ -170,7 +173,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def run(quick: bool, ticker: Ticker | None = None) -> tuple[str, str]:
-    """The results document, and the README's blocks (the summary, then the design-scale table)."""
+    """The results document, and the docs' blocks (the summary, then the design-scale table)."""
     ticker = ticker or Ticker()
     sections: list[tuple[str, str]] = []
     started = time.perf_counter()
@@ -210,11 +213,11 @@ def _between(text: str, start: str, end: str, block: str) -> str:
     return text[:first] + start + "\n" + block + "\n" + text[last:]
 
 
-def update_readme(blocks: str, readme: Path = README) -> None:
-    """Put the summary and the design-scale table between their markers in the README."""
+def update_docs(blocks: str, summary_doc: Path = SUMMARY_DOC, table_doc: Path = TABLE_DOC) -> None:
+    """Put the summary and the design-scale table between their markers in the docs."""
     summary, bill = blocks.split("\n\n| collection |", 1)
-    text = _between(readme.read_text(), SUMMARY_START, SUMMARY_END, summary)
-    readme.write_text(_between(text, TABLE_START, TABLE_END, "| collection |" + bill))
+    summary_doc.write_text(_between(summary_doc.read_text(), SUMMARY_START, SUMMARY_END, summary))
+    table_doc.write_text(_between(table_doc.read_text(), TABLE_START, TABLE_END, "| collection |" + bill))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -239,8 +242,8 @@ def main(argv: list[str] | None = None) -> None:
     args.output.write_text(document)
     print(f"\nwritten to {args.output}")
     if not args.quick and args.output.resolve() == RESULTS.resolve():
-        update_readme(bill)
-        print(f"design-scale table written to {README}")
+        update_docs(bill)
+        print(f"summary written to {SUMMARY_DOC}, design-scale table to {TABLE_DOC}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ bottles silent), written straight into a fresh SecantusDB in a child process wit
 the silent check's detect sweep, as shared/notifications/checks.py builds it, projected to `_id` (the sweep's
 reads are not what is compared). SecantusDB bounds one range per query, so it serves the per-partition query by
 its leading `bucket` range and filters the partition's documents, and the per-bucket query exactly; MongoDB and
-Cosmos DB serve the per-partition query from the index (README, Partitioned sweeps).
+Cosmos DB serve the per-partition query from the index (docs/checks.md, "One range query per partition").
 """
 
 import argparse

@@ -1,6 +1,6 @@
 // Everything the pill-bottle Functions app needs in one resource group, in the shape of the azd Python Functions
 // Flex Consumption templates (Azure Verified Modules where they fit). Deploy with `azd up`, or with
-// `az deployment group create` (README: Deploy). Resource-group scoped, so both tools can target an existing group.
+// `az deployment group create` (docs/operations.md). Resource-group scoped, so both tools can target an existing group.
 targetScope = 'resourceGroup'
 
 @minLength(1)
@@ -24,10 +24,10 @@ param databaseName string = 'pillbottle'
 @minValue(1000)
 param cosmosMaxThroughput int = 1000
 
-@description('Per-collection autoscale maximum RU/s overriding cosmosMaxThroughput, e.g. { bottle_heartbeats: 200000 } (README: cost).')
+@description('Per-collection autoscale maximum RU/s overriding cosmosMaxThroughput, e.g. { bottle_heartbeats: 200000 } (docs/costs.md).')
 param cosmosMaxThroughputByCollection object = {}
 
-@description('Days an opened/closed event is kept after its last write: ACTIONS_RETENTION_DAYS and the TTL (README: retention).')
+@description('Days an opened/closed event is kept after its last write: ACTIONS_RETENTION_DAYS and the TTL (docs/architecture.md: Retention).')
 @minValue(32)
 param actionsRetentionDays int = 60
 
@@ -43,7 +43,7 @@ param notificationsRetentionDays int = 90
 @minValue(32)
 param dailyReportsRetentionDays int = 400
 
-@description('Cosmos DB account key whose connection string the app uses; flip it to rotate keys (README: Rotating keys).')
+@description('Cosmos DB account key whose connection string the app uses; flip it to rotate keys (docs/operations.md: Rotating keys).')
 @allowed(['primary', 'secondary'])
 param cosmosKeyInUse string = 'primary'
 
@@ -56,7 +56,7 @@ param reportsQueueName string = 'report-partitions'
 @description('Name of the Storage queue of the check partition workers\' work messages (the CHECKS_QUEUE setting).')
 param checksQueueName string = 'check-partitions'
 
-@description('Most instances Flex Consumption may scale the app out to. Every Flex app of the subscription in the region shares a quota of 250 cores (250 instances of 2,048 MB) unless raised by a support request (README: what it costs).')
+@description('Most instances Flex Consumption may scale the app out to. Every Flex app of the subscription in the region shares a quota of 250 cores (250 instances of 2,048 MB) unless raised by a support request (docs/costs.md: Functions instances and the regional quota).')
 @minValue(40)
 @maxValue(1000)
 param maximumInstanceCount int = 100
@@ -74,7 +74,7 @@ param logDailyQuotaGb int = -1
 @description('App settings to set or override on top of the ones below, e.g. { STORE_MAX_RETRIES: \'5\' }.')
 param appSettingOverrides object = {}
 
-@description('Email address the alerts notify (through an action group created for it); empty: none (README: Metrics and alerts).')
+@description('Email address the alerts notify (through an action group created for it); empty: none (docs/operations.md: Metrics and alerts).')
 param alertEmail string = ''
 
 @description('Resource ID of an existing action group the alerts notify too; empty: none.')
@@ -277,7 +277,7 @@ module rbac 'modules/rbac.bicep' = {
   }
 }
 
-// Alerts on the app's metrics and its HTTP 5xx rate (README: Metrics and alerts).
+// Alerts on the app's metrics and its HTTP 5xx rate (docs/operations.md: Metrics and alerts).
 module alerts 'modules/alerts.bicep' = {
   name: 'alerts'
   params: {

@@ -1,7 +1,7 @@
 """The layout of a bottle's heartbeat document (`bottle_heartbeats`, one per bottle), which three jobs share:
 provisioning creates it, ingestion writes it (one write per request of heartbeats), the silent check sweeps it,
 the report consumer counts it. Its size is what every heartbeat write costs on Cosmos DB, so it is compact and
-bounded: at steady state it holds the same fields whatever the bottle sent before (README: "What is stored").
+bounded: at steady state it holds the same fields whatever the bottle sent before (docs/architecture.md).
 
     _id, bottle_id   the bottle (the shard key)
     bucket           the shard key's hash bucket (the silent check's partitions)

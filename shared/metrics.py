@@ -1,6 +1,6 @@
-"""The metrics an operator alerts on (infra/modules/alerts.bicep; README: Metrics and alerts), as OpenTelemetry
-instruments. In Azure the distro that shared/observability.py configures exports them to Application Insights
-(the `customMetrics` table); without it the OpenTelemetry API's default provider makes every call a no-op.
+"""The metrics an operator alerts on (infra/modules/alerts.bicep; docs/operations.md: Metrics and alerts), as
+OpenTelemetry instruments. In Azure the distro that shared/observability.py configures exports them to Application
+Insights (the `customMetrics` table); without it the OpenTelemetry API's default provider makes every call a no-op.
 
 A common module: the jobs call it with plain values and it imports none of them.
 

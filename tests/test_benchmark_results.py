@@ -1,25 +1,28 @@
-"""The README's benchmark summary and design-scale table are the ones the last full benchmark run generated
-(benchmarks/RESULTS.md)."""
+"""The docs' benchmark summary (docs/benchmarks.md) and design-scale table (docs/costs.md) are the ones the last
+full benchmark run generated (benchmarks/RESULTS.md)."""
 
-from benchmarks import suite
+from benchmarks import design_scale, suite
+from benchmarks.cost_model import UnitCost
+from shared.settings import Settings
+from shared.store import schema
 
 
 def block(text: str, start: str, end: str) -> str:
     return text[text.index(start) + len(start) : text.index(end)].strip()
 
 
-def test_the_readme_design_scale_table_is_the_last_full_runs():
+def test_the_design_scale_table_in_the_docs_is_the_last_full_runs():
     results = suite.RESULTS.read_text()
-    readme = suite.README.read_text()
+    doc = suite.TABLE_DOC.read_text()
     assert "full run" in results.splitlines()[2]
     table = block(results, suite.TABLE_START, suite.TABLE_END)
-    assert block(readme, suite.TABLE_START, suite.TABLE_END) == table
+    assert block(doc, suite.TABLE_START, suite.TABLE_END) == table
     assert "| **total** |" in table
 
 
-def test_the_readme_summary_is_the_last_full_runs():
+def test_the_summary_in_the_docs_is_the_last_full_runs():
     results = suite.RESULTS.read_text()
-    summary = block(suite.README.read_text(), suite.SUMMARY_START, suite.SUMMARY_END)
+    summary = block(suite.SUMMARY_DOC.read_text(), suite.SUMMARY_START, suite.SUMMARY_END)
     rows = summary.splitlines()[4:]  # after the stamp, a blank line, the header and its rule
     assert any(row.startswith("| design scale | RU/s |") for row in rows)
     for line in rows:
@@ -27,15 +30,41 @@ def test_the_readme_summary_is_the_last_full_runs():
         assert any(area in row and figure in row and app in row for row in results.splitlines()), line
 
 
-def test_update_readme_puts_each_block_between_its_markers(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(
-        f"a\n{suite.SUMMARY_START}\nold\n{suite.SUMMARY_END}\nb\n{suite.TABLE_START}\nold\n{suite.TABLE_END}\nc\n"
-    )
+def test_update_docs_puts_each_block_between_its_markers(tmp_path):
+    summary_doc, table_doc = tmp_path / "benchmarks.md", tmp_path / "costs.md"
+    summary_doc.write_text(f"a\n{suite.SUMMARY_START}\nold\n{suite.SUMMARY_END}\nb\n")
+    table_doc.write_text(f"c\n{suite.TABLE_START}\nold\n{suite.TABLE_END}\nd\n")
 
-    suite.update_readme("stamp:\n\n| area |\n\n| collection | x |", readme)
+    suite.update_docs("stamp:\n\n| area |\n\n| collection | x |", summary_doc, table_doc)
 
-    assert readme.read_text() == (
-        f"a\n{suite.SUMMARY_START}\nstamp:\n\n| area |\n{suite.SUMMARY_END}\n"
-        f"b\n{suite.TABLE_START}\n| collection | x |\n{suite.TABLE_END}\nc\n"
+    assert summary_doc.read_text() == f"a\n{suite.SUMMARY_START}\nstamp:\n\n| area |\n{suite.SUMMARY_END}\nb\n"
+    assert table_doc.read_text() == f"c\n{suite.TABLE_START}\n| collection | x |\n{suite.TABLE_END}\nd\n"
+
+
+def test_a_full_runs_bill_replaces_the_table_in_docs_costs_and_nothing_else(tmp_path):
+    """The design-scale bill benchmarks/design_scale.py writes lands between the markers of docs/costs.md, and the
+    page's text around them stays as it was."""
+    measured = design_scale.Measured(
+        heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 5.0}),
+        opened=UnitCost(),
+        closed=UnitCost(),
+        actions_feed=UnitCost(),
+        tally=[UnitCost({schema.USER_HOURLY_REPORTS: 1.0})],
+        consumer_run=UnitCost(),
+        swept={},
+        sweep_run={},
+        sizes={},
     )
+    bill = design_scale.markdown(design_scale.table(measured, Settings()))
+    summary_doc, table_doc = tmp_path / "benchmarks.md", tmp_path / "costs.md"
+    summary_doc.write_text(suite.SUMMARY_DOC.read_text())
+    page = suite.TABLE_DOC.read_text()
+    table_doc.write_text(page)
+
+    suite.update_docs("stamp:\n\n| area | figure |\n| --- | --- |\n\n" + bill, summary_doc, table_doc)
+
+    written = table_doc.read_text()
+    assert block(written, suite.TABLE_START, suite.TABLE_END) == bill.strip()
+    assert "| **total** |" in bill
+    assert written[: written.index(suite.TABLE_START)] == page[: page.index(suite.TABLE_START)]
+    assert written[written.index(suite.TABLE_END) :] == page[page.index(suite.TABLE_END) :]

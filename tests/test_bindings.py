@@ -1,4 +1,4 @@
-"""Every registered function's bindings agree with openapi.yaml, the README, the settings class and the infra:
+"""Every registered function's bindings agree with openapi.yaml, docs/operations.md, the settings class and the infra:
 HTTP routes, methods and auth levels; timer schedules and queue names from app settings (`%SETTING%`); queue
 output bindings only for work queues that a function of the app consumes (the host writes outputs after the
 function returns, so what must be sent at least once, the notifications, goes with the SDK), and every queue is
@@ -18,7 +18,7 @@ from tools.ncrontab import Schedule
 ROOT = bicep.ROOT
 KNOWN_BINDINGS = {"httpTrigger", "http", "timerTrigger", "queue", "queueTrigger"}
 SETTING_REFERENCE = re.compile(r"%([A-Z0-9_]+)%")
-AUTH_README = {"function": "function key", "anonymous": "anonymous"}
+AUTH_IN_DOCS = {"function": "function key", "anonymous": "anonymous"}
 
 Binding = dict[str, Any]
 
@@ -63,13 +63,13 @@ def setting_named(reference: str, where: str) -> str:
     return field
 
 
-def readme_functions() -> dict[str, dict[str, str]]:
-    """The README's deployed-functions table: name -> {trigger, auth, output} cells."""
-    readme = (ROOT / "README.md").read_text()
+def documented_functions() -> dict[str, dict[str, str]]:
+    """The deployed-functions table (docs/operations.md): name -> {trigger, auth, output} cells."""
+    doc = (ROOT / "docs" / "operations.md").read_text()
     header = "| function | trigger | auth | output |"
-    assert header in readme, f"README lacks the deployed-functions table `{header}`"
+    assert header in doc, f"docs/operations.md lacks the deployed-functions table `{header}`"
     rows: dict[str, dict[str, str]] = {}
-    for line in readme[readme.index(header) :].splitlines()[2:]:
+    for line in doc[doc.index(header) :].splitlines()[2:]:
         if not line.startswith("|"):
             break
         name, trigger, auth, output = (cell.strip() for cell in line.strip("|").split("|"))
@@ -125,10 +125,12 @@ def test_openapi_servers_and_path_parameters_match_the_host() -> None:
         assert declared >= set(re.findall(r"\{(\w+)\}", path)), f"openapi.yaml {path}: undeclared path parameters"
 
 
-def test_the_readme_lists_every_function_with_its_trigger_auth_and_output(registered_functions: dict[str, Any]) -> None:
-    rows = readme_functions()
+def test_the_operations_doc_lists_every_function_with_its_trigger_auth_and_output(
+    registered_functions: dict[str, Any],
+) -> None:
+    rows = documented_functions()
     assert set(rows) == set(registered_functions), (
-        f"README functions table: missing {sorted(set(registered_functions) - set(rows))}, "
+        f"docs/operations.md functions table: missing {sorted(set(registered_functions) - set(rows))}, "
         f"not registered {sorted(set(rows) - set(registered_functions))}"
     )
     for name, function in registered_functions.items():
@@ -137,7 +139,7 @@ def test_the_readme_lists_every_function_with_its_trigger_auth_and_output(regist
             trigger = one(found, "httpTrigger")
             methods = ", ".join(trigger["methods"])
             assert row["trigger"] == f"`{methods} /{route_prefix()}/{trigger['route']}`", name
-            assert row["auth"].startswith(AUTH_README[trigger["authLevel"].lower()]), name
+            assert row["auth"].startswith(AUTH_IN_DOCS[trigger["authLevel"].lower()]), name
         if any(b["type"] == "timerTrigger" for b in found):
             assert row["trigger"] == f"timer `{one(found, 'timerTrigger')['schedule']}`", name
         if any(b["type"] == "queueTrigger" for b in found):

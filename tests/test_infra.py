@@ -1,8 +1,8 @@
 """The infrastructure and the code agree, offline: infra/*.bicep (parsed with pycep), host.json, azure.yaml,
-.funcignore, local.settings.json.example and the README against shared/store/schema.py and shared/settings.py.
+.funcignore, local.settings.json.example and the docs against shared/store/schema.py and shared/settings.py.
 
 Everything is compared with the Python source as it is now, so a collection, index or setting added to the code
-fails here until infra/ (and the example settings, and the README) have it too."""
+fails here until infra/ (and the example settings, and docs/configuration.md) have it too."""
 
 import ast
 import fnmatch
@@ -318,7 +318,7 @@ def test_no_key_connection_string_or_secret_is_an_output_or_in_the_repo() -> Non
             assert not re.search(r"AccountKey=|mongodb(\+srv)?://[^\s\"']*:[^\s\"'@]+@", content), path
 
 
-# --- local settings and the README --------------------------------------------------------------------------
+# --- local settings and the docs -----------------------------------------------------------------------------
 
 
 def local_settings() -> dict[str, str]:
@@ -341,16 +341,45 @@ def test_local_settings_example_values_are_accepted_by_the_settings_class() -> N
     assert settings.storage_connection_string == values["AzureWebJobsStorage"]  # read under the host's name
 
 
-def test_readme_lists_every_metric_and_every_alert_rule() -> None:
-    readme = (ROOT / "README.md").read_text()
-    missing = [name for name in [*metrics.NAMES, *alert_rules()] if f"| `{name}` |" not in readme]
-    assert not missing, f"README Metrics and alerts lacks rows for {missing}"
+def table_names(text: str) -> set[str]:
+    """The names in the first column of a text's tables: every `| `NAME` |` row."""
+    return set(re.findall(r"^\| `([^`]+)` \|", text, re.MULTILINE))
 
 
-def test_readme_configuration_table_has_a_row_per_setting() -> None:
-    readme = (ROOT / "README.md").read_text()
-    missing = [name for name in sorted(env_names()) if f"| `{name}` |" not in readme]
-    assert not missing, f"README configuration table lacks {missing}"
+def test_the_operations_doc_lists_every_metric_and_every_alert_rule_and_nothing_else() -> None:
+    rows = table_names(section_of((ROOT / "docs" / "operations.md").read_text(), "## Metrics and alerts"))
+    emitted = {*metrics.NAMES, *alert_rules()}
+    assert not emitted - rows, f"docs/operations.md Metrics and alerts lacks rows for {sorted(emitted - rows)}"
+    assert not rows - emitted, f"docs/operations.md lists metrics or rules that do not exist: {sorted(rows - emitted)}"
+
+
+def test_the_configuration_doc_has_a_row_per_setting_and_only_settings() -> None:
+    rows = table_names((ROOT / "docs" / "configuration.md").read_text())
+    assert not env_names() - rows, f"docs/configuration.md lacks {sorted(env_names() - rows)}"
+    assert not rows - env_names(), f"docs/configuration.md lists what no setting reads: {sorted(rows - env_names())}"
+
+
+def test_the_configuration_doc_gives_each_settings_default_as_the_code_has_it() -> None:
+    rows = re.findall(r"^\| `([^`]+)` \| `([^`]+)` \|", (ROOT / "docs" / "configuration.md").read_text(), re.MULTILINE)
+    assert len(rows) > 30, "docs/configuration.md's defaults are written `like this`"
+    wrong = [f"{name} = {value}" for name, value in rows if not parses_to_default(name, value)]
+    assert not wrong, f"docs/configuration.md gives defaults the code does not have: {wrong}"
+
+
+def test_the_readme_configuration_table_names_real_settings_at_their_defaults() -> None:
+    section = section_of((ROOT / "README.md").read_text(), "## Configuration")
+    names = re.findall(r"`([A-Z][A-Za-z_]+)`", section)
+    assert names, "the README's Configuration section names no setting"
+    assert not set(names) - env_names(), f"README Configuration names unknown settings {set(names) - env_names()}"
+    for row in re.findall(r"^\| (`[A-Z].*?) \| (`.*?`) \|", section, re.MULTILINE):
+        pairs = zip(re.findall(r"`([^`]+)`", row[0]), re.findall(r"`([^`]+)`", row[1]), strict=True)
+        assert all(parses_to_default(name, value) for name, value in pairs), row
+
+
+def section_of(text: str, heading: str) -> str:
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else len(text)]
 
 
 # --- deployment plumbing -----------------------------------------------------------------------------------

@@ -86,7 +86,7 @@ def every_half_hour(start: datetime, end: datetime) -> list[datetime]:
 @pytest.mark.parametrize("retired", [schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS])
 def test_a_work_message_of_a_retired_feed_still_queued_after_the_upgrade_is_dropped(mock_db: Any, retired: str) -> None:
     """Messages for the heartbeat documents' change feed and the hourly reports' feed may sit in the queue when
-    the tally's version is deployed: the worker drops them (README), rather than failing five times into the
+    the tally's version is deployed: the worker drops them (docs/reports.md), rather than failing five times into the
     poison queue, where they would count as failures and alert."""
     message = json.dumps({"feed": retired, "partition": 0, "of": 4, "cosmos": False})
 
@@ -218,8 +218,9 @@ def test_a_tally_far_behind_leaves_the_daily_reports_of_days_whose_hours_may_hav
 
 def test_heartbeats_of_a_document_stored_before_it_carried_ub_are_counted_once_it_is_backfilled(mock_db: Any) -> None:
     """A heartbeat document stored before documents carried `ub` is in no tally partition until `setup-store
-    --backfill-buckets` gives it one (README: run it after upgrading): the tally's passes meanwhile went on
-    without it, so its next pass must count the hours its ring holds, not only those that closed since."""
+    --backfill-buckets` gives it one (docs/local-development.md: run it after upgrading): the tally's passes
+    meanwhile went on without it, so its next pass must count the hours its ring holds, not only those that closed
+    since."""
     fleet = Fleet(mock_db, Settings())
     fleet.provision("b1", "u1", DAY)
     fleet.provision("b2", "u2", DAY)

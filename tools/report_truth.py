@@ -1,4 +1,4 @@
-"""The hourly report totals counted straight from the source collections, as the README defines them
+"""The hourly report totals counted straight from the source collections, as docs/reports.md defines them
 ("What is counted where"), independently of the consumer: the simulator checks its reports against them,
 and the report property test its replays."""
 

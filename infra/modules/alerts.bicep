@@ -2,7 +2,7 @@
 // exported by the distro to Application Insights' customMetrics table, never sampled) and the HTTP 5xx rate of the
 // Function App (its requests, which are sampled: counted by itemCount). One log search alert rule each, over the
 // Application Insights component. tests/test_infra.py checks that every metric the code emits has a rule here and
-// that every pillbottle.* metric a rule queries is one the code emits. README: Metrics and alerts.
+// that every pillbottle.* metric a rule queries is one the code emits. docs/operations.md: Metrics and alerts.
 
 param location string
 param tags object = {}
@@ -197,7 +197,7 @@ customMetrics
   {
     name: 'store-throttled'
     title: 'The database keeps throttling'
-    description: 'More than throttlesPer5Minutes throttled database calls (16500, or 50 when server-side retry ran out) in each of 3 periods of 5 minutes: raise the collections\' autoscale maximum (README: cost).'
+    description: 'More than throttlesPer5Minutes throttled database calls (16500, or 50 when server-side retry ran out) in each of 3 periods of 5 minutes: raise the collections\' autoscale maximum (docs/costs.md).'
     severity: 2
     metrics: ['pillbottle.store.throttled']
     query: '''

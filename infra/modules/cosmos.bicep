@@ -24,10 +24,10 @@ param maxThroughputByCollection object = {}
 // and 20 GB ("Maximum RUs per partition (logical & physical)": https://learn.microsoft.com/azure/cosmos-db/concepts-limits);
 // autoscale's smallest maximum is 1,000 RU/s (https://learn.microsoft.com/azure/cosmos-db/autoscale-faq). So an
 // unsharded collection gets its maximum within that range, whatever the default for the others: `leases` needs ~9
-// RU/s at the design scale (README: cost), and a maximum past 10,000 would bill 10 % of it for nothing.
+// RU/s at the design scale (docs/costs.md), and a maximum past 10,000 would bill 10 % of it for nothing.
 var unshardedMaxThroughput = 10000
 
-// Retention (the app settings of the same names, README: retention): each growing collection's TTL on `_ts`, so a
+// Retention (the app settings of the same names; docs/architecture.md): each growing collection's TTL on `_ts`, so a
 // document expires that many days after its last write. Cosmos DB deletes expired documents in the background,
 // with throughput the collection does not otherwise use.
 @description('Days an opened/closed event is kept after its last write (ACTIONS_RETENTION_DAYS).')
@@ -53,7 +53,7 @@ param dailyReportsRetentionDays int = 400
 // https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-42#custom-ttl.)
 // Each deployment sets a collection's whole index list: a changed key here would swap the old index for the new in
 // one transformation, during which sorts that need either fail (code 2). Change keys with `./dev setup-store` first
-// (it builds the new index beside the old, waits, then drops the old), then deploy this (README: Setting up a database).
+// (it builds the new index beside the old, waits, then drops the old), then deploy this (docs/operations.md).
 var collections = [
   {
     name: 'bottles'
@@ -150,7 +150,7 @@ resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
       { name: 'EnableMongo' }
       // No server-side retry (DisableRateLimitingResponses): it is account-wide, and would hold a device's request
       // up to 60 s before code 50. The app sees 16500 at once and retries on the server's RetryAfterMs hint
-      // within each invocation's deadline (shared/store/retries.py); see the README's "Throttling".
+      // within each invocation's deadline (shared/store/retries.py); see docs/cosmos-db.md, "Throttling".
     ]
     minimalTlsVersion: 'Tls12'
     publicNetworkAccess: 'Enabled'

@@ -9,7 +9,7 @@ param tags object = {}
 @description('Cosmos DB account whose connection string is stored.')
 param cosmosAccountName string
 
-@description('Which account key the stored connection string uses; switch it to rotate the other key (README: Rotating keys).')
+@description('Which account key the stored connection string uses; switch it to rotate the other key (docs/operations.md: Rotating keys).')
 @allowed(['primary', 'secondary'])
 param cosmosKeyInUse string = 'primary'
 

@@ -9,15 +9,10 @@ this bottle's late notifications), `late_episode` (the latest slot notified late
 write and the check's are guarded by it), and for `every_hours` schedules `dose_review_from` (the earliest dose
 that arrived since the last review).
 
-Ingestion moves `dose_due` forward from the state it read (`after_doses`), in the same one write that adds the
-request's new doses to `doses`, guarded by that state (`dose_seq`, `schedule_from`, `dose_due`, `dose_late_at`):
-when another write came in between, it matches nothing, and ingestion reads again and computes again. So no dose
-is lost to a concurrent write, and none counts twice: a `times` dose moves `dose_due` only off its own earliest
-slot, which `dose_due` then leaves for good; an `every_hours` dose only when it first joins `doses`. `dose_due`
-may still lag (a dose satisfies a later slot while an earlier one is unsatisfied, the schedule just changed, a
-status write was lost): then the check finds the bottle when that stale slot's grace runs out, re-plays the doses
-and moves it on without notifying. It never moves past a slot that is still unsatisfied, so a late dose is never
-missed.
+Ingestion moves `dose_due` forward from the state it read (`after_doses`), in the one write that adds the
+request's new doses, guarded by that state, so no dose is lost to a concurrent write and none counts twice. Where
+`dose_due` cannot move, it lags, and the check re-plays the doses and moves it on without notifying: it never
+passes a slot that is still unsatisfied (docs/checks.md: "How the next dose due moves on").
 """
 
 from collections.abc import Mapping, Sequence

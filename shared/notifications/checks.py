@@ -2,49 +2,15 @@
 indexed range queries over status fields that ingestion keeps current, so a sweep reads only the bottles in
 trouble (or whose trouble just ended), never the fleet; results are streamed and written in batches.
 
-**Partitioned sweeps.** A check's timer runs on one instance (timers never scale out), so it only dispatches:
-one work message per partition (`dispatch`: CHECK_PARTITIONS bucket ranges of the 1024 hash buckets of
-`bottle_id`, shared/store/partitioning.py), and a queue-triggered worker sweeps each (`run_check`), side by side
-on as many instances as the queue needs. A partition's run sweeps only the documents whose `bucket` is in its
-range (bottles, heartbeat documents and notifications all carry their bottle's bucket), has its own time budget,
-and sends only its own pending notifications, at most QUEUE_MESSAGES_PER_PARTITION. A lost work message costs a
-partition one sweep (the next timer run sends it again); a message delivered twice, or to two workers at once,
-sweeps the partition twice, which the guarded writes below make harmless.
-
-**One range query per partition, not one per bucket.** A partition's query has two ranges, `bucket` and the
-status field, and the sweep indexes put `bucket` first (shared/store/schema.py):
-- MongoDB bounds every field of such an index scan, seeking from one bucket to the next, so it examines the
-  partition's matches plus a couple of keys per bucket; with the status range first, each partition would
-  examine every partition's matches;
-- Cosmos DB for MongoDB filters with each path's index, a compound index or single-field ones alike (its
-  documentation: the same filter performance), and every query without the shard key fans out to every
-  physical partition: one query per partition is 4 fan-outs a sweep, one per bucket 1,024;
-- SecantusDB (the embedded dev store) bounds one range per query: it narrows by the first indexed clause (so the
-  bucket range comes first in the filter) and filters the partition's documents. `python -m
-  benchmarks.sweep_queries` measures both shapes on it (README, Partitioned sweeps): one query per bucket is
-  the faster there from about 13,000 bottles, but always sends 256 times the commands, and costs a fixed half
-  second a sweep that the simulator's thousands of check runs on a few hundred bottles cannot afford.
-The range query is what the production stores serve from the index; the dev store's pass over a partition is its
-own limit.
-
-Per check, two sweeps:
-- **detect**: bottles in trouble not yet notified. For each, a notification per episode (shared/notifications/documents.py)
-  and a guarded write that marks the episode handled, so the bottle leaves the sweep's range;
-- **resolve**: bottles with an unresolved notification whose state changed since. Their notification gets
-  `resolved_at`, and the marker goes.
-
-The markers, with what sets and clears them (each query also selects the partition's `bucket` range):
-
-| check | collection | detect: in trouble | resolve | set by ingestion | set by the check |
-| --- | --- | --- | --- | --- | --- |
-| left open | bottles | `open_pending` and `open_since < now - LEFT_OPEN_MINUTES` | `open_pending` and `open_episode` set | `open_pending: true` on every new latest action | `open_pending: false`, `open_episode` |
-| silent | bottle_heartbeats | `silent_pending` and `alive_at < now - SILENT_MINUTES` | `silent_pending` and `silent_episode` set | `silent_pending: true` on every heartbeat | `silent_pending: false`, `silent_episode` |
-| late dose | bottles | `dose_late_at <= now` | `dose_pending` and `late_episode` set | `dose_due`/`dose_late_at` advanced, `dose_pending: true` per new dose | `dose_due` moved on, `late_episode` |
-
-Every write a check makes is guarded by the state it read, so a run racing with ingestion, or with another run
-(of the same partition: a duplicate work message), never undoes what the other did; the worst case is a
-notification recorded twice, which its `_id` turns into a duplicate-key no-op.
-"""  # noqa: E501 - the table reads better unwrapped
+A check's timer runs on one instance (timers never scale out), so it only dispatches one work message per
+partition (`dispatch`: CHECK_PARTITIONS ranges of the 1024 hash buckets of `bottle_id`), and a queue-triggered
+worker sweeps each (`run_check`) with one range query per sweep over its buckets, within its own time budget,
+sending only its own pending notifications. Per check, two sweeps: **detect** (bottles in trouble not yet
+notified: a notification per episode, then a guarded write that marks the episode handled) and **resolve**
+(bottles whose notified trouble ended: `resolved_at`, and the marker goes). Every write is guarded by the state it
+read, so a run racing ingestion or another run never undoes either; a notification recorded twice is a
+duplicate-key no-op. Why the queries have this shape, and which fields each check reads and sets: docs/checks.md.
+"""
 
 import itertools
 import json

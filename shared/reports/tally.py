@@ -1,32 +1,14 @@
 """The heartbeat tally: heartbeat counts go into the hourly reports once an hour has closed, by a sweep of the
 heartbeat documents one user at a time, not by reading every heartbeat write as a change.
 
-Why: a bottle's heartbeat document changes with each heartbeat (~17 K a second at the design scale), and a user's
-three bottles change at different minutes, so a change feed consumer rewrites each user-hour report about six
-times an hour, and each rewrite rolls the day up again. The tally writes each user-hour once, after it closed:
-one pass an hour per partition reads every heartbeat document of its users (each bottle's ring holds the whole
-window: shared/heartbeat_document.py) and writes each user's hours with one read-modify-write per user-hour.
-Actions (opened/closed) still reach the reports within a consumer run, through the actions feed.
-
-A pass counts, for every heartbeat document of the partition's users:
-- the hours that closed since the last pass: [the partition's checkpoint time, the end of the hours due), where
-  an hour is due SETTLE after it ends, once every prompt heartbeat of it has arrived (a heartbeat arriving more
-  than LATE_AFTER after its time is late);
-- the earlier hours a heartbeat reached late since the last pass began (the hour's LATE_FLAG, `la`);
-- every hour of a bottle reassigned since then (shared/reports/documents.py `tally_hours`).
-Counts are recomputed from the ring, never added to, so a pass run twice, or a page counted again after a crash,
-writes the same reports.
-
-Partitions: REPORTS_PARTITIONS ranges of the bucket of the owner's `user_id` (`ub` on the heartbeat document), on
-every store: a sweep, unlike a change feed, is a query. Pages hold whole users, so each user-hour is written once
-per pass. The lease's checkpoint time is the end of the hours counted; its token holds the pass under way (its
-hours, when it began, the last user done), or between passes when the last one began.
-
-Daily reports: a pass rolls a day up for every user it visits when it counts the day's hour that ends a block
-of DAILY_ROLLUP_HOURS (with 6: the hours ending at 06:00, 12:00, 18:00 and midnight UTC), so the daily report of
-a closed day is complete after the day's last pass; the actions feed rolls a closed day up again when a late
-event changes it, and a pass does when a late heartbeat changes one of its hours. A pass that fell behind by more
-than a window catches up on the roll-ups it passed a day at a time (Pass.rollup_days).
+Why: a heartbeat document changes with each heartbeat, and a user's bottles at different minutes, so a change
+feed consumer would rewrite each user-hour about six times an hour and roll the day up each time. A pass of a
+partition (REPORTS_PARTITIONS ranges of `ub`, the bucket of the owner's `user_id`) reads each heartbeat document of
+its users once an hour (each ring holds the whole window) and writes each user-hour once: the hours that closed
+since the last pass (due SETTLE after they end), the earlier hours a late heartbeat reached (LATE_FLAG, `la`), and
+every hour of a reassigned bottle. Counts are recomputed from the ring, never added, so a pass run twice writes
+the same reports. At the hour that ends a block of DAILY_ROLLUP_HOURS a pass rolls up the day of every user it
+visits. The lease's token holds the pass under way. Details: docs/reports.md, "The heartbeat tally".
 """
 
 from collections import defaultdict

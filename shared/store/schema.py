@@ -77,7 +77,7 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
                 # query, the partition's buckets and the status field's, with `bucket` first: MongoDB bounds every
                 # field (its index scan seeks from bucket to bucket), Cosmos DB filters with each path's index
                 # whatever the order, and SecantusDB, which bounds one range only, narrows by the leading one
-                # (shared/notifications/checks.py: the measured choice against one query per bucket).
+                # (docs/checks.md: the choice against one query per bucket, measured in docs/benchmarks.md).
                 IndexSpec("open_check", (("bucket", 1), ("open_pending", 1), ("open_since", 1))),
                 IndexSpec("open_resolve", (("bucket", 1), ("open_pending", 1), ("open_episode", 1))),
                 IndexSpec("dose_late_at", (("bucket", 1), ("dose_late_at", 1))),

@@ -1,0 +1,109 @@
+"""The README stays short, with a contents list a reader can follow, and every relative link in the README and
+docs/ leads somewhere: a file that exists and, with a `#fragment`, a heading in it (GitHub's anchors)."""
+
+import re
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+TOPICS = [  # the docs/ pages the README, the other pages and the other helpers' sections point at
+    "architecture",
+    "api",
+    "ingestion",
+    "checks",
+    "reports",
+    "cosmos-db",
+    "costs",
+    "benchmarks",
+    "operations",
+    "testing",
+    "configuration",
+    "local-development",
+]
+
+
+def prose(text: str) -> str:
+    """The text outside code blocks and inline code, where links are links."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def headings(text: str) -> list[str]:
+    fenced = False
+    found = []
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            found.append(line.lstrip("#").strip())
+    return found
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped (not `-` or `_`), spaces made hyphens."""
+    text = re.sub(r"`|\*\*", "", heading).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in headings(path.read_text()):
+        slug = anchor(heading)
+        found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def relative_links(path: Path) -> list[str]:
+    return [link for link in LINK.findall(prose(path.read_text())) if not re.match(r"[a-z]+:", link)]
+
+
+def test_the_readme_is_at_most_400_lines() -> None:
+    lines = len(README.read_text().splitlines())
+    assert lines <= 400, f"README.md has {lines} lines: move detail to docs/"
+
+
+def test_the_readme_has_a_contents_list_of_its_own_sections() -> None:
+    text = README.read_text()
+    contents = re.search(r"^## Contents\n\n((?:- \[.*\]\(#.*\)\n)+)", text, re.MULTILINE)
+    assert contents, "README.md has no `## Contents` list of links to its sections"
+    listed = re.findall(r"\]\(#([^)]+)\)", contents.group(1))
+    sections = [anchor(line[3:]) for line in text.splitlines() if line.startswith("## ") and line != "## Contents"]
+    assert listed == sections, "the contents list should name every section, in order"
+
+
+def test_every_topic_has_its_page_starting_with_a_summary() -> None:
+    for topic in TOPICS:
+        text = (ROOT / "docs" / f"{topic}.md").read_text()
+        title, blank, summary = text.splitlines()[:3]
+        assert title.startswith("# "), topic
+        assert not blank, topic
+        assert summary, topic
+        assert not summary.startswith(("#", "-", "|", "```")), f"{topic}: no summary paragraph under the title"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_relative_link_leads_to_a_file_and_heading_that_exist(page: Path) -> None:
+    broken = []
+    for link in relative_links(page):
+        target, _, fragment = unquote(link).partition("#")
+        path = (page.parent / target).resolve() if target else page
+        if not path.exists():
+            broken.append(f"{link}: no file {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+        elif fragment and (path.suffix != ".md" or fragment not in anchors(path)):
+            broken.append(f"{link}: no heading #{fragment} in {path.relative_to(ROOT)}")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_anchors_follow_githubs_rules() -> None:
+    assert anchor("Report events: `POST /api/bottles/{bottle_id}/events`") == (
+        "report-events-post-apibottlesbottle_idevents"
+    )
+    assert anchor("Why a check does not cost O(fleet)") == "why-a-check-does-not-cost-ofleet"
+    assert anchor("Placing the clock: `PILLBOTTLE_TEST_CLOCK_START`") == "placing-the-clock-pillbottle_test_clock_start"
