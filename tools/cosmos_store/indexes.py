@@ -3,12 +3,15 @@
 tests/sort_audit.py), and a TTL index may only be on `_ts`.
 
     https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing
-    Sorts: "the ORDER BY clause ... requires an index"; without one Cosmos DB answers error 2, "The index path
-    corresponding to the specified order-by item is excluded".
-    TTL: "Currently, you can only create TTL indexes on the _ts field" (server version 3.6 and up; a document's
-    own `ttl` field overrides the collection's), https://learn.microsoft.com/azure/cosmos-db/mongodb/time-to-live.
-    Index changes: "index transformation ... the query results might be incomplete or inconsistent until the
-    transformation completes" (indexing policy, index transformation progress)."""
+    "A TTL index is an index on the _ts field with an "expireAfterSeconds" value." (Cosmos DB answers one on any
+    other field with code 2 and the message below, as projects that met it quote it.)
+    https://learn.microsoft.com/azure/cosmos-db/mongodb/error-codes-solutions
+    Code 2: "The index path corresponding to the specified order-by item is excluded / The order by query does
+    not have a corresponding composite index that it can be served from."
+    https://learn.microsoft.com/azure/cosmos-db/index-policy
+    "Index transformation is an asynchronous operation ... While re-indexing is in progress, queries may not
+    return all the matching results, and will do so without returning any errors." (Here: a sort that needs an
+    index still transforming fails with code 2, as it would with no index; filters are not made incomplete.)"""
 
 import threading
 from collections.abc import Callable, Mapping
@@ -20,7 +23,7 @@ from tests.sort_audit import Query, serving_index
 
 BAD_VALUE = 2
 SORT_UNSERVED = "The index path corresponding to the specified order-by item is excluded."
-TTL_ONLY_ON_TS = "The expireAfterSeconds option is supported on '_ts' field only."
+TTL_ONLY_ON_TS = "The 'expireAfterSeconds' option is supported on '_ts' field only."
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ class IndexCatalog:
             with self._lock:
                 found = self._indexes.setdefault(full, found)
         return found
+
+    def load(self, database: str, collection: str) -> None:
+        """Know what the collection has before an index change (what is there now is ready)."""
+        self._of(database, collection)
 
     def created(self, database: str, collection: str, indexes: list[Mapping[str, Any]]) -> None:
         ready_at = self._clock() + self.delay

@@ -2,11 +2,14 @@
 key value (the effective partition key), and each physical partition owns one contiguous range of that hash,
 with a storage limit and a throughput of its own. A partition past its storage limit splits in two.
 
-    https://learn.microsoft.com/azure/cosmos-db/partitioning-overview
-    "A physical partition can store up to 50 GB of data and 10,000 RU/s of throughput."
-    https://learn.microsoft.com/azure/cosmos-db/partitioning-overview#physical-partitions
-    "Azure Cosmos DB distributes your data across logical and physical partitions based on your partition keys
-    to enable horizontal scaling." and it splits physical partitions as the data grows.
+    https://learn.microsoft.com/azure/cosmos-db/scaling-provisioned-throughput-best-practices
+    "Each physical partition can support a maximum of 10,000 RU/s (applies to all APIs) of throughput and 50 GB
+    of storage" ... "Each PartitionKeyRangeId maps to one physical partition and is assigned to hold data for a
+    range of possible hash values." ... "As data gets written, Azure Cosmos DB uses the hash of the partition key
+    value to determine which logical and physical partition the data lives on."
+    https://learn.microsoft.com/azure/cosmos-db/nosql/troubleshoot-request-rate-too-large
+    "In a given second, if the operations consume more than the provisioned request units, Azure Cosmos DB will
+    return a 429 exception. Each second, the number of request units available to use is reset."
 
 Here the hash is MD5 of the shard key value's BSON (128 bits, printed as 32 hex digits), a range is
 [min, max) with "" the lowest bound and "FF" the highest, as in Cosmos DB's feed ranges. Sizes are the BSON
@@ -54,6 +57,19 @@ def parse_bound(text: str) -> int:
 
 def id_key(document_id: Any) -> Key:
     return bson.encode({"": document_id})
+
+
+def document_ttl(document: dict[str, Any]) -> int | None:
+    """A document's own TTL: "The TTL value must be an int32. Alternatively, an int64 that fits in an int32, or a
+    double with no decimal part that fits in an int32. Values for the TTL property that do not conform to these
+    specifications are allowed but not treated as a meaningful document TTL value."
+    (https://learn.microsoft.com/azure/cosmos-db/mongodb/time-to-live)"""
+    value = document.get("ttl")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    return int(value) if -(2**31) <= value < 2**31 else None
 
 
 @dataclass
@@ -184,12 +200,8 @@ class PartitionMaps:
                 collection.partition_of(old.key_hash).bytes -= old.size
             if document is None:
                 return []
-            ttl = document.get("ttl")
             stored = Stored(
-                collection.hash_of(document),
-                len(bson.encode(document)),
-                self._clock(),
-                int(ttl) if isinstance(ttl, int | float) and not isinstance(ttl, bool) else None,
+                collection.hash_of(document), len(bson.encode(document)), self._clock(), document_ttl(document)
             )
             collection.documents[key] = stored
             partition = collection.partition_of(stored.key_hash)

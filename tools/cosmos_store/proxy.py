@@ -411,6 +411,7 @@ class CosmosProxy:
             problem = ttl_problem(index)
             if problem is not None:
                 return 0.0, wire.error_document(BAD_VALUE, problem)
+        self.indexes.load(database, name)
         reply = self._raw_reply(connection, request)
         if reply.get("ok"):
             self.indexes.created(database, name, indexes)
@@ -607,10 +608,11 @@ class CosmosProxy:
                     INVALID_RESUME_TOKEN, f"the resume token belongs to another collection than {collection.name}"
                 )
             low, high = parse_bound(token.low), parse_bound(token.high)
-            found = self._partition_for(collection, low, high)
-            if isinstance(found, str):
-                return 0.0, wire.error_document(CHANGE_STREAM_FATAL, found, "ChangeStreamFatalError")
-            partition_id = found.id if found is not None else None
+            if not token.whole:
+                found = self._partition_for(collection, low, high)
+                if isinstance(found, str):
+                    return 0.0, wire.error_document(CHANGE_STREAM_FATAL, found, "ChangeStreamFatalError")
+                partition_id = found.id
             stage.update(token.backend_position())
         reached = self._stream_partitions(collection, partition_id)
         rewritten = {**command, "pipeline": [{"$changeStream": stage}, *pipeline[1:]]}
@@ -623,15 +625,13 @@ class CosmosProxy:
         state = _Stream(collection, low, high, partition_id, given or {}, rid)
         return self._reshape(state, reply, "firstBatch"), reply
 
-    def _partition_for(self, collection: Collection, low: int, high: int) -> Partition | str | None:
-        """The partition a token's feed range names (None: the whole collection), or why it is refused.
+    def _partition_for(self, collection: Collection, low: int, high: int) -> Partition | str:
+        """The partition a token's feed range names, or why it is refused.
 
         After a split the parent's range is no partition's: Cosmos DB's documentation does not say what a
         parent's token does then, so this store takes the least forgiving reading and refuses it (code 280,
         non-resumable): the consumer must ask GetChangeStreamTokens again, and the new tokens start at the time
         of that call, so whatever was written since the parent's last token is for the consumer to recover."""
-        if (low, high) == (0, TOP):
-            return None
         for partition in collection.partitions:
             if (partition.low, partition.high) == (low, high):
                 return partition
@@ -679,7 +679,7 @@ class CosmosProxy:
         after = cursor.get("postBatchResumeToken") or (batch[-1]["_id"] if batch else None)
         if after is not None:
             state.token = streams.StreamToken(
-                state.rid, *_bounds(state.low, state.high), streams.backend_state(after)
+                state.rid, *_bounds(state.low, state.high), streams.backend_state(after), state.partition_id is None
             ).encode()
         kept = []
         for change in batch:

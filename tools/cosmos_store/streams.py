@@ -10,7 +10,8 @@ streams"), which decodes to
 Ours has the same shape: `Rid` names the collection, the one `Continuation` entry carries the feed range of the
 physical partition the token reads (min inclusive, max exclusive; "" and "FF" the ends of the hash space) and,
 as its state, where the backend's change stream is: the backend's own resume token, or `ts:<t>:<i>` for a
-stream that starts at an operation time."""
+stream that starts at an operation time. A stream opened without a token reads the whole collection; its tokens
+say so (`"Scope":"Collection"`, ours alone) and stay valid through splits."""
 
 import base64
 import hashlib
@@ -32,9 +33,10 @@ class StreamToken:
     low: str  # the feed range's min
     high: str  # its max
     state: str  # the backend position: its resume token's `_data`, or "ts:<t>:<i>"
+    whole: bool = False  # a stream of the whole collection (opened without a partition's token)
 
     def encode(self) -> dict[str, Any]:
-        document = {
+        document: dict[str, Any] = {
             "V": 2,
             "Rid": self.rid,
             "Continuation": [
@@ -44,6 +46,8 @@ class StreamToken:
                 }
             ],
         }
+        if self.whole:
+            document["Scope"] = "Collection"
         return {"_data": json.dumps(document, separators=(",", ":")).encode(), "_kind": 1}
 
     def backend_position(self) -> dict[str, Any]:
@@ -65,7 +69,8 @@ def decode_token(token: Any) -> StreamToken:
         document = json.loads(bytes(token["_data"]))
         entry = document["Continuation"][0]
         value = entry["FeedRange"]["value"]
-        return StreamToken(document["Rid"], value["min"], value["max"], json.loads(entry["State"]["value"]))
+        state = json.loads(entry["State"]["value"])
+        return StreamToken(document["Rid"], value["min"], value["max"], state, document.get("Scope") == "Collection")
     except (ValueError, KeyError, IndexError, TypeError) as error:
         raise NotOurToken(f"a resume token whose JSON is not a feed range and a state: {error}") from error
 
