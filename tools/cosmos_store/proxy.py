@@ -39,6 +39,7 @@ THROTTLED = 16500
 NAMESPACE_EXISTS = 48
 INVALID_RESUME_TOKEN = 260
 CHANGE_STREAM_FATAL = 280
+INTERNAL_ERROR = 1
 HELLO = {"hello", "ismaster", "isMaster"}
 _ID_ONLY = IndexedPaths((("_id", ("_id",)),), ttl=False)
 Document = dict[str, Any]
@@ -283,7 +284,13 @@ class CosmosProxy:
         started = time.perf_counter()
         command = message.merged()
         database = str(command.get("$db", "admin"))
-        outcome = self._command(connection, request, message, command, database)
+        try:
+            outcome = self._command(connection, request, message, command, database)
+        except (OSError, ValueError):
+            raise
+        except Exception as error:  # a bug of the proxy's: the app sees a failed command, not a dropped connection
+            log.exception("cosmos proxy: %s failed", name)
+            outcome = 0.0, wire.error_document(INTERNAL_ERROR, f"cosmos proxy: {name} failed: {error!r}")
         if outcome is not None:
             charge, reply = outcome
             connection.last = RequestStatistics(name, charge, (time.perf_counter() - started) * 1000)
@@ -307,6 +314,8 @@ class CosmosProxy:
             self.indexes.dropped(database, target, command.get("index"))
         if name == "aggregate" and _is_change_stream(command):
             return self._open_stream(connection, request, command, database)
+        if name == "killCursors":
+            self._forget_cursors(command.get("cursors", []))
         if name == "getMore" and int(command.get("getMore", 0)) in self._streams:
             return self._stream_more(connection, request, command)
         if name in charges.READS or name in charges.WRITES:
@@ -466,6 +475,8 @@ class CosmosProxy:
                 collection, target=target, name=name, reply=reply, effects=effects, reached=reached
             )
             self._remember_cursor(reply, reached)
+            if name == "getMore" and not int(reply.get("cursor", {}).get("id", 0)):  # exhausted
+                self._forget_cursors([command["getMore"]])
         return charge, reply
 
     def _write_targets(
@@ -550,6 +561,12 @@ class CosmosProxy:
             if len(self._cursors) > 10_000:  # cursors abandoned without killCursors: forget the oldest
                 for stale in list(self._cursors)[:5_000]:
                     del self._cursors[stale]
+
+    def _forget_cursors(self, cursor_ids: Any) -> None:
+        with self._lock:
+            for cursor_id in cursor_ids if isinstance(cursor_ids, list) else []:
+                self._cursors.pop(int(cursor_id), None)
+                self._streams.pop(int(cursor_id), None)
 
     def _sort_problem(self, database: str, collection: str, name: str, command: Document) -> str | None:
         sorts: list[Any] = []
@@ -669,7 +686,10 @@ class CosmosProxy:
             with self._lock:
                 self._streams.pop(cursor_id, None)
             return 0.0, reply
-        return self._reshape(state, reply, "nextBatch"), reply
+        charge = self._reshape(state, reply, "nextBatch")
+        if not int(reply["cursor"].get("id", 0)):
+            self._forget_cursors([cursor_id])
+        return charge, reply
 
     def _reshape(self, state: _Stream, reply: Document, batch_name: str) -> float:
         """Cosmos DB's batch: only the stream's feed range, every document carrying one token that points after
@@ -692,11 +712,9 @@ class CosmosProxy:
         cursor[batch_name] = kept
         cursor["postBatchResumeToken"] = state.token
         cursor_id = int(cursor.get("id", 0))
-        with self._lock:
-            if cursor_id:
+        if cursor_id:
+            with self._lock:
                 self._streams[cursor_id] = state
-            else:
-                self._streams.pop(cursor_id, None)
         reached = self._stream_partitions(state.collection, state.partition_id)
         charge = charges.request_charge("getMore", state.collection.name, returned=charges.returned_sizes(reply))
         self._spend(state.collection, reached, charge)
