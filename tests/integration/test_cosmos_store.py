@@ -6,6 +6,7 @@ import itertools
 import json
 import socket
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -538,3 +539,48 @@ def test_the_app_setting_up_a_store_as_for_plain_mongodb_is_refused_on_its_ttl_i
     finally:
         client.drop_database("cosmos_plain")
         client.close()
+
+
+def test_tokens_asked_for_an_operation_time_read_from_it(cosmos, cosmos_db):
+    """CUSTOM_COMMANDS: `startAtOperationTime: "<BSON Timestamp>" // Optional. Defaults to the time the command is
+    run.`"""
+    actions = cosmos_db[schema.BOTTLE_ACTIONS]
+    actions.insert_one(action("bottle-before"))
+    since = cosmos_db.client.admin.command("hello")["operationTime"]
+    actions.insert_many([action(f"bottle-{n}") for n in range(3)])
+
+    [from_then] = cosmos_db.command(
+        {"customAction": "GetChangeStreamTokens", "collection": schema.BOTTLE_ACTIONS, "startAtOperationTime": since}
+    )["resumeAfterTokens"]
+    [from_now] = cosmos_seam.change_stream_tokens(cosmos_db, schema.BOTTLE_ACTIONS) or []
+
+    assert sorted(c["fullDocument"]["_id"] for c in drain(watch(cosmos_db, from_then))) == [
+        f"bottle-{n}|0" for n in range(3)
+    ]
+    assert drain(watch(cosmos_db, from_now)) == []
+
+
+def test_writers_side_by_side_leave_the_partition_map_exact(secantus_uri, clock, monkeypatch):
+    """The proxy serves concurrent connections (one thread each): the sizes it keeps per partition still add
+    up to what is stored, and splits under concurrent writes lose no document's bytes."""
+    with proxy_of(secantus_uri, partition_bytes=3_000, initial_partitions=2, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+
+        def write(worker: int) -> None:
+            for n in range(15):
+                bottle = f"bottle-{worker}-{n}"
+                actions.insert_one(action(bottle))
+                actions.update_one({"bottle_id": bottle, "_id": f"{bottle}|0"}, {"$set": {"note": "z" * (n * 10)}})
+
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            list(pool.map(write, range(6)))
+        partitions = proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)
+        stored = list(actions.find())
+
+    assert len(stored) == 90
+    assert len(partitions) > 2
+    assert covers_the_hash_space(partitions)
+    for partition in partitions:
+        held = [d for d in stored if partition.holds(effective_key(d["bottle_id"]))]
+        assert partition.bytes == sum(len(bson.encode(d)) for d in held)
