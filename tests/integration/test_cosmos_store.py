@@ -5,6 +5,7 @@ the Microsoft documentation page it follows."""
 import itertools
 import json
 import socket
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -137,13 +138,16 @@ def test_the_proxy_listens_on_loopback_names_itself_in_hello_and_stops_cleanly(s
 
 
 def test_connections_past_the_bound_are_refused_not_queued(secantus_uri):
-    with proxy_of(secantus_uri, max_connections=2) as proxy:
-        held = [socket.create_connection(proxy.address, timeout=2) for _ in range(2)]
+    with proxy_of(secantus_uri, max_connections=4) as proxy:  # a pymongo client opens up to 3 (monitors, pool)
+        held = [socket.create_connection(proxy.address, timeout=2) for _ in range(4)]
         extra = socket.create_connection(proxy.address, timeout=2)
         refused = extra.recv(1) == b""  # closed at once, not left waiting for a slot
         extra.close()
         for s in held:
             s.close()
+        deadline = time.monotonic() + 5
+        while proxy.open_connections and time.monotonic() < deadline:  # their threads see them close
+            time.sleep(0.01)
         client: MongoClient[Any] = MongoClient(proxy.uri, serverSelectionTimeoutMS=3000)
         client.admin.command("ping")  # the slots come back when their connections end
         client.close()
@@ -195,6 +199,21 @@ def test_a_partition_past_its_size_limit_splits_in_two_by_hash_range(secantus_ur
         held = [d for d in stored if partition.holds(effective_key(d["bottle_id"]))]
         assert partition.bytes == sum(len(bson.encode(d)) for d in held)
     assert proxy.partitions.splits[0].parent.parent is None  # the collection's first partition split first
+
+
+def test_one_shard_key_value_never_splits_across_partitions(secantus_uri, clock, monkeypatch):
+    """SCALING: a partition key range holds "a range of possible hash values", so one value's documents (one
+    logical partition) stay in one physical partition however large: past the limit, no split can relieve it."""
+    with proxy_of(secantus_uri, partition_bytes=2_000, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        db[schema.BOTTLE_ACTIONS].insert_many([action("bottle-1", n) for n in range(20)])
+        [partition] = proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)
+        db[schema.BOTTLE_ACTIONS].insert_one(action("bottle-2"))
+        after = proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)
+
+    assert partition.bytes > 2_000
+    assert len(after) == 2  # a second key: now it can split, and each key lands whole on one side
+    assert sorted(len(p.keys) for p in after) == [1, 1]
 
 
 def test_a_test_splits_a_partition_when_it_asks(cosmos, cosmos_db):

@@ -149,6 +149,11 @@ class CosmosProxy:
     def uri(self) -> str:
         return f"mongodb://{self.address[0]}:{self.address[1]}/"
 
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._connections)
+
     def start(self) -> "CosmosProxy":
         listener = socket.create_server(("127.0.0.1", 0))
         listener.settimeout(0.2)
