@@ -50,7 +50,7 @@ class Options:
     """The knobs: `partition_bytes` stands for 50 GB, `partition_ru_per_second` for 10,000 RU/s (both scaled
     down); `index_delay_seconds` is how long an index transformation takes; `clock` is the proxy's time (the
     throughput's seconds, documents' `_ts`, index readiness); `seed` orders the tokens of
-    GetChangeStreamTokens (None: a different order each time)."""
+    GetChangeStreamTokens (None: a different order each time), unless `shuffle_tokens` is off."""
 
     partition_bytes: int = 1_000_000
     partition_ru_per_second: float = 10_000.0
@@ -60,6 +60,7 @@ class Options:
     max_connections: int = 64
     ttl_sweep_seconds: float = 0.0  # 0: expire only when asked (`expire()`)
     seed: int | None = None
+    shuffle_tokens: bool = True  # False: partition order, to tell a test's other failures from token order's
     clock: Callable[[], float] = time.monotonic
 
 
@@ -603,8 +604,9 @@ class CosmosProxy:
             state = streams.backend_state(position)
         rid = streams.collection_rid(collection.name)
         tokens = [streams.StreamToken(rid, *p.feed_range, state).encode() for p in collection.partitions]
-        with self._lock:
-            self._random.shuffle(tokens)
+        if self.options.shuffle_tokens:
+            with self._lock:
+                self._random.shuffle(tokens)
         return {"resumeAfterTokens": tokens, "ok": 1.0}
 
     def _open_stream(
