@@ -3,11 +3,13 @@
 score the notifications against the trouble that was injected.
 
     ./dev simulate [--bottles 200] [--users 30] [--days 2] [--seed 7] [--mongodb-uri URI] [--chart PATH]
+                   [--cosmos-store [--partition-kb 64]]
     ./dev simulate --http http://127.0.0.1:7071 [--function-key KEY] [--minutes 2] [--heartbeat-seconds 10]
 
-The first form runs on the default store (SecantusDB in-process) or any MongoDB. The second sends the
-same kind of device traffic over real HTTP, in real time, to a local server, `func start` or a deployed
-app: a smoke and load test for operations.
+The first form runs on the default store (SecantusDB in-process) or any MongoDB, with `--cosmos-store` behind the
+Cosmos-faithful store (docs/cosmos-store.md: partitions that split, throttling, Cosmos DB's change-stream tokens).
+The second sends the same kind of device traffic over real HTTP, in real time, to a local server, `func start`
+or a deployed app: a smoke and load test for operations.
 """
 
 import argparse
