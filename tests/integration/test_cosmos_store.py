@@ -14,7 +14,7 @@ from typing import Any
 import bson
 import pytest
 from pymongo import MongoClient
-from pymongo.errors import OperationFailure
+from pymongo.errors import ConfigurationError, OperationFailure
 
 from benchmarks.cost_meter import IndexedPaths
 from benchmarks.cost_model import DocumentWrite, Operation
@@ -136,6 +136,21 @@ def test_the_proxy_listens_on_loopback_names_itself_in_hello_and_stops_cleanly(s
         client.close()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((host, port), timeout=1)
+
+
+def test_the_apps_driver_refuses_a_server_speaking_mongodb_4_2s_wire_version(secantus_uri):
+    """infra/modules/cosmos.bicep creates the account with serverVersion '4.2'; MongoDB 4.2 speaks wire version 8,
+    and the pinned pymongo (requirements.txt) needs at least 9 (MongoDB 4.4). If Cosmos DB's 4.2 endpoint reports
+    its version's wire number, as its 3.2 endpoint did (wire 2: drivers that dropped 3.0 refused it), the app cannot
+    connect: a risk to check on a real account (`db.command("hello")["maxWireVersion"]`), or avoided with a newer
+    serverVersion."""
+    with proxy_of(secantus_uri, max_wire_version=8) as proxy:
+        client = store.create_client(proxy.uri)
+        try:
+            with pytest.raises(ConfigurationError, match="reports wire version 8"):
+                client.admin.command("ping")
+        finally:
+            client.close()
 
 
 def test_connections_past_the_bound_are_refused_not_queued(secantus_uri):

@@ -61,6 +61,7 @@ class Options:
     ttl_sweep_seconds: float = 0.0  # 0: expire only when asked (`expire()`)
     seed: int | None = None
     shuffle_tokens: bool = True  # False: partition order, to tell a test's other failures from token order's
+    max_wire_version: int | None = None  # what hello reports (MongoDB's numbering: 4.2 is 8); None: the backend's
     clock: Callable[[], float] = time.monotonic
 
 
@@ -385,6 +386,9 @@ class CosmosProxy:
         if "hosts" in reply:
             reply["hosts"] = [address]
         reply.pop("compression", None)
+        if self.options.max_wire_version is not None and "maxWireVersion" in reply:
+            reply["maxWireVersion"] = self.options.max_wire_version
+            reply["minWireVersion"] = min(int(reply.get("minWireVersion", 0)), self.options.max_wire_version)
         return reply
 
     # --- collections and indexes ---
