@@ -32,7 +32,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from tools.arguments import float_above, int_between, positive_float, positive_int
 from tools.command_tally import CommandTally
-from tools.cosmos_store import Options
+from tools.cosmos_store.proxy import Options
 from tools.fleet import Bottle, Expected, Request, make_fleet, plan_fleet
 from tools.progress import Progress
 from tools.report_truth import complete_from, reported_totals, source_totals

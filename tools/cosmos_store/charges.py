@@ -2,9 +2,11 @@
 documents it touched (read aside on the backend, before and after, so the model has their sizes and index
 terms and the partition map their bytes).
 
-`request_charge` is the one place this tool meets the cost model: when the model changes (the honest bill),
-only it changes here."""
+This module is the one place the store meets the benchmarks' cost model (tests/test_layout.py allows it alone):
+`request_charge` prices an operation, `document_writes` counts index terms as the cost meter does. When the model
+changes (the honest bill), only this module changes here."""
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +15,8 @@ from pymongo.collection import Collection
 
 from benchmarks.cost_meter import IndexedPaths, bson_size
 from benchmarks.cost_model import DocumentWrite, Operation
+from shared.settings import Settings
+from shared.store.schema import collection_specs
 
 READS = {"find", "getMore", "aggregate", "count", "distinct"}
 WRITES = {"insert", "update", "delete", "findAndModify"}
@@ -74,8 +78,20 @@ def look_after(collection: Collection[Document], effects: WriteEffects, reply: M
         effects.touched.append(Touched(document_id, None, collection.find_one({"_id": document_id})))
 
 
-def document_writes(effects: WriteEffects, paths: IndexedPaths) -> list[DocumentWrite]:
+@functools.cache
+def _index_paths() -> dict[str, IndexedPaths]:
+    return {spec.name: IndexedPaths.of(spec) for spec in collection_specs(Settings())}
+
+
+def index_paths(collection: str) -> IndexedPaths:
+    """The index terms of a collection's documents on Cosmos DB: its declared indexes (shared/store/schema.py),
+    or `_id` alone for a collection the app does not declare."""
+    return _index_paths().get(collection) or IndexedPaths((("_id", ("_id",)),), ttl=False)
+
+
+def document_writes(effects: WriteEffects, collection: str) -> list[DocumentWrite]:
     """The writes as the cost model sees them."""
+    paths = index_paths(collection)
     writes: list[DocumentWrite] = []
     for i, document in enumerate(effects.inserted):
         size = bson_size(document)

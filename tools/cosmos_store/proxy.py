@@ -26,7 +26,6 @@ from bson.int64 import Int64
 from bson.timestamp import Timestamp
 from pymongo import MongoClient
 
-from benchmarks.cost_meter import IndexedPaths
 from shared.settings import Settings
 from shared.store.schema import collection_specs
 from tools.cosmos_store import charges, streams, wire
@@ -41,7 +40,6 @@ INVALID_RESUME_TOKEN = 260
 CHANGE_STREAM_FATAL = 280
 INTERNAL_ERROR = 1
 HELLO = {"hello", "ismaster", "isMaster"}
-_ID_ONLY = IndexedPaths((("_id", ("_id",)),), ttl=False)
 Document = dict[str, Any]
 
 
@@ -120,9 +118,7 @@ class CosmosProxy:
         host, port = self._observer.address or _address_of(backend_uri)
         self._backend_address = (host, port)
         self._shard_keys: dict[str, str | None] = {}
-        specs = {spec.name: spec for spec in collection_specs(Settings())}
-        self._paths = {name: IndexedPaths.of(spec) for name, spec in specs.items()}
-        self._schema_keys = {name: spec.shard_key for name, spec in specs.items()}
+        self._schema_keys = {spec.name: spec.shard_key for spec in collection_specs(Settings())}
         self.partitions = PartitionMaps(
             limit_bytes=self.options.partition_bytes,
             ru_per_second=self.options.partition_ru_per_second,
@@ -514,7 +510,7 @@ class CosmosProxy:
         writes = None
         if effects is not None:
             charges.look_after(self._observer[database][target], effects, reply)
-            writes = charges.document_writes(effects, self._paths.get(target, _ID_ONLY))
+            writes = charges.document_writes(effects, target)
             for index, document in enumerate(effects.inserted):
                 if index not in effects.failed_inserts:
                     self._record(collection, document["_id"], document)
