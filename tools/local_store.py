@@ -60,7 +60,12 @@ def secantus_process(storage_path: str = ":memory:", *, expire: bool = True) -> 
 
 @contextlib.contextmanager
 def local_store(
-    uri: str | None = None, *, data_dir: str | None = None, listeners: list[Any] | None = None, expire: bool = True
+    uri: str | None = None,
+    *,
+    data_dir: str | None = None,
+    listeners: list[Any] | None = None,
+    expire: bool = True,
+    on_cosmos: bool = False,
 ) -> Iterator[Database[Any]]:
     """A set-up database installed as the app's store for the duration of the block.
 
@@ -68,7 +73,8 @@ def local_store(
     environment says otherwise the report consumer reads it with the polling source (the embedded store's
     change streams work, but each empty poll waits on the server, which a local run does not need) with a
     10-second overlap: one process on one clock has no skew between instances to cover, and its writes
-    commit within milliseconds of their receive time. `expire`: see secantus_process."""
+    commit within milliseconds of their receive time. `expire`: see secantus_process. `on_cosmos`: set the store
+    up as on Cosmos DB (its `customAction` collections, `_ts` TTL), as the Cosmos-faithful store requires."""
     with contextlib.ExitStack() as stack:
         if uri is None:
             stack.enter_context(setting_defaults(CHANGE_SOURCE="polling", REPORTS_POLL_OVERLAP_SECONDS="10"))
@@ -78,7 +84,7 @@ def local_store(
         client = store.create_client(uri, event_listeners=listeners or [])
         stack.callback(client.close)
         db = client[get_settings().mongodb_database]
-        ensure_store(db, get_settings(), on_cosmos=False)
+        ensure_store(db, get_settings(), on_cosmos=on_cosmos)
         store.use_client(client)
         stack.callback(store.use_client, None)
         yield db

@@ -3,14 +3,17 @@
 score the notifications against the trouble that was injected.
 
     ./dev simulate [--bottles 200] [--users 30] [--days 2] [--seed 7] [--mongodb-uri URI] [--chart PATH]
+                   [--cosmos-store [--partition-kb 64]]
     ./dev simulate --http http://127.0.0.1:7071 [--function-key KEY] [--minutes 2] [--heartbeat-seconds 10]
 
-The first form runs on the default store (SecantusDB in-process) or any MongoDB. The second sends the
-same kind of device traffic over real HTTP, in real time, to a local server, `func start` or a deployed
-app: a smoke and load test for operations.
+The first form runs on the default store (SecantusDB in-process) or any MongoDB, with `--cosmos-store` behind the
+Cosmos-faithful store (docs/cosmos-store.md: partitions that split, throttling, Cosmos DB's change-stream tokens).
+The second sends the same kind of device traffic over real HTTP, in real time, to a local server, `func start`
+or a deployed app: a smoke and load test for operations.
 """
 
 import argparse
+import contextlib
 import json
 import random
 import time
@@ -29,6 +32,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from tools.arguments import float_above, int_between, positive_float, positive_int
 from tools.command_tally import CommandTally
+from tools.cosmos_store.proxy import Options
 from tools.fleet import Bottle, Expected, Request, make_fleet, plan_fleet
 from tools.progress import Progress
 from tools.report_truth import complete_from, reported_totals, source_totals
@@ -95,11 +99,14 @@ def run_simulation(
     progress: bool = True,
     functions: Iterable[Any] | None = None,
     workers: int = 2,
+    cosmos: Options | None = None,
 ) -> SimulationResult:
     """Play the plan through the app's functions (`functions`: the app's registered functions, when the
     caller already asked the app for them, which it may do only once per process), with `workers` queue
-    workers side by side for the queue-triggered functions."""
+    workers side by side for the queue-triggered functions. `cosmos`: on the Cosmos-faithful store
+    (docs/cosmos-store.md) in front of the store, with these options."""
     import function_app
+    from tools.cosmos_store.local import cosmos_local_store, describe_store
     from tools.local_host import LocalHost
     from tools.local_store import local_store, setting_defaults
 
@@ -109,14 +116,19 @@ def run_simulation(
     commands = CommandTally()
     clock = [plan.start]
     set_clock(lambda: clock[0])
+    proxy = None
     try:
         # The checks keep their default schedules; the report consumer runs every 10 simulated minutes (its
         # cost is per run, and nothing here reads reports sooner). The environment can override both.
-        with (
-            setting_defaults(REPORTS_SCHEDULE=SIMULATION_REPORTS_SCHEDULE),
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(setting_defaults(REPORTS_SCHEDULE=SIMULATION_REPORTS_SCHEDULE))
             # The simulated clock is months from the real one, which the embedded store's expiry runs on.
-            local_store(mongodb_uri, listeners=[commands], expire=False) as db,
-        ):
+            if cosmos is None:
+                db = stack.enter_context(local_store(mongodb_uri, listeners=[commands], expire=False))
+            else:
+                db, proxy = stack.enter_context(
+                    cosmos_local_store(cosmos, mongodb_uri, listeners=[commands], expire=False)
+                )
             settings_used = describe_settings(embedded=mongodb_uri is None)
             if mongodb_uri:
                 _clear(db)
@@ -150,6 +162,7 @@ def run_simulation(
             queued = len(host.queues.get(get_settings().notifications_queue, []))
             report = _daily_report(db, fleet[0].user_id, plan.start + timedelta(days=1))
             report_check = check_reports(db)
+            store_lines = describe_store(proxy) if proxy is not None else []
     finally:
         set_clock(None)
     return SimulationResult(
@@ -167,6 +180,7 @@ def run_simulation(
         daily_report=report,
         report_check=report_check,
         settings_used=settings_used,
+        store_lines=store_lines,
     )
 
 
@@ -365,6 +379,8 @@ def describe(result: SimulationResult) -> str:
     lines.append("")
     lines += describe_report_check(result.report_check)
     lines += describe_report(result.daily_report)
+    if result.store_lines:
+        lines += ["", *result.store_lines]
     return "\n".join(lines)
 
 
@@ -408,6 +424,17 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         help="queue workers side by side for the queue-triggered functions (default 2)",
     )
     parser.add_argument("--mongodb-uri", help="any MongoDB, Cosmos DB included (default: SecantusDB in-process)")
+    parser.add_argument(
+        "--cosmos-store",
+        action="store_true",
+        help="run on the Cosmos-faithful store (partitions, splits, throttling: docs/cosmos-store.md) in front of it",
+    )
+    parser.add_argument(
+        "--partition-kb",
+        type=positive_int,
+        default=64,
+        help="--cosmos-store: a physical partition's size limit in KB, standing for 50 GB (default 64)",
+    )
     parser.add_argument("--chart", default="simulation.png", help="where to write the PNG chart (default %(default)s)")
     parser.add_argument("--http", metavar="BASE_URL", help="send device traffic over HTTP in real time instead")
     parser.add_argument("--function-key", help="Functions key for the provisioning route (--http)")
@@ -451,6 +478,7 @@ def main(argv: list[str] | None = None) -> None:
         seed=args.seed,
         mongodb_uri=args.mongodb_uri,
         workers=args.workers,
+        cosmos=Options(partition_bytes=args.partition_kb * 1024) if args.cosmos_store else None,
     )
     print(describe(result))
     from tools.chart import draw

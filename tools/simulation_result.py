@@ -71,3 +71,4 @@ class SimulationResult:
     daily_report: dict[str, Any] | None
     report_check: ReportCheck
     settings_used: str
+    store_lines: list[str] = field(default_factory=list)  # what the Cosmos-faithful store did, when it was the store

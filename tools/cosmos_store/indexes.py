@@ -1,0 +1,132 @@
+"""The indexes a collection has as Cosmos DB sees them: an index counts only once its transformation has ended
+(a settable delay after `createIndexes`), a sort needs an index that matches it exactly (the project's rule,
+tests/sort_audit.py), and a TTL index may only be on `_ts`.
+
+    https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing
+    "A TTL index is an index on the _ts field with an "expireAfterSeconds" value." (Cosmos DB answers one on any
+    other field with code 2 and the message below, as projects that met it quote it.)
+    https://learn.microsoft.com/azure/cosmos-db/mongodb/error-codes-solutions
+    Code 2: "The index path corresponding to the specified order-by item is excluded / The order by query does
+    not have a corresponding composite index that it can be served from."
+    https://learn.microsoft.com/azure/cosmos-db/index-policy
+    "Index transformation is an asynchronous operation ... While re-indexing is in progress, queries may not
+    return all the matching results, and will do so without returning any errors." (Here: a sort that needs an
+    index still transforming fails with code 2, as it would with no index; filters are not made incomplete.)"""
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shared.store.schema import CollectionSpec, IndexSpec
+from tests.sort_audit import Query, serving_index
+
+BAD_VALUE = 2
+SORT_UNSERVED = "The index path corresponding to the specified order-by item is excluded."
+TTL_ONLY_ON_TS = "The 'expireAfterSeconds' option is supported on '_ts' field only."
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    keys: tuple[tuple[str, int], ...]
+    ready_at: float  # the proxy's clock when its transformation ends
+    expire_after_seconds: int | None = None
+
+
+def keys_of(raw: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    return tuple((str(k), int(v) if isinstance(v, int | float) else 1) for k, v in raw.items())
+
+
+def ttl_problem(index: Mapping[str, Any]) -> str | None:
+    """Why Cosmos DB would refuse this index of a createIndexes command, or None."""
+    if "expireAfterSeconds" in index and keys_of(index.get("key", {})) != (("_ts", 1),):
+        return f"{TTL_ONLY_ON_TS} (index {index.get('name')!r} on {dict(index.get('key', {}))})"
+    return None
+
+
+class IndexCatalog:
+    """Per collection, its indexes and when each became usable. A collection the proxy has not seen an index
+    change on is loaded from the backend, every index ready."""
+
+    def __init__(
+        self, load: Callable[[str, str], list[Mapping[str, Any]]], clock: Callable[[], float], delay: float
+    ) -> None:
+        self._load = load
+        self._clock = clock
+        self.delay = delay
+        self._indexes: dict[str, dict[str, Index]] = {}
+        self._lock = threading.Lock()
+
+    def _of(self, database: str, collection: str) -> dict[str, Index]:
+        full = f"{database}.{collection}"
+        found = self._indexes.get(full)
+        if found is None:
+            found = {
+                str(i["name"]): Index(
+                    str(i["name"]), keys_of(i.get("key", {})), 0.0, _seconds(i.get("expireAfterSeconds"))
+                )
+                for i in self._load(database, collection)
+            }
+            with self._lock:
+                found = self._indexes.setdefault(full, found)
+        return found
+
+    def load(self, database: str, collection: str) -> None:
+        """Know what the collection has before an index change (what is there now is ready)."""
+        self._of(database, collection)
+
+    def created(self, database: str, collection: str, indexes: list[Mapping[str, Any]]) -> None:
+        ready_at = self._clock() + self.delay
+        current = self._of(database, collection)
+        with self._lock:
+            for raw in indexes:
+                name = str(raw.get("name"))
+                if name not in current:  # creating an existing index again changes nothing
+                    current[name] = Index(
+                        name, keys_of(raw.get("key", {})), ready_at, _seconds(raw.get("expireAfterSeconds"))
+                    )
+
+    def dropped(self, database: str, collection: str, names: Any) -> None:
+        current = self._of(database, collection)
+        with self._lock:
+            if names == "*":
+                for name in [n for n in current if n != "_id_"]:
+                    del current[name]
+            else:
+                for name in names if isinstance(names, list) else [names]:
+                    current.pop(str(name), None)
+
+    def forget(self, database: str, collection: str | None = None) -> None:
+        with self._lock:
+            for full in list(self._indexes):
+                if full == f"{database}.{collection}" or (collection is None and full.startswith(f"{database}.")):
+                    del self._indexes[full]
+
+    def ready(self, database: str, collection: str) -> list[Index]:
+        now = self._clock()
+        return [i for i in self._of(database, collection).values() if i.ready_at <= now]
+
+    def ttl_seconds(self, database: str, collection: str) -> int | None:
+        """The collection's TTL (its ready `_ts` index's expireAfterSeconds), or None."""
+        return next(
+            (i.expire_after_seconds for i in self.ready(database, collection) if i.expire_after_seconds is not None),
+            None,
+        )
+
+    def sort_problem(self, database: str, collection: str, command: str, sort: Mapping[str, Any]) -> str | None:
+        """Why Cosmos DB would refuse this sort (no ready index matches it exactly), or None."""
+        keys = keys_of(sort)
+        if not keys:
+            return None
+        indexes = [i for i in self.ready(database, collection) if i.name != "_id_"]
+        spec = CollectionSpec(collection, None, tuple(IndexSpec(i.name, i.keys) for i in indexes))
+        if serving_index(Query(command, database, collection, {}, keys), [spec]) is not None:
+            return None
+        pending = [i.name for i in self._of(database, collection).values() if i not in indexes and i.name != "_id_"]
+        waiting = f"; still transforming: {pending}" if pending else ""
+        return f"{SORT_UNSERVED} ({command} on {collection} sorts by {dict(keys)}{waiting})"
+
+
+def _seconds(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
