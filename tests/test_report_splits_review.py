@@ -1,0 +1,111 @@
+"""A hostile review of the report feeds through layout changes (shared/reports/leases.py): layouts that come back
+(REPORTS_PARTITIONS 4 -> 8 -> 4, a Cosmos DB partition merged back), the leases the previous code left, and the
+tally's pass state across a layout change. Each test plays the app's own dispatcher and workers."""
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared import instants
+from shared.instants import utc_now
+from shared.reports.change_feed import PartitionRun, dispatch, process_partition
+from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.settings import Settings, get_settings
+from shared.store import schema
+from tests.api import opened, post_events, provisioned
+from tests.cosmos_fakes import CosmosTokens
+from tests.report_client import set_setting
+
+MINUTE = timedelta(minutes=1)
+DAY = timedelta(days=1)
+
+
+def round_at(db: Any, now: datetime, settings: Settings, *, on_cosmos: bool = False) -> list[PartitionRun]:
+    """One dispatch at `now` and a worker run for each partition it sent (on Cosmos DB, of change streams
+    where nothing new arrives: a partition without a token recovers by polling); the actions feed's runs."""
+    messages: list[str] = []
+    dispatch(db, now=now, settings=settings, send=messages.extend, on_cosmos=on_cosmos)
+    partitions = [Partition.from_message(json.loads(m)) for m in messages]
+    watch = QuietStream if on_cosmos else None
+    runs = [process_partition(db, p, now=now, settings=settings, watch=watch) for p in partitions]
+    return [run for run, p in zip(runs, partitions, strict=True) if p.feed == ACTIONS_FEED]
+
+
+class QuietStream:
+    """A Cosmos DB change stream with nothing new: its position stays the token it was opened at."""
+
+    def __init__(self, partition: Partition, token: Any) -> None:
+        self.resume_token = token
+
+    def next_change(self) -> None:
+        return None
+
+    def at_batch_end(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def action_at(bottle_id: str, at: datetime) -> None:
+    instants.set_clock(lambda: at)
+    try:
+        assert post_events(bottle_id, provisioned(bottle_id), opened(at)).status == 202
+    finally:
+        instants.set_clock(None)
+
+
+def opened_in_hour(db: Any, at: datetime) -> int:
+    hour = at.replace(minute=0, second=0, microsecond=0)
+    return sum(r.get("opened", 0) for r in db[schema.USER_HOURLY_REPORTS].find({"hour": hour}))
+
+
+def live_leases(db: Any, feed: str) -> set[str]:
+    return {doc["_id"] for doc in db[schema.LEASES].find({"feed": feed, "retired_at": None})}
+
+
+# --- a layout that comes back ------------------------------------------------------------------------------------
+
+
+def test_a_partition_count_changed_back_reads_again_rather_than_stall_on_its_retired_leases(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """REPORTS_PARTITIONS 4 -> 8 -> 4: the 4-partition leases were retired when the 8 ran. Changed back, their ids
+    are current again: they must read again (from the 8's positions), and the 8 must then retire."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    now = utc_now() - 2 * DAY
+    for count in ("4", "8", "4"):
+        set_setting(monkeypatch, "REPORTS_PARTITIONS", count)
+        for _ in range(2):  # the new layout's first runs, then its parents retire
+            now += 10 * MINUTE
+            round_at(mock_db, now, get_settings())
+
+    action_at("bottle-1", now + MINUTE)
+    for _ in range(2):
+        now += 10 * MINUTE
+        round_at(mock_db, now, get_settings())
+
+    assert opened_in_hour(mock_db, now - 19 * MINUTE) == 1  # the action was aggregated
+    assert live_leases(mock_db, ACTIONS_FEED.key) == {Partition(ACTIONS_FEED, i, 4).lease_id for i in range(4)}
+
+
+def test_a_cosmos_partition_merged_back_reads_again_rather_than_stall_on_its_retired_lease(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cosmos DB merges partitions too (partition merge): two ranges split and merged back are the range they were,
+    the same lease id, retired when its children ran. It must read again, and its children must then retire."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    cosmos = CosmosTokens(mock_db, partitions=2)
+    now = utc_now() - 2 * DAY
+    for layout in (2, 4, 2):
+        if layout == 2 and cosmos.asked:  # an action the 4 did not read before the merge
+            action_at("bottle-1", now + MINUTE)
+        cosmos.partitions = layout
+        for _ in range(2):
+            now += 10 * MINUTE
+            round_at(cosmos, now, get_settings(), on_cosmos=True)
+
+    assert opened_in_hour(mock_db, now - 19 * MINUTE) == 1
+    assert len(live_leases(mock_db, ACTIONS_FEED.key)) == 2
