@@ -109,3 +109,53 @@ def test_a_cosmos_partition_merged_back_reads_again_rather_than_stall_on_its_ret
 
     assert opened_in_hour(mock_db, now - 19 * MINUTE) == 1
     assert len(live_leases(mock_db, ACTIONS_FEED.key)) == 2
+
+
+# --- the leases the previous code left ---------------------------------------------------------------------------
+
+
+def legacy_lease(partition: int, of: int, checkpoint_time: datetime, at: datetime) -> dict[str, Any]:
+    """A Cosmos DB lease as the code before feed ranges wrote it: `cosmos:<index>/<count>`, no kind, range or
+    retired_at; every layout's leases kept, the earlier ones frozen where their layout ended."""
+    return {
+        "_id": f"reports:{ACTIONS_FEED.key}:cosmos:{partition}/{of}",
+        "feed": ACTIONS_FEED.key,
+        "partition": partition,
+        "of": of,
+        "start_token": None,
+        "token": None,
+        "checkpoint_time": checkpoint_time,
+        "owner": None,
+        "expires_at": None,
+        "version": 3,
+        "dispatched_until": None,
+        "created_at": checkpoint_time,
+        "updated_at": at,
+        "released_at": at,
+        "source": "change_stream",
+    }
+
+
+def test_after_the_upgrade_a_cosmos_feed_starts_from_the_layout_the_old_code_ran_not_its_frozen_first(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old code kept every layout's leases: layout 1 (one partition) frozen when it split 30 days ago, layout 2
+    running since, a minute behind. Upgraded, the feed-range leases must start from layout 2's position: starting
+    from layout 1's frozen checkpoint re-reads 30 days of the whole collection per new lease (the issue's case)."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    now = utc_now()
+    t0 = now - 30 * DAY
+    written = [t0 + i * DAY + MINUTE for i in range(30)] + [now - 30 * MINUTE]  # an action a day, and one lately
+    for i, at in enumerate(written):
+        action_at(f"bottle-{i}", at)
+    leases = [legacy_lease(0, 1, t0, t0), *(legacy_lease(i, 2, now - 40 * MINUTE, now - 40 * MINUTE) for i in (0, 1))]
+    mock_db[schema.LEASES].insert_many(leases)
+    cosmos = CosmosTokens(mock_db, partitions=2)
+
+    runs = round_at(cosmos, now, get_settings(), on_cosmos=True)
+
+    assert len(runs) == 2
+    assert all(run.caught_up for run in runs)
+    # Each recovers by polling what arrived since layout 2's checkpoint less the overlap (on Cosmos DB from every
+    # physical partition): the action of 30 minutes ago, not the month's 31.
+    assert [run.changes for run in runs] == [1, 1]

@@ -23,7 +23,7 @@ every lease overlapping it has checkpointed; retired leases take part in nothing
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pymongo import ReturnDocument, UpdateOne
@@ -211,6 +211,7 @@ def ensure_leases(
         lambda: list(db[schema.LEASES].find({"feed": {"$in": feeds}, "retired_at": None})),
         policy,
     )
+    live = _without_earlier_legacy_layouts(db, live, now=now, policy=policy)
     have = {doc["_id"] for doc in live}
     fresh = [(partition, start) for partition, start in wanted if partition.lease_id not in have]
     ops: list[Any] = []
@@ -240,6 +241,38 @@ def ensure_leases(
         write_idempotent(db[schema.LEASES], ops, policy)
     _retire_replaced(db, [p for p, _ in wanted], live, now=now, policy=policy)
     return len(fresh)
+
+
+def _without_earlier_legacy_layouts(
+    db: Database[Any], live: list[Mapping[str, Any]], *, now: datetime, policy: RetryPolicy
+) -> list[Mapping[str, Any]]:
+    """The live leases less those of the earlier layouts the code before ranges left (no `range` stored), which
+    are retired now. That code never retired a lease, so every layout it ever ran is live, the earlier ones frozen
+    where their layout ended (on Cosmos DB the first one, weeks back), and their ranges are unknown (they overlap
+    everything): as parents, they would start each new lease from the feed's oldest checkpoint ever. Of each feed's
+    and kind's legacy layouts (by `of`), the last one to run stays: it started from all the earlier ones."""
+    layouts: dict[tuple[str, str], dict[Any, list[Mapping[str, Any]]]] = {}
+    for doc in live:
+        if "range" not in doc:
+            layouts.setdefault((doc["feed"], _span_of(doc)[0]), {}).setdefault(doc.get("of"), []).append(doc)
+    earlier: set[Any] = set()
+    for by_count in layouts.values():
+        last = max(by_count.values(), key=_last_active)
+        earlier |= {doc["_id"] for docs in by_count.values() if docs is not last for doc in docs}
+    if earlier:
+        with_retries(
+            lambda: db[schema.LEASES].update_many(
+                {"_id": {"$in": sorted(earlier)}, "retired_at": None}, {"$set": {"retired_at": now}}
+            ),
+            policy,
+        )
+    return [doc for doc in live if doc["_id"] not in earlier]
+
+
+def _last_active(docs: list[Mapping[str, Any]]) -> datetime:
+    """When a layout's leases were last made, claimed, checkpointed or released."""
+    times = [doc.get(f) for doc in docs for f in ("created_at", "claimed_at", "updated_at", "released_at")]
+    return max((t for t in times if isinstance(t, datetime)), default=datetime.min.replace(tzinfo=UTC))
 
 
 def _start_time(parents: list[Mapping[str, Any]]) -> datetime | None:
