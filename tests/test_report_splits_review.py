@@ -17,6 +17,9 @@ from shared.store import schema
 from tests.api import opened, post_events, provisioned
 from tests.cosmos_fakes import CosmosTokens
 from tests.report_client import set_setting
+from tests.test_tally import DAY as TALLY_DAY
+from tests.test_tally import HOUR, Fleet
+from tests.test_tally import opened as tally_opened
 
 MINUTE = timedelta(minutes=1)
 DAY = timedelta(days=1)
@@ -159,3 +162,59 @@ def test_after_the_upgrade_a_cosmos_feed_starts_from_the_layout_the_old_code_ran
     # Each recovers by polling what arrived since layout 2's checkpoint less the overlap (on Cosmos DB from every
     # physical partition): the action of 30 minutes ago, not the month's 31.
     assert [run.changes for run in runs] == [1, 1]
+
+
+# --- the tally's pass state across a layout change ---------------------------------------------------------------
+
+
+def test_a_tally_behind_by_more_than_a_window_still_rolls_up_the_days_it_passed_across_a_partition_change(
+    mock_db: Any,
+) -> None:
+    """The tally catches up on the roll-ups of a long stop a day a pass (`rollups_from` in its lease's token). The
+    days it has yet to roll up when REPORTS_PARTITIONS changes must still be rolled up by the new layout: their
+    hours were counted by the old one, so no new pass finds them changed."""
+    one = Settings(reports_partitions=1, change_source="polling")
+    two = Settings(reports_partitions=2, change_source="polling")
+    fleet = Fleet(mock_db, one)
+    fleet.provision("b1", "u1", TALLY_DAY)
+    fleet.beat("b1", TALLY_DAY + timedelta(hours=5, minutes=2))
+    tally_passes(mock_db, one, TALLY_DAY + timedelta(hours=6, minutes=10))
+    for day in range(4):  # the actions' consumer counts each in its hour at once, while its day is open
+        at = TALLY_DAY + timedelta(days=day, hours=8)
+        fleet.send("b1", tally_opened(at), now=at)
+    back = TALLY_DAY + timedelta(days=4, hours=1, minutes=10)
+    tally_passes(mock_db, one, back)  # the first pass back: its last window, and the oldest day it is behind
+
+    for hours in range(1, 6):  # the layout changes; passes every hour
+        tally_passes(mock_db, two, back + hours * HOUR)
+
+    days = [fleet.daily("u1", TALLY_DAY + timedelta(days=day)) for day in range(4)]
+    assert [None if d is None else (d["opened"], d["heartbeats"]) for d in days] == [(1, 1), (1, 0), (1, 0), (1, 0)]
+
+
+def tally_passes(db: Any, settings: Settings, now: datetime) -> None:
+    """A dispatch at `now` and a run of each tally partition it sent (the actions' feed is run by the Fleet)."""
+    sent: list[str] = []
+    dispatch(db, now=now, settings=settings, send=sent.extend)
+    for partition in (Partition.from_message(json.loads(body)) for body in sent):
+        if partition.feed.tally:
+            process_partition(db, partition, now=now, settings=settings)
+
+
+def test_a_tally_whose_first_pass_never_ran_still_rolls_up_the_days_since_its_lease_across_a_partition_change(
+    mock_db: Any,
+) -> None:
+    """A first pass rolls up every day since its lease was made (actions counted while their day was open reach
+    the day only through the roll-ups). Its partition replaced before it ever ran, the new layout's first pass
+    must roll up the days since the old lease was made, not only since its own."""
+    one = Settings(reports_partitions=1, change_source="polling")
+    fleet = Fleet(mock_db, one)
+    dispatch(mock_db, now=TALLY_DAY, settings=one, send=lambda _: None)  # the tally's lease; its passes fail
+    fleet.provision("b1", "u1", TALLY_DAY)
+    fleet.send("b1", tally_opened(TALLY_DAY + 8 * HOUR), now=TALLY_DAY + 8 * HOUR)
+
+    tally_passes(mock_db, Settings(reports_partitions=2, change_source="polling"), TALLY_DAY + 2 * DAY + 70 * MINUTE)
+
+    day = fleet.daily("u1", TALLY_DAY)
+    assert day is not None
+    assert day["opened"] == 1

@@ -35,6 +35,8 @@ from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 
 Token = Mapping[str, Any]
+# In a tally lease's token (shared/reports/tally.py): where the roll-ups its passes have yet to do start.
+ROLLUPS_FROM = "rollups_from"
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,7 @@ def ensure_leases(
     fresh = [(partition, start) for partition, start in wanted if partition.lease_id not in have]
     ops: list[Any] = []
     for partition, start in fresh:
+        parents = [doc for doc in live if _overlaps(partition, doc)]
         lease = {
             "feed": partition.feed.key,
             "kind": partition.kind,
@@ -223,8 +226,8 @@ def ensure_leases(
             "partition": partition.index,
             "of": partition.count,
             "start_token": start,
-            "token": None,
-            "checkpoint_time": _start_time([doc for doc in live if _overlaps(partition, doc)]),
+            "token": _inherited_rollups(parents) if partition.feed.tally else None,
+            "checkpoint_time": _start_time(parents),
             "owner": None,
             "expires_at": None,
             "version": 0,
@@ -241,6 +244,24 @@ def ensure_leases(
         write_idempotent(db[schema.LEASES], ops, policy)
     _retire_replaced(db, [p for p, _ in wanted], live, now=now, policy=policy)
     return len(fresh)
+
+
+def _inherited_rollups(parents: list[Mapping[str, Any]]) -> dict[str, datetime] | None:
+    """What a new tally partition takes over of its parents' passes besides their position: the oldest day
+    whose roll-up one of them had yet to do (ROLLUPS_FROM in its token: a pass behind by more than a window
+    rolls the days it passed up a day a pass; a first pass, from its lease's making). Their hours are counted
+    already, so no pass of the new layout finds them changed: without it their daily reports stay incomplete."""
+    pending = [_rollups_pending(doc) for doc in parents]
+    known = [moment for moment in pending if moment is not None]
+    return {ROLLUPS_FROM: min(known)} if known else None
+
+
+def _rollups_pending(doc: Mapping[str, Any]) -> datetime | None:
+    token = doc.get("token")
+    moment = token.get(ROLLUPS_FROM) if isinstance(token, Mapping) else None
+    if moment is None and doc.get("checkpoint_time") is None:
+        moment = doc.get("created_at")  # a first pass rolls up the days since its lease was made
+    return moment if isinstance(moment, datetime) else None
 
 
 def _without_earlier_legacy_layouts(
