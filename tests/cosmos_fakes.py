@@ -296,3 +296,20 @@ class CosmosTokens:
 
     def __getitem__(self, name: str) -> Any:
         return self._db[name]
+
+
+class QuietStream:
+    """A Cosmos DB change stream (a ChangeReader, shared/reports/change_feed.py) with nothing new: its position
+    stays the token it was opened at. A watch for the workers: `watch=QuietStream`."""
+
+    def __init__(self, partition: Any, token: Any) -> None:
+        self.resume_token = token
+
+    def next_change(self) -> None:
+        return None
+
+    def at_batch_end(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass

@@ -15,7 +15,7 @@ from shared.reports.leases import ACTIONS_FEED, Partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from tests.api import opened, post_events, provisioned
-from tests.cosmos_fakes import CosmosTokens
+from tests.cosmos_fakes import CosmosTokens, QuietStream
 from tests.report_client import set_setting
 from tests.test_tally import DAY as TALLY_DAY
 from tests.test_tally import HOUR, Fleet
@@ -34,22 +34,6 @@ def round_at(db: Any, now: datetime, settings: Settings, *, on_cosmos: bool = Fa
     watch = QuietStream if on_cosmos else None
     runs = [process_partition(db, p, now=now, settings=settings, watch=watch) for p in partitions]
     return [run for run, p in zip(runs, partitions, strict=True) if p.feed == ACTIONS_FEED]
-
-
-class QuietStream:
-    """A Cosmos DB change stream with nothing new: its position stays the token it was opened at."""
-
-    def __init__(self, partition: Partition, token: Any) -> None:
-        self.resume_token = token
-
-    def next_change(self) -> None:
-        return None
-
-    def at_batch_end(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
 
 
 def action_at(bottle_id: str, at: datetime) -> None:
@@ -218,3 +202,35 @@ def test_a_tally_whose_first_pass_never_ran_still_rolls_up_the_days_since_its_le
     day = fleet.daily("u1", TALLY_DAY)
     assert day is not None
     assert day["opened"] == 1
+
+
+# --- polling on Cosmos DB ----------------------------------------------------------------------------------------
+
+
+class ChangeStreamsOff(CosmosTokens):
+    """A Cosmos DB account with change streams off (README: it takes CHANGE_SOURCE=polling): no tokens."""
+
+    def command(self, command: Any) -> dict[str, Any]:
+        return {"ok": 1}
+
+
+@pytest.mark.parametrize("tokens", [CosmosTokens, ChangeStreamsOff])
+def test_polling_on_cosmos_reads_each_action_once_a_round_by_bucket_ranges(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, tokens: type[CosmosTokens]
+) -> None:
+    """Polling reads by a server time and a bucket range: a partition per physical partition has no bucket range, so
+    each of them would poll the whole collection (every action read and aggregated once per physical partition),
+    and an account without change streams, which has no tokens, would get no actions dispatched at all."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    cosmos = tokens(mock_db, partitions=4)
+    now = utc_now()
+    action_at("bottle-1", now - 5 * MINUTE)
+
+    messages: list[str] = []
+    dispatch(cosmos, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
+    actions = [p for p in (Partition.from_message(json.loads(m)) for m in messages) if p.feed == ACTIONS_FEED]
+    runs = [process_partition(cosmos, p, now=now, settings=get_settings()) for p in actions]
+
+    assert len(runs) == get_settings().reports_partitions
+    assert sum(run.changes for run in runs) == 1
+    assert opened_in_hour(mock_db, now - 5 * MINUTE) == 1

@@ -384,12 +384,16 @@ def dispatch(
     (pillbottle.reports.unpartitioned), the other feeds are dispatched, and the run then fails."""
     policy = RetryPolicy.for_run(settings, settings.reports_time_budget_seconds)
     cosmos = is_cosmos_uri(settings.mongodb_connection_string) if on_cosmos is None else on_cosmos
+    # Physical partitions are a change stream's unit. Polling reads by server time within a bucket range, on any
+    # store: a Cosmos DB partition has no bucket range, so each would poll the whole collection (and an account
+    # with change streams off has no tokens to name them by).
+    by_feed_range = cosmos and settings.change_source != "polling"
     partitions: list[tuple[Partition, Token | None]] = []
     unpartitioned: list[NoPartitionTokens] = []
     for source in FEEDS:
         try:
             partitions += feed_partitions(
-                db, source, count=settings.reports_partitions, on_cosmos=cosmos, policy=policy
+                db, source, count=settings.reports_partitions, on_cosmos=by_feed_range, policy=policy
             )
         except NoPartitionTokens as error:
             log.error("reports: %s is not dispatched: %s", source.key, error)
