@@ -11,7 +11,7 @@ import pytest
 from shared import instants
 from shared.instants import utc_now
 from shared.reports.change_feed import PartitionRun, dispatch, process_partition
-from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.reports.leases import ACTIONS_FEED, NoPartitionTokens, Partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from tests.api import opened, post_events, provisioned
@@ -234,3 +234,28 @@ def test_polling_on_cosmos_reads_each_action_once_a_round_by_bucket_ranges(
     assert len(runs) == get_settings().reports_partitions
     assert sum(run.changes for run in runs) == 1
     assert opened_in_hour(mock_db, now - 5 * MINUTE) == 1
+
+
+# --- a worker whose tokens are gone ------------------------------------------------------------------------------
+
+
+def test_a_worker_that_finds_no_partition_tokens_fails_loudly_and_releases_its_lease(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recovering Cosmos DB partition asks GetChangeStreamTokens for a fresh token; a reply without tokens fails
+    the run (as it fails the dispatch), and like any failed run it releases the lease, so the retry can claim it at
+    once rather than after the lease expires."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    cosmos = CosmosTokens(mock_db, partitions=2)
+    now = utc_now()
+    messages: list[str] = []
+    dispatch(cosmos, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
+    partition = next(p for p in (Partition.from_message(json.loads(m)) for m in messages) if p.feed == ACTIONS_FEED)
+    lease_id = partition.lease_id
+    mock_db[schema.LEASES].update_one({"_id": lease_id}, {"$set": {"checkpoint_time": now - MINUTE}})  # recovering
+
+    with pytest.raises(NoPartitionTokens):
+        process_partition(ChangeStreamsOff(mock_db, 2), partition, now=now, settings=get_settings(), watch=QuietStream)
+
+    assert mock_db[schema.LEASES].find_one({"_id": lease_id})["owner"] is None
+    assert process_partition(cosmos, partition, now=now, settings=get_settings(), watch=QuietStream).claimed

@@ -457,8 +457,9 @@ def process_partition(
 
     A tally partition instead counts its due hours (shared/reports/tally.py), under the same lease.
 
-    A database error propagates (the invocation fails and its message is retried) after the lease is
-    released, so the retry can claim it at once; what was checkpointed stays."""
+    A database error, or a GetChangeStreamTokens reply without tokens, propagates (the invocation fails and its
+    message is retried) after the lease is released, so the retry can claim it at once; what was checkpointed
+    stays."""
     worker = _Worker(db, partition, settings, now=now, clock=clock, sleep=sleep)
     lease = claim(db, partition, worker.owner, now=now, lease_for=worker.lease_for, policy=worker.policy)
     if lease is None:
@@ -470,7 +471,7 @@ def process_partition(
     except PartitionLayoutChanged as change:
         log.info("reports: %s belongs to an old partition layout (%s); leaving it", partition.lease_id, change)
         worker.run.layout_changed = True
-    except (PyMongoError, StoreUnavailable):
+    except (PyMongoError, StoreUnavailable, NoPartitionTokens):
         worker.release_quietly(held)
         raise
     if not worker.run.lost_lease:
