@@ -3,10 +3,14 @@
 tally's pass state across a layout change. Each test plays the app's own dispatcher and workers."""
 
 import json
+import random
+import zlib
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from pymongo.errors import OperationFailure
 
 from shared import instants
 from shared.instants import utc_now
@@ -14,8 +18,10 @@ from shared.reports.change_feed import PartitionRun, dispatch, process_partition
 from shared.reports.leases import ACTIONS_FEED, NoPartitionTokens, Partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
+from shared.store.cosmos import feed_range
+from shared.store.retries import StoreUnavailable
 from tests.api import opened, post_events, provisioned
-from tests.cosmos_fakes import CosmosTokens, QuietStream
+from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, epk
 from tests.report_client import set_setting
 from tests.test_tally import DAY as TALLY_DAY
 from tests.test_tally import HOUR, Fleet
@@ -259,3 +265,191 @@ def test_a_worker_that_finds_no_partition_tokens_fails_loudly_and_releases_its_l
 
     assert mock_db[schema.LEASES].find_one({"_id": lease_id})["owner"] is None
     assert process_partition(cosmos, partition, now=now, settings=get_settings(), watch=QuietStream).claimed
+
+
+# --- splits and merges at any moment, against what was written -------------------------------------------------
+
+
+def span_token(span: tuple[str, str], state: str) -> dict[str, Any]:
+    """A resume token of the documented shape for a feed range, at a position (`state`: the receive time of the
+    last action it has read, ISO; "" before the first)."""
+    continuation = {
+        "FeedRange": {"type": "Effective Partition Key Range", "value": {"min": span[0], "max": span[1]}},
+        "State": {"type": "continuation", "value": json.dumps(state)},
+    }
+    return {"_data": json.dumps({"V": 2, "Rid": "PxUaALn0SKE=", "Continuation": [continuation]}).encode(), "_kind": 1}
+
+
+def state_of(token: dict[str, Any]) -> str:
+    return str(json.loads(json.loads(token["_data"])["Continuation"][0]["State"]["value"]))
+
+
+def key_of(boundary: str) -> int:
+    return 0 if boundary == "" else EPK_TOP if boundary == "FF" else int(boundary, 16)
+
+
+def epk_of(document: dict[str, Any]) -> int:
+    return zlib.crc32(str(document["bottle_id"]).encode()) % EPK_TOP
+
+
+class CosmosFeed(CosmosTokens):
+    """`bottle_actions` as Cosmos DB serves it, per physical partition: GetChangeStreamTokens gives each range's
+    token at the present, and a change stream opened with a token reads its range's actions after the token's
+    position, in server batches (each action's key is a hash of its bottle; the tests write actions in receive
+    time order, which is then the commit order). A token of a range that no longer exists is rejected. `hooks` run
+    before each batch a stream fetches (a split in the middle of a worker's run)."""
+
+    BATCH = 2
+
+    def __init__(self, db: Any, partitions: int) -> None:
+        super().__init__(db, partitions)
+        self.hooks: list[Callable[[], None]] = []
+
+    def spans(self) -> set[tuple[str, str]]:
+        return {(epk(low), epk(high)) for low, high in self.ranges}
+
+    def present(self) -> str:
+        last = self._db[schema.BOTTLE_ACTIONS].find_one({}, sort=[("received_at", -1)])
+        return "" if last is None else str(last["received_at"].isoformat())
+
+    def tokens(self) -> list[dict[str, Any]]:
+        tokens = [span_token(span, self.present()) for span in self.spans()]
+        self._order.shuffle(tokens)
+        return tokens
+
+    def merge(self, index: int) -> None:
+        """Merge the index-th range with the next (Cosmos DB's partition merge)."""
+        ranges = sorted(self.ranges)
+        (low, _), (_, high) = ranges[index], ranges[index + 1]
+        self.ranges = sorted([*ranges[:index], (low, high), *ranges[index + 2 :]])
+
+    def watch(self, partition: Partition, token: Any) -> "RangeStream":
+        span = feed_range(token)
+        if span not in self.spans():
+            error = OperationFailure("resume token is no longer valid", code=280)
+            raise StoreUnavailable("rejected", retry_after_s=1) from error
+        return RangeStream(self, span, state_of(token))
+
+
+class RangeStream:
+    def __init__(self, feed: CosmosFeed, span: tuple[str, str], state: str) -> None:
+        self._feed, self._span, self._state = feed, span, state
+        self._batch: list[dict[str, Any]] = []
+        self.resume_token = span_token(span, state)
+
+    def _fetch(self) -> bool:
+        for hook in list(self._feed.hooks):
+            hook()
+        after = {"received_at": {"$gt": datetime.fromisoformat(self._state)}} if self._state else {}
+        low, high = key_of(self._span[0]), key_of(self._span[1])
+        found = self._feed[schema.BOTTLE_ACTIONS].find(after).sort("received_at", 1)
+        self._batch = [d for d in found if low <= epk_of(d) < high][: CosmosFeed.BATCH]
+        if self._batch:
+            self._state = self._batch[-1]["received_at"].isoformat()
+        return bool(self._batch)
+
+    def next_change(self) -> dict[str, Any] | None:
+        if not self._batch and not self._fetch():
+            return None
+        document = self._batch.pop(0)
+        self.resume_token = span_token(self._span, self._state)  # the batch's token: after the batch
+        return {"documentKey": {"_id": document["_id"]}, "fullDocument": document, "ns": {}}
+
+    def at_batch_end(self) -> bool:
+        return not self._batch
+
+    def close(self) -> None:
+        pass
+
+
+def stopped_at(moment: datetime) -> Callable[[], datetime]:
+    return lambda: moment
+
+
+def ticking(seconds: int) -> Callable[[], float]:
+    """A monotonic clock that moves `seconds` each time it is read."""
+    ticks = iter(range(0, 10**9, seconds))
+    return lambda: float(next(ticks))
+
+
+class Churn:
+    """Actions written and partitions reshaped at random (seeded), with the dispatcher and workers running."""
+
+    def __init__(self, db: Any, seed: int) -> None:
+        self.settings = get_settings()
+        self.rng = random.Random(seed)
+        self.feed = CosmosFeed(db, partitions=1)
+        self.now = utc_now() - DAY
+        self.keys = {f"bottle-{i}": provisioned(f"bottle-{i}") for i in range(12)}
+        self.written: list[datetime] = []
+
+    def write(self, count: int) -> None:
+        for _ in range(count):
+            self.now += timedelta(seconds=7)
+            bottle, at = self.rng.choice(sorted(self.keys)), self.now
+            instants.set_clock(stopped_at(at))
+            try:
+                assert post_events(bottle, self.keys[bottle], opened(at)).status == 202
+            finally:
+                instants.set_clock(None)
+            self.written.append(at)
+
+    def reshape(self) -> None:
+        if self.rng.random() < 0.6 or self.feed.partitions == 1:
+            self.feed.split(self.rng.randrange(self.feed.partitions))
+        else:
+            self.feed.merge(self.rng.randrange(self.feed.partitions - 1))
+
+    def round(self, *, lossy: bool) -> None:
+        """A dispatch and its messages' runs: lossy, some are lost, some split the feed in the middle of their
+        run (and the children then run at once), some run out of budget after a page."""
+        messages: list[str] = []
+        dispatch(self.feed, now=self.now, settings=self.settings, send=messages.extend, on_cosmos=True)
+        for partition in (Partition.from_message(json.loads(m)) for m in messages):
+            if partition.feed != ACTIONS_FEED or (lossy and self.rng.random() < 0.25):
+                continue  # lost (its dispatch mark holds it back until it could have expired)
+            if lossy and self.rng.random() < 0.2:
+                self.feed.hooks.append(self.split_mid_run)
+            clock = ticking(30 if lossy and self.rng.random() < 0.3 else 1)  # 30 s against 45 s: a page, then out
+            process_partition(
+                self.feed, partition, now=self.now, settings=self.settings, clock=clock, watch=self.feed.watch
+            )
+            self.feed.hooks.clear()
+
+    def split_mid_run(self) -> None:
+        self.feed.hooks.clear()
+        self.write(self.rng.randrange(3))
+        self.reshape()
+        self.round(lossy=False)
+
+    def expected(self) -> dict[datetime, int]:
+        hours: dict[datetime, int] = {}
+        for at in self.written:
+            hour = at.replace(minute=0, second=0, microsecond=0)
+            hours[hour] = hours.get(hour, 0) + 1
+        return hours
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_reports_are_exact_through_splits_and_merges_at_any_moment(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Actions written throughout; physical partitions split (sometimes in the middle of a worker's run, whose
+    checkpoint then comes after its children were made, and which may run at once) and merge; work messages lost
+    or run out of budget after a page. Once the layout rests and every partition has run to the end, every
+    action is in its hour's report, and every replaced lease is retired."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    churn = Churn(mock_db, seed)
+    for _ in range(30):
+        churn.write(churn.rng.randrange(4))
+        if churn.rng.random() < 0.3:
+            churn.reshape()
+        churn.now += MINUTE
+        churn.round(lossy=True)
+    for _ in range(6):  # the layout rests; every message runs to the end
+        churn.now += timedelta(seconds=churn.settings.reports_lease_seconds + 60)
+        churn.round(lossy=False)
+
+    expected = churn.expected()
+    assert {hour: opened_in_hour(mock_db, hour) for hour in expected} == expected
+    assert len(live_leases(mock_db, ACTIONS_FEED.key)) == churn.feed.partitions
