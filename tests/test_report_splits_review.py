@@ -24,7 +24,7 @@ from tests.api import opened, post_events, provisioned
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, epk
 from tests.report_client import set_setting
 from tests.test_tally import DAY as TALLY_DAY
-from tests.test_tally import HOUR, Fleet
+from tests.test_tally import HOUR, Fleet, user_in
 from tests.test_tally import opened as tally_opened
 
 MINUTE = timedelta(minutes=1)
@@ -400,11 +400,11 @@ class Churn:
         else:
             self.feed.merge(self.rng.randrange(self.feed.partitions - 1))
 
-    def round(self, *, lossy: bool) -> None:
+    def round(self, *, lossy: bool, on_cosmos: bool = True) -> None:
         """A dispatch and its messages' runs: lossy, some are lost, some split the feed in the middle of their
         run (and the children then run at once), some run out of budget after a page."""
         messages: list[str] = []
-        dispatch(self.feed, now=self.now, settings=self.settings, send=messages.extend, on_cosmos=True)
+        dispatch(self.feed, now=self.now, settings=self.settings, send=messages.extend, on_cosmos=on_cosmos)
         for partition in (Partition.from_message(json.loads(m)) for m in messages):
             if partition.feed != ACTIONS_FEED or (lossy and self.rng.random() < 0.25):
                 continue  # lost (its dispatch mark holds it back until it could have expired)
@@ -453,3 +453,49 @@ def test_reports_are_exact_through_splits_and_merges_at_any_moment(
     expected = churn.expected()
     assert {hour: opened_in_hour(mock_db, hour) for hour in expected} == expected
     assert len(live_leases(mock_db, ACTIONS_FEED.key)) == churn.feed.partitions
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_reports_are_exact_through_partition_counts_changed_back_and_forth(mock_db: Any, seed: int) -> None:
+    """REPORTS_PARTITIONS changed at random (back to earlier counts too) between dispatches, on a store without
+    physical partitions (polling by bucket range), work messages lost or cut short: every action is counted."""
+    churn = Churn(mock_db, seed)
+    for step in range(36):
+        churn.write(churn.rng.randrange(4))
+        churn.now += MINUTE
+        count = churn.rng.choice([1, 2, 3, 4, 8]) if step % 4 == 0 else churn.settings.reports_partitions
+        churn.settings = churn.settings.model_copy(update={"reports_partitions": count, "change_source": "polling"})
+        churn.round(lossy=step < 30, on_cosmos=False)
+    for _ in range(3):
+        churn.now += timedelta(seconds=churn.settings.reports_lease_seconds + 60)
+        churn.round(lossy=False, on_cosmos=False)
+
+    expected = churn.expected()
+    assert {hour: opened_in_hour(mock_db, hour) for hour in expected} == expected
+    assert len(live_leases(mock_db, ACTIONS_FEED.key)) == churn.settings.reports_partitions
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_heartbeat_counts_are_exact_through_partition_counts_changed_back_and_forth(mock_db: Any, seed: int) -> None:
+    """The tally's leases are bucket ranges of the users: REPORTS_PARTITIONS changed at random between its hourly
+    passes (some passes lost) must neither skip an hour nor count one twice."""
+    rng = random.Random(seed)
+    users = [user_in(low, low + 128, f"u{low}-") for low in range(0, 1024, 128)]
+    fleet = Fleet(mock_db, Settings(change_source="polling"))
+    for i, user in enumerate(users):
+        fleet.provision(f"b{i}", user, TALLY_DAY)
+    expected: dict[str, dict[datetime, int]] = {user: {} for user in users}
+    hours = 30
+    for hour in range(hours):
+        start = TALLY_DAY + hour * HOUR
+        for i, user in enumerate(users):
+            for minute in (2, 32):
+                if rng.random() < 0.8:
+                    fleet.beat(f"b{i}", start + timedelta(minutes=minute + i))
+                    expected[user][start] = expected[user].get(start, 0) + 1
+        settings = Settings(reports_partitions=rng.choice([1, 2, 3, 4, 8]), change_source="polling")
+        if rng.random() < 0.8:  # a pass lost now and then
+            tally_passes(mock_db, settings, start + HOUR + 10 * MINUTE)
+    tally_passes(mock_db, settings, TALLY_DAY + (hours + 1) * HOUR + 10 * MINUTE)
+
+    assert {user: fleet.hourly(user) for user in users} == expected
