@@ -22,7 +22,7 @@ from shared.store.cosmos import feed_range
 from shared.store.retries import StoreUnavailable
 from tests.api import opened, post_events, provisioned
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, epk
-from tests.report_client import set_setting
+from tests.report_client import set_setting, work
 from tests.test_tally import DAY as TALLY_DAY
 from tests.test_tally import HOUR, Fleet, user_in
 from tests.test_tally import opened as tally_opened
@@ -499,3 +499,20 @@ def test_heartbeat_counts_are_exact_through_partition_counts_changed_back_and_fo
     tally_passes(mock_db, settings, TALLY_DAY + (hours + 1) * HOUR + 10 * MINUTE)
 
     assert {user: fleet.hourly(user) for user in users} == expected
+
+
+# --- the upgrade's queued messages -------------------------------------------------------------------------------
+
+
+def test_a_cosmos_work_message_queued_before_the_upgrade_is_dropped_not_failed_into_the_poison_queue(
+    mock_db: Any,
+) -> None:
+    """The code before feed ranges sent `{"feed", "partition", "of", "cosmos": true}`; such messages may sit in the
+    queue when this version is deployed. Like a retired feed's, the worker drops them (the next dispatch sends the
+    partition under its range), rather than failing five times into the poison queue, where they count as
+    failures and alert."""
+    work(json.dumps({"feed": ACTIONS_FEED.key, "partition": 0, "of": 3, "cosmos": True}))  # no error
+
+    assert mock_db[schema.LEASES].count_documents({}) == 0
+    with pytest.raises(ValueError, match="without its feed range"):
+        work(json.dumps({"feed": ACTIONS_FEED.key, "partition": 0, "of": 3, "cosmos": True, "range": ["", 7]}))

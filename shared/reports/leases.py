@@ -69,9 +69,10 @@ RETIRED_FEEDS = frozenset({schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS}
 
 
 def retired(message: Mapping[str, Any]) -> bool:
-    """Whether a work message names a feed of an earlier layout (sent before an upgrade): the worker drops it,
-    rather than failing it into the poison queue (where it would count as a failure, and alert)."""
-    return message.get("feed") in RETIRED_FEEDS
+    """Whether a work message names a feed of an earlier layout, or a Cosmos DB partition by its place in the
+    token list, as the code before feed ranges did (sent before an upgrade): the worker drops it, rather than
+    failing it into the poison queue (where it would count as a failure, and alert)."""
+    return message.get("feed") in RETIRED_FEEDS or (message.get("cosmos") is True and "range" not in message)
 
 
 @dataclass(frozen=True)
