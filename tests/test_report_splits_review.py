@@ -501,6 +501,52 @@ def test_heartbeat_counts_are_exact_through_partition_counts_changed_back_and_fo
     assert {user: fleet.hourly(user) for user in users} == expected
 
 
+def test_a_message_for_a_partition_that_split_before_its_first_run_leaves_it_to_its_children(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease made with its range's token but never run (its message still queued, or lost) when the range splits:
+    the queued message's run must not open a stream at the token of a range that no longer exists (rejected, the
+    run would fail on every delivery into the poison queue), but find the layout changed and leave it to the
+    children, as a run with a saved position does."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    feed = CosmosFeed(mock_db, partitions=1)
+    now = utc_now()
+    messages: list[str] = []
+    dispatch(feed, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
+    [parent] = [p for p in (Partition.from_message(json.loads(m)) for m in messages) if p.feed == ACTIONS_FEED]
+    feed.split(0)
+
+    run = process_partition(feed, parent, now=now, settings=get_settings(), watch=feed.watch)
+
+    assert run.layout_changed
+    assert mock_db[schema.LEASES].find_one({"_id": parent.lease_id})["owner"] is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reports_are_exact_through_change_source_switches_on_cosmos(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """CHANGE_SOURCE switched back and forth on Cosmos DB moves the actions feed between bucket ranges (polling)
+    and feed ranges (change streams), while partitions split: each layout starts from the other's position."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    churn = Churn(mock_db, seed)
+    for step in range(30):
+        churn.write(churn.rng.randrange(4))
+        if churn.rng.random() < 0.2:
+            churn.reshape()
+        if step % 6 == 0:
+            source = "polling" if churn.settings.change_source == "change_stream" else "change_stream"
+            churn.settings = churn.settings.model_copy(update={"change_source": source})
+        churn.now += MINUTE
+        churn.round(lossy=True)
+    for _ in range(4):
+        churn.now += timedelta(seconds=churn.settings.reports_lease_seconds + 60)
+        churn.round(lossy=False)
+
+    expected = churn.expected()
+    assert {hour: opened_in_hour(mock_db, hour) for hour in expected} == expected
+
+
 # --- the upgrade's queued messages -------------------------------------------------------------------------------
 
 

@@ -311,9 +311,10 @@ def open_source(
     elif lease.checkpoint_time is None:
         log.info("reports: %s has no saved position; building from the start of its source", partition.lease_id)
     start = lease.start_token
-    if partition.cosmos and (lease.token is not None or lease.checkpoint_time is not None):
-        # Rejected, or a recovery that ran out of budget: the stream need only start before the polling, and
-        # the lease's first token may be as stale as the one rejected. Ask again (the partition may have split).
+    if partition.cosmos:
+        # Rejected, a recovery that ran out of budget, or a first run: the stream need only start before the
+        # polling, and the lease's first token may be as stale as one rejected, or name a range that has split
+        # since (its message was queued before the split). Ask again: a range gone leaves it to its children.
         start = _fresh_start_token(db, partition, policy)
     try:
         stream = ChangeStreamSource(watch(partition, start), feed, page_size)
