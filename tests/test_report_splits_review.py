@@ -182,13 +182,14 @@ def test_a_tally_behind_by_more_than_a_window_still_rolls_up_the_days_it_passed_
     assert [None if d is None else (d["opened"], d["heartbeats"]) for d in days] == [(1, 1), (1, 0), (1, 0), (1, 0)]
 
 
-def tally_passes(db: Any, settings: Settings, now: datetime) -> None:
-    """A dispatch at `now` and a run of each tally partition it sent (the actions' feed is run by the Fleet)."""
+def tally_passes(db: Any, settings: Settings, now: datetime, cut_short: Callable[[], bool] = lambda: False) -> None:
+    """A dispatch at `now` and a run of each tally partition it sent (the actions' feed is run by the Fleet), some
+    `cut_short` after a page."""
     sent: list[str] = []
     dispatch(db, now=now, settings=settings, send=sent.extend)
     for partition in (Partition.from_message(json.loads(body)) for body in sent):
         if partition.feed.tally:
-            process_partition(db, partition, now=now, settings=settings)
+            process_partition(db, partition, now=now, settings=settings, clock=ticking(30 if cut_short() else 1))
 
 
 def test_a_tally_whose_first_pass_never_ran_still_rolls_up_the_days_since_its_lease_across_a_partition_change(
@@ -478,7 +479,8 @@ def test_reports_are_exact_through_partition_counts_changed_back_and_forth(mock_
 @pytest.mark.parametrize("seed", range(3))
 def test_heartbeat_counts_are_exact_through_partition_counts_changed_back_and_forth(mock_db: Any, seed: int) -> None:
     """The tally's leases are bucket ranges of the users: REPORTS_PARTITIONS changed at random between its hourly
-    passes (some passes lost) must neither skip an hour nor count one twice."""
+    passes (some passes lost, some cut short after a page) must neither skip an hour nor leave a day's roll-up
+    behind its hours."""
     rng = random.Random(seed)
     users = [user_in(low, low + 128, f"u{low}-") for low in range(0, 1024, 128)]
     fleet = Fleet(mock_db, Settings(change_source="polling"))
@@ -493,12 +495,20 @@ def test_heartbeat_counts_are_exact_through_partition_counts_changed_back_and_fo
                 if rng.random() < 0.8:
                     fleet.beat(f"b{i}", start + timedelta(minutes=minute + i))
                     expected[user][start] = expected[user].get(start, 0) + 1
-        settings = Settings(reports_partitions=rng.choice([1, 2, 3, 4, 8]), change_source="polling")
+        settings = Settings(
+            reports_partitions=rng.choice([1, 2, 3, 4, 8]), reports_page_size=1, change_source="polling"
+        )
         if rng.random() < 0.8:  # a pass lost now and then
-            tally_passes(mock_db, settings, start + HOUR + 10 * MINUTE)
-    tally_passes(mock_db, settings, TALLY_DAY + (hours + 1) * HOUR + 10 * MINUTE)
+            tally_passes(mock_db, settings, start + HOUR + 10 * MINUTE, cut_short=lambda: rng.random() < 0.3)
+    for extra in range(1, 4):  # the layout rests: passes run to the end
+        tally_passes(mock_db, settings, TALLY_DAY + (hours + extra) * HOUR + 10 * MINUTE)
 
     assert {user: fleet.hourly(user) for user in users} == expected
+    for user in users:
+        for day in (TALLY_DAY, TALLY_DAY + DAY):
+            daily = fleet.daily(user, day)
+            counted = sum(n for hour, n in expected[user].items() if day <= hour < day + DAY)
+            assert (daily or {}).get("heartbeats", 0) == counted, (user, day)
 
 
 def test_a_message_for_a_partition_that_split_before_its_first_run_leaves_it_to_its_children(
