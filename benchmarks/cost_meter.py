@@ -20,7 +20,7 @@ import bson
 from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
-from benchmarks.cost_model import DocumentWrite, Operation
+from benchmarks.cost_model import ALL, DocumentWrite, Operation
 from shared.settings import Settings
 from shared.store.schema import CollectionSpec, collection_specs
 from tools.command_tally import HANDSHAKE
@@ -108,6 +108,46 @@ def bson_size(document: Mapping[str, Any]) -> int:
     return len(bson.encode(document))
 
 
+def shard_key_values(query: Any, shard_key: str | None) -> int:
+    """How many shard key values a filter pins: 1 (one partition, or an unsharded collection), k for `$in` of k
+    values, ALL when it pins none (a range, or no condition on the shard key: the query fans out)."""
+    if shard_key is None:
+        return 1
+    if not isinstance(query, Mapping):
+        return ALL
+    found = [_pinned(query[shard_key])] if shard_key in query else []
+    for clause in query.get("$and", []) or []:
+        found.append(shard_key_values(clause, shard_key))
+    pinned = [n for n in found if n != ALL]
+    return min(pinned) if pinned else ALL
+
+
+def _pinned(condition: Any) -> int:
+    if not isinstance(condition, Mapping) or not any(str(k).startswith("$") for k in condition):
+        return 1  # equality with a value
+    if "$eq" in condition:
+        return 1
+    if "$in" in condition and isinstance(condition["$in"], list) and condition["$in"]:
+        return len({repr(v) for v in condition["$in"]})
+    return ALL
+
+
+def command_reach(command: Mapping[str, Any], name: str, shard_key: str | None) -> int:
+    """The shard key values a read command's filter pins (shard_key_values); a change stream reads one physical
+    partition's feed at a time (one token per partition, as the app consumes it on Cosmos DB)."""
+    if name == "find":
+        return shard_key_values(command.get("filter", {}), shard_key)
+    if name in {"count", "distinct"}:
+        return shard_key_values(command.get("query", {}), shard_key)
+    if name == "aggregate":
+        pipeline = command.get("pipeline", []) or []
+        first = pipeline[0] if pipeline else {}
+        if "$changeStream" in first:
+            return 1
+        return shard_key_values(first.get("$match", {}), shard_key)
+    return 1
+
+
 @dataclass
 class Measured:
     """What one command did, as recorded: the operation for the cost model, and its wire sizes."""
@@ -124,6 +164,8 @@ class _Pending:
     command: str
     collection: str
     sent: int
+    reach: int = 1
+    cursor: int = 0  # a getMore's cursor
     before: list[tuple[Any, dict[str, Any] | None, bool]] = field(default_factory=list)  # (_id, doc, matched)
     inserted: list[dict[str, Any]] = field(default_factory=list)
 
@@ -137,6 +179,8 @@ class CostMeter(monitoring.CommandListener):
     ) -> None:
         specs = [*collection_specs(settings or Settings()), *extra]
         self._paths = {spec.name: IndexedPaths.of(spec) for spec in specs}
+        self._shard_keys = {spec.name: spec.shard_key for spec in specs}
+        self._cursors: dict[int, int] = {}  # cursor id -> the reach of the command that opened it
         self._observer: MongoClient[dict[str, Any]] | None = (
             MongoClient(observe, tz_aware=True, retryWrites=False) if observe else None
         )
@@ -174,6 +218,11 @@ class CostMeter(monitoring.CommandListener):
         collection = command.get(event.command_name)
         name = collection if isinstance(collection, str) else str(command.get("collection", ""))
         pending = _Pending(self.label, event.command_name, name, bson_size(command))
+        if event.command_name == "getMore":
+            pending.cursor = int(command.get("getMore", 0))
+            pending.reach = self._cursors.get(pending.cursor, 1)
+        elif event.command_name in READS:
+            pending.reach = command_reach(command, event.command_name, self._shard_keys.get(name))
         if self._observer is not None and event.command_name in WRITES:
             db = self._observer[event.database_name]
             self._look_before(db, pending, command)
@@ -185,10 +234,15 @@ class CostMeter(monitoring.CommandListener):
             pending = self._pending.pop(event.request_id, None)
         if pending is None:
             return
-        operation = Operation(pending.command, pending.collection)
+        operation = Operation(pending.command, pending.collection, reach=pending.reach)
         reply = event.reply
         cursor = reply.get("cursor")
         if isinstance(cursor, Mapping):
+            with self._lock:
+                if cursor.get("id"):
+                    self._cursors[int(cursor["id"])] = pending.reach
+                elif pending.command == "getMore":  # the cursor is exhausted: forget it
+                    self._cursors.pop(pending.cursor, None)
             batch = cursor.get("firstBatch", cursor.get("nextBatch", [])) or []
             operation.returned = [bson_size(d.get("fullDocument") or d) for d in batch if isinstance(d, Mapping)]
         if pending.command == "findAndModify" and isinstance(reply.get("value"), Mapping):

@@ -1,16 +1,19 @@
-"""Cosmos DB request units from what a run measured, by Microsoft's documented rules (benchmarks only: nothing
-here is deployed). The inputs come from benchmarks/cost_meter.py: per database command, the documents a query
-or a change feed returned (their BSON sizes), and per document a write changed, its stored size before and
-after and the index terms it deleted and inserted. The outputs are request units (RU) per operation, which
-the benchmarks turn into RU per heartbeat, per opened and closed event, per report consumer change and per
-swept bottle in trouble, and the design-scale table (design_scale.py).
+"""Cosmos DB request units and the bill, by Microsoft's documented rules (benchmarks only: nothing here is
+deployed). The inputs come from benchmarks/cost_meter.py: per database command, the documents a query or a change
+feed returned (their BSON sizes) and how many shard key values its filter names, and per document a write changed,
+its stored size before and after and the index terms it deleted and inserted. The outputs are request units (RU)
+per operation, which benchmarks/costs.py turns into RU per heartbeat, per opened and closed event, per report
+change and per swept bottle, and the billing rules design_scale.py applies to them (the hourly peak, the storage
+floor, the physical partitions, the regions, the price).
 
-Each rule is written beside the code that applies it, with its source. Where the documentation gives no
-figure, the model says what it assumes instead (ASSUMPTIONS), and the benchmarks print what the result would
-be under the opposite assumption where it matters.
+RULES is the model: one row per rule, each with the page it comes from and a worked example that
+tests/test_cost_model.py checks against the code. Where the documentation gives no figure, ASSUMPTIONS says what
+the model takes instead; `./dev bench --mongodb-uri` (benchmarks/calibrate.py) prints the charge a real account
+reports beside the model's, operation by operation. There is one bill, the honest one: no optimistic line.
 """
 
 import bisect
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,7 +25,51 @@ RU_CONSUMPTION = "https://learn.microsoft.com/azure/cosmos-db/understand-request
 REQUEST_UNITS = "https://learn.microsoft.com/azure/cosmos-db/request-units"
 READS_WRITES = "https://learn.microsoft.com/azure/cosmos-db/optimize-cost-reads-writes"
 MONGO_INDEXING = "https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing"
-MONGO_TTL = "https://learn.microsoft.com/azure/cosmos-db/mongodb/time-to-live"
+QUERY_CONTAINER = "https://learn.microsoft.com/azure/cosmos-db/how-to-query-container"
+AUTOSCALE = "https://learn.microsoft.com/azure/cosmos-db/provision-throughput-autoscale"
+AUTOSCALE_FAQ = "https://learn.microsoft.com/azure/cosmos-db/autoscale-faq"
+LIMITS = "https://learn.microsoft.com/azure/cosmos-db/concepts-limits"
+PARTITIONING = "https://learn.microsoft.com/azure/cosmos-db/partitioning-overview"
+TIME_TO_LIVE = "https://learn.microsoft.com/azure/cosmos-db/time-to-live"
+REGIONS = "https://learn.microsoft.com/azure/cosmos-db/optimize-cost-regions"
+STORAGE_COST = "https://learn.microsoft.com/azure/cosmos-db/optimize-cost-storage"
+
+# --- the figures the rules use -------------------------------------------------------------------------------
+
+# (KB, RU) from the "Document size" table of RU_CONSUMPTION (session consistency; "illustrative" values).
+_READ_TABLE = ((1, 1.00), (2, 1.04), (4, 1.14), (8, 1.33), (16, 1.67), (32, 2.19), (64, 4.76), (128, 9.95))
+_WRITE_TABLE = ((1, 4.95), (2, 6.29), (4, 6.67), (8, 7.04), (16, 9.52), (32, 11.23), (64, 22.67), (128, 48.19))
+TERM_RU = 0.2  # per index term added or removed (RU_CONSUMPTION, Write operations)
+FANOUT_RU = 2.5  # per physical partition a query not confined to one shard key value reaches
+PARTITION_GB = 50  # storage of one physical partition
+PARTITION_RU = 10_000  # RU/s of one physical partition
+STORAGE_FLOOR_RU_PER_GB = 10  # autoscale's maximum RU/s is at least 10 x the GB stored
+AUTOSCALE_MIN_MAX = 1_000  # the smallest autoscale maximum
+AUTOSCALE_STEP = 1_000  # the maximum is set in steps of 1,000 RU/s
+BILLED_FLOOR = 0.1  # an autoscale hour bills at least a tenth of the maximum
+HOURS_PER_MONTH = 730
+ALL = -1  # an Operation's reach: every physical partition
+
+
+@dataclass(frozen=True)
+class Price:
+    """The public list price the bill uses (US dollars, a US region, pay as you go)."""
+
+    standard_per_100_ru_hour: float = 0.008  # provisioned throughput, single write region
+    autoscale_factor: float = 1.5  # autoscale's rate per 100 RU/s is 1.5 x the standard one (single write region)
+    storage_per_gb_month: float = 0.25  # data and index, in each region
+    source: str = (
+        f"{REGIONS} (page dated 2021-08-26: $0.008 per 100 RU/s per hour with a single write region, storage "
+        f"$0.25 per GB-month, 730 hours a month); {AUTOSCALE_FAQ} (autoscale: 1.5 x the standard rate); check "
+        "https://azure.microsoft.com/pricing/details/cosmos-db/ for today's price in your region"
+    )
+
+    @property
+    def autoscale_per_100_ru_hour(self) -> float:
+        return self.standard_per_100_ru_hour * self.autoscale_factor
+
+
+PRICE = Price()
 
 
 @dataclass(frozen=True)
@@ -30,106 +77,152 @@ class Rule:
     name: str
     statement: str
     source: str
+    example: str  # a worked example from the source; tests/test_cost_model.py checks the code against it
 
 
 RULES = (
     Rule(
         "point read",
-        "a point read of a 1 KB item costs 1 RU; 100 KB about 10 RU (table: 1.00 at 1 KB, 1.04 at 2, 1.14 at 4, "
-        "1.33 at 8 ... for session consistency)",
+        "reading one document by its `_id` and shard key costs 1 RU up to 1 KB (an item under 1 KB costs as 1 KB), "
+        "then by the size table: 1.04 at 2 KB, 1.14 at 4, 1.33 at 8 ... 9.95 at 128",
         f"{REQUEST_UNITS}; {RU_CONSUMPTION} (Document size)",
+        "a 300-byte document: 1 RU; 1 KB: 1 RU; 128 KB: 9.95 RU",
     ),
     Rule(
         "write, by size",
-        "writing a 1 KB item costs about 5 RU (table: 4.95 at 1 KB, 6.29 at 2, 6.67 at 4, 7.04 at 8 ...), "
-        "100 KB about 50",
+        "writing a document costs about 5 RU up to 1 KB (an item under 1 KB costs as 1 KB), then by the size "
+        "table: 6.29 at 2 KB, 6.67 at 4, 7.04 at 8 ... 48.19 at 128",
         f"{RU_CONSUMPTION} (Document size); {READS_WRITES}",
+        "a 300-byte document: 4.95 RU; 2 KB: 6.29 RU",
     ),
     Rule(
         "create",
-        "the size-based write plus 0.2 RU per index term added (1 KB with 10 terms: 5.0 + 0.2 x 10 = 7 RU)",
+        "the size-based write plus 0.2 RU per index term inserted",
         f"{RU_CONSUMPTION} (Write operations: Create)",
+        "1 KB with 10 terms: 4.95 + 0.2 x 10 = 6.95 RU (the page: about 7)",
     ),
     Rule(
         "update (replace)",
         "deleting the old document and inserting the new one, plus 0.2 RU per modified index term deleted and per "
-        "one inserted (1 KB, two terms: 5.0 + 5.0 + 0.2 x 2 + 0.2 x 2 = 10.8 RU)",
+        "one inserted",
         f"{RU_CONSUMPTION} (Updates (replace))",
+        "1 KB changing two terms: 4.95 + 4.95 + 0.2 x 2 + 0.2 x 2 = 10.7 RU (the page: about 10.8)",
     ),
     Rule(
         "delete",
-        "the size-based write plus 0.2 RU per index term deleted (1 KB, 10 terms: 7 RU)",
+        "the size-based write plus 0.2 RU per index term deleted",
         f"{RU_CONSUMPTION} (Delete)",
+        "1 KB with 10 terms: 6.95 RU (the page: about 7)",
     ),
     Rule(
-        "query and change feed",
-        "RU follow the documents processed and their size: five 1 KB documents through a feed cost about what "
-        "five point reads do; a query depends on the documents it loads and its index lookups, and costs no less "
-        "than a point read",
-        f"{RU_CONSUMPTION} (Feed operations; Query Operations); {REQUEST_UNITS}",
+        "query and change feed, documents",
+        "each document a query or a feed returns costs what its point read does (floored at 1 KB), and a request "
+        "no less than one point read",
+        f"{RU_CONSUMPTION} (Feed operations: five 1 KB documents cost about five point reads; Query Operations); "
+        f"{REQUEST_UNITS}",
+        "a feed page of five 1 KB documents: 5 RU; an empty page: 1 RU",
+    ),
+    Rule(
+        "query fan-out",
+        "a query whose filter does not pin the shard key to one value runs against every physical partition's "
+        "own index and pays about 2.5 RU for each partition it reaches, on top of its documents; one that names "
+        "k values with `$in` reaches the partitions holding them (P x (1 - (1 - 1/P)^k) of P, on average)",
+        f"{QUERY_CONTAINER} (Cross-partition query: 'it must fan out to all physical partitions where it's run "
+        "against each partition's index'); the ~2.5 RU per partition is the design's billing rule "
+        "(DESIGN.md), not a documented figure: calibrate it",
+        "a sorted page over 200 partitions: 200 x 2.5 = 500 RU plus its documents; `$in` of 200 users over "
+        "191 partitions reaches 124.2 of them: 310 RU",
     ),
     Rule(
         "index terms",
         "the API for MongoDB indexes `_id` and the shard key by itself, and the indexes created; a compound "
         "index is one term per document, an indexed array one term per element (multikey)",
         f"{MONGO_INDEXING}",
+        "an action with (bottle_id, time), received_at, (user_id, time) and a TTL: 6 terms with `_id`, the shard "
+        "key and `_ts`",
     ),
     Rule(
-        "TTL",
-        "a TTL index on `_ts` deletes documents not modified for its expireAfterSeconds; the deletes are a "
-        "background operation that consumes provisioned throughput",
-        f"{MONGO_TTL}; {RU_CONSUMPTION} (Background operations)",
+        "autoscale bills each hour's peak",
+        "each hour bills the highest RU/s the system scaled to within that hour, and at least 0.1 x the maximum "
+        "RU/s (Tmax); so a burst bills its peak for the whole hour",
+        f"{AUTOSCALE} ('billed for the highest RU/s the system scaled to in the hour, or 0.1*Tmax, whichever is "
+        f"higher'); {AUTOSCALE_FAQ}",
+        "Tmax 10,000: an hour that peaked at 6,000 bills 6,000; an idle hour bills 1,000",
+    ),
+    Rule(
+        "storage floor",
+        "the smallest autoscale maximum a container may have is MAX(1,000, the highest maximum ever set / 10, "
+        "the GB stored (data and index) x 10), rounded up to 1,000 RU/s, and Cosmos DB raises it by itself",
+        f"{AUTOSCALE} (Minimum autoscale max RU/s for a container)",
+        "9,531 GB stored: at least 96,000 RU/s maximum, so every hour bills at least 9,600",
+    ),
+    Rule(
+        "physical partitions",
+        "a physical partition holds up to 50 GB and serves up to 10,000 RU/s: a container has at least "
+        "MAX(GB / 50, maximum RU/s / 10,000) of them, and each splits as it grows",
+        f"{LIMITS} (Maximum RUs per partition: 10,000); {PARTITIONING} (50 GB per physical partition)",
+        "9,531 GB at a 96,000 RU/s maximum: 191 partitions",
+    ),
+    Rule(
+        "TTL deletes are not billed",
+        "with provisioned throughput, expired items are deleted with leftover RUs that user requests did not "
+        "consume: they add nothing to the hour's peak",
+        f"{TIME_TO_LIVE} ('For provisioned throughput accounts, the deletion of expired items uses leftover RUs')",
+        "60 days of actions expiring: 0 RU/s billed",
+    ),
+    Rule(
+        "regions",
+        "the throughput configured is reserved in each region of the account: T RU/s in N regions bills T x N "
+        "(every write is applied, and charged, again in each region); storage is billed in each region too",
+        f"{REGIONS}; {STORAGE_COST}",
+        "10,000 RU/s and 512 GB in 2 regions: 20,000 RU/s and 1,024 GB billed",
+    ),
+    Rule(
+        "price",
+        "autoscale with one write region: $0.012 per 100 RU/s per hour (1.5 x the standard $0.008), storage "
+        "$0.25 per GB-month, 730 hours a month",
+        PRICE.source,
+        "10,000 RU/s standard for a month: 100 x 730 x $0.008 = $584; autoscale billed 10,000 every hour: $876; "
+        "512 GB: $128",
     ),
 )
 
 ASSUMPTIONS = (
-    "Below 1 KB the documentation gives no figure: the size-based part of a read or write is taken as "
-    "proportional to the size (1 RU per KB read, 4.95 RU per KB written: the '5 RU per KB' rule of thumb). "
-    "SMALL_ITEMS_AS_1KB is the opposite assumption (every item charged as 1 KB), printed beside it.",
-    "An update through the API for MongoDB is charged as a replace of the whole document (not as a patch, "
-    "which would add 0.4 RU per modified property).",
+    "An update through the API for MongoDB is charged as a replace of the whole document (not as a patch).",
     "A findAndModify is an update plus a point read of the document it returns (its reply).",
     "A write whose filter matches nothing costs a point read of the document it looked at.",
     "A document's `_ts` is an index term when its collection has a TTL index: every write replaces it.",
+    "A query's documents cost what their point reads do (each floored at 1 KB) on top of the partitions it "
+    "reaches: the documentation gives no per-document figure for queries over small items, so this is the "
+    "pessimistic reading; calibrate on a real account.",
+    "Load spreads evenly over a container's physical partitions (autoscale scales every partition to the "
+    "busiest one's need).",
 )
 
 # --- the size-based parts ------------------------------------------------------------------------------------
 
-# (KB, RU) from the "Document size" table of RU_CONSUMPTION.
-_READ_TABLE = ((1, 1.00), (2, 1.04), (4, 1.14), (8, 1.33), (16, 1.67), (32, 2.19), (64, 4.76), (128, 9.95))
-_WRITE_TABLE = ((1, 4.95), (2, 6.29), (4, 6.67), (8, 7.04), (16, 9.52), (32, 11.23), (64, 22.67), (128, 48.19))
-TERM_RU = 0.2  # per index term added or removed (RU_CONSUMPTION, Write operations)
+
+def _size_part(size: int, table: Sequence[tuple[int, float]]) -> float:
+    kb = max(size / KB, 1.0)  # an item under 1 KB costs as 1 KB
+    sizes = [s for s, _ in table]
+    i = bisect.bisect_left(sizes, kb)
+    if i == 0:
+        return table[0][1]
+    if i >= len(table):  # past the table: the last point's rate per KB
+        return table[-1][1] * kb / table[-1][0]
+    (k0, r0), (k1, r1) = table[i - 1], table[i]
+    return r0 + (r1 - r0) * (kb - k0) / (k1 - k0)
 
 
-@dataclass(frozen=True)
-class SizeRule:
-    """How the size-based part below 1 KB is charged: proportional (the model) or as 1 KB (the opposite)."""
-
-    small_items_as_1kb: bool = False
-
-    def _size_part(self, size: int, table: Sequence[tuple[int, float]]) -> float:
-        kb = size / KB
-        if kb <= 1:
-            first = table[0][1]
-            return first if self.small_items_as_1kb else first * kb
-        sizes = [s for s, _ in table]
-        i = bisect.bisect_left(sizes, kb)
-        if i >= len(table):  # past the table: the last point's rate per KB
-            return table[-1][1] * kb / table[-1][0]
-        (k0, r0), (k1, r1) = table[i - 1], table[i]
-        return r0 + (r1 - r0) * (kb - k0) / (k1 - k0)
-
-    def read(self, size: int) -> float:
-        """A point read of a document of `size` BSON bytes."""
-        return self._size_part(size, _READ_TABLE)
-
-    def write(self, size: int) -> float:
-        """The size-based part of writing (inserting, or deleting) a document of `size` bytes."""
-        return self._size_part(size, _WRITE_TABLE)
+def read_ru(size: int) -> float:
+    """A point read of a document of `size` BSON bytes."""
+    return _size_part(size, _READ_TABLE)
 
 
-MODEL = SizeRule()
-SMALL_ITEMS_AS_1KB = SizeRule(small_items_as_1kb=True)
+def write_ru(size: int) -> float:
+    """The size-based part of writing (inserting, or deleting) a document of `size` bytes."""
+    return _size_part(size, _WRITE_TABLE)
+
 
 # --- operations ----------------------------------------------------------------------------------------------
 
@@ -146,19 +239,34 @@ class DocumentWrite:
     unchanged: bool = False  # the write matched nothing (or changed nothing): the document was only read
     indexes: tuple[str, ...] = ()  # the indexes whose terms it changed
 
-    def ru(self, rule: SizeRule) -> float:
+    def ru(self) -> float:
         if self.unchanged:
             size = self.before if self.before is not None else self.after
-            return rule.read(size) if size is not None else rule.read(KB)
+            return read_ru(size if size is not None else KB)
         if self.before is None and self.after is None:
             return 0.0
         if self.before is None:  # create
             assert self.after is not None
-            return rule.write(self.after) + TERM_RU * self.terms_inserted
+            return write_ru(self.after) + TERM_RU * self.terms_inserted
         if self.after is None:  # delete
-            return rule.write(self.before) + TERM_RU * self.terms_deleted
+            return write_ru(self.before) + TERM_RU * self.terms_deleted
         # update (replace): the old document deleted, the new one inserted, the modified terms both ways
-        return rule.write(self.before) + rule.write(self.after) + TERM_RU * (self.terms_deleted + self.terms_inserted)
+        return write_ru(self.before) + write_ru(self.after) + TERM_RU * (self.terms_deleted + self.terms_inserted)
+
+
+def partitions_reached(reach: int, partitions: int) -> float:
+    """The physical partitions (of `partitions`) a query reaches: one, all (ALL), or, for `$in` of `reach` shard key
+    values spread evenly, the expected number of distinct partitions they fall in."""
+    if reach == ALL:
+        return float(partitions)
+    if reach <= 1 or partitions <= 1:
+        return 1.0
+    return partitions * (1 - (1 - 1 / partitions) ** reach)
+
+
+def fanout_ru(reach: int, partitions: int) -> float:
+    """What a query pays for the partitions it reaches: nothing when its filter pins one shard key value."""
+    return 0.0 if reach == 1 else FANOUT_RU * partitions_reached(reach, partitions)
 
 
 @dataclass
@@ -170,27 +278,110 @@ class Operation:
     returned: list[int] = field(default_factory=list)  # BSON sizes of the documents it returned
     writes: list[DocumentWrite] = field(default_factory=list)
     reply_document: int | None = None  # findAndModify: the document in its reply
+    reach: int = 1  # a read's shard key values: 1 (one partition), k (`$in` of k values) or ALL
 
     @property
     def is_read(self) -> bool:
         return self.command in {"find", "getMore", "aggregate", "count", "distinct"}
 
-    def ru(self, rule: SizeRule = MODEL) -> float:
+    def base_ru(self) -> float:
+        """The RU that do not depend on the partition count: documents, writes, index terms."""
         if self.is_read:
-            # Each document processed as a point read of its size, and no query under a point read (a 1 KB one).
-            return max(sum(rule.read(size) for size in self.returned), rule.read(KB))
-        total = sum(write.ru(rule) for write in self.writes)
+            return max(sum(read_ru(size) for size in self.returned), read_ru(KB))
+        total = sum(write.ru() for write in self.writes)
         if self.reply_document is not None:
-            total += rule.read(self.reply_document)
+            total += read_ru(self.reply_document)
         return total
 
+    def ru(self, partitions: int = 1) -> float:
+        """The operation's charge on a container of `partitions` physical partitions."""
+        return self.base_ru() + (fanout_ru(self.reach, partitions) if self.is_read else 0.0)
 
-def total_ru(operations: Iterable[Operation], rule: SizeRule = MODEL) -> float:
-    return sum(op.ru(rule) for op in operations)
+
+def total_ru(operations: Iterable[Operation], partitions: int = 1) -> float:
+    return sum(op.ru(partitions) for op in operations)
 
 
-def by_collection(operations: Iterable[Operation], rule: SizeRule = MODEL) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for op in operations:
-        found[op.collection] = found.get(op.collection, 0.0) + op.ru(rule)
-    return found
+# --- the bill ------------------------------------------------------------------------------------------------
+
+
+def round_up(ru_per_second: float, step: int = AUTOSCALE_STEP) -> int:
+    return max(step, math.ceil(ru_per_second / step - 1e-9) * step)
+
+
+def storage_floor(storage_gb: float) -> int:
+    """The smallest autoscale maximum a container storing `storage_gb` (data and index) may have."""
+    return round_up(max(AUTOSCALE_MIN_MAX, storage_gb * STORAGE_FLOOR_RU_PER_GB))
+
+
+def autoscale_max(peak_ru_per_second: float, storage_gb: float, headroom: float = 1.0) -> int:
+    """The autoscale maximum to set: the peak with its headroom, and no less than the storage floor."""
+    return max(round_up(peak_ru_per_second * headroom), storage_floor(storage_gb))
+
+
+def billed_in_hour(peak_ru_per_second: float, maximum: int) -> float:
+    """What one hour bills: its highest RU/s, and at least a tenth of the maximum."""
+    return max(peak_ru_per_second, BILLED_FLOOR * maximum)
+
+
+def physical_partitions(storage_gb: float, maximum: int) -> int:
+    return max(1, math.ceil(storage_gb / PARTITION_GB), math.ceil(maximum / PARTITION_RU))
+
+
+def monthly_cost(billed_ru_hours_per_hour: float, storage_gb: float, regions: int = 1, price: Price = PRICE) -> float:
+    """Dollars a month: `billed_ru_hours_per_hour` is the average over the hours of what each bills, in RU/s."""
+    throughput = billed_ru_hours_per_hour / 100 * price.autoscale_per_100_ru_hour * HOURS_PER_MONTH
+    return regions * (throughput + storage_gb * price.storage_per_gb_month)
+
+
+@dataclass(frozen=True)
+class UnitCost:
+    """RU per unit of work (a heartbeat, a change, a swept bottle), by collection: the part that does not depend
+    on the partition count, and the queries per unit by their reach, which are priced by the partitions each
+    collection has (at the design scale: design_scale.py)."""
+
+    base: dict[str, float] = field(default_factory=dict)
+    queries: dict[str, dict[int, float]] = field(default_factory=dict)  # collection -> reach -> queries per unit
+
+    @classmethod
+    def of(cls, operations: Iterable[Operation], units: float) -> "UnitCost":
+        base: dict[str, float] = {}
+        queries: dict[str, dict[int, float]] = {}
+        for op in operations:
+            base[op.collection] = base.get(op.collection, 0.0) + op.base_ru() / units
+            if op.is_read and op.reach != 1:
+                by_reach = queries.setdefault(op.collection, {})
+                by_reach[op.reach] = by_reach.get(op.reach, 0.0) + 1 / units
+        return cls(base, queries)
+
+    @property
+    def collections(self) -> set[str]:
+        return set(self.base) | set(self.queries)
+
+    def ru(self, collection: str, partitions: int = 1) -> float:
+        fanout = sum(n * fanout_ru(reach, partitions) for reach, n in self.queries.get(collection, {}).items())
+        return self.base.get(collection, 0.0) + fanout
+
+    def by_collection(self, partitions: dict[str, int] | None = None) -> dict[str, float]:
+        partitions = partitions or {}
+        return {name: self.ru(name, partitions.get(name, 1)) for name in sorted(self.collections)}
+
+    def total(self, partitions: dict[str, int] | None = None) -> float:
+        return sum(self.by_collection(partitions).values())
+
+
+def combine(parts: Iterable[tuple[UnitCost, float]], *, floor_at_zero: bool = False) -> UnitCost:
+    """The weighted sum of unit costs (a weight may be negative: a marginal cost is a run less an empty run)."""
+    base: dict[str, float] = {}
+    queries: dict[str, dict[int, float]] = {}
+    for cost, weight in parts:
+        for name, ru in cost.base.items():
+            base[name] = base.get(name, 0.0) + ru * weight
+        for name, by_reach in cost.queries.items():
+            into = queries.setdefault(name, {})
+            for reach, n in by_reach.items():
+                into[reach] = into.get(reach, 0.0) + n * weight
+    if floor_at_zero:
+        base = {name: max(ru, 0.0) for name, ru in base.items()}
+        queries = {name: {r: max(n, 0.0) for r, n in by_reach.items()} for name, by_reach in queries.items()}
+    return UnitCost(base, queries)

@@ -29,12 +29,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import azure.functions as func
+import bson
 from pymongo.database import Database
 
 from benchmarks import checks as check_bench
-from benchmarks import ingestion
+from benchmarks import design_scale, ingestion
 from benchmarks.cost_meter import CostMeter, IndexedPaths, bson_size
-from benchmarks.cost_model import MODEL, SMALL_ITEMS_AS_1KB, DocumentWrite, Operation, SizeRule, by_collection
+from benchmarks.cost_model import Operation, UnitCost, combine
 from benchmarks.design_scale import Measured
 from benchmarks.harness import installed_store, print_table
 from benchmarks.reports import NaiveConsumer, provision_fleet
@@ -80,27 +81,19 @@ def clock_at(moment: datetime) -> Iterator[None]:
 
 @dataclass
 class PerUnit:
-    """RU per unit of work (a heartbeat, a change, ...), by collection, and under the opposite size rule."""
+    """RU per unit of work (a heartbeat, a change, ...) by collection, its fan-out queries priced by the
+    partitions each collection has (cost_model.UnitCost)."""
 
     units: int
-    ru: dict[str, float] = field(default_factory=dict)
-    ru_small_as_1kb: dict[str, float] = field(default_factory=dict)
+    cost: UnitCost = field(default_factory=UnitCost)
     commands: int = 0
 
     @classmethod
     def of(cls, operations: list[Operation], units: int) -> "PerUnit":
-        def per(rule: SizeRule) -> dict[str, float]:
-            return {name: ru / units for name, ru in by_collection(operations, rule).items()}
+        return cls(units, UnitCost.of(operations, max(units, 1)), len(operations))
 
-        return cls(units, per(MODEL), per(SMALL_ITEMS_AS_1KB), len(operations))
-
-    @property
-    def total(self) -> float:
-        return sum(self.ru.values())
-
-    @property
-    def total_small_as_1kb(self) -> float:
-        return sum(self.ru_small_as_1kb.values())
+    def total(self, partitions: dict[str, int] | None = None) -> float:
+        return self.cost.total(partitions)
 
 
 # --- ingestion -------------------------------------------------------------------------------------------
@@ -110,11 +103,10 @@ def _request(bottle_id: str, key: str, event: dict[str, Any]) -> func.HttpReques
     return ingestion._request("POST", bottle_id, json.dumps(event).encode(), key)
 
 
-Samples = dict[str, dict[str, Any]]  # a document of each collection, as the app left it
 NOTES: dict[str, str] = {}  # what the last passes found that is not a number
 
 
-def ingestion_costs(bottles: int, rounds: int) -> tuple[dict[str, PerUnit], dict[str, float], Samples]:
+def ingestion_costs(bottles: int, rounds: int) -> tuple[dict[str, PerUnit], dict[str, float]]:
     """RU per heartbeat, opened and closed event (the app, and the seeds' one insert per event), and the
     average document sizes the app leaves. Each closed event is a dose (one pill), on an `every_hours` schedule:
     the bottle's read, the action's insert and one status statement (status, last dose, dose history, next dose
@@ -164,26 +156,36 @@ def ingestion_costs(bottles: int, rounds: int) -> tuple[dict[str, PerUnit], dict
         NOTES["heartbeat indexes"] = ", ".join(
             f"{name} ({n / len(beats):.0%} of them)" for name, n in changed_by.items()
         )
-        samples = {schema.BOTTLE_ACTIONS: dict(db[schema.BOTTLE_ACTIONS].find_one() or {})}
-    return results, sizes, samples
+    return results, sizes
+
+
+INDEX_TERM_OVERHEAD = 16  # bytes an index term stores beside its values (a reference to its document): assumed
 
 
 def average_sizes(db: Database[Any], collections: list[str]) -> dict[str, float]:
+    """Average BSON bytes of each collection's documents, and of their index terms on Cosmos DB as
+    "<collection> index" (each term's values plus INDEX_TERM_OVERHEAD)."""
+    paths = {spec.name: IndexedPaths.of(spec) for spec in collection_specs(get_settings())}
     found = {}
     for name in collections:
         docs = list(db[name].find())
         if docs:
             found[name] = sum(bson_size(d) for d in docs) / len(docs)
+            terms = [term for d in docs for term in paths[name].terms(d)]
+            found[f"{name} index"] = sum(len(bson.encode({"v": list(t[1:])})) + INDEX_TERM_OVERHEAD for t in terms)
+            found[f"{name} index"] /= len(docs)
     return found
 
 
 # --- the report consumer ------------------------------------------------------------------------------------
 
 
-def consumer_costs(users: int, hours: int) -> tuple[dict[str, PerUnit], dict[str, float], Samples]:
+def consumer_costs(users: int, hours: int) -> tuple[dict[str, PerUnit], dict[str, float]]:
     """RU per source change of the report consumer at the design's density, the app beside the naive `$inc`
-    consumer fed by the same change streams; the app's per-run overhead (leases, empty polls) per partition
-    run; and the report documents' average sizes.
+    consumer fed by the same change streams: the actions feed's ("actions feed"), the tally's hour by hour of the
+    roll-up block ("tally 0" ... : autoscale bills each hour's peak, and the roll-up hour costs more), and both
+    ("consumer change"); the app's per-run overhead (leases, empty polls) per partition run; and the report
+    documents' average sizes.
 
     The design's density: every bottle heard from every 30 minutes (each at its own minute) and an opened/closed
     pair per 24 heartbeats, the consumer every minute, with pages as full as a partition's (one partition here,
@@ -211,8 +213,10 @@ def consumer_costs(users: int, hours: int) -> tuple[dict[str, PerUnit], dict[str
             naive = NaiveConsumer(db)
         changes = sent = 0
         partition_runs = 0
+        changes_in_hour = [0] * hours
         for minute in range(1, 60 * hours + 1):
             now = noon + timedelta(minutes=minute)
+            hour = (minute - 1) // 60
             with clock_at(now):
                 meter.recording = False  # ingestion is measured apart
                 for n, (bottle_id, key) in enumerate(bottles):
@@ -225,28 +229,39 @@ def consumer_costs(users: int, hours: int) -> tuple[dict[str, PerUnit], dict[str
                         sending.append({"type": "opened", "time": (now - timedelta(seconds=20)).isoformat(), **reading})
                         sending.append({"type": "closed", "time": (now - timedelta(seconds=10)).isoformat(), **reading,
                                         "pills_taken": 1})  # fmt: skip
-                    changes += receive_events(db, bottle_id, key, sending, settings, now=now)
+                    stored = receive_events(db, bottle_id, key, sending, settings, now=now)
+                    changes += stored
+                    changes_in_hour[hour] += stored
                 meter.recording = True
-                with meter.labelled("app"):
-                    partition_runs += consume(db, settings, now=now + timedelta(seconds=30))[0]
+                partition_runs += consume(db, settings, now=now + timedelta(seconds=30), meter=meter, hour=hour)[0]
                 with meter.labelled("naive"):
                     naive.run()
         meter.recording = False
-        app = meter.operations("app")
-        overhead = [op for op in app if op.collection == schema.LEASES or (op.is_read and not op.returned)]
-        work = [op for op in app if op not in overhead]
+
+        def overhead(op: Operation) -> bool:
+            return op.collection == schema.LEASES or (op.is_read and not op.returned)
+
+        labels = [f"actions {h}" for h in range(hours)] + [f"tally {h}" for h in range(hours)]
+        app = [op for label in labels for op in meter.operations(label)]
         results = {
-            "consumer change": PerUnit.of(work, changes),
-            "consumer run": PerUnit.of(overhead, partition_runs),
+            "consumer change": PerUnit.of([op for op in app if not overhead(op)], changes),
+            "actions feed": PerUnit.of(
+                [op for h in range(hours) for op in meter.operations(f"actions {h}") if not overhead(op)], changes
+            ),
+            "consumer run": PerUnit.of([op for op in app if overhead(op)], partition_runs),
             "seeds consumer change": PerUnit.of(meter.operations("naive"), changes),
         }
-        sizes = average_sizes(db, [schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS])
+        for h in range(hours):  # the tally, hour by hour of the roll-up block: its roll-up hour costs more
+            work = [op for op in meter.operations(f"tally {h}") if not overhead(op)]
+            results[f"tally {h}"] = PerUnit.of(work, changes_in_hour[h])
+        sizes = average_sizes(
+            db, [schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS, schema.BOTTLES, schema.BOTTLE_HEARTBEATS]
+        )
         hours_seen = {doc["hour"] for doc in db[schema.USER_HOURLY_REPORTS].find({}, {"hour": 1})}
         sizes["user-hours per user-hour"] = db[schema.USER_HOURLY_REPORTS].count_documents({}) / (
             users * len(hours_seen)
         )
-        samples = {schema.USER_HOURLY_REPORTS: dict(db[schema.USER_HOURLY_REPORTS].find_one(sort=[("_id", -1)]) or {})}
-    return results, sizes, samples
+    return results, sizes
 
 
 def receive_events(
@@ -256,18 +271,27 @@ def receive_events(
     return receive(db, bottle_id, key, body, now=now, settings=settings).stored
 
 
-def consume(db: Database[Any], settings: Settings, *, now: datetime) -> tuple[int, bool]:
-    """One dispatch of the report feeds and a worker run per partition: (partitions run, all caught up)."""
+def consume(
+    db: Database[Any], settings: Settings, *, now: datetime, meter: CostMeter | None = None, hour: int = 0
+) -> tuple[int, bool]:
+    """One dispatch of the report feeds and a worker run per partition: (partitions run, all caught up). With a
+    meter, each run's commands are labelled by its feed and `hour` ("actions 0", "tally 0", ...)."""
     messages: list[str] = []
-    dispatch(db, now=now, settings=settings, send=messages.extend)
-    runs = [process_partition(db, Partition.from_message(json.loads(m)), now=now, settings=settings) for m in messages]
+    with meter.labelled(f"actions {hour}") if meter else contextlib.nullcontext():
+        dispatch(db, now=now, settings=settings, send=messages.extend)
+    runs = []
+    for message in messages:
+        partition = Partition.from_message(json.loads(message))
+        label = f"{'tally' if partition.feed.tally else 'actions'} {hour}"
+        with meter.labelled(label) if meter else contextlib.nullcontext():
+            runs.append(process_partition(db, partition, now=now, settings=settings))
     return len(runs), all(run.caught_up for run in runs)
 
 
 # --- the checks ---------------------------------------------------------------------------------------------
 
 
-def sweep_costs(bottles: int, in_trouble: int) -> tuple[dict[str, PerUnit], dict[str, float], Samples]:
+def sweep_costs(bottles: int, in_trouble: int) -> tuple[dict[str, PerUnit], dict[str, float]]:
     """RU per bottle in trouble a check's run finds (the app's sweep, and the seeds' query per bottle), and per
     run that finds none; the notification's size."""
     results: dict[str, PerUnit] = {}
@@ -287,22 +311,7 @@ def sweep_costs(bottles: int, in_trouble: int) -> tuple[dict[str, PerUnit], dict
             results[f"{kind} empty"] = PerUnit.of(meter.operations(f"{kind} empty"), 1)
         meter.recording = False
         sizes = average_sizes(db, [schema.NOTIFICATIONS])
-        samples = {schema.NOTIFICATIONS: dict(db[schema.NOTIFICATIONS].find_one() or {})}
-    return results, sizes, samples
-
-
-# --- retention ----------------------------------------------------------------------------------------------
-
-
-def ttl_delete_ru(sample: dict[str, dict[str, Any]], settings: Settings) -> dict[str, float]:
-    """RU to delete one expired document of each growing collection (its size and its index terms, `_ts`
-    included), from a sample document of each."""
-    paths = {spec.name: IndexedPaths.of(spec) for spec in collection_specs(settings)}
-    found = {}
-    for name, document in sample.items():
-        deleted, _ = paths[name].changed(document, None)
-        found[name] = DocumentWrite(bson_size(document), None, deleted, 0).ru(MODEL)
-    return found
+    return results, sizes
 
 
 # --- everything, as the suite prints it ---------------------------------------------------------------------
@@ -312,7 +321,6 @@ def ttl_delete_ru(sample: dict[str, dict[str, Any]], settings: Settings) -> dict
 class Costs:
     units: dict[str, PerUnit]
     sizes: dict[str, float]
-    ttl_delete: dict[str, float]
     notes: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -322,68 +330,73 @@ class Costs:
 
     def measured(self) -> Measured:
         u = self.units
-        trouble = {k: v for k, v in u.items() if k in KINDS}
-        in_trouble: dict[str, float] = {}
-        for per in trouble.values():  # the three checks' RU per bottle, averaged over the kinds
-            for name, ru in per.ru.items():
-                in_trouble[name] = in_trouble.get(name, 0.0) + ru / len(trouble)
-        empty: dict[str, float] = {}
-        for kind in KINDS:
-            for name, ru in u[f"{kind} empty"].ru.items():
-                empty[name] = empty.get(name, 0.0) + ru / len(KINDS)
+        hours = sorted(int(k.split()[1]) for k in u if k.startswith("tally "))
         return Measured(
-            heartbeat=u["heartbeat"].ru,
-            opened=u["opened"].ru,
-            closed=u["closed"].ru,
-            consumer_change=u["consumer change"].ru,
-            consumer_run=u["consumer run"].ru,
-            swept_in_trouble=in_trouble,
-            sweep_run=empty,
-            ttl_delete=self.ttl_delete,
+            heartbeat=u["heartbeat"].cost,
+            opened=u["opened"].cost,
+            closed=u["closed"].cost,
+            actions_feed=u["actions feed"].cost,
+            tally=[u[f"tally {h}"].cost for h in hours],
+            consumer_run=u["consumer run"].cost,
+            swept={kind: marginal(u[kind], u[f"{kind} empty"]) for kind in KINDS},
+            sweep_run={kind: u[f"{kind} empty"].cost for kind in KINDS},
             sizes=self.sizes,
             hourly_reports_per_user_hour=self.sizes.get("user-hours per user-hour", 1.0),
         )
 
 
+def marginal(run: PerUnit, empty: PerUnit) -> UnitCost:
+    """RU per bottle found beyond the run's fixed cost: the run's RU less an empty run's, over the bottles found
+    (the fixed cost is priced per run: design_scale.Measured.sweep_run)."""
+    return combine([(run.cost, 1.0), (empty.cost, -1.0 / max(run.units, 1))], floor_at_zero=True)
+
+
 def measure(quick: bool) -> Costs:
     units: dict[str, PerUnit] = {}
     sizes: dict[str, float] = {}
-    samples: Samples = {}
-    for found, more, sample in (
+    for found, more in (
         ingestion_costs(bottles=10 if quick else 30, rounds=2 if quick else 4),
         consumer_costs(users=60 if quick else 200, hours=6),
         sweep_costs(bottles=1000 if quick else 2000, in_trouble=10 if quick else 20),
     ):
         units |= found
         sizes |= more
-        samples |= sample
-    return Costs(units, sizes, ttl_delete_ru(samples, get_settings()), dict(NOTES))
+    return Costs(units, sizes, dict(NOTES))
 
 
-def table(costs: Costs) -> str:
-    """RU per unit of work, the app beside the seeds' approach measured in the same run."""
+UNITS = [
+    ("heartbeat", "heartbeat", "seeds heartbeat", "one insert per heartbeat"),
+    ("opened event", "opened", "seeds opened", "one insert per event"),
+    ("closed event", "closed", "seeds closed", "one insert per event"),
+    ("report change", "consumer change", "seeds consumer change", "$inc per event"),
+    *[(f"swept bottle in trouble, {kind}", kind, f"seeds {kind}", "one query per bottle") for kind in KINDS],
+]
+
+
+def table(costs: Costs, partitions: dict[str, int] | None = None) -> str:
+    """RU per unit of work as the design scale pages it (design_scale.unit_costs), the app beside the seeds'
+    approach measured in the same run, each query that fans out priced by `partitions` (by collection: the
+    design scale's physical partitions)."""
     rows = []
-    pairs = [
-        ("heartbeat", "heartbeat", "seeds heartbeat", "one insert per heartbeat"),
-        ("opened event", "opened", "seeds opened", "one insert per event"),
-        ("closed event", "closed", "seeds closed", "one insert per event"),
-        ("report consumer change", "consumer change", "seeds consumer change", "$inc per event"),
-        *[(f"swept bottle in trouble, {kind}", kind, f"seeds {kind}", "one query per bottle") for kind in KINDS],
-    ]
-    for name, app, seeds, how in pairs:
-        ours, theirs = costs.units[app], costs.units[seeds]
+    app_units = design_scale.unit_costs(costs.measured(), get_settings())
+    for name, app, seeds, how in UNITS:
+        ours, theirs = app_units[app], costs.units[seeds]
+        mine, their = ours.total(partitions), theirs.total(partitions)
+        fanout = mine - sum(ours.base.values())
         rows.append(
             [
                 name,
-                f"{ours.total:.2f}",
-                f"{ours.total_small_as_1kb:.2f}",
-                f"{theirs.total:.2f} ({how})",
-                f"{theirs.total_small_as_1kb:.2f}",
-                f"{theirs.total / ours.total:.2f}x" if ours.total else "-",
+                f"{mine:.2f}",
+                f"{fanout:.2f}",
+                f"{their:.2f} ({how})",
+                f"{their / mine:.2f}x" if mine else "-",
             ]
         )
-    header = ["RU per", "app", "app, items < 1 KB as 1 KB", "seeds", "seeds, items < 1 KB as 1 KB", "seeds / app"]
-    return print_table("Request units on Cosmos DB (benchmarks/cost_model.py), measured in the same run", rows, header)
+    header = ["RU per", "app", "of which fan-out", "seeds", "seeds / app"]
+    title = "Request units on Cosmos DB (benchmarks/cost_model.py), measured in the same run"
+    if partitions:
+        title += ", queries priced at the design scale's physical partitions"
+    return print_table(title, rows, header)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,16 +1,37 @@
-"""The design-scale bill: request units per second and storage after a year per collection, from the RU the
-benchmarks measured per operation (benchmarks/cost_model.py) and the rates the design names (/work/shared
-DESIGN.md: 30 M bottles of 10 M users, a heartbeat per bottle every 30 minutes, ~1.4 K opened/closed events a
-second). What the design does not give is an assumption, stated in ASSUMED_RATES and printed with the table.
+"""The design-scale bill: what each collection bills at 30 M bottles of 10 M users, by the rules of
+benchmarks/cost_model.py, from the RU the benchmarks measured per unit of work (benchmarks/costs.py) and the
+rates the design names (/work/shared/DESIGN.md: a heartbeat per bottle every 30 minutes, ~1.4 K opened/closed
+events a second, a late-dose sweep at the morning peak finding ~100 K bottles).
+
+Autoscale bills each hour's peak, so the bill follows each collection's profile minute by minute over a day:
+heartbeats, events and the actions feed are steady; the heartbeat tally's pages land in TALLY_MINUTES of each hour
+(its roll-up hours cost more: the measured hours of a roll-up block, in order); the checks' sweeps land in the
+minute each runs, the late-dose one with the morning peak in MORNING_HOUR. Each hour bills its highest minute (and
+at least a tenth of the maximum); the maximum to set is the day's peak with HEADROOM, and at least the storage
+floor; the physical partitions follow the storage and the maximum, and price every query that fans out. What the
+design does not give is an assumption, in ASSUMED_RATES, printed with the table.
 
 The README's "What it costs at the design scale" table is this module's output for the last full run
 (benchmarks/suite.py writes it there and into benchmarks/RESULTS.md).
 """
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from benchmarks.cost_model import (
+    ALL,
+    PRICE,
+    UnitCost,
+    autoscale_max,
+    billed_in_hour,
+    combine,
+    monthly_cost,
+    physical_partitions,
+    storage_floor,
+)
+from shared.notifications.documents import KINDS
+from shared.reports.aggregation import CLAUSES_PER_QUERY
 from shared.settings import Settings
 from shared.store import schema
 
@@ -18,34 +39,68 @@ BOTTLES = 30_000_000
 USERS = 10_000_000
 HEARTBEATS_PER_SECOND = BOTTLES / 1800  # one per bottle every 30 minutes
 OPENED_PER_SECOND = CLOSED_PER_SECOND = 700  # ~1.4 K opened/closed events a second, half each
+CHANGES_PER_SECOND = HEARTBEATS_PER_SECOND + OPENED_PER_SECOND + CLOSED_PER_SECOND
 SECONDS_PER_DAY = 86_400
-HEADROOM = 1.2  # the autoscale maximum to set: the estimate plus a fifth, rounded up to 1,000 RU/s
+HEADROOM = 1.2  # the autoscale maximum to set: the day's peak plus a fifth, rounded up to 1,000 RU/s
+TALLY_FIRST_MINUTE = 10  # an hour is counted SETTLE (10 minutes) after it ends (shared/reports/tally.py)
+TALLY_MINUTES = 15  # a pass's pages land in about 15 minutes of each hour
+MORNING_HOUR = 7  # the hour (UTC) of the morning late-dose peak
+SWEEP_MINUTES = {"late_dose": 5, "left_open": 1, "silent": 5}  # each check runs every so many minutes
+REPORTS_PARTITIONS = 64  # the tally's partitions at this scale (the README's deploy settings)
 
 # Rates the design does not give, and what the table assumes for them.
 ASSUMED_RATES = {
-    "late doses found per second": 100_000 / 300,  # DESIGN: ~100 K bottles in one 5-minute sweep at the peak
+    "late doses found by a sweep in the morning hour": 100_000.0,  # DESIGN: ~100 K bottles in one sweep at the peak
+    "late doses found by a sweep in any other hour": 10_000.0,  # a tenth of the morning's
     "bottles left open per second": OPENED_PER_SECOND * 0.01,  # one opening in a hundred left open
     "bottles going silent per second": BOTTLES * 0.01 / SECONDS_PER_DAY,  # one bottle in a hundred a day
-    "check runs per second": 1 / 60 + 2 / 300,  # left open every minute, silent and late dose every 5 minutes
-    # The actions' feed: ~20 physical partitions at this throughput, each run every minute (REPORTS_SCHEDULE);
-    # the heartbeat tally: REPORTS_PARTITIONS (64 at this scale), each run once an hour.
-    "report partition runs per second": 20 / 60 + 64 / 3600,
+    "minutes a sweep's work takes": 1.0,  # the check partitions run side by side, each within its minute
 }
 
 
 @dataclass(frozen=True)
-class Measured:
-    """What the benchmarks measured, per operation, in RU (and the document sizes, in bytes)."""
+class Variant:
+    """A way of running the same work, for the alternatives table: how long the tally's pages take each hour,
+    and whether every hour rolls the days up (a daily report within an hour of its hours) or only the hours that
+    end a block of DAILY_ROLLUP_HOURS (today: up to 7 hours behind)."""
 
-    heartbeat: Mapping[str, float]  # RU by collection
-    opened: Mapping[str, float]
-    closed: Mapping[str, float]
-    consumer_change: Mapping[str, float]  # per source change (heartbeat or action)
-    consumer_run: Mapping[str, float]  # per partition run: leases, empty polls
-    swept_in_trouble: Mapping[str, float]  # per bottle in trouble found by a sweep
-    sweep_run: Mapping[str, float]  # per check run that finds nobody
-    ttl_delete: Mapping[str, float]  # per expired document
-    sizes: Mapping[str, float]  # average BSON bytes of a document, by collection
+    name: str
+    tally_minutes: int = TALLY_MINUTES
+    rollup_every_hour: bool = False
+
+
+TODAY = Variant("today: the tally's pages in ~15 minutes, days rolled up every 6 hours")
+ALTERNATIVES = (
+    TODAY,
+    Variant("the tally paced over the hour (a per-partition rate, staggered starts)", tally_minutes=60),
+    Variant("daily reports within an hour (a roll-up every hour)", rollup_every_hour=True),
+    Variant("both: paced, and a roll-up every hour", tally_minutes=60, rollup_every_hour=True),
+)
+
+HEARTBEATS, EVENTS, FEED, TALLY, CHECKS, FLOOR = (
+    "heartbeats",
+    "opened/closed events",
+    "actions feed",
+    "heartbeat tally",
+    "notification checks",
+    "0.1 x maximum",
+)
+WORK = (HEARTBEATS, EVENTS, FEED, TALLY, CHECKS, FLOOR)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the benchmarks measured, per unit of work (benchmarks/costs.py)."""
+
+    heartbeat: UnitCost
+    opened: UnitCost
+    closed: UnitCost
+    actions_feed: UnitCost  # per source change (heartbeat or action): the actions feed's work
+    tally: Sequence[UnitCost]  # per source change: the heartbeat tally's, one per hour of a roll-up block, in order
+    consumer_run: UnitCost  # per report partition run: leases, empty polls
+    swept: Mapping[str, UnitCost]  # per bottle in trouble a sweep finds, beyond a run's fixed cost, by check kind
+    sweep_run: Mapping[str, UnitCost]  # per check run that finds nobody, by check kind
+    sizes: Mapping[str, float]  # average BSON bytes of a document by collection; its index's as "<collection> index"
     hourly_reports_per_user_hour: float = 1.0  # user-hours written per user per hour (every user is active)
 
 
@@ -53,74 +108,23 @@ class Measured:
 class Row:
     collection: str
     work: list[str] = field(default_factory=list)
-    ru_per_second: float = 0.0
-    storage_gb: float = 0.0
+    storage_gb: float = 0.0  # data and index, after a year
     storage_note: str = ""
-    by_work: dict[str, float] = field(default_factory=dict)  # RU/s by kind of work (WORK), this collection's
+    peak: float = 0.0  # the day's highest RU/s (a minute's)
+    average: float = 0.0  # RU/s over the day
+    maximum: int = 0  # the autoscale maximum to set
+    partitions: int = 1  # physical partitions after a year
+    billed: float = 0.0  # what its busiest hour bills, RU/s
+    billed_average: float = 0.0  # what an hour bills, averaged over the day's hours
+    hourly_billed: list[float] = field(default_factory=list)
+    by_work: dict[str, float] = field(default_factory=dict)  # RU/s at the peak by kind of work (WORK)
 
     @property
-    def autoscale_max(self) -> int:
-        return max(1000, math.ceil(self.ru_per_second * HEADROOM / 1000) * 1000)
+    def floor(self) -> int:
+        return storage_floor(self.storage_gb)
 
-
-# The kinds of work the bill is split by, below the table.
-HEARTBEATS, EVENTS, CONSUMER, CHECKS, TTL = (
-    "heartbeats",
-    "opened/closed events",
-    "report consumer",
-    "notification checks",
-    "TTL deletes",
-)
-WORK = (HEARTBEATS, EVENTS, CONSUMER, CHECKS, TTL)
-
-
-def _add(rows: dict[str, Row], ru: Mapping[str, float], rate: float, work: str, kind: str) -> None:
-    for collection, per in ru.items():
-        row = rows.setdefault(collection, Row(collection))
-        row.ru_per_second += per * rate
-        row.by_work[kind] = row.by_work.get(kind, 0.0) + per * rate
-        if work not in row.work:
-            row.work.append(work)
-
-
-def table(measured: Measured, settings: Settings | None = None) -> list[Row]:
-    settings = settings or Settings()
-    rows: dict[str, Row] = {name: Row(name) for name in _ORDER}
-    changes = HEARTBEATS_PER_SECOND + OPENED_PER_SECOND + CLOSED_PER_SECOND
-    trouble = (
-        ASSUMED_RATES["late doses found per second"]
-        + ASSUMED_RATES["bottles left open per second"]
-        + ASSUMED_RATES["bottles going silent per second"]
-    )
-    runs = ASSUMED_RATES["report partition runs per second"]
-    _add(rows, measured.heartbeat, HEARTBEATS_PER_SECOND, f"{HEARTBEATS_PER_SECOND:,.0f} heartbeats/s", HEARTBEATS)
-    _add(rows, measured.opened, OPENED_PER_SECOND, f"{OPENED_PER_SECOND:,} opened/s", EVENTS)
-    _add(rows, measured.closed, CLOSED_PER_SECOND, f"{CLOSED_PER_SECOND:,} closed/s", EVENTS)
-    _add(rows, measured.consumer_change, changes, f"{changes:,.0f} report changes/s", CONSUMER)
-    _add(rows, measured.consumer_run, runs, f"{runs:.2f} report partition runs/s", CONSUMER)
-    _add(rows, measured.swept_in_trouble, trouble, f"{trouble:,.0f} bottles in trouble/s", CHECKS)
-    _add(rows, measured.sweep_run, ASSUMED_RATES["check runs per second"], "check runs", CHECKS)
-    # Retention: at steady state as many documents expire as are written; the deletes run in the background.
-    actions_per_day = (OPENED_PER_SECOND + CLOSED_PER_SECOND) * SECONDS_PER_DAY
-    hourly_per_day = USERS * 24 * measured.hourly_reports_per_user_hour
-    notifications_per_day = trouble * SECONDS_PER_DAY  # a notification per bottle found in trouble
-    expiring = {
-        schema.BOTTLE_ACTIONS: actions_per_day,
-        schema.USER_HOURLY_REPORTS: hourly_per_day,
-        schema.NOTIFICATIONS: notifications_per_day,
-    }
-    for collection, per_day in expiring.items():
-        ru = measured.ttl_delete.get(collection, 0.0)
-        _add(rows, {collection: ru}, per_day / SECONDS_PER_DAY, "TTL deletes", TTL)
-    _storage(
-        rows,
-        measured,
-        settings,
-        actions_per_day=actions_per_day,
-        hourly_per_day=hourly_per_day,
-        notifications_per_day=notifications_per_day,
-    )
-    return [rows[name] for name in _ORDER if rows[name].ru_per_second or rows[name].storage_gb]
+    def monthly(self, regions: int = 1) -> float:
+        return monthly_cost(self.billed_average, self.storage_gb, regions)
 
 
 _ORDER = (
@@ -133,64 +137,220 @@ _ORDER = (
     schema.LEASES,
 )
 
+Load = list[tuple[str, UnitCost, float]]  # (kind of work, RU per unit, units per second)
 
-def _storage(
-    rows: dict[str, Row],
+
+def minute_load(
     measured: Measured,
     settings: Settings,
+    hour: int,
+    minute: int,
+    actions_partitions: int,
     *,
-    actions_per_day: float,
-    hourly_per_day: float,
-    notifications_per_day: float,
+    variant: Variant = TODAY,
+) -> Load:
+    """The work under way in one minute of the day, as units per second."""
+    load: Load = [
+        (HEARTBEATS, measured.heartbeat, HEARTBEATS_PER_SECOND),
+        (EVENTS, measured.opened, OPENED_PER_SECOND),
+        (EVENTS, measured.closed, CLOSED_PER_SECOND),
+        (FEED, measured.actions_feed, CHANGES_PER_SECOND),
+        # The actions feed: a run per physical partition every minute; the tally: a run per partition an hour.
+        (FEED, measured.consumer_run, actions_partitions / 60 + REPORTS_PARTITIONS / 3600),
+    ]
+    if measured.tally and (minute - TALLY_FIRST_MINUTE) % 60 < variant.tally_minutes:
+        tally = tally_at_scale(tally_of_hour(measured.tally, hour, every_hour=variant.rollup_every_hour), settings)
+        load.append((TALLY, tally, CHANGES_PER_SECOND * 60 / variant.tally_minutes))
+    spread = ASSUMED_RATES["minutes a sweep's work takes"] * 60
+    for kind in KINDS:
+        every = SWEEP_MINUTES[kind]
+        if minute % every:
+            continue
+        found = _found_per_sweep(kind, hour)
+        if kind in measured.swept:
+            load.append((CHECKS, swept_at_scale(measured, kind, settings), found / spread))
+        if kind in measured.sweep_run:
+            load.append((CHECKS, measured.sweep_run[kind], 1 / spread))
+    return load
+
+
+def _found_per_sweep(kind: str, hour: int) -> float:
+    if kind == "late_dose":
+        morning = hour == MORNING_HOUR
+        return ASSUMED_RATES[f"late doses found by a sweep in {'the morning hour' if morning else 'any other hour'}"]
+    per_second = ASSUMED_RATES[
+        "bottles left open per second" if kind == "left_open" else "bottles going silent per second"
+    ]
+    return per_second * SWEEP_MINUTES[kind] * 60
+
+
+def tally_at_scale(measured: UnitCost, settings: Settings) -> UnitCost:
+    """The tally's RU per change with its queries counted as the design scale pages them (the benchmark's fleet
+    fills a page or two a pass, so its query count per change says little): a pass reads every heartbeat document
+    in full pages of REPORTS_PAGE_SIZE, each page one sorted query over every physical partition, and two more to
+    end each of REPORTS_PARTITIONS ranges; each page reads and writes its users' reports with one `$in` per
+    CLAUSES_PER_QUERY users (and the daily reports' likewise, in a roll-up hour)."""
+    pages_per_hour = BOTTLES / settings.reports_page_size + 2 * REPORTS_PARTITIONS
+    per_change = pages_per_hour / (CHANGES_PER_SECOND * 3600)
+    users_per_page = settings.reports_page_size * USERS / BOTTLES
+    chunks = math.ceil(users_per_page / CLAUSES_PER_QUERY)
+    queries: dict[str, dict[int, float]] = {}
+    for name, by_reach in measured.queries.items():
+        if ALL in by_reach:
+            queries[name] = {ALL: per_change}
+        elif by_reach:
+            queries[name] = {round(users_per_page / chunks): per_change * chunks}
+    return UnitCost(dict(measured.base), queries)
+
+
+def swept_at_scale(measured: Measured, kind: str, settings: Settings) -> UnitCost:
+    """RU per bottle in trouble a sweep finds beyond its run's fixed cost, its queries as the design scale pages
+    them: one more sorted query over every physical partition per CHECK_BATCH_SIZE bottles found."""
+    found = measured.swept[kind]
+    swept = {name for name, by_reach in measured.sweep_run.get(kind, UnitCost()).queries.items() if ALL in by_reach}
+    pages = UnitCost({}, {name: {ALL: 1 / settings.check_batch_size} for name in swept})
+    return combine([(UnitCost(dict(found.base), {}), 1.0), (pages, 1.0)])
+
+
+def unit_costs(measured: Measured, settings: Settings) -> dict[str, UnitCost]:
+    """RU per unit of work as the design scale has it: per heartbeat, opened and closed event, report change
+    (the actions feed and the tally, over a roll-up block) and bottle in trouble a sweep finds."""
+    tally = [tally_at_scale(hour, settings) for hour in measured.tally]
+    change = combine([(measured.actions_feed, 1.0), *[(hour, 1 / len(tally)) for hour in tally]])
+    return {
+        "heartbeat": measured.heartbeat,
+        "opened": measured.opened,
+        "closed": measured.closed,
+        "consumer change": change,
+        **{kind: swept_at_scale(measured, kind, settings) for kind in measured.swept},
+    }
+
+
+def tally_of_hour(tally: Sequence[UnitCost], hour: int, *, every_hour: bool = False) -> UnitCost:
+    """The measured tally hour standing for `hour` (UTC): the block's roll-up hour (the one that writes the most
+    daily reports) at the hours that end a block (00, 06, 12, 18 with six-hour blocks), or at every hour."""
+    rollup = max(range(len(tally)), key=lambda i: tally[i].base.get(schema.USER_DAILY_REPORTS, 0.0))
+    return tally[rollup if every_hour else (rollup + hour) % len(tally)]
+
+
+def table(measured: Measured, settings: Settings | None = None, variant: Variant = TODAY) -> list[Row]:
+    settings = settings or Settings()
+    rows = {name: Row(name) for name in _ORDER}
+    _storage(rows, measured, settings)
+    partitions = {name: physical_partitions(row.storage_gb, 0) for name, row in rows.items()}
+    for _ in range(20):  # the partitions price the fan-out, which raises the peak, which adds partitions
+        _bill(rows, measured, settings, partitions, variant)
+        found = {name: row.partitions for name, row in rows.items()}
+        if found == partitions:
+            break
+        partitions = found
+    return [rows[name] for name in _ORDER if rows[name].peak or rows[name].storage_gb]
+
+
+def _bill(
+    rows: dict[str, Row], measured: Measured, settings: Settings, partitions: dict[str, int], variant: Variant
 ) -> None:
-    """Data (BSON) stored after a year: bounded collections by their count, growing ones by what a year adds
-    until their retention, which the TTL then holds it at. Indexes come on top."""
+    per_minute: dict[str, list[float]] = {name: [] for name in rows}
+    split_at: dict[str, list[dict[str, float]]] = {name: [] for name in rows}
+    for hour in range(24):
+        for minute in range(60):
+            by_collection: dict[str, dict[str, float]] = {name: {} for name in rows}
+            actions = partitions[schema.BOTTLE_ACTIONS]
+            for kind, cost, rate in minute_load(measured, settings, hour, minute, actions, variant=variant):
+                for name in cost.collections:
+                    if name not in rows:
+                        continue
+                    ru = cost.ru(name, partitions[name]) * rate
+                    by_collection[name][kind] = by_collection[name].get(kind, 0.0) + ru
+            for name, split in by_collection.items():
+                per_minute[name].append(sum(split.values()))
+                split_at[name].append(split)
+    for name, row in rows.items():
+        series = per_minute[name]
+        at = max(range(len(series)), key=series.__getitem__)
+        row.peak, row.average = series[at], sum(series) / len(series)
+        row.maximum = autoscale_max(row.peak, row.storage_gb, HEADROOM)
+        row.partitions = physical_partitions(row.storage_gb, row.maximum)
+        row.hourly_billed = [billed_in_hour(max(series[h * 60 : h * 60 + 60]), row.maximum) for h in range(24)]
+        row.billed = max(row.hourly_billed)
+        row.billed_average = sum(row.hourly_billed) / 24
+        row.by_work = dict(split_at[name][at])
+        if row.billed > row.peak:
+            row.by_work = {FLOOR: row.billed}
+        row.work = sorted({kind for split in split_at[name] for kind in split}, key=WORK.index)
+
+
+def _storage(rows: dict[str, Row], measured: Measured, settings: Settings) -> None:
+    """Data and index stored after a year: bounded collections by their count, growing ones by what a year adds
+    until their retention, which the TTL then holds them at."""
     gb = 1e9
     sizes = measured.sizes
     year = 365
-    rows[schema.BOTTLE_HEARTBEATS].storage_gb = BOTTLES * sizes.get(schema.BOTTLE_HEARTBEATS, 0) / gb
-    rows[schema.BOTTLE_HEARTBEATS].storage_note = "one per bottle, bounded"
-    rows[schema.BOTTLES].storage_gb = BOTTLES * sizes.get(schema.BOTTLES, 0) / gb
-    rows[schema.BOTTLES].storage_note = "one per bottle, bounded"
-    kept = {
-        schema.BOTTLE_ACTIONS: (actions_per_day, settings.actions_retention_days),
-        schema.USER_HOURLY_REPORTS: (hourly_per_day, settings.hourly_reports_retention_days),
-        schema.NOTIFICATIONS: (notifications_per_day, settings.notifications_retention_days),
-        schema.USER_DAILY_REPORTS: (USERS, settings.daily_reports_retention_days),
+    notifications_per_day = sum(
+        _found_per_sweep(kind, hour) * (60 // SWEEP_MINUTES[kind]) for kind in KINDS for hour in range(24)
+    )  # a notification per bottle a sweep finds
+    counts = {
+        schema.BOTTLE_HEARTBEATS: (BOTTLES, None, "one per bottle, bounded"),
+        schema.BOTTLES: (BOTTLES, None, "one per bottle, bounded"),
+        schema.BOTTLE_ACTIONS: (
+            (OPENED_PER_SECOND + CLOSED_PER_SECOND) * SECONDS_PER_DAY,
+            settings.actions_retention_days,
+            "",
+        ),
+        schema.USER_HOURLY_REPORTS: (
+            USERS * 24 * measured.hourly_reports_per_user_hour,
+            settings.hourly_reports_retention_days,
+            "",
+        ),
+        schema.NOTIFICATIONS: (notifications_per_day, settings.notifications_retention_days, ""),
+        schema.USER_DAILY_REPORTS: (USERS, settings.daily_reports_retention_days, ""),
     }
-    for collection, (per_day, days) in kept.items():
-        held = min(year, days)
-        rows[collection].storage_gb = per_day * held * sizes.get(collection, 0) / gb
-        rows[collection].storage_note = (
-            f"{days} days' worth (TTL)" if days < year else f"a year's worth, growing to {days} days' (TTL)"
+    for name, (per_day_or_total, days, bounded) in counts.items():
+        held = per_day_or_total * min(year, days) if days is not None else per_day_or_total
+        note = bounded or (
+            f"{days} days' worth (TTL)"
+            if days is not None and days < year
+            else f"a year's worth, growing to {days} days' (TTL)"
         )
+        per_document = sizes.get(name, 0.0) + sizes.get(f"{name} index", 0.0)
+        rows[name].storage_gb = held * per_document / gb
+        rows[name].storage_note = note
 
 
 def markdown(rows: list[Row]) -> str:
     lines = [
-        "| collection | work at the design scale | RU/s | autoscale max to set | stored after a year |",
-        "| --- | --- | ---: | ---: | --- |",
+        "| collection | work | billed RU/s (busiest hour) | average RU/s | storage floor (max RU/s) | autoscale max "
+        "to set | physical partitions after a year | stored after a year (data and index) | $/month, 1 region | "
+        "$/month, 2 regions |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     for row in rows:
         stored = f"{row.storage_gb:,.0f} GB ({row.storage_note})" if row.storage_note else "a few KB"
         lines.append(
-            f"| `{row.collection}` | {'; '.join(row.work) or '-'} | {row.ru_per_second:,.0f} | "
-            f"{row.autoscale_max:,} | {stored} |"
+            f"| `{row.collection}` | {'; '.join(row.work) or '-'} | {row.billed:,.0f} | {row.average:,.0f} | "
+            f"{row.floor:,} | {row.maximum:,} | {row.partitions:,} | {stored} | {row.monthly(1):,.0f} | "
+            f"{row.monthly(2):,.0f} |"
         )
-    total = sum(r.ru_per_second for r in rows)
-    storage = sum(r.storage_gb for r in rows)
-    lines.append(f"| **total** | | **{total:,.0f}** | {sum(r.autoscale_max for r in rows):,} | {storage:,.0f} GB |")
+    lines.append(
+        f"| **total** | | **{total(rows):,.0f}** | {sum(r.average for r in rows):,.0f} | "
+        f"{sum(r.floor for r in rows):,} | {sum(r.maximum for r in rows):,} | {sum(r.partitions for r in rows):,} | "
+        f"{sum(r.storage_gb for r in rows):,.0f} GB | {monthly(rows, 1):,.0f} | {monthly(rows, 2):,.0f} |"
+    )
     split = by_work(rows)
     lines.append(
-        "\nThe same total by work: "
-        + "; ".join(f"{kind} {split[kind]:,.0f} RU/s ({split[kind] / total:.0%})" for kind in WORK if kind in split)
-        + "."
+        "\nThe billed total by work, at each collection's busiest minute: "
+        + "; ".join(
+            f"{kind} {split[kind]:,.0f} RU/s ({split[kind] / total(rows):.0%})" for kind in WORK if kind in split
+        )
+        + ". TTL deletes are not billed (they use leftover RUs). Two regions bill the throughput and the storage "
+        f"twice. Price: autoscale ${PRICE.autoscale_per_100_ru_hour:.3f} per 100 RU/s per hour, storage "
+        f"${PRICE.storage_per_gb_month:.2f} per GB-month, each hour billed at its peak."
     )
     return "\n".join(lines)
 
 
 def by_work(rows: list[Row]) -> dict[str, float]:
-    """RU/s by kind of work (WORK), across the collections."""
+    """Billed RU/s by kind of work (WORK), at each collection's busiest minute, across the collections."""
     found: dict[str, float] = {}
     for row in rows:
         for kind, ru in row.by_work.items():
@@ -199,4 +359,47 @@ def by_work(rows: list[Row]) -> dict[str, float]:
 
 
 def total(rows: list[Row]) -> float:
-    return sum(r.ru_per_second for r in rows)
+    """The billed RU/s: each collection at its busiest hour."""
+    return sum(r.billed for r in rows)
+
+
+def monthly(rows: list[Row], regions: int = 1) -> float:
+    return sum(r.monthly(regions) for r in rows)
+
+
+def partitions_of(rows: list[Row]) -> dict[str, int]:
+    return {row.collection: row.partitions for row in rows}
+
+
+def alternatives(measured: Measured, settings: Settings | None = None) -> list[list[str]]:
+    """The same work run each way of ALTERNATIVES, side by side, as the model bills it: the billed RU/s, what
+    it is against today's, the monthly price in one and two regions, and the two report collections' bills."""
+    found = []
+    today = 0.0
+    for variant in ALTERNATIVES:
+        rows = table(measured, settings, variant)
+        billed = total(rows)
+        today = today or billed
+        by_name = {row.collection: row for row in rows}
+        reports = [by_name[name].billed for name in (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS)]
+        found.append(
+            [
+                variant.name,
+                f"{billed:,.0f}",
+                f"{billed / today:.2f}x",
+                f"{monthly(rows, 1):,.0f}",
+                f"{monthly(rows, 2):,.0f}",
+                " / ".join(f"{ru:,.0f}" for ru in reports),
+            ]
+        )
+    return found
+
+
+ALTERNATIVES_HEADER = [
+    "how",
+    "billed RU/s",
+    "vs today",
+    "$/month, 1 region",
+    "$/month, 2 regions",
+    "hourly / daily reports RU/s",
+]

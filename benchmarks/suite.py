@@ -5,6 +5,7 @@ from those costs. Prints the tables and writes them, with the commit and the mac
 results can be compared across commits, and the design-scale table into the README (a full run only).
 
     ./dev bench [--quick] [--output benchmarks/RESULTS.md]
+    ./dev bench --mongodb-uri "<Cosmos DB connection string>"   the model beside a real account's charges
 
 Each benchmark says on stderr when it starts and ends, and every 10 seconds that it is still running.
 """
@@ -13,11 +14,12 @@ import argparse
 import os
 import platform
 import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import checks, costs, design_scale, ingestion, reports, scaleout
+from benchmarks import calibrate, checks, costs, design_scale, ingestion, reports, scaleout
 from benchmarks.cost_model import ASSUMPTIONS, RULES
 from benchmarks.harness import PRINTED, Table, print_table
 from shared.settings import get_settings
@@ -118,17 +120,12 @@ def summary_rows(tables: list[Table]) -> list[list[str]]:
 
 
 def cost_section(measured: costs.Costs) -> tuple[str, str]:
-    """The RU table, the steady-state heartbeat document, the design-scale table and the model's rules."""
-    per_unit = costs.table(measured)
+    """The RU table, the steady-state heartbeat document, the design-scale bill and the model's rules, all from
+    the one honest model (benchmarks/cost_model.py)."""
     sizes = measured.sizes
     rows = design_scale.table(measured.measured(), get_settings())
+    per_unit = costs.table(measured, design_scale.partitions_of(rows))
     bill = design_scale.markdown(rows)
-    small = costs.Costs(
-        {k: costs.PerUnit(v.units, v.ru_small_as_1kb) for k, v in measured.units.items()},
-        sizes,
-        measured.ttl_delete,
-    )
-    small_total = design_scale.total(design_scale.table(small.measured(), get_settings()))
     heartbeat = print_table(
         "One bottle's heartbeat document at steady state (a heartbeat every 30 minutes, window full)",
         [
@@ -138,22 +135,29 @@ def cost_section(measured: costs.Costs) -> tuple[str, str]:
         ],
         ["measure", "value"],
     )
+    billed = design_scale.total(rows)
     print_table(
         "Design scale: the bill from these costs",
         [
-            ["RU/s", f"{design_scale.total(rows):,.0f}", "150,000"],
-            ["RU/s if items under 1 KB cost as 1 KB", f"{small_total:,.0f}", "-"],
-            ["stored after a year, GB", f"{sum(r.storage_gb for r in rows):,.0f}", "-"],
+            ["RU/s", f"{billed:,.0f}", "200,000 (billed, one region)"],
+            ["RU/s, two regions", f"{2 * billed:,.0f}", "-"],
+            ["$ a month, one region", f"{design_scale.monthly(rows, 1):,.0f}", "-"],
+            ["$ a month, two regions", f"{design_scale.monthly(rows, 2):,.0f}", "-"],
+            ["stored after a year, GB (data and index)", f"{sum(r.storage_gb for r in rows):,.0f}", "-"],
         ],
         ["measure", "value", "goal"],
     )
-    rules = "\n".join(f"- {rule.name}: {rule.statement} ({rule.source})" for rule in RULES)
+    alternatives = print_table(
+        "Design scale: the same work run other ways, side by side, billed by the same model",
+        design_scale.alternatives(measured.measured(), get_settings()),
+        design_scale.ALTERNATIVES_HEADER,
+    )
+    rules = "\n".join(f"- {rule.name}: {rule.statement}. Example: {rule.example} ({rule.source})" for rule in RULES)
     assumptions = "\n".join(f"- {text}" for text in ASSUMPTIONS)
     rates = "\n".join(f"- {name}: {value:,.2f}" for name, value in design_scale.ASSUMED_RATES.items())
     text = (
         f"{per_unit}\n\n{heartbeat}\n\nDesign scale ({design_scale.BOTTLES:,} bottles, {design_scale.USERS:,} users), "
-        f"from the RU above:\n\n{TABLE_START}\n{bill}\n{TABLE_END}\n\n"
-        f"If Cosmos DB charged every item under 1 KB as 1 KB, the total would be {small_total:,.0f} RU/s.\n\n"
+        f"from the RU above:\n\n{TABLE_START}\n{bill}\n{TABLE_END}\n\n{alternatives}\n\n"
         f"Rules (benchmarks/cost_model.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
         f"Rates the design does not give (benchmarks/design_scale.py):\n{rates}"
     )
@@ -214,12 +218,19 @@ def update_readme(blocks: str, readme: Path = README) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg.split("=")[0] == "--mongodb-uri" for arg in argv):
+        sys.exit(calibrate.main(argv))  # calibration on a real account (benchmarks/calibrate.py)
     parser = argparse.ArgumentParser(
         prog="./dev bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="smaller fleets and streams (about a minute)")
     parser.add_argument(
         "--output", type=Path, default=RESULTS, help="where to write the results (default benchmarks/RESULTS.md)"
+    )
+    parser.add_argument(
+        "--mongodb-uri",
+        help="instead of the benchmarks, calibrate the cost model on an account (benchmarks/calibrate.py)",
     )
     args = parser.parse_args(argv)
     if not args.output.parent.is_dir():

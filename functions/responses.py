@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import azure.functions as func
+from pymongo.errors import PyMongoError
 
 from shared import metrics
 from shared.errors import BadRequest, DomainError
+from shared.payloads import check_request_text
 from shared.store.client import StoreNotConfigured
 from shared.store.retries import StoreUnavailable
 
@@ -28,12 +30,14 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
 
 
 def handles_errors(handler: Handler) -> Handler:
-    """Turn domain errors into their 4xx, an unavailable store into 503 + Retry-After, and anything else
-    (a bug) into a JSON 500 with an `error_id` that is also logged: the one catch-all of the HTTP layer."""
+    """Turn domain errors into their 4xx, an unavailable store (throttled, unreachable, failing over, timed out)
+    into 503 + Retry-After, and anything else (a bug, a database error that is not transient) into a JSON 500
+    with an `error_id` that is also logged: the one catch-all of the HTTP layer."""
 
     @functools.wraps(handler)
     def wrapper(req: func.HttpRequest) -> func.HttpResponse:
         try:
+            check_request_text(req.route_params, req.params, req.headers)
             return handler(req)
         except DomainError as error:
             log.info("%s rejected status=%d error=%r", handler.__name__, error.status, error.message)
@@ -57,10 +61,15 @@ def handles_errors(handler: Handler) -> Handler:
 
 
 def unexpected_error(function: str, error: Exception) -> func.HttpResponse:
-    """A 500 for an error the code did not foresee. The log line (which the host tags with the invocation id)
-    names the exception's type and where it was raised, never its message: that could echo a body or a key."""
+    """A 500 for an error the code did not foresee, a database error that is not transient among them (a bad
+    query is a fault, not an outage: no Retry-After). The log line (which the host tags with the invocation id)
+    names the exception's type, a database error's code, and where it was raised, never its message: that could
+    echo a body or a key."""
     error_id = uuid.uuid4().hex
-    log.error("%s failed error_id=%s %s at %s", function, error_id, type(error).__name__, _raised_at(error))
+    code = getattr(error, "code", None) if isinstance(error, PyMongoError) else None
+    named = type(error).__name__ + ("" if code is None else f" code={code}")
+    log.error("%s failed error_id=%s %s at %s", function, error_id, named, _raised_at(error))
+    metrics.internal_error(function, type(error).__name__ + ("" if code is None else f":{code}"))
     return json_response(500, {"error": "internal error; it has been logged", "error_id": error_id, "details": []})
 
 

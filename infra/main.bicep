@@ -97,6 +97,9 @@ param alertUnavailableResponsesPer5Minutes int = 50
 @description('Alert when more database calls than this are throttled in each of 3 periods of 5 minutes in a row.')
 param alertThrottlesPer5Minutes int = 300
 
+@description('Alert when a function answers more 500s than this in 5 minutes (a fault: a bug, a database error that is not transient).')
+param alertInternalErrorsPer5Minutes int = 0
+
 @description('Alert when more than this percentage of HTTP requests in 5 minutes answer 5xx.')
 param alertHttp5xxPercent int = 5
 
@@ -289,6 +292,7 @@ module alerts 'modules/alerts.bicep' = {
     checkBudgetPeriodsInARow: alertCheckBudgetPeriodsInARow
     unavailableResponsesPer5Minutes: alertUnavailableResponsesPer5Minutes
     throttlesPer5Minutes: alertThrottlesPer5Minutes
+    internalErrorsPer5Minutes: alertInternalErrorsPer5Minutes
     http5xxPercent: alertHttp5xxPercent
   }
 }

@@ -60,6 +60,7 @@ RING_TIME = "r"
 USER_BUCKET = "ub"
 LATE_AT = "la"
 KEY = "k"
+KEY_VERSION = "kv"  # the bottle's `key_version` whose key `k` is (shared/bottles/provisioning.py)
 LAST = "last"
 ALIVE_AT = "alive_at"
 SILENT_PENDING = "silent_pending"

@@ -1,22 +1,67 @@
 """Points in time as the API and the store see them: aware UTC datetimes at millisecond precision."""
 
+import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from functools import partial
+
+# The contract's date-time (openapi.yaml `Instant`; RFC 3339's): the date, `T`, the time to the second with an
+# optional fraction, then the UTC offset, `Z` or `+hh:mm`/`-hh:mm`. ASCII digits only.
+_DATE_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([A-Za-z]|[+-][\d:.]*)?", re.ASCII)
+_OFFSET = re.compile(r"([+-])([01]\d|2[0-3]):([0-5]\d)", re.ASCII)
+FORMAT = "YYYY-MM-DDThh:mm:ss[.fraction] and 'Z' or '+hh:mm'"
+_QUOTED = 40  # at most this much of a rejected value is quoted back
 
 
 def parse_instant(text: str) -> datetime:
-    """Parse ISO-8601 with a UTC offset ('Z' or +hh:mm) into UTC; ValueError says what is wrong."""
+    """Parse the contract's date-time (`2026-11-21T08:00:00+01:00`, `...T07:00:00.5Z`) into UTC, at millisecond
+    precision; ValueError saying what is wrong. Anything else ISO-8601 allows (a space for `T`, no seconds,
+    basic format, week dates, an offset with seconds) is refused: the contract names one format."""
+    quoted = _quote(text)
+    found = _DATE_TIME.fullmatch(text)
+    if found is None:
+        raise ValueError(f"{quoted} {_what_is_wrong(text)}")
+    *fields, fraction, offset = found.groups()
+    if offset is None:
+        raise ValueError(f"{quoted} has no UTC offset; add 'Z' or '+hh:mm'")
+    zone = _zone(offset)
+    if zone is None:
+        raise ValueError(f"{quoted} has a UTC offset that is not 'Z' or '+hh:mm' (hh 00-23, mm 00-59)")
+    year, month, day, hour, minute, second = (int(f) for f in fields)
+    try:
+        moment = datetime(year, month, day, hour, minute, second, int((fraction or "").ljust(6, "0")[:6]), zone)
+    except ValueError as error:
+        raise ValueError(f"{quoted} is not a date-time: {error}") from None
+    try:
+        return to_stored(moment)
+    except OverflowError:  # 0001-01-01T00:00+01:00 and 9999-12-31T23:59-01:00 have no UTC instant
+        raise ValueError(f"{quoted} is outside the range of representable times (years 1-9999 in UTC)") from None
+
+
+def _what_is_wrong(text: str) -> str:
+    """Why a value that is not in the contract's format was refused: what ISO-8601 makes of it says most."""
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"'{text}' is not an ISO-8601 date-time") from None
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise ValueError(f"'{text}' has no UTC offset; add 'Z' or '+hh:mm'")
-    try:
-        return to_stored(parsed)
-    except OverflowError:  # 0001-01-01T00:00+01:00 and 9999-12-31T23:59-01:00 have no UTC instant
-        raise ValueError(f"'{text}' is outside the range of representable times (years 1-9999 in UTC)") from None
+        return f"is not an ISO-8601 date-time; the API takes {FORMAT}"
+    if parsed.tzinfo is None:
+        return "has no UTC offset; add 'Z' or '+hh:mm'"
+    return f"is not in the API's date-time format: {FORMAT}"
+
+
+def _zone(offset: str) -> timezone | None:
+    if offset == "Z":
+        return UTC
+    found = _OFFSET.fullmatch(offset)
+    if found is None:
+        return None
+    sign, hours, minutes = found.groups()
+    return timezone((-1 if sign == "-" else 1) * timedelta(hours=int(hours), minutes=int(minutes)))
+
+
+def _quote(text: str) -> str:
+    """The value as an error message quotes it: its start only, so a huge one does not fill the answer."""
+    return f"'{text}'" if len(text) <= _QUOTED else f"'{text[:_QUOTED]}...'"
 
 
 def to_stored(moment: datetime) -> datetime:

@@ -21,12 +21,14 @@ CHECK_BUDGET_EXHAUSTED = "pillbottle.checks.budget_exhausted"
 HTTP_503 = "pillbottle.http.responses_503"
 STORE_THROTTLED = "pillbottle.store.throttled"
 REPORT_UNPARTITIONED = "pillbottle.reports.unpartitioned"
+HTTP_500 = "pillbottle.http.responses_500"
 NAMES = (
     REPORT_LAG,
     PENDING_NOTIFICATIONS,
     CHECK_RUNS,
     CHECK_BUDGET_EXHAUSTED,
     HTTP_503,
+    HTTP_500,
     STORE_THROTTLED,
     REPORT_UNPARTITIONED,
 )
@@ -41,6 +43,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     HTTP_503: ("function", "reason"),
     STORE_THROTTLED: ("code",),
     REPORT_UNPARTITIONED: ("feed",),
+    HTTP_500: ("function", "error"),
 }
 
 Unavailable = Literal["store_unavailable", "not_configured"]
@@ -86,6 +89,12 @@ _unpartitioned = _meter.create_counter(
     description="Report dispatches that could not partition a feed, per feed: Cosmos DB's GetChangeStreamTokens gave "
     "no token, or tokens without a feed range; the feed is not read until it does",
 )
+_http_500 = _meter.create_counter(
+    HTTP_500,
+    unit="{response}",
+    description="HTTP 500 answers, per function and error (the exception's type, and a database error's code: a "
+    "bad query, a refused write, denied access are faults, not outages, so not 503s)",
+)
 
 
 def report_lag(feed: str, seconds: float) -> None:
@@ -118,3 +127,8 @@ def unavailable_response(function: str, reason: Unavailable) -> None:
 def store_throttled(code: int) -> None:
     """Count one throttled database call (an attempt: with_retries may retry it)."""
     _store_throttled.add(1, {"code": code})
+
+
+def internal_error(function: str, error: str) -> None:
+    """Count a 500 answered by an HTTP function; `error` names the exception (`OperationFailure:13`)."""
+    _http_500.add(1, {"function": function, "error": error})

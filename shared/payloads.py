@@ -1,6 +1,8 @@
 """Request bodies: size limit, media type and strict JSON decoding, with errors a client can act on."""
 
 import json
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from shared.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
@@ -8,6 +10,8 @@ from shared.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 MAX_BODY_BYTES = 256 * 1024
 # No request of the API nests deeper than 4; anything much deeper is an attack on the parser.
 MAX_JSON_DEPTH = 16
+# A JSON escape of a UTF-16 surrogate (\ud800-\udfff): a pair of them is one character, one alone is not text.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def check_size(body: bytes, limit: int = MAX_BODY_BYTES) -> bytes:
@@ -67,7 +71,54 @@ def decode_json(body: bytes) -> Any:
         raise BadRequest("body is not valid JSON", [{"field": None, "message": str(error)}]) from None
     if _depth(payload) > MAX_JSON_DEPTH:
         raise _too_deep()
+    if _SURROGATE_ESCAPE.search(text):  # the only way one gets in: strict UTF-8 decoding refuses the raw bytes
+        check_no_lone_surrogates(payload)
     return payload
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """True if `text` holds a UTF-16 surrogate code point (JSON's "\\ud800" escape alone): no Unicode text
+    does, it cannot be encoded (UTF-8, BSON, a regex engine), and Python's JSON decoder lets it through."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def check_no_lone_surrogates(payload: Any) -> None:
+    """BadRequest naming the field (as a path from the body's root: `schedule.timezone`, `events[0].time`)
+    whose name or string value holds a lone surrogate; without recursion (depth is checked before)."""
+    stack: list[tuple[str, Any]] = [("", payload)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str) and has_lone_surrogate(value):
+            raise _surrogate(path or None, "a string")
+        if isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, dict):
+            for name, item in value.items():
+                if has_lone_surrogate(name):
+                    raise _surrogate(path or None, "a member name")
+                stack.append((f"{path}.{name}" if path else name, item))
+
+
+def check_request_text(route_params: Mapping[str, str], params: Mapping[str, str], headers: Mapping[str, str]) -> None:
+    """BadRequest naming the route parameter, query parameter or header whose value holds a lone surrogate.
+    The Functions host decodes what a client sends as UTF-8, so none comes from it; a caller that builds the
+    request itself (the local tools, a test) could pass one, and it must not reach a hash or a parser."""
+    for kind, values in (("route parameter", route_params), ("query parameter", params), ("header", headers)):
+        for name, value in values.items():
+            if has_lone_surrogate(value):
+                named = None if has_lone_surrogate(name) else name
+                raise _surrogate(named, f"the {kind}'s value", where=f"the {kind} {named or '(unnamed)'}")
+
+
+def _surrogate(field: str | None, what: str, where: str = "body") -> BadRequest:
+    message = f"{what} holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not Unicode text"
+    return BadRequest(f"{where} holds text that is not Unicode", [{"field": field, "message": message}])
 
 
 def _depth(value: Any) -> int:

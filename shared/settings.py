@@ -2,9 +2,12 @@
 
 from functools import lru_cache
 from typing import Literal
+from urllib.parse import unquote_plus
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pymongo import uri_parser
+from pymongo.errors import PyMongoError
 
 
 class Settings(BaseSettings):
@@ -13,7 +16,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", frozen=True)
 
     mongodb_connection_string: str = Field(
-        default="", description="MongoDB or Cosmos DB for MongoDB connection string (required outside tests)."
+        default="",
+        description="MongoDB or Cosmos DB for MongoDB connection string (required outside tests); checked at "
+        "start-up as pymongo parses it, without connecting.",
     )
     mongodb_database: str = Field(default="pillbottle", min_length=1, description="Database name.")
 
@@ -63,7 +68,8 @@ class Settings(BaseSettings):
         ge=1,
         le=3600,
         description="Retry-After of a 503 when the database is unreachable: this plus up to as much again, "
-        "at random, so a fleet does not come back at once (throttling answers with the server's shorter hint).",
+        "at random, so a fleet does not come back at once. Also the widest spread of a throttled 503's "
+        "Retry-After (the server's hint plus 0-2 s, widening towards this under sustained throttling).",
     )
 
     # Retention: how long each growing collection keeps a document after its last write (Cosmos DB's `_ts`
@@ -235,6 +241,17 @@ class Settings(BaseSettings):
         description="Longest one partition's check run sweeps before it stops; its next run carries on.",
     )
 
+    @field_validator("mongodb_connection_string")
+    @classmethod
+    def _a_connection_string(cls, value: str) -> str:
+        """Empty is allowed (tests; a request then answers 503 "not configured"); anything else must be a
+        connection string pymongo takes, or every request would fail on it. The message never quotes it."""
+        if value:
+            problem = connection_string_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
+
     @model_validator(mode="after")
     def _leases_outlive_their_runs(self) -> "Settings":
         """A lease that expired while its worker still runs would be taken over mid-run (harmless, but wasted)."""
@@ -260,6 +277,46 @@ class Settings(BaseSettings):
             if getattr(self, name) <= self.max_event_age_days + 1:
                 raise ValueError(f"{name.upper()} must be more than MAX_EVENT_AGE_DAYS + 1")
         return self
+
+
+_KEY_VAULT_REFERENCE = "@microsoft.keyvault("
+_SRV_SCHEME, _SCHEME = "mongodb+srv://", "mongodb://"
+
+
+def connection_string_problem(uri: str) -> str | None:
+    """What is wrong with a MongoDB connection string, or None if pymongo takes it: parsed (hosts, port, user
+    and password escaping, every option and its value), never connected. A `mongodb+srv://` string is checked
+    as the `mongodb://` one its DNS records would complete, its one host name without a port, so the check
+    makes no DNS lookup. The answer never quotes the string, nor its user name or password: it holds a secret."""
+    if uri.strip().lower().startswith(_KEY_VAULT_REFERENCE):
+        # In Azure the platform replaces a Key Vault reference with the secret; left as it is, it was not resolved.
+        return (
+            "is a Key Vault reference that was not resolved: the Function App's identity (keyVaultReferenceIdentity) "
+            "cannot read the secret, or the secret does not exist"
+        )
+    parsed = uri
+    if uri.lower().startswith(_SRV_SCHEME):
+        hosts = uri[len(_SRV_SCHEME) :].split("/", 1)[0].rsplit("@", 1)[-1]
+        if not hosts or "," in hosts or ":" in hosts.rsplit("]", 1)[-1]:
+            return "a mongodb+srv:// connection string names exactly one host name, without a port"
+        if "directconnection=true" in uri.lower():
+            return "a mongodb+srv:// connection string cannot ask for directConnection=true"
+        parsed = _SCHEME + uri[len(_SRV_SCHEME) :]
+    try:
+        uri_parser.parse_uri(parsed, validate=True, warn=False)
+    except (PyMongoError, ValueError) as error:
+        return "not a MongoDB connection string as pymongo reads it: " + _without_secrets(str(error), uri)
+    return None
+
+
+def _without_secrets(reason: str, uri: str) -> str:
+    """pymongo's reason, unless it quotes the string's user name or password (then only that it was refused)."""
+    userinfo = uri.partition("://")[2].split("/", 1)[0].rpartition("@")[0]
+    pieces = {userinfo, *userinfo.split(":")}
+    pieces |= {unquote_plus(piece) for piece in pieces}
+    if any(len(piece) >= 4 and piece in reason for piece in pieces) or uri in reason:
+        return "pymongo refused it (its reason quotes the user name or password)"
+    return reason[:300]
 
 
 class InvalidSettings(ValueError):

@@ -5,9 +5,10 @@ indexes serve queries only once their transformation has ended (`IndexTransformi
 
 import json
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from pymongo import monitoring
 from pymongo.errors import BulkWriteError, OperationFailure
 
 THROTTLE_MESSAGE = (
@@ -24,7 +25,8 @@ def throttled() -> OperationFailure:
 class ThrottlingDatabase:
     """Wraps a real database. `failures` maps "collection" (any call) or "collection.method" to how many
     calls answer 16500 first (float("inf") for always). With `partial=True`, a throttled bulk write
-    applies its first op before the rest is refused."""
+    applies its first op before the rest is refused. "collection.getMore" throttles a cursor's getMore: a
+    `find` answers its first batch, then the next batch is refused (and the cursor is dead, as pymongo's is)."""
 
     def __init__(self, db: Any, failures: dict[str, float], *, partial: bool = False, error: Any = None) -> None:
         self.db = db
@@ -45,6 +47,8 @@ class ThrottlingCollection:
 
     def __getattr__(self, attribute: str) -> Any:
         real = getattr(self._collection, attribute)
+        if attribute == "find" and self._owner.remaining.get(f"{self._name}.getMore", 0) > 0:
+            return self._find_throttling_get_more(real)
         if attribute not in CALLS:
             return real
 
@@ -58,6 +62,13 @@ class ThrottlingCollection:
             if attribute == "bulk_write" and self._owner.partial and len(args[0]) > 1:
                 return self._partially_throttled_bulk(list(args[0]), **kwargs)
             raise self._owner.error()
+
+        return call
+
+    def _find_throttling_get_more(self, find: Any) -> Any:
+        def call(*args: Any, batch_size: int = 101, **kwargs: Any) -> Iterator[Any]:
+            self._owner.calls.append(f"{self._name}.find")
+            return ThrottledGetMore(self._owner, f"{self._name}.getMore", find(*args, **kwargs), batch_size)
 
         return call
 
@@ -296,6 +307,75 @@ class CosmosTokens:
 
     def __getitem__(self, name: str) -> Any:
         return self._db[name]
+
+
+class LastCommand(monitoring.CommandListener):
+    """Remembers the last command a client sent (handshakes aside), as a server knows its connection's."""
+
+    def __init__(self) -> None:
+        self.name = ""
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name not in {"hello", "isMaster", "ismaster", "endSessions"}:
+            self.name = event.command_name
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+class RequestStatistics:
+    """A database that answers Cosmos DB's `getLastRequestStatistics` as its documentation shows the reply
+    (CommandName, RequestCharge, RequestDurationInMilliSeconds, ActivityId), charging `charges[command]` for the
+    last command `last` saw; every other command goes to the real database."""
+
+    def __init__(self, db: Any, last: LastCommand, charges: dict[str, float]) -> None:
+        self._db, self._last, self._charges = db, last, charges
+
+    def command(self, command: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(command, dict) and "getLastRequestStatistics" in command:
+            name = self._last.name
+            return {"CommandName": name, "RequestCharge": self._charges[name], "RequestDurationInMilliSeconds": 3,
+                    "ActivityId": "00000000-0000-0000-0000-000000000000", "ok": 1.0}  # fmt: skip
+        return self._db.command(command, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+class ThrottledGetMore:
+    """A cursor whose first batch comes with the `find`, and whose getMore is throttled while `owner` has budget
+    for `name`: the error ends the cursor, as a failed getMore does in pymongo."""
+
+    def __init__(self, owner: ThrottlingDatabase, name: str, cursor: Any, batch_size: int) -> None:
+        self._owner, self._name, self._cursor = owner, name, cursor
+        self._left_in_batch = batch_size
+        self._dead = False
+
+    def __iter__(self) -> "ThrottledGetMore":
+        return self
+
+    def __next__(self) -> Any:
+        if self._dead:
+            raise StopIteration
+        if self._left_in_batch == 0 and self._owner.remaining.get(self._name, 0) > 0:
+            self._owner.remaining[self._name] -= 1
+            self._owner.calls.append(self._name)
+            self._dead = True
+            raise throttled()
+        self._left_in_batch = max(0, self._left_in_batch - 1)
+        return next(self._cursor)
+
+    def close(self) -> None:
+        self._dead = True
+
+    def __enter__(self) -> "ThrottledGetMore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class QuietStream:

@@ -201,6 +201,21 @@ def test_throttled_writes_are_retried_and_record_one_notification(world):
     assert world.db[schema.BOTTLES].count_documents({"open_pending": False}) == 2
 
 
+def test_a_throttled_get_more_of_the_sweep_is_retried_and_the_run_completes(world, monkeypatch):
+    set_setting(monkeypatch, "CHECK_BATCH_SIZE", "2")
+    set_setting(monkeypatch, "CHECK_PARTITIONS", "1")
+    left_open(world, *(f"bottle-{i}" for i in range(7)))
+    throttling = ThrottlingDatabase(world.db, {"bottles.getMore": 2})
+
+    result, sent = run(world, db=throttling)
+
+    assert throttling.calls.count("bottles.getMore") == 2  # both throttled getMores happened, and were retried
+    assert result.complete
+    assert (result.notified, len(sent)) == (7, 7)
+    assert len(world.notifications("left_open")) == 7
+    assert world.db[schema.BOTTLES].count_documents({"open_pending": True}) == 0
+
+
 def test_a_past_due_run_is_an_ordinary_run(world):
     left_open(world, "bottle-1")
     assert len(world.check("left_open", past_due=True)) == 1

@@ -1,5 +1,7 @@
-"""The benchmarks' cost model (benchmarks/cost_model.py) reproduces the documented examples it is built on; the
-meter (benchmarks/cost_meter.py) sees what a write changes; the design-scale table adds up what it is given."""
+"""The benchmarks' cost model (benchmarks/cost_model.py): each rule reproduces the worked example it is
+documented with; the meter (benchmarks/cost_meter.py) sees what a write changes and which partitions a read
+reaches; the design-scale bill (benchmarks/design_scale.py) bills each hour's peak, the storage floor and the
+regions."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -7,8 +9,24 @@ from typing import Any
 import pytest
 
 from benchmarks import design_scale
-from benchmarks.cost_meter import CostMeter, IndexedPaths
-from benchmarks.cost_model import KB, MODEL, SMALL_ITEMS_AS_1KB, DocumentWrite, Operation
+from benchmarks.cost_meter import CostMeter, IndexedPaths, command_reach, shard_key_values
+from benchmarks.cost_model import (
+    ALL,
+    KB,
+    PRICE,
+    RULES,
+    DocumentWrite,
+    Operation,
+    UnitCost,
+    autoscale_max,
+    billed_in_hour,
+    fanout_ru,
+    monthly_cost,
+    physical_partitions,
+    read_ru,
+    storage_floor,
+    write_ru,
+)
 from shared.instants import set_clock, utc_now
 from shared.settings import Settings
 from shared.store import client as store
@@ -17,33 +35,98 @@ from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
 
 
-def test_the_documented_examples():
-    # RU_CONSUMPTION: create 1 KB with 10 terms = 7; update 1 KB changing two terms = 10.8; delete 1 KB, 10 terms = 7.
-    assert DocumentWrite(None, KB, 0, 10).ru(MODEL) == pytest.approx(7.0, abs=0.06)
-    assert DocumentWrite(KB, KB, 2, 2).ru(MODEL) == pytest.approx(10.8, abs=0.11)
-    assert DocumentWrite(KB, None, 10, 0).ru(MODEL) == pytest.approx(7.0, abs=0.06)
-    # Point reads: 1 KB is 1 RU; the size table's points.
-    assert MODEL.read(KB) == 1.0
-    assert MODEL.read(128 * KB) == pytest.approx(9.95)
-    assert MODEL.write(2 * KB) == pytest.approx(6.29)
+def test_every_rule_cites_a_microsoft_page_and_a_worked_example():
+    assert len({rule.name for rule in RULES}) == len(RULES)
+    for rule in RULES:
+        assert "https://learn.microsoft.com/" in rule.source, rule.name
+        assert rule.example, rule.name
 
 
-def test_below_1_kb_the_model_is_proportional_and_the_opposite_assumption_is_the_1_kb_charge():
-    assert MODEL.write(KB // 2) == pytest.approx(4.95 / 2)
-    assert SMALL_ITEMS_AS_1KB.write(KB // 2) == pytest.approx(4.95)
-    assert SMALL_ITEMS_AS_1KB.read(100) == 1.0
+def test_point_reads_are_floored_at_1_kb():
+    # REQUEST_UNITS: a point read of 1 KB is 1 RU; an item under 1 KB costs as 1 KB; the size table above it.
+    assert read_ru(300) == 1.0
+    assert read_ru(KB) == 1.0
+    assert read_ru(128 * KB) == pytest.approx(9.95)
 
 
-def test_a_query_costs_its_documents_and_no_less_than_a_point_read():
-    assert Operation("find", "x", returned=[KB] * 3).ru() == pytest.approx(3.0)
-    assert Operation("find", "x", returned=[]).ru() == 1.0
-    assert Operation("getMore", "x", returned=[100]).ru() == 1.0
+def test_writes_are_floored_at_1_kb():
+    # RU_CONSUMPTION: writing 1 KB is 4.95 RU (about 5); under 1 KB costs the same; 2 KB 6.29.
+    assert write_ru(300) == pytest.approx(4.95)
+    assert write_ru(2 * KB) == pytest.approx(6.29)
+
+
+def test_create_update_and_delete_add_index_terms_as_documented():
+    # RU_CONSUMPTION: create 1 KB with 10 terms about 7; a replace of 1 KB changing two terms about 10.8; delete
+    # 1 KB with 10 terms about 7.
+    assert DocumentWrite(None, KB, 0, 10).ru() == pytest.approx(6.95)
+    assert DocumentWrite(KB, KB, 2, 2).ru() == pytest.approx(10.7)
+    assert DocumentWrite(KB, None, 10, 0).ru() == pytest.approx(6.95)
+    assert DocumentWrite(None, 300, 0, 10).ru() == pytest.approx(6.95)  # a small document costs as 1 KB
+
+
+def test_a_feed_page_costs_its_documents_as_point_reads_and_no_less_than_one():
+    # RU_CONSUMPTION (Feed operations): five 1 KB documents cost about five point reads.
+    assert Operation("getMore", "x", returned=[KB] * 5).ru() == pytest.approx(5.0)
+    assert Operation("getMore", "x", returned=[]).ru() == 1.0
+    assert Operation("find", "x", returned=[100] * 3).ru() == 3.0  # each floored at 1 KB
 
 
 def test_a_write_that_matched_nothing_is_a_read_and_a_find_and_modify_reads_its_reply():
-    assert DocumentWrite(KB, KB, unchanged=True).ru(MODEL) == 1.0
-    update = Operation("findAndModify", "x", writes=[DocumentWrite(KB, KB, 1, 1)], reply_document=KB // 2)
-    assert update.ru() == pytest.approx(2 * 4.95 + 0.4 + 0.5)
+    assert DocumentWrite(KB, KB, unchanged=True).ru() == 1.0
+    update = Operation("findAndModify", "x", writes=[DocumentWrite(300, 300, 1, 1)], reply_document=300)
+    assert update.ru() == pytest.approx(4.95 * 2 + 0.4 + 1.0)
+
+
+def test_a_query_that_fans_out_pays_for_every_partition_it_reaches():
+    # A sorted page over 200 partitions: 200 x 2.5 = 500 RU on top of its documents.
+    assert Operation("find", "x", returned=[], reach=ALL).ru(200) == pytest.approx(1 + 500)
+    # `$in` of 200 users over 191 partitions reaches 124.2 of them on average: 310 RU.
+    assert fanout_ru(200, 191) == pytest.approx(310.4, abs=0.1)
+    # A query pinned to one shard key value pays nothing for the others, however many there are.
+    assert Operation("find", "x", returned=[KB], reach=1).ru(500) == 1.0
+    # getMore carries on the query it continues: the same reach.
+    assert Operation("getMore", "x", returned=[KB], reach=ALL).ru(4) == pytest.approx(1 + 10)
+
+
+def test_the_meter_reads_the_reach_of_a_filter_on_the_shard_key():
+    assert shard_key_values({"_id": "a", "bottle_id": "a"}, "bottle_id") == 1
+    assert shard_key_values({"bottle_id": {"$in": ["a", "b", "a"]}}, "bottle_id") == 2
+    assert shard_key_values({"$and": [{"x": 1}, {"user_id": {"$eq": "u"}}]}, "user_id") == 1
+    assert shard_key_values({"ub": {"$gte": 0, "$lt": 4}}, "bottle_id") == ALL
+    assert shard_key_values({"bottle_id": {"$gt": "a"}}, "bottle_id") == ALL  # a range fans out
+    assert shard_key_values({"anything": 1}, None) == 1  # an unsharded collection is one partition
+    stream = {"aggregate": "bottle_actions", "pipeline": [{"$changeStream": {}}, {"$match": {}}]}
+    assert command_reach(stream, "aggregate", "bottle_id") == 1  # read a physical partition at a time
+    assert command_reach({"find": "x", "filter": {"silent_pending": True}}, "find", "bottle_id") == ALL
+
+
+def test_autoscale_bills_each_hours_peak_and_at_least_a_tenth_of_the_maximum():
+    # AUTOSCALE: Tmax 10,000: an hour that peaked at 6,000 bills 6,000; an idle hour bills 1,000.
+    assert billed_in_hour(6_000, 10_000) == 6_000
+    assert billed_in_hour(0, 10_000) == 1_000
+
+
+def test_the_storage_floor_raises_the_maximum():
+    # AUTOSCALE: MAX(1,000, GB x 10) rounded up to 1,000: 9,531 GB needs 96,000 RU/s, whatever the peak.
+    assert storage_floor(9_531) == 96_000
+    assert storage_floor(0) == 1_000
+    assert autoscale_max(43_000, 9_531) == 96_000
+    assert autoscale_max(43_000, 9_531, headroom=3.0) == 129_000
+
+
+def test_physical_partitions_follow_the_storage_and_the_maximum():
+    # 50 GB and 10,000 RU/s each.
+    assert physical_partitions(9_531, 96_000) == 191
+    assert physical_partitions(10, 95_000) == 10
+    assert physical_partitions(0, 1_000) == 1
+
+
+def test_the_price_and_the_regions_reproduce_the_documented_bill():
+    # REGIONS: 10,000 RU/s standard for 730 hours at $0.008 per 100 RU/s = $584; 512 GB at $0.25 = $128.
+    assert 10_000 / 100 * PRICE.standard_per_100_ru_hour * 730 == pytest.approx(584)
+    assert PRICE.autoscale_per_100_ru_hour == pytest.approx(0.012)  # 1.5 x the standard rate
+    assert monthly_cost(10_000, 512) == pytest.approx(876 + 128)
+    assert monthly_cost(10_000, 512, regions=2) == pytest.approx(2 * (876 + 128))  # T x N, storage in each
 
 
 def test_index_terms_follow_the_schema_on_cosmos_db():
@@ -106,28 +189,97 @@ def test_the_meter_sees_that_a_heartbeat_changes_only_the_silent_checks_index_te
         meter.close()
 
 
-def test_the_design_scale_table_multiplies_rates_and_holds_growing_collections_at_their_retention():
-    measured = design_scale.Measured(
-        heartbeat={schema.BOTTLE_HEARTBEATS: 5.0},
-        opened={schema.BOTTLES: 1.0},
-        closed={},
-        consumer_change={},
-        consumer_run={},
-        swept_in_trouble={},
-        sweep_run={},
-        ttl_delete={schema.BOTTLE_ACTIONS: 2.0},
-        sizes={schema.BOTTLE_HEARTBEATS: 500, schema.BOTTLE_ACTIONS: 300},
+def _measured(**given: Any) -> design_scale.Measured:
+    empty = UnitCost()
+    fields: dict[str, Any] = {
+        "heartbeat": empty,
+        "opened": empty,
+        "closed": empty,
+        "actions_feed": empty,
+        "tally": [],
+        "consumer_run": empty,
+        "swept": {},
+        "sweep_run": {},
+        "sizes": {},
+    }
+    return design_scale.Measured(**(fields | given))
+
+
+def test_steady_work_bills_its_rate_and_a_burst_bills_its_peak_for_the_hour():
+    measured = _measured(
+        heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 5.0}),
+        tally=[UnitCost({schema.USER_HOURLY_REPORTS: 1.0})],  # per change, its pages in 15 minutes of the hour
     )
     rows = {row.collection: row for row in design_scale.table(measured, Settings())}
 
-    assert rows[schema.BOTTLE_HEARTBEATS].ru_per_second == pytest.approx(30_000_000 / 1800 * 5.0)
-    assert rows[schema.BOTTLE_HEARTBEATS].storage_gb == pytest.approx(30_000_000 * 500 / 1e9)
-    assert rows[schema.BOTTLES].ru_per_second == pytest.approx(700.0)
+    beats = rows[schema.BOTTLE_HEARTBEATS]
+    assert beats.billed == pytest.approx(30_000_000 / 1800 * 5.0)
+    assert beats.average == pytest.approx(beats.billed)
+    hourly = rows[schema.USER_HOURLY_REPORTS]
+    assert hourly.average == pytest.approx(design_scale.CHANGES_PER_SECOND)
+    assert hourly.billed == pytest.approx(4 * design_scale.CHANGES_PER_SECOND)  # 60 / 15 minutes
+    assert design_scale.total(list(rows.values())) == pytest.approx(sum(r.billed for r in rows.values()))
+
+
+def test_a_collection_with_no_requests_bills_a_tenth_of_its_storage_floor_and_its_ttl_deletes_bill_nothing():
+    measured = _measured(sizes={schema.BOTTLE_ACTIONS: 300, f"{schema.BOTTLE_ACTIONS} index": 200})
+    rows = {row.collection: row for row in design_scale.table(measured, Settings())}
+
     actions = rows[schema.BOTTLE_ACTIONS]
-    assert actions.ru_per_second == pytest.approx(1400 * 2.0)  # the TTL deletes: as many as are written
-    assert actions.storage_gb == pytest.approx(1400 * 86_400 * 60 * 300 / 1e9)  # 60 days' worth, not a year's
-    assert "**total**" in design_scale.markdown(list(rows.values()))
-    split = design_scale.by_work(list(rows.values()))
-    assert split[design_scale.HEARTBEATS] == pytest.approx(30_000_000 / 1800 * 5.0)
-    assert split[design_scale.EVENTS] == pytest.approx(700.0)
-    assert split[design_scale.TTL] == pytest.approx(1400 * 2.0)
+    stored = 1400 * 86_400 * 60 * 500 / 1e9  # 60 days' worth of data and index
+    assert actions.storage_gb == pytest.approx(stored)
+    assert actions.maximum == storage_floor(stored)
+    assert actions.billed == pytest.approx(actions.maximum / 10)  # the deletes of expired actions add nothing
+    assert actions.partitions == physical_partitions(stored, actions.maximum)
+    assert actions.monthly(2) == pytest.approx(2 * actions.monthly(1))
+
+
+def test_the_morning_sweep_bills_its_minute_in_the_morning_hour():
+    measured = _measured(swept={"late_dose": UnitCost({schema.NOTIFICATIONS: 10.0})})
+    [notifications] = [r for r in design_scale.table(measured, Settings()) if r.collection == schema.NOTIFICATIONS]
+
+    morning = design_scale.ASSUMED_RATES["late doses found by a sweep in the morning hour"] / 60 * 10.0
+    other = design_scale.ASSUMED_RATES["late doses found by a sweep in any other hour"] / 60 * 10.0
+    assert notifications.billed == pytest.approx(morning)
+    assert notifications.hourly_billed[design_scale.MORNING_HOUR] == pytest.approx(morning)
+    assert notifications.hourly_billed[design_scale.MORNING_HOUR + 1] == pytest.approx(max(other, morning * 1.2 / 10))
+
+
+def test_the_alternatives_bill_a_paced_tally_at_its_average_and_hourly_roll_ups_every_hour():
+    ordinary = UnitCost({schema.USER_HOURLY_REPORTS: 1.0})
+    rollup = UnitCost({schema.USER_HOURLY_REPORTS: 3.0, schema.USER_DAILY_REPORTS: 2.0})
+    measured = _measured(tally=[ordinary] * 5 + [rollup])
+    hourly = schema.USER_HOURLY_REPORTS
+
+    def row(variant: design_scale.Variant) -> design_scale.Row:
+        return {r.collection: r for r in design_scale.table(measured, Settings(), variant)}[hourly]
+
+    today = row(design_scale.TODAY)
+    assert today.billed == pytest.approx(4 * 3.0 * design_scale.CHANGES_PER_SECOND)  # the roll-up hour's burst
+    paced = row(design_scale.Variant("paced", tally_minutes=60))
+    assert paced.billed == pytest.approx(3.0 * design_scale.CHANGES_PER_SECOND)
+    every_hour = row(design_scale.Variant("hourly roll-ups", rollup_every_hour=True))
+    assert every_hour.hourly_billed == pytest.approx([today.billed] * 24)
+    assert every_hour.monthly() > today.monthly()
+    printed = design_scale.alternatives(measured, Settings())
+    assert [line[0] for line in printed] == [variant.name for variant in design_scale.ALTERNATIVES]
+    assert printed[0][2] == "1.00x"
+
+
+@pytest.mark.integration
+def test_the_meter_carries_a_querys_reach_to_its_get_mores(secantus_uri: str) -> None:
+    meter = CostMeter(Settings())
+    client: Any = store.create_client(secantus_uri, event_listeners=[meter])
+    try:
+        bottles = client["meter_reach"][schema.BOTTLES]
+        bottles.insert_many([{"_id": f"b{i}", "bottle_id": f"b{i}", "user_id": "u"} for i in range(5)])
+        meter.clear()
+        assert len(list(bottles.find({"user_id": "u"}, batch_size=2))) == 5
+        assert len(list(bottles.find({"bottle_id": {"$in": ["b1", "b2", "b3"]}}, batch_size=2))) == 3
+
+        reads = [(op.command, op.reach) for op in meter.operations()]
+        assert reads == [("find", ALL), ("getMore", ALL), ("getMore", ALL), ("find", 3), ("getMore", 3)]
+    finally:
+        client.drop_database("meter_reach")
+        client.close()
+        meter.close()

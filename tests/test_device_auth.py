@@ -1,5 +1,8 @@
 """Device authentication: the key, unknown bottles, key rotation and the registry cache."""
 
+import threading
+from typing import Any
+
 import pytest
 
 from shared.bottles import entries
@@ -100,6 +103,37 @@ def test_a_rotated_key_lingers_on_other_workers_only_until_the_cache_expires(db,
     assert post_events("bottle-1", "the-new-key", closed(ago(minutes=2))).status == 202  # a miss re-reads
     clock[0] += 2
     assert post_events("bottle-1", old_key, opened(ago(minutes=1))).status == 401
+
+
+def test_a_registry_read_racing_a_rotation_does_not_cache_the_revoked_key(db, monkeypatch):
+    """A request reads the bottle (old key) just before a rotation on the same worker, and caches what it read
+    after the rotation answered: that entry must not outlive the rotation."""
+    old_key = provisioned("bottle-1")
+    read, go = threading.Event(), threading.Event()
+    real_read = entries.read_bottle
+
+    def read_bottle(*args: Any) -> Any:
+        found = real_read(*args)
+        if threading.current_thread().name == "in flight":
+            read.set()
+            assert go.wait(timeout=30)
+        return found
+
+    monkeypatch.setattr(entries, "read_bottle", read_bottle)
+    answers: list[int] = []
+    in_flight = threading.Thread(
+        target=lambda: answers.append(post_events("bottle-1", old_key, opened(ago(minutes=3))).status),
+        name="in flight",
+    )
+    in_flight.start()
+    assert read.wait(timeout=30)
+    new_key = put_bottle("bottle-1", rotate_key=True).body["device_key"]
+    go.set()
+    in_flight.join(timeout=30)
+
+    assert answers == [202]  # sent before the rotation answered
+    assert post_events("bottle-1", old_key, opened(ago(minutes=2))).status == 401
+    assert post_events("bottle-1", new_key, closed(ago(minutes=1))).status == 202
 
 
 def test_cache_is_bounded_and_evicts_the_least_recently_used():

@@ -3,6 +3,7 @@ nothing, and never raises; an error nobody foresaw is a JSON 500 whose log line 
 
 import base64
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import azure.functions as func
@@ -124,6 +125,76 @@ def test_the_extreme_representable_times_are_answered_without_error(mock_db, tim
     assert notifications("u1", since=time).status_code == 200
     assert get_reports("u1", **{"from": "0001-01-01T00:00:00Z", "to": "0001-01-01T05:00:00Z"}).status == 200
     assert get_reports("u1", **{"from": "9999-12-31T00:00:00Z", "to": "9999-12-31T23:59:59.999Z"}).status == 200
+
+
+# --- times in the contract's format only ------------------------------------------------------------------------
+
+# ISO-8601 (and Python's fromisoformat) takes these; the contract (openapi.yaml `Instant`: `Z` or `+hh:mm`) does not.
+OFF_CONTRACT = {
+    "an offset with seconds and a fraction": ("+23:59:59.999999", "UTC offset"),
+    "an offset with seconds": ("+01:00:30", "UTC offset"),
+    "an offset of 24 hours": ("+24:00", "UTC offset"),
+    "an offset without a colon": ("+0100", "UTC offset"),
+    "an offset of hours only": ("+01", "UTC offset"),
+    "a lower-case z": ("z", "UTC offset"),
+}
+
+
+def off_contract(offset: str, at: str = "T03:00:00") -> str:
+    return f"{iso(ago(minutes=2))[:10]}{at}{offset}"
+
+
+@pytest.mark.parametrize(("offset", "said"), OFF_CONTRACT.values(), ids=OFF_CONTRACT.keys())
+def test_an_event_time_off_the_contract_s_format_is_400_and_stores_nothing(db, offset, said):
+    key = provisioned()
+    event = {"type": "heartbeat", "time": off_contract(offset)}
+
+    response = post_events("bottle-1", key, {"events": [heartbeat(ago(minutes=1)), event]})
+
+    assert response.status == 400
+    assert details(response) == [(1, "time")]
+    assert said in response.body["details"][0]["message"]
+    assert nothing_stored(db)
+
+
+@pytest.mark.parametrize(
+    "time",
+    ["2026-11-24 03:00:00Z", "2026-11-24T03:00Z", "20261124T030000Z", "2026-W48-2T03:00:00Z", "2026-11-24T03Z"],
+)
+def test_other_iso_8601_spellings_are_400_naming_the_format(mock_db, time):
+    key = provisioned()
+    response = post_events("bottle-1", key, {"type": "heartbeat", "time": time})
+
+    assert response.status == 400
+    assert details(response) == [(0, "time")]
+    assert "Z' or '+hh:mm'" in response.body["details"][0]["message"]
+
+
+@pytest.mark.parametrize("offset", ["Z", "+00:00", "-00:00", "+05:45", "-09:30", "+14:00", "-12:00"])
+@pytest.mark.parametrize("fraction", ["", ".5", ".123", ".123456", ".123456789"])
+def test_the_contract_s_own_spellings_are_accepted(mock_db, offset, fraction):
+    key = provisioned()
+    sent = ago(minutes=1)
+    zone = UTC if offset in ("Z", "+00:00", "-00:00") else datetime.strptime(offset, "%z").tzinfo
+    local = sent.astimezone(zone).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%S")
+
+    response = post_events("bottle-1", key, {"type": "heartbeat", "time": f"{local}{fraction}{offset}"})
+
+    assert response.status == 202, response.body
+
+
+@pytest.mark.parametrize(("offset", "said"), OFF_CONTRACT.values(), ids=OFF_CONTRACT.keys())
+def test_a_query_time_off_the_contract_s_format_is_400_naming_the_parameter(mock_db, offset, said):
+    since = notifications("u1", since=off_contract(offset))
+    bounds = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"}
+    start = get_reports("u1", **{**bounds, "from": off_contract(offset)})
+    end = get_reports("u1", **{**bounds, "to": off_contract(offset)})
+
+    assert since.status_code == 400
+    assert b'"field":"since"' in since.get_body()
+    assert said.encode() in since.get_body()
+    assert (start.status, [d["field"] for d in start.body["details"]]) == (400, ["from"])
+    assert (end.status, [d["field"] for d in end.body["details"]]) == (400, ["to"])
 
 
 # --- nesting ---------------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 from pymongo import InsertOne, UpdateOne
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, OperationFailure
 
 from shared.store.retries import RetryPolicy, StoreUnavailable, count_matched, write_idempotent
 
@@ -56,10 +56,12 @@ def test_only_throttled_ops_are_sent_again():
     assert collection.sent == [3, 2]
 
 
-def test_an_unexpected_write_error_is_unavailable_not_a_crash():
+def test_an_unexpected_write_error_is_a_fault_not_an_outage():
     collection = ScriptedCollection([(0, 2)])
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(OperationFailure) as raised:
         write_idempotent(collection, [InsertOne({"_id": 0})], POLICY)
+    assert raised.value.code == 2
+    assert collection.sent == [1]  # not retried
 
 
 def test_throttling_beyond_the_retries_is_unavailable():

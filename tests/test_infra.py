@@ -213,11 +213,12 @@ def test_alert_thresholds_are_parameters_with_sane_defaults_that_main_bicep_pass
         "http-503": (50, 5, 1),
         "store-throttled": (300, 5, 3),  # per 5 minutes, 3 periods in a row
         "report-feed-unpartitioned": (0, 5, 1),  # any dispatch that could not partition a feed
+        "http-500": (0, 5, 1),  # any fault
         "http-5xx-rate": (5, 5, 1),  # percent of requests
     }
     tree = bicep.parse("modules/alerts.bicep")
     raw = {rule["name"]: rule for rule in bicep.variable("modules/alerts.bicep", "rules")}
-    for name in ("report-lag", "notifications-pending", "http-503", "store-throttled", "http-5xx-rate"):
+    for name in ("report-lag", "notifications-pending", "http-503", "store-throttled", "http-500", "http-5xx-rate"):
         assert str(raw[name]["threshold"]) in tree["parameters"], f"{name}: the threshold is not a parameter"
     assert str(raw["check-time-budget"]["periods"]) in tree["parameters"]
     main = bicep.parse("main.bicep")
@@ -225,7 +226,7 @@ def test_alert_thresholds_are_parameters_with_sane_defaults_that_main_bicep_pass
     assert set(passed) <= set(tree["parameters"])
     for name in ("actionGroupId", "alertEmail", "reportLagMinutes", "pendingNotifications",
                  "checkBudgetPeriodsInARow", "unavailableResponsesPer5Minutes", "throttlesPer5Minutes",
-                 "http5xxPercent"):  # fmt: skip
+                 "internalErrorsPer5Minutes", "http5xxPercent"):  # fmt: skip
         assert bicep.literal(main, passed[name]) == bicep.literal(tree, tree["parameters"][name]["default"]), name
 
 

@@ -15,7 +15,8 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
     NumberDataPoint,
 )
-from pymongo.errors import AutoReconnect, ExecutionTimeout
+from pymongo import UpdateOne
+from pymongo.errors import AutoReconnect, BulkWriteError, ExecutionTimeout, OperationFailure
 
 from functions import device_events
 from shared import metrics
@@ -27,7 +28,7 @@ from shared.reports.tally import hours_due
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
-from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
+from shared.store.retries import RetryPolicy, StoreUnavailable, count_matched, with_retries
 from tests.api import ago, closed, get_bottle, heartbeat, opened, post_events, provisioned
 from tests.checking import World, sweep_all
 from tests.cosmos_fakes import ThrottlingDatabase, throttled
@@ -140,6 +141,40 @@ def test_server_side_retry_running_out_counts_as_throttling_and_a_dropped_connec
         with_retries(disconnected, RetryPolicy(max_retries=1, base_ms=1), sleep=lambda _: None)
 
     assert of(recorded(), metrics.STORE_THROTTLED) == {(("code", 50),): 1, (("code", 16500),): 1}
+
+
+def test_a_database_fault_counts_a_500_of_its_function_naming_the_code_and_no_503(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
+) -> None:
+    key = provisioned()
+    fake = ThrottlingDatabase(
+        mock_db, {schema.BOTTLE_HEARTBEATS: 1}, error=lambda: OperationFailure("not authorized", code=13)
+    )
+    monkeypatch.setattr(device_events, "get_database", lambda: fake)
+
+    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 500
+
+    found = recorded()
+    assert of(found, metrics.HTTP_500) == {(("error", "OperationFailure:13"), ("function", "post_events")): 1}
+    assert of(found, metrics.HTTP_503) == {}
+    assert of(found, metrics.STORE_THROTTLED) == {}
+
+
+def test_ops_of_a_bulk_write_that_ran_out_of_time_count_as_code_50_not_16500(
+    recorded: Callable[[], Readings],
+) -> None:
+    rounds = [[{"index": 0, "code": 50, "errmsg": "Request timed out."}], []]
+
+    class TimingOut:
+        def bulk_write(self, ops: list[Any], ordered: bool) -> Any:
+            errors = rounds.pop(0)
+            if errors:
+                raise BulkWriteError({"writeErrors": errors, "nMatched": 0})
+            return type("Result", (), {"matched_count": len(ops)})()
+
+    assert count_matched(TimingOut(), [UpdateOne({"_id": 1}, {"$set": {"x": 1}})], RetryPolicy(base_ms=1)) == 1
+
+    assert of(recorded(), metrics.STORE_THROTTLED) == {(("code", 50),): 1}
 
 
 # --- the checks --------------------------------------------------------------------------------------------------

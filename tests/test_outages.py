@@ -3,6 +3,8 @@ bounded time, whether Cosmos DB throttles with 16500 (the app retries) or holds 
 retry and ends in code 50 (ExceededTimeLimit). Fakes follow Cosmos DB's documented behaviour."""
 
 import itertools
+import random
+import statistics
 import time
 from typing import Any
 
@@ -13,7 +15,7 @@ from pymongo.errors import BulkWriteError, ExecutionTimeout, NetworkTimeout, Ope
 from functions import bottles, notifications, reports
 from shared.settings import get_settings
 from shared.store import client as store
-from shared.store.retries import RetryPolicy, StoreUnavailable, count_matched, with_retries
+from shared.store.retries import RecentThrottling, RetryPolicy, StoreUnavailable, count_matched, with_retries
 from tests.api import ago, heartbeat, post_events
 
 UNREACHABLE = "mongodb://127.0.0.1:1/?directConnection=true"  # nothing listens on port 1
@@ -65,7 +67,9 @@ def held_by_server_side_retry(clock: FakeClock) -> Any:
 
 def test_throttling_is_retried_on_the_servers_hint_then_503_within_the_deadline():
     clock = FakeClock()
-    policy = RetryPolicy(max_retries=10, base_ms=100, deadline=clock() + 8, clock=clock)
+    policy = RetryPolicy(
+        max_retries=10, base_ms=100, deadline=clock() + 8, clock=clock, throttling=RecentThrottling(clock=clock)
+    )
     operation, calls = throttled_by_cosmos(clock, retry_after_ms=1500)
 
     with pytest.raises(StoreUnavailable) as raised:
@@ -74,7 +78,8 @@ def test_throttling_is_retried_on_the_servers_hint_then_503_within_the_deadline(
     assert clock.now - 1000 <= 8  # never waits past the deadline
     assert len(calls) == 6  # 1.5 s apart (the hint), until another wait would end past the deadline
     assert all(b - a >= 1.5 for a, b in itertools.pairwise(calls))
-    assert 1 <= raised.value.retry_after_s <= 2  # throttling: the short hint, not the outage delay
+    # Throttling: the hint and a short jitter (its own six throttled attempts widen it a little), not an outage's.
+    assert 2 <= raised.value.retry_after_s <= 5
 
 
 def test_server_side_retry_cannot_hold_a_request_past_the_deadline():
@@ -91,14 +96,15 @@ def test_server_side_retry_cannot_hold_a_request_past_the_deadline():
 
 def test_code_50_after_server_side_retry_is_handled_like_throttling():
     clock = FakeClock()
-    policy = RetryPolicy(max_retries=1, base_ms=100, clock=clock)  # no deadline: the server's 60 s run out
+    # No deadline: the server's 60 s run out.
+    policy = RetryPolicy(max_retries=1, base_ms=100, clock=clock, throttling=RecentThrottling(clock=clock))
     operation, calls = held_by_server_side_retry(clock)
 
     with pytest.raises(StoreUnavailable) as raised:
         with_retries(operation, policy, sleep=clock.sleep)
 
     assert calls == [None, None]  # retried once, as throttling is
-    assert raised.value.retry_after_s <= 2  # a throttling answer, not an outage's
+    assert raised.value.retry_after_s <= 3  # a throttling answer, not an outage's
 
 
 class BulkAnsweringCode50:
@@ -128,7 +134,7 @@ def test_per_op_code_50_retries_only_those_ops():
 
 
 def test_an_outage_retry_after_is_longer_than_throttlings_and_jittered():
-    policy = RetryPolicy(outage_retry_after_s=30)
+    policy = RetryPolicy(outage_retry_after_s=30, throttling=RecentThrottling())  # a process not throttled lately
     outage = {policy.retry_after_s(0, NetworkTimeout("timed out")) for _ in range(200)}
     throttled = policy.retry_after_s(0, OperationFailure("RetryAfterMs=800", code=16500))
 
@@ -136,6 +142,61 @@ def test_an_outage_retry_after_is_longer_than_throttlings_and_jittered():
     assert max(outage) <= 60
     assert len(outage) > 10  # spread, so a fleet does not come back at the same second
     assert throttled < min(outage)
+
+
+def throttled_answers(policy: RetryPolicy, retry_after_ms: int = 800, answers: int = 2000) -> list[int]:
+    error = OperationFailure(f"Request rate is large. RetryAfterMs={retry_after_ms}", code=16500)
+    return [policy.retry_after_s(0, error) for _ in range(answers)]
+
+
+def test_a_throttled_retry_after_is_jittered_so_a_fleet_does_not_come_back_in_step():
+    quiet = RetryPolicy(rng=random.Random(7), throttling=RecentThrottling())
+
+    answers = throttled_answers(quiet)
+
+    assert set(answers) == {1, 2, 3}  # the hint (at least 1 s) plus 0-2 s, each value about as often
+    assert all(answers.count(value) > len(answers) / 5 for value in (1, 2, 3))
+
+
+def test_the_spread_of_throttled_retry_afters_grows_with_sustained_throttling_and_shrinks_after_it():
+    clock = FakeClock()
+    seen = RecentThrottling(half_life_s=30, clock=clock)
+    policy = RetryPolicy(outage_retry_after_s=30, rng=random.Random(7), throttling=seen)
+    for _ in range(5000):  # a worker whose every call is throttled for a while
+        seen.record(throttled=True)
+
+    sustained = throttled_answers(policy)
+    clock.now += 20 * 30  # twenty half-lives without throttling
+    after = throttled_answers(policy)
+
+    assert min(sustained) == 1
+    assert max(sustained) <= 1 + 30  # never wider than an outage's spread
+    assert max(sustained) >= 25
+    assert statistics.mean(sustained) > 10  # spread over about half a minute, not bunched at the hint
+    assert set(after) == {1, 2, 3}
+
+
+def test_the_throttled_share_is_the_recent_share_of_attempts():
+    clock = FakeClock()
+    seen = RecentThrottling(half_life_s=30, prior=0.001, clock=clock)
+    for i in range(1000):
+        seen.record(throttled=i % 4 == 0)
+    assert seen.rate() == pytest.approx(0.25, abs=0.01)
+    clock.now += 30
+    for _ in range(1000):
+        seen.record(throttled=False)
+    assert seen.rate() == pytest.approx(125 / 1500, abs=0.005)  # the first thousand weigh half: 125 of 1500
+
+
+def test_a_retry_after_ms_longer_than_two_seconds_is_honoured():
+    policy = RetryPolicy(rng=random.Random(7), throttling=RecentThrottling())
+    error = OperationFailure("Request rate is large. RetryAfterMs=5500", code=16500)
+
+    answers = throttled_answers(policy, retry_after_ms=5500)
+
+    assert min(answers) == 6  # never earlier than the server asked
+    assert max(answers) <= 8
+    assert all(policy.delay_s(attempt, error) >= 5.5 for attempt in range(4))  # nor a retry in the process
 
 
 @pytest.fixture
@@ -169,7 +230,7 @@ def _request(handler: Any, route: dict[str, str], params: dict[str, str] | None 
     [
         (bottles.get_bottle, {"bottle_id": "bottle-1"}, {}),
         (notifications.get_user_notifications, {"user_id": "u"}, {}),
-        (reports.get_user_reports, {"user_id": "u"}, {"from": "2026-01-01T00:00Z", "to": "2026-01-02T00:00Z"}),
+        (reports.get_user_reports, {"user_id": "u"}, {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"}),
     ],
 )
 def test_every_read_route_answers_503_within_its_deadline(monkeypatch, handler, route, params):

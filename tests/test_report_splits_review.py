@@ -19,7 +19,6 @@ from shared.reports.leases import ACTIONS_FEED, NoPartitionTokens, Partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range
-from shared.store.retries import StoreUnavailable
 from tests.api import opened, post_events, provisioned
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, epk
 from tests.report_client import set_setting, work
@@ -327,8 +326,7 @@ class CosmosFeed(CosmosTokens):
     def watch(self, partition: Partition, token: Any) -> "RangeStream":
         span = feed_range(token)
         if span not in self.spans():
-            error = OperationFailure("resume token is no longer valid", code=280)
-            raise StoreUnavailable("rejected", retry_after_s=1) from error
+            raise OperationFailure("resume token is no longer valid", code=280)  # not transient: raised as it is
         return RangeStream(self, span, state_of(token))
 
 

@@ -14,7 +14,7 @@ from shared.heartbeat_document import USER_BUCKET
 from shared.ingestion.receive import receive
 from shared.instants import day_of, utc_now
 from shared.reports import aggregation
-from shared.reports.aggregation import Change, Stamper, refresh_hourly
+from shared.reports.aggregation import Change, Stamper, refresh_hourly, write_guarded
 from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.leases import Lease, Partition
 from shared.reports.rebuild import rebuild
@@ -22,7 +22,7 @@ from shared.reports.tally import UserPages, rolled_up_before
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange, bucket_of
-from shared.store.retries import RetryPolicy, write_idempotent
+from shared.store.retries import RetryPolicy
 from shared.store.setup import backfill_buckets
 from tests.report_client import work
 from tests.tally_runner import TallyPartition
@@ -251,16 +251,16 @@ def test_a_rebuild_whose_write_lost_a_race_to_the_consumer_keeps_the_consumers_n
     mock_db[schema.USER_HOURLY_REPORTS].update_one({"user_id": "u1"}, {"$set": wrong})
     raced: list[bool] = []
 
-    def racing(collection: Any, ops: Any, policy: Any, *args: Any) -> Any:
+    def racing(collection: Any, writes: Any, policy: Any) -> Any:
         if collection.name == schema.USER_HOURLY_REPORTS and not raced:
             raced.append(True)  # the consumer counts a second event of the hour first
             # (before the rebuild's cursor, which reads the user's actions in `_id` order: its later pages do not
             # see it)
             later = opened(DAY + timedelta(hours=8, minutes=40)) | {"event_id": "e1"}
             fleet.send("b1", later, now=DAY + timedelta(hours=8, minutes=40))
-        return write_idempotent(collection, ops, policy, *args)
+        return write_guarded(collection, writes, policy)
 
-    monkeypatch.setattr(aggregation, "write_idempotent", racing)
+    monkeypatch.setattr(aggregation, "write_guarded", racing)
     now = DAY + timedelta(hours=8, minutes=40)
     rebuild(mock_db, start=DAY, end=DAY + timedelta(days=1), user_id="u1", now=now, settings=fleet.settings)
 

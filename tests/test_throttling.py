@@ -4,7 +4,14 @@ retry repairs anything a failure left behind, and nothing is counted twice."""
 from typing import Any
 
 import pytest
-from pymongo.errors import AutoReconnect, OperationFailure
+from pymongo.errors import (
+    AutoReconnect,
+    BulkWriteError,
+    ExecutionTimeout,
+    NetworkTimeout,
+    NotPrimaryError,
+    OperationFailure,
+)
 
 from functions import device_events
 from shared.store import cosmos, retries, schema
@@ -100,20 +107,55 @@ def test_partially_throttled_bulk_retries_only_what_was_not_written(db, throttle
     assert stored(db) == (2, 5)
 
 
-def test_a_non_transient_database_error_is_503_not_500(db, monkeypatch):
-    key = provisioned()
+FAULTS = {
+    "not authorized": lambda: OperationFailure("not authorized on pillbottle", code=13),
+    "a bad query": lambda: OperationFailure("unknown operator: $foo", code=2),
+    "a missing collection": lambda: OperationFailure("ns does not exist", code=26),
+    "a refused write": lambda: BulkWriteError({"writeErrors": [{"index": 0, "code": 121, "errmsg": "invalid"}]}),
+}
+OUTAGES = {
+    "throttled": throttled,
+    "server-side retry ran out": lambda: ExecutionTimeout("Request timed out.", code=50),
+    "primary stepped down": lambda: OperationFailure("PrimarySteppedDown", code=189),
+    "not writable primary": lambda: NotPrimaryError("not primary"),
+    "not writable primary (code)": lambda: OperationFailure("NotWritablePrimary", code=10107),
+    "connection dropped": lambda: AutoReconnect("connection reset"),
+    "timed out": lambda: NetworkTimeout("timed out"),
+}
 
-    broken = ThrottlingDatabase(
-        db,
-        {schema.BOTTLE_HEARTBEATS: float("inf")},
-        error=lambda: OperationFailure("not authorized on pillbottle", code=13),
-    )
+
+@pytest.mark.parametrize("fault", FAULTS.values(), ids=FAULTS.keys())
+def test_a_database_fault_is_a_500_with_an_error_id_in_the_log_not_a_503(db, monkeypatch, caplog, fault):
+    key = provisioned()
+    broken = ThrottlingDatabase(db, {schema.BOTTLE_HEARTBEATS: float("inf")}, error=fault)
     monkeypatch.setattr(device_events, "get_database", lambda: broken)
-    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 503
+
+    response = post_events("bottle-1", key, heartbeat(ago(minutes=1)))
+
+    assert response.status == 500
+    assert "Retry-After" not in response.headers  # not an outage: retrying soon repeats the fault
+    assert set(response.body) == {"error", "error_id", "details"}
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(response.body["error_id"] in line and "post_events" in line for line in logged), logged
+    assert len([c for c in broken.calls if c.startswith(schema.BOTTLE_HEARTBEATS)]) == 1  # never retried
+
+
+@pytest.mark.parametrize("outage", OUTAGES.values(), ids=OUTAGES.keys())
+def test_a_transient_database_error_that_persists_is_a_503_with_retry_after(db, monkeypatch, outage):
+    key = provisioned()
+    down = ThrottlingDatabase(db, {schema.BOTTLE_HEARTBEATS: float("inf")}, error=outage)
+    monkeypatch.setattr(device_events, "get_database", lambda: down)
+
+    response = post_events("bottle-1", key, heartbeat(ago(minutes=1)))
+
+    assert response.status == 503
+    assert int(response.headers["Retry-After"]) >= 1
+    assert "error_id" not in response.body
+    assert len([c for c in down.calls if c.startswith(schema.BOTTLE_HEARTBEATS)]) == 4  # the first try, 3 retries
 
 
 def test_retry_policy_honours_retry_after_ms_and_gives_up():
-    policy = retries.RetryPolicy(max_retries=2, base_ms=1)
+    policy = retries.RetryPolicy(max_retries=2, base_ms=1, throttling=retries.RecentThrottling())
     attempts: list[int] = []
     sleeps: list[float] = []
 
@@ -126,7 +168,7 @@ def test_retry_policy_honours_retry_after_ms_and_gives_up():
 
     assert len(attempts) == 3
     assert sleeps == [0.003, 0.003]  # RetryAfterMs=3 is longer than the 1-2 ms back-off
-    assert raised.value.retry_after_s == 1
+    assert 1 <= raised.value.retry_after_s <= 3  # the hint (at least 1 s) plus a jitter of up to 2 s
 
 
 def test_connection_drops_are_retried_but_programming_errors_are_not():
@@ -146,8 +188,9 @@ def test_connection_drops_are_retried_but_programming_errors_are_not():
         calls.append(1)
         raise OperationFailure("unknown operator: $foo", code=2)
 
-    with pytest.raises(retries.StoreUnavailable):
+    with pytest.raises(OperationFailure) as raised:  # raised as it is: a fault, not an outage
         retries.with_retries(bad_query, policy, sleep=lambda _: None)
+    assert raised.value.code == 2
     assert len(calls) == 1
 
 

@@ -40,6 +40,9 @@ param unavailableResponsesPer5Minutes int = 50
 @description('Throttled database calls per 5 minutes above which to alert, when sustained for 3 periods in a row (15 minutes).')
 param throttlesPer5Minutes int = 300
 
+@description('HTTP 500 answers of one function in 5 minutes above which to alert (a fault: a bug, or a database error that is not transient).')
+param internalErrorsPer5Minutes int = 0
+
 @description('Percentage of HTTP requests answered 5xx in 5 minutes (of at least 20 requests) above which to alert.')
 param http5xxPercent int = 5
 
@@ -209,6 +212,26 @@ customMetrics
     threshold: throttlesPer5Minutes
     window: 5
     periods: 3
+  }
+  {
+    name: 'http-500'
+    title: 'Requests answered 500'
+    description: 'A function answered more than internalErrorsPer5Minutes 500s in 5 minutes (per function and error): a fault, not load. A bug, or a database error that is not transient (a bad query, a refused write, denied access: the error names its code). Each log line carries the error_id the client got.'
+    severity: 1
+    metrics: ['pillbottle.http.responses_500']
+    query: '''
+customMetrics
+| where name == 'pillbottle.http.responses_500'
+| extend function_name = tostring(customDimensions['function']), error = tostring(customDimensions.error)
+| summarize responses = sum(valueSum) by function_name, error, bin(timestamp, 5m)
+'''
+    measure: 'responses'
+    dimensions: ['function_name', 'error']
+    aggregation: 'Total'
+    comparison: 'GreaterThan'
+    threshold: internalErrorsPer5Minutes
+    window: 5
+    periods: 1
   }
   {
     name: 'http-5xx-rate'

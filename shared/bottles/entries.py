@@ -30,11 +30,16 @@ class RegistryEntry:
 
 
 class RegistryCache:
-    """A small LRU of registry entries with a time-to-live, shared by the threads of one worker."""
+    """A small LRU of registry entries with a time-to-live, shared by the threads of one worker.
+
+    An entry read before a `forget` (a rotation on this worker) is not cached after it: `put` takes the
+    `generation` from before the read, and any forget since makes it a no-op, so a read racing a rotation cannot
+    cache the revoked key."""
 
     def __init__(self, max_entries: int = 100_000, clock: Callable[[], float] = time.monotonic) -> None:
         self._entries: OrderedDict[str, tuple[float, RegistryEntry]] = OrderedDict()
         self._lock = threading.Lock()
+        self._forgets = 0
         self._max = max_entries
         self._clock = clock
 
@@ -49,10 +54,17 @@ class RegistryCache:
             self._entries.move_to_end(bottle_id)
             return found[1]
 
-    def put(self, entry: RegistryEntry, ttl_s: float) -> None:
+    def generation(self) -> int:
+        """Take before reading an entry from the database; pass to `put`."""
+        with self._lock:
+            return self._forgets
+
+    def put(self, entry: RegistryEntry, ttl_s: float, generation: int | None = None) -> None:
         if ttl_s <= 0:
             return
         with self._lock:
+            if generation is not None and generation != self._forgets:
+                return  # something was forgotten since the entry was read: it may be what was forgotten
             self._entries[entry.bottle_id] = (self._clock() + ttl_s, entry)
             self._entries.move_to_end(entry.bottle_id)
             while len(self._entries) > self._max:
@@ -60,10 +72,12 @@ class RegistryCache:
 
     def forget(self, bottle_id: str) -> None:
         with self._lock:
+            self._forgets += 1
             self._entries.pop(bottle_id, None)
 
     def clear(self) -> None:
         with self._lock:
+            self._forgets += 1
             self._entries.clear()
 
 
@@ -108,12 +122,13 @@ def load_entry(
 ) -> tuple[RegistryEntry | None, dict[str, Any] | None]:
     """The bottle's entry read from the registry (and cached for `cache_ttl_s`), with the document it was read
     from (registry and status); (None, None) if it is unknown."""
+    generation = REGISTRY_CACHE.generation()
     found = read_bottle(db, bottle_id, policy)
     if found is None:
         REGISTRY_CACHE.forget(bottle_id)
         return None, None
     entry = RegistryEntry(bottle_id, found["user_id"], found["medication"], found["key_hash"])
-    REGISTRY_CACHE.put(entry, cache_ttl_s)
+    REGISTRY_CACHE.put(entry, cache_ttl_s, generation)
     return entry, found
 
 

@@ -20,6 +20,7 @@ from shared.doses.schedules import DosePlan
 from shared.heartbeat_document import (
     ALIVE_AT,
     KEY,
+    KEY_VERSION,
     OWNERS,
     RING,
     RING_TIME,
@@ -34,6 +35,10 @@ from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
+
+# The bottle's key version: 1 at the create, one more at each rotation, changed in the same write as `key_hash`.
+# The heartbeat document's copy of the key carries the version it was copied at, and only a newer one replaces it.
+KEY_VERSION_FIELD = "key_version"
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ def provision(
         "provisioned_at": now,
         **initial_fields(DosePlan(spec.schedule, spec.grace, now)),
         "key_hash": key_hash,
+        KEY_VERSION_FIELD: 1,
         # The checks sweep bottles one bucket range (partition) at a time (shared/notifications/checks.py).
         BUCKET_FIELD: bucket_of(bottle_id),
     }
@@ -74,8 +80,6 @@ def provision(
     if created:
         after = new_bottle
     else:
-        if rotate_key:
-            registry |= {"key_hash": key_hash, "key_rotated_at": now}
         # `bucket` too: a bottle stored before the checks swept by bucket gets it with its next PUT.
         update = {"$set": {**registry, BUCKET_FIELD: bucket_of(bottle_id)}}
         before = with_retries(
@@ -91,17 +95,40 @@ def provision(
         if not created and _schedule_changed(before, registry):
             _restart_schedule(db, bottle_id, DosePlan(spec.schedule, spec.grace, now), before, policy)
         after = {**before, **registry}
+        if rotate_key:
+            after |= _rotate(db, bottle_id, key_hash, now=now, policy=policy)
     window = Window(settings.heartbeat_window_hours)
-    with_retries(
-        lambda: _sync_heartbeat_document(db, bottle_id, spec, now=now, key_hash=after["key_hash"], window=window),
-        policy,
-    )
+    key = VersionedKey(after["key_hash"], after.get(KEY_VERSION_FIELD, 0))  # a bottle stored before versions: 0
+    with_retries(lambda: _sync_heartbeat_document(db, bottle_id, spec, now=now, key=key, window=window), policy)
     forget_entry(bottle_id)
     return Provisioned(
         created=created,
         bottle=registry_view(after),
         device_key=device_key if created or rotate_key else None,
     )
+
+
+def _rotate(db: Database[Any], bottle_id: str, key_hash: str, *, now: datetime, policy: RetryPolicy) -> dict[str, Any]:
+    """Give the bottle a new key and the next key version, in one write; the key and version as it left them.
+
+    The version is read from the write's own after-image: every rotation gets its own, and the newest key has the
+    highest. (A version computed from a before-image plus one is not safe: SecantusDB's findAndModify may answer,
+    under concurrency, a before-image older than the document it updated, so two rotations got one version.)
+    Cosmos DB for MongoDB supports `findAndModify` and `$inc` ("Database commands" and "Update operators" in
+    https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-40)."""
+    update = {"$set": {"key_hash": key_hash, "key_rotated_at": now}, "$inc": {KEY_VERSION_FIELD: 1}}
+    after = with_retries(
+        lambda: db[schema.BOTTLES].find_one_and_update(
+            {"_id": bottle_id, "bottle_id": bottle_id},
+            update,
+            projection={"key_hash": 1, "key_rotated_at": 1, KEY_VERSION_FIELD: 1, "_id": 0},
+            return_document=ReturnDocument.AFTER,
+        ),
+        policy,
+    )
+    if after is None:  # bottles are never deleted: only a store that lost the bottle gets here
+        raise StoreUnavailable("the bottle was not found during its key rotation; retry", retry_after_s=1)
+    return dict(after)
 
 
 def _insert_new(db: Database[Any], bottle: dict[str, Any]) -> bool:
@@ -129,25 +156,38 @@ def _restart_schedule(
     )
 
 
+@dataclass(frozen=True)
+class VersionedKey:
+    """A bottle's key hash as its registry write left it, and the key version that write gave it."""
+
+    key_hash: str
+    version: int
+
+
 # Fields of the heartbeat document's earlier layout, dropped when a bottle is provisioned again (a migration).
 _FORMER_FIELDS = ("times", "late", "last", "key_hash", "received_at")
 _OWNERSHIP = {"user_id": 1, OWNERS: 1, RING: 1, RING_TIME: 1}
+_SYNCED = {**_OWNERSHIP, KEY_VERSION: 1}
 MAX_REASSIGN_ROUNDS = 5
 
 
 def _sync_heartbeat_document(
-    db: Database[Any], bottle_id: str, spec: BottleSpec, *, now: datetime, key_hash: str, window: Window
+    db: Database[Any], bottle_id: str, spec: BottleSpec, *, now: datetime, key: VersionedKey, window: Window
 ) -> None:
     """Create the bottle's heartbeat document with `alive_at` = provisioning time (a bottle that never
     sends a heartbeat is silent from then on), and keep its medication and key current: one write.
 
     The key is here so that a heartbeat authenticates inside its own write (shared/ingestion/): the hot path
-    never reads the registry. A new owner is recorded by a second write (below)."""
+    never reads the registry. A PUT copies the key its own registry write left, which a concurrent rotation may
+    have replaced since, so the copy is written with its version, and never over a newer one (`_copy_key`). A new
+    owner is recorded by a second write (below)."""
     collection = db[schema.BOTTLE_HEARTBEATS]
     update = {
-        "$set": {"medication": spec.medication, KEY: key_digest(key_hash), BUCKET_FIELD: bucket_of(bottle_id)},
+        "$set": {"medication": spec.medication, BUCKET_FIELD: bucket_of(bottle_id)},
         # silent_pending: the silent check has yet to look at this `alive_at` (shared/notifications/checks.py).
         "$setOnInsert": {
+            KEY: key_digest(key.key_hash),
+            KEY_VERSION: key.version,
             "user_id": spec.user_id,
             USER_BUCKET: bucket_of(spec.user_id),
             ALIVE_AT: now,
@@ -164,7 +204,7 @@ def _sync_heartbeat_document(
             found = collection.find_one_and_update(
                 {"_id": bottle_id, "bottle_id": bottle_id},
                 update,
-                projection=_OWNERSHIP,
+                projection=_SYNCED,
                 upsert=True,
                 return_document=ReturnDocument.AFTER,
             )
@@ -178,8 +218,21 @@ def _sync_heartbeat_document(
             break
     else:
         raise StoreUnavailable("the heartbeat document kept changing during provisioning; retry", retry_after_s=1)
+    if document.get(KEY_VERSION, -1) < key.version:
+        _copy_key(collection, bottle_id, key)
     if document["user_id"] != spec.user_id:
         _reassign(collection, bottle_id, document, spec.user_id, now=now, window=window)
+
+
+def _copy_key(collection: Collection[Any], bottle_id: str, key: VersionedKey) -> None:
+    """Write the key into the heartbeat document unless it holds the same or a newer version: a PUT that read the
+    bottle before a rotation (and so holds the old key) cannot put it back after the rotation's copy. Matching
+    nothing is the newer copy winning; a copy of the earlier layout has no version and is replaced."""
+    older = {"$or": [{KEY_VERSION: {"$lt": key.version}}, {KEY_VERSION: {"$exists": False}}]}
+    collection.update_one(
+        {"_id": bottle_id, "bottle_id": bottle_id, **older},
+        {"$set": {KEY: key_digest(key.key_hash), KEY_VERSION: key.version}},
+    )
 
 
 def _reassign(

@@ -50,13 +50,16 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from pymongo import UpdateMany, UpdateOne
+from pymongo.collection import Collection
+from pymongo.cursor import Cursor
 from pymongo.database import Database
+from pymongo.errors import PyMongoError
 
 from shared import metrics
 from shared.doses.due_tracking import plan_of, review_update
@@ -191,17 +194,15 @@ def run_check(
     for sweep in check.sweeps(now, settings):
         # The partition's range first: a store that bounds one range per query (SecantusDB) plans by the first.
         selector = {**within, **sweep.selector}
-        cursor = db[check.collection].find(selector, check.projection, batch_size=settings.check_batch_size)
-        with cursor:
-            for batch in _batches(cursor, settings.check_batch_size):
-                writes = Writes()
-                for document in batch:
-                    sweep.handle(document, writes)
-                _apply(db, check.collection, writes, now=now, policy=policy, run=run)
-                run.examined += len(batch)
-                if clock() > deadline:
-                    run.complete = False
-                    break
+        for batch in _batches(db[check.collection], selector, check.projection, settings.check_batch_size, policy):
+            writes = Writes()
+            for document in batch:
+                sweep.handle(document, writes)
+            _apply(db, check.collection, writes, now=now, policy=policy, run=run)
+            run.examined += len(batch)
+            if clock() > deadline:
+                run.complete = False
+                break
         if not run.complete:
             break
     limit = settings.queue_messages_per_partition
@@ -251,10 +252,32 @@ def _still_pending(
         return None
 
 
-def _batches(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
-    iterator = iter(documents)
-    while batch := list(itertools.islice(iterator, size)):
-        yield batch
+def _batches(
+    collection: Collection[Any], selector: Document, projection: Document, size: int, policy: RetryPolicy
+) -> Iterator[list[Document]]:
+    """The sweep's documents, `size` at a time, each batch fetched (find, then getMore) through the run's retry
+    policy. A cursor whose getMore failed is closed, so a retry opens the query again: the documents the run has
+    handled left its range (their markers were cleared), and one it meets again (a guarded write that lost a
+    race) is handled again, harmlessly."""
+    cursor: Cursor[Any] | None = None
+
+    def next_batch() -> list[Document]:
+        nonlocal cursor
+        if cursor is None:
+            cursor = collection.find(selector, projection, batch_size=size)
+        try:
+            return list(itertools.islice(cursor, size))
+        except PyMongoError:
+            cursor.close()
+            cursor = None
+            raise
+
+    try:
+        while batch := with_retries(next_batch, policy):
+            yield batch
+    finally:
+        if cursor is not None:
+            cursor.close()
 
 
 def _apply(

@@ -11,8 +11,10 @@ touches and one bulk write.
 
 A user-hour document holds every bottle of its user, so a bucket is merged into it by read-modify-write: only
 the recomputed bottle's entry (and only the recomputed part of it) changes. The write is guarded by the
-`updated_at` the document was read with; a concurrent writer (an overlapping run, the rebuild command) makes
-the guard fail with a duplicate key, and those documents are read and merged again.
+`updated_at` the document was read with, and never inserts a document that was read (`write_guarded`); a
+concurrent writer (an overlapping run, the rebuild command) makes the guard fail, and those documents are read
+and merged again. A worker that stalled after it read the source (its lease taken over meanwhile) may merge a
+part older than the one stored: the merge keeps the newer (shared/reports/documents.py `merged_entry`).
 """
 
 from collections import defaultdict
@@ -26,7 +28,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from shared.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME
-from shared.instants import day_of, hour_of
+from shared.instants import day_of, hour_of, to_stored
 from shared.reports.documents import (
     DAY,
     HOUR,
@@ -43,7 +45,7 @@ from shared.reports.documents import (
     same_content,
 )
 from shared.store import schema
-from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries, write_idempotent
+from shared.store.retries import RetryPolicy, StoreUnavailable, count_matched, with_retries, write_idempotent
 
 T = TypeVar("T")
 UserHour = tuple[str, datetime]
@@ -226,7 +228,7 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
     changed: set[UserHour] = set()
     for _round in range(MAX_CONFLICT_ROUNDS):
         stored = _load_by_id(collection, [hourly_id(u, h) for u, h in pending], policy)
-        ops: list[InsertOne[Any] | UpdateOne] = []
+        writes: list[GuardedWrite] = []
         op_keys: list[UserHour] = []
         conflicts: set[UserHour] = set()
         for (user_id, hour), bottles in pending.items():
@@ -239,9 +241,9 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
                 else:
                     conflicts.add((user_id, hour))
             elif new is not None and not same_content(old, new):
-                ops.append(_guarded_write(old, new))
+                writes.append(GuardedWrite(old, new))
                 op_keys.append((user_id, hour))
-        outcomes = write_idempotent(collection, ops, policy) if ops else []
+        outcomes = write_guarded(collection, writes, policy)
         written += sum(outcomes)
         changed |= {key for key, ok in zip(op_keys, outcomes, strict=True) if ok}
         conflicts |= {key for key, ok in zip(op_keys, outcomes, strict=True) if not ok}
@@ -289,20 +291,61 @@ def merged_document(
     return hourly_document(user_id, hour, entries, updated_at)
 
 
-def _guarded_write(
-    old: Mapping[str, Any] | None, new: Document, *, also: Sequence[str] = ()
-) -> InsertOne[Any] | UpdateOne:
-    """Insert a new document, or update one only if it is still the version we read (its `updated_at`, and
-    the fields `also`), else a duplicate key."""
-    if old is None:
-        return InsertOne(new)
+@dataclass(frozen=True)
+class GuardedWrite:
+    """A report document as it was read (`old`; None: there was none) and as it is to be written (`new`); `also`:
+    fields besides `updated_at` that must still be as read."""
+
+    old: Mapping[str, Any] | None
+    new: Document
+    also: Sequence[str] = ()
+
+
+def write_guarded(collection: Collection[Any], writes: Sequence[GuardedWrite], policy: RetryPolicy) -> list[bool]:
+    """Apply read-modify-writes of report documents; per write, whether it landed (False: a conflict, to read and
+    merge again). A document that was not there is inserted (a duplicate key: someone made it first); one that was
+    read is updated only if it is still the version read, and never inserted: if a concurrent writer deleted it
+    (its last entry emptied), an upsert would bring the stale merge back, other bottles' old counts with it.
+
+    The guarded updates go as one bulk write; as a bulk answer counts matches but does not say which, when some
+    matched nothing the documents are read back, and a write landed where the document now is what it wrote."""
+    outcomes = [False] * len(writes)
+    inserts = [i for i, w in enumerate(writes) if w.old is None]
+    updates = [i for i, w in enumerate(writes) if w.old is not None]
+    if inserts:
+        inserted = write_idempotent(collection, [InsertOne(writes[i].new) for i in inserts], policy)
+        for i, ok in zip(inserts, inserted, strict=True):
+            outcomes[i] = ok
+    if updates:
+        matched = count_matched(collection, [_guarded_update(writes[i]) for i in updates], policy)
+        if matched == len(updates):
+            for i in updates:
+                outcomes[i] = True
+        else:
+            stored = _load_by_id(collection, [writes[i].new["_id"] for i in updates], policy)
+            for i in updates:
+                outcomes[i] = _holds(stored.get(writes[i].new["_id"]), writes[i].new)
+    return outcomes
+
+
+def _holds(stored: Mapping[str, Any] | None, new: Document) -> bool:
+    """Whether a stored document is `new` as written: its content and its `updated_at` (as BSON keeps it)."""
+    if stored is None:
+        return False
+    return same_content(stored, new) and to_stored(stored["updated_at"]) == to_stored(new["updated_at"])
+
+
+def _guarded_update(write: GuardedWrite) -> UpdateOne:
+    """Update the document only if it is still the version read (its `updated_at`, and the fields `also`)."""
+    assert write.old is not None
+    old, new = write.old, write.new
     update: dict[str, Any] = {"$set": {k: v for k, v in new.items() if k != "_id"}}
     stale = {k: "" for k in old if k not in new}
     if stale:
         update["$unset"] = stale
     guard = {"_id": new["_id"], "user_id": new["user_id"], "updated_at": old["updated_at"]}
-    guard |= {name: old[name] for name in also}
-    return UpdateOne(guard, update, upsert=True)
+    guard |= {name: old[name] for name in write.also}
+    return UpdateOne(guard, update)
 
 
 def _delete_guarded(collection: Collection[Any], old: Mapping[str, Any], policy: RetryPolicy) -> bool:
@@ -328,7 +371,7 @@ def refresh_daily(db: Database[Any], user_days: set[UserDay], policy: RetryPolic
             return written
         stored = _load_by_id(collection, [daily_id(u, d) for u, d in pending], policy)
         hourly = _load_hourly_days(db, pending, policy)
-        ops: list[InsertOne[Any] | UpdateOne] = []
+        writes: list[GuardedWrite] = []
         op_keys: list[UserDay] = []
         conflicts: set[UserDay] = set()
         for user_id, day in sorted(pending):
@@ -342,9 +385,9 @@ def refresh_daily(db: Database[Any], user_days: set[UserDay], policy: RetryPolic
                         conflicts.add((user_id, day))
             elif not (same_content(old, new) and old is not None and old["updated_at"] == new["updated_at"]):
                 # `updated_at` alone can come back (an hour below the newest deleted): `bottles` too.
-                ops.append(_guarded_write(old, new, also=("bottles",)))
+                writes.append(GuardedWrite(old, new, also=("bottles",)))
                 op_keys.append((user_id, day))
-        outcomes = write_idempotent(collection, ops, policy) if ops else []
+        outcomes = write_guarded(collection, writes, policy)
         written += sum(outcomes)
         pending = conflicts | {key for key, ok in zip(op_keys, outcomes, strict=True) if not ok}
     if not pending:

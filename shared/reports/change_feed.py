@@ -295,9 +295,8 @@ def open_source(
     if lease.token is not None:
         try:
             return ChangeStreamSource(watch(partition, lease.token), feed, page_size), False
-        except StoreUnavailable as error:
-            cause = error.__cause__
-            if not isinstance(cause, OperationFailure) or is_transient(cause):
+        except OperationFailure as cause:  # with_retries raises what is not transient as it is
+            if is_transient(cause):
                 raise
             log.warning(
                 "reports: the resume token of %s was rejected (code %s: %s); recovering from its checkpoint time "
@@ -318,13 +317,13 @@ def open_source(
         start = _fresh_start_token(db, partition, policy)
     try:
         stream = ChangeStreamSource(watch(partition, start), feed, page_size)
-    except StoreUnavailable as error:
-        if isinstance(error.__cause__, OperationFailure) and not is_transient(error.__cause__):
+    except OperationFailure as error:
+        if not is_transient(error):
             log.error(
                 "reports: %s has no change stream here (%s); a store without change streams (a standalone "
                 "mongod, a Cosmos DB account with them off) needs CHANGE_SOURCE=polling",
                 partition.lease_id,
-                error.__cause__,
+                error,
             )
         raise
     polling = PollingSource(db, feed, partition.buckets, since=since, page_size=page_size, policy=policy)

@@ -90,6 +90,8 @@ class HeartbeatPart:
 
     heartbeats: int
     medication: str
+    # The user owned the bottle for the whole hour (and the skew before it): then the hour's count only grows.
+    sole_owner: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,11 +185,12 @@ def heartbeat_parts(
     medication = str(heartbeat_doc.get("medication", ""))
     parts = {}
     for hour in sorted(hours):
-        for span in spans:
-            # A heartbeat received before a reassignment may be dated up to MAX_FUTURE_SKEW after it, and so
-            # counted for the earlier owner then: that owner's hour is recomputed too.
-            if span.overlaps(hour - MAX_FUTURE_SKEW, hour + HOUR):
-                parts[(span.user_id, hour)] = HeartbeatPart(counts[(span.user_id, hour)], medication=medication)
+        # A heartbeat received before a reassignment may be dated up to MAX_FUTURE_SKEW after it, and so
+        # counted for the earlier owner then: that owner's hour is recomputed too.
+        owners = [span for span in spans if span.overlaps(hour - MAX_FUTURE_SKEW, hour + HOUR)]
+        for span in owners:
+            count = counts[(span.user_id, hour)]
+            parts[(span.user_id, hour)] = HeartbeatPart(count, medication=medication, sole_owner=len(owners) == 1)
     return parts
 
 
@@ -201,8 +204,17 @@ def merged_entry(
 
     `medication` is that of the bottle's latest opened/closed event of the hour, or in an hour of heartbeats
     only, the bottle's as its heartbeat document had it when the hour's heartbeats were last counted. None
-    when the entry counts nothing: the bottle did nothing that hour for this user."""
+    when the entry counts nothing: the bottle did nothing that hour for this user.
+
+    A part older than the stored one is not merged (`older_than_stored`): a worker that stalled between reading
+    the source and writing, its lease taken over by one that counted more since, must not put its counts back."""
     old = stored or {}
+    if action is not None and older_than_stored(action, old):
+        action = None
+    if heartbeat is not None and heartbeat.sole_owner and heartbeat.heartbeats < int(old.get("heartbeats") or 0):
+        # A ring only gains heartbeats while it holds an hour: a smaller count of an hour that had one owner
+        # throughout was read before some arrived. (With a reassignment a heartbeat can move to the other owner.)
+        heartbeat = None
     entry: Document = {"bottle_id": bottle_id, "medication": old.get("medication")}
     for field in (*ACTION_COUNTERS, *LAST_READINGS):
         entry[field] = old.get(field, 0 if field in ACTION_COUNTERS else None)
@@ -225,6 +237,18 @@ def merged_entry(
     if not any(entry[c] for c in COUNTERS) and all(entry[r] is None for r in LAST_READINGS):
         return None
     return ordered_entry(entry)
+
+
+def older_than_stored(action: ActionPart, stored: Mapping[str, Any]) -> bool:
+    """Whether an action part was computed from an older read of its source than the stored entry was.
+
+    Actions are only ever inserted (never updated; an event id reused with other content is not stored), so the
+    opened/closed events of one user, bottle and hour only grow in number: a part that counts fewer than the entry
+    holds was read before some of them arrived. This needs no clock (workers' clocks may be minutes apart) and no
+    lease version (the rebuild command writes without one). Two parts of the same number count the same events,
+    once every read of the bucket has seen all of them: the last change of a bucket is read after it was written.
+    (A bucket whose events expire keeps its counts, as one whose events all expired does.)"""
+    return action.opened + action.closed < int(stored.get("opened") or 0) + int(stored.get("closed") or 0)
 
 
 def ordered_entry(entry: Mapping[str, Any]) -> Document:

@@ -47,12 +47,16 @@ def throttle_delay_ms(error: BaseException) -> int | None:
 
 
 def throttle_code(error: BaseException) -> int | None:
-    """THROTTLED or EXCEEDED_TIME_LIMIT when `error` is throttling as the app sees it; None otherwise."""
+    """THROTTLED or EXCEEDED_TIME_LIMIT when `error` is throttling as the app sees it; None otherwise. A bulk
+    write is THROTTLED if any op was, EXCEEDED_TIME_LIMIT if its ops only ran out of time."""
+    if throttle_delay_ms(error) is None:
+        return None
+    if isinstance(error, BulkWriteError):
+        codes = {e.get("code") for e in error.details.get("writeErrors", [])}
+        return THROTTLED if THROTTLED in codes or EXCEEDED_TIME_LIMIT not in codes else EXCEEDED_TIME_LIMIT
     if isinstance(error, OperationFailure) and error.code == EXCEEDED_TIME_LIMIT:
         return EXCEEDED_TIME_LIMIT
-    if throttle_delay_ms(error) is not None:
-        return THROTTLED
-    return None
+    return THROTTLED
 
 
 def delay_from_message(message: str) -> int:

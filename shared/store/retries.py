@@ -1,10 +1,15 @@
 """Retrying store calls: one loop (`with_retries`) that every database call goes through, and the idempotent
-bulk writes built on it. Throttling (Cosmos DB's 16500), dropped connections, failovers and timeouts are
-retried with bounded back-off; what persists becomes StoreUnavailable, which the HTTP layer turns into a 503."""
+bulk writes built on it. Transient errors (Cosmos DB's throttling 16500 and its ExceededTimeLimit 50, dropped
+connections, failovers, timeouts) are retried with bounded back-off; what persists becomes StoreUnavailable,
+which the HTTP layer turns into a 503 + Retry-After. Any other database error (a bad query, a refused write, an
+authorization failure) is a fault, not an outage: it is raised as it is, at once (a caller may expect it: a
+rejected resume token), and where nothing handles it the HTTP layer answers a 500 with an `error_id`, counted in
+`pillbottle.http.responses_500`."""
 
 import contextlib
 import math
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +33,7 @@ from shared import metrics
 from shared.settings import Settings
 from shared.store.cosmos import (
     DUPLICATE_KEY,
+    EXCEEDED_TIME_LIMIT,
     THROTTLED,
     delay_from_message,
     is_throttling_code,
@@ -39,6 +45,16 @@ T = TypeVar("T")
 WriteError = dict[str, Any]
 
 MAX_BACKOFF_S = 2.0
+# The longest server hint (RetryAfterMs) honoured, in a wait or a Retry-After: a garbled one cannot park a run.
+MAX_HINT_S = 60.0
+# A throttled 503's Retry-After: the server's hint plus a random 0 to THROTTLED_SPREAD_S seconds, a spread that
+# grows with the process's recent throttling towards OUTAGE_RETRY_AFTER_SECONDS (sustained throttling spreads a
+# fleet as widely as an outage does).
+THROTTLED_SPREAD_S = 2
+# Server codes of a passing condition, which MongoDB's drivers retry too: a server stepping down or shutting down,
+# or unreachable from the one answering (6, 7, 89, 91, 189, 262, 9001, 10058, 10107, 11600, 11602, 13435,
+# 13436: a failover or an election, over in seconds), and a write conflict (112: the write did not apply).
+TRANSIENT_CODES = frozenset({6, 7, 89, 91, 112, 189, 262, 9001, 10058, 10107, 11600, 11602, 13435, 13436})
 
 
 class StoreUnavailable(Exception):
@@ -50,12 +66,55 @@ class StoreUnavailable(Exception):
 
 
 def is_transient(error: BaseException) -> bool:
-    """Worth retrying: throttling, a dropped connection, a failover, a timeout."""
+    """Worth retrying, and a 503 if it persists: throttling (16500, 50), a dropped connection, a failover (a
+    primary stepping down, a node shutting down), a timeout. Anything else is a fault that a retry repeats."""
     if throttle_delay_ms(error) is not None:
         return True
-    return isinstance(
+    if isinstance(
         error, AutoReconnect | ConnectionFailure | ServerSelectionTimeoutError | ExecutionTimeout | WTimeoutError
-    )
+    ):
+        return True
+    if isinstance(error, PyMongoError) and (error.timeout or error.has_error_label("RetryableWriteError")):
+        return True
+    return isinstance(error, OperationFailure) and error.code in TRANSIENT_CODES
+
+
+class RecentThrottling:
+    """The share of this process's recent database attempts that were throttled (16500 or 50): counts that decay
+    with a half-life, so the share follows what the worker sees now. A prior of `prior` unthrottled attempts keeps
+    one unlucky request from reading as sustained throttling. Thread-safe (a worker serves requests on threads)."""
+
+    def __init__(self, half_life_s: float = 30.0, prior: float = 100.0, clock: Callable[[], float] = time.monotonic):
+        self._half_life_s = half_life_s
+        self._prior = prior
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._throttled = 0.0
+        self._attempts = 0.0
+        self._at = clock()
+
+    def record(self, throttled: bool) -> None:
+        with self._lock:
+            self._decay()
+            self._attempts += 1
+            self._throttled += throttled
+
+    def rate(self) -> float:
+        """From 0 (no recent throttling) towards 1 (every recent attempt throttled)."""
+        with self._lock:
+            self._decay()
+            return self._throttled / (self._attempts + self._prior)
+
+    def _decay(self) -> None:
+        now = self._clock()
+        factor = 0.5 ** (max(0.0, now - self._at) / self._half_life_s)
+        self._throttled *= factor
+        self._attempts *= factor
+        self._at = now
+
+
+RECENT_THROTTLING = RecentThrottling()
+_RANDOM = random.Random()
 
 
 @dataclass(frozen=True)
@@ -69,6 +128,8 @@ class RetryPolicy:
     deadline: float | None = None
     outage_retry_after_s: int = 30
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)
+    throttling: RecentThrottling = field(default_factory=lambda: RECENT_THROTTLING, compare=False)
+    rng: random.Random = field(default_factory=lambda: _RANDOM, compare=False)
 
     @classmethod
     def from_settings(
@@ -99,16 +160,29 @@ class RetryPolicy:
         return None if self.deadline is None else self.deadline - self.clock()
 
     def delay_s(self, attempt: int, error: BaseException) -> float:
+        """The wait before the next attempt: full-jitter back-off (at most 2 s), or the server's longer hint."""
         backoff = min(MAX_BACKOFF_S, self.base_ms * (2**attempt) / 1000.0)
-        suggested = (throttle_delay_ms(error) or 0) / 1000.0
-        return min(MAX_BACKOFF_S, max(suggested, random.uniform(0, backoff)))
+        return max(_hint_s(error), self.rng.uniform(0, backoff))
 
     def retry_after_s(self, attempt: int, error: BaseException) -> int:
-        """What a 503 tells the client: the back-off hint when throttled; when the store is unreachable, longer
-        and jittered, so a fleet of devices does not come back at the same instant."""
+        """What a 503 tells the client, jittered so a fleet of devices does not come back at the same second.
+        Throttled: the server's hint (at least 1 s) plus 0 to THROTTLED_SPREAD_S seconds, a spread that widens
+        with the process's recent throttling up to OUTAGE_RETRY_AFTER_SECONDS; unreachable: the outage delay
+        plus up to as much again."""
         if throttle_delay_ms(error) is not None:
-            return max(1, math.ceil(self.delay_s(attempt, error)))
-        return self.outage_retry_after_s + random.randint(0, self.outage_retry_after_s)
+            hint = max(1, math.ceil(_hint_s(error)))
+            widest = max(THROTTLED_SPREAD_S, self.outage_retry_after_s)
+            spread = THROTTLED_SPREAD_S + self.throttling.rate() * (widest - THROTTLED_SPREAD_S)
+            return hint + self.rng.randint(0, int(spread))
+        return self.outage_retry_after()
+
+    def outage_retry_after(self) -> int:
+        return self.outage_retry_after_s + self.rng.randint(0, self.outage_retry_after_s)
+
+
+def _hint_s(error: BaseException) -> float:
+    """The server's RetryAfterMs in seconds (0 without one), at most MAX_HINT_S."""
+    return min(MAX_HINT_S, (throttle_delay_ms(error) or 0) / 1000.0)
 
 
 def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep) -> T:
@@ -116,26 +190,32 @@ def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callabl
     or the policy's deadline passes.
 
     The one retry loop of the app: an operation that made partial progress keeps what it did in its own
-    state and raises a transient error for the rest (as the bulk writes below do)."""
+    state and raises a transient error for the rest (as the bulk writes below do). A database error that is not
+    transient is raised as it is, at once: a fault, not an outage, and retrying repeats it."""
     for attempt in range(policy.max_retries + 1):
         remaining = policy.remaining_s()
         if remaining is not None and remaining <= 0:
-            raise StoreUnavailable(
-                "database did not answer within the deadline", retry_after_s=policy.outage_retry_after_s
-            )
+            raise StoreUnavailable("database did not answer within the deadline", policy.outage_retry_after())
         try:
             with _client_timeout(remaining):
-                return operation()
+                result = operation()
         except PyMongoError as error:
-            if (code := throttle_code(error)) is not None:
+            code = throttle_code(error)
+            policy.throttling.record(code is not None)
+            if code is not None:
                 metrics.store_throttled(code)
-            if not is_transient(error) or attempt == policy.max_retries:
+            if not is_transient(error):
+                raise
+            if attempt == policy.max_retries:
                 raise _unavailable(error, attempt, policy) from error
             delay = policy.delay_s(attempt, error)
             left = policy.remaining_s()
             if left is not None and left <= delay:  # waiting would only end past the deadline
                 raise _unavailable(error, attempt, policy) from error
             sleep(delay)
+        else:
+            policy.throttling.record(False)
+            return result
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -234,18 +314,20 @@ def _settle(
 
 
 def _throttling(failures: Sequence[WriteError]) -> OperationFailure:
-    """One throttling error for the throttled ops of a bulk write, carrying the longest RetryAfterMs."""
+    """One throttling error for the throttled ops of a bulk write, carrying the longest RetryAfterMs: 16500 if
+    any op was throttled so, else 50 (server-side retry ran out), so the metrics tell the two apart."""
     longest = max(failures, key=lambda f: delay_from_message(f.get("errmsg", "")))
-    return OperationFailure(longest.get("errmsg", "throttled"), code=THROTTLED)  # 50 is retried as 16500
+    code = THROTTLED if any(f.get("code") == THROTTLED for f in failures) else EXCEEDED_TIME_LIMIT
+    return OperationFailure(longest.get("errmsg", "throttled"), code=code)
 
 
-def _rejected(failure: WriteError) -> StoreUnavailable:
-    return StoreUnavailable(f"database rejected a write (code {failure.get('code')})", retry_after_s=1)
+def _rejected(failure: WriteError) -> OperationFailure:
+    """A write the database refused (not throttling, not a duplicate): a fault, raised as its own error."""
+    # Not the server's message: it can quote the document (a duplicate key's value).
+    return OperationFailure(f"database rejected a write (code {failure.get('code')})", code=failure.get("code"))
 
 
 def _unavailable(error: BaseException, retries: int, policy: RetryPolicy) -> StoreUnavailable:
-    if not is_transient(error):
-        return StoreUnavailable(f"database error: {type(error).__name__}", retry_after_s=1)
     return StoreUnavailable(
         f"database unavailable after {retries + 1} attempts: {type(error).__name__}",
         retry_after_s=policy.retry_after_s(retries, error),
