@@ -49,7 +49,7 @@ def aggregate_report_partition(message: func.QueueMessage) -> None:
     started = time.perf_counter()
     body = json.loads(message.get_body())
     if isinstance(body, dict) and retired(body):
-        log.info("aggregate_report_partition: dropped a work message of a retired feed: %s", body)
+        log.info("aggregate_report_partition: dropped a work message of a retired feed or layout: %s", body)
         return
     partition = Partition.from_message(body)
     run = process_partition(get_database(), partition, now=utc_now(), settings=get_settings())

@@ -376,3 +376,20 @@ class ThrottledGetMore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class QuietStream:
+    """A Cosmos DB change stream (a ChangeReader, shared/reports/change_feed.py) with nothing new: its position
+    stays the token it was opened at. A watch for the workers: `watch=QuietStream`."""
+
+    def __init__(self, partition: Any, token: Any) -> None:
+        self.resume_token = token
+
+    def next_change(self) -> None:
+        return None
+
+    def at_batch_end(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass

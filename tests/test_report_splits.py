@@ -19,7 +19,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range
 from tests.api import opened, post_events, provisioned
-from tests.cosmos_fakes import CosmosTokens
+from tests.cosmos_fakes import CosmosTokens, QuietStream
 from tests.report_client import set_setting
 
 MINUTE = timedelta(minutes=1)
@@ -137,8 +137,8 @@ def test_a_child_rereads_only_what_was_written_since_its_parents_last_checkpoint
 ) -> None:
     """The cost of a split, bounded: a child recovers by polling from its parent's checkpoint time less the
     overlap, so it reads what arrived since then (on Cosmos DB's polling, from every partition: the app cannot
-    compute effective partition keys), never the history before it."""
-    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    compute effective partition keys), never the history before it; then carries on with its change stream."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
     cosmos = CosmosTokens(mock_db, partitions=1)
     now = utc_now()
     written = [now - 3 * DAY + i * 6 * 60 * MINUTE for i in range(12)]  # an action every 6 hours for 3 days
@@ -157,9 +157,11 @@ def test_a_child_rereads_only_what_was_written_since_its_parents_last_checkpoint
 
     overlap = timedelta(seconds=get_settings().reports_poll_overlap_seconds)
     since_parent = sum(1 for at in written if at >= parent_checkpoint - overlap)
+    assert len(children) == 2
     for span in children:
         assert span is not None
-        run = process_partition(cosmos, partition_of(span), now=now, settings=get_settings())
+        run = process_partition(cosmos, partition_of(span), now=now, settings=get_settings(), watch=QuietStream)
+        assert run.recovered
         assert run.caught_up
         assert run.changes == since_parent == 3  # not the 12 of the whole history
 

@@ -310,9 +310,10 @@ def open_source(
     elif lease.checkpoint_time is None:
         log.info("reports: %s has no saved position; building from the start of its source", partition.lease_id)
     start = lease.start_token
-    if partition.cosmos and (lease.token is not None or lease.checkpoint_time is not None):
-        # Rejected, or a recovery that ran out of budget: the stream need only start before the polling, and
-        # the lease's first token may be as stale as the one rejected. Ask again (the partition may have split).
+    if partition.cosmos:
+        # Rejected, a recovery that ran out of budget, or a first run: the stream need only start before the
+        # polling, and the lease's first token may be as stale as one rejected, or name a range that has split
+        # since (its message was queued before the split). Ask again: a range gone leaves it to its children.
         start = _fresh_start_token(db, partition, policy)
     try:
         stream = ChangeStreamSource(watch(partition, start), feed, page_size)
@@ -383,12 +384,16 @@ def dispatch(
     (pillbottle.reports.unpartitioned), the other feeds are dispatched, and the run then fails."""
     policy = RetryPolicy.for_run(settings, settings.reports_time_budget_seconds)
     cosmos = is_cosmos_uri(settings.mongodb_connection_string) if on_cosmos is None else on_cosmos
+    # Physical partitions are a change stream's unit. Polling reads by server time within a bucket range, on any
+    # store: a Cosmos DB partition has no bucket range, so each would poll the whole collection (and an account
+    # with change streams off has no tokens to name them by).
+    by_feed_range = cosmos and settings.change_source != "polling"
     partitions: list[tuple[Partition, Token | None]] = []
     unpartitioned: list[NoPartitionTokens] = []
     for source in FEEDS:
         try:
             partitions += feed_partitions(
-                db, source, count=settings.reports_partitions, on_cosmos=cosmos, policy=policy
+                db, source, count=settings.reports_partitions, on_cosmos=by_feed_range, policy=policy
             )
         except NoPartitionTokens as error:
             log.error("reports: %s is not dispatched: %s", source.key, error)
@@ -452,8 +457,9 @@ def process_partition(
 
     A tally partition instead counts its due hours (shared/reports/tally.py), under the same lease.
 
-    A database error propagates (the invocation fails and its message is retried) after the lease is
-    released, so the retry can claim it at once; what was checkpointed stays."""
+    A database error, or a GetChangeStreamTokens reply without tokens, propagates (the invocation fails and its
+    message is retried) after the lease is released, so the retry can claim it at once; what was checkpointed
+    stays."""
     worker = _Worker(db, partition, settings, now=now, clock=clock, sleep=sleep)
     lease = claim(db, partition, worker.owner, now=now, lease_for=worker.lease_for, policy=worker.policy)
     if lease is None:
@@ -465,7 +471,7 @@ def process_partition(
     except PartitionLayoutChanged as change:
         log.info("reports: %s belongs to an old partition layout (%s); leaving it", partition.lease_id, change)
         worker.run.layout_changed = True
-    except (PyMongoError, StoreUnavailable):
+    except (PyMongoError, StoreUnavailable, NoPartitionTokens):
         worker.release_quietly(held)
         raise
     if not worker.run.lost_lease:

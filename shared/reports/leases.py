@@ -23,7 +23,7 @@ every lease overlapping it has checkpointed; retired leases take part in nothing
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pymongo import ReturnDocument, UpdateOne
@@ -35,6 +35,8 @@ from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 
 Token = Mapping[str, Any]
+# In a tally lease's token (shared/reports/tally.py): where the roll-ups its passes have yet to do start.
+ROLLUPS_FROM = "rollups_from"
 
 
 @dataclass(frozen=True)
@@ -67,9 +69,10 @@ RETIRED_FEEDS = frozenset({schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS}
 
 
 def retired(message: Mapping[str, Any]) -> bool:
-    """Whether a work message names a feed of an earlier layout (sent before an upgrade): the worker drops it,
-    rather than failing it into the poison queue (where it would count as a failure, and alert)."""
-    return message.get("feed") in RETIRED_FEEDS
+    """Whether a work message names a feed of an earlier layout, or a Cosmos DB partition by its place in the
+    token list, as the code before feed ranges did (sent before an upgrade): the worker drops it, rather than
+    failing it into the poison queue (where it would count as a failure, and alert)."""
+    return message.get("feed") in RETIRED_FEEDS or (message.get("cosmos") is True and "range" not in message)
 
 
 @dataclass(frozen=True)
@@ -211,10 +214,12 @@ def ensure_leases(
         lambda: list(db[schema.LEASES].find({"feed": {"$in": feeds}, "retired_at": None})),
         policy,
     )
+    live = _without_earlier_legacy_layouts(db, live, now=now, policy=policy)
     have = {doc["_id"] for doc in live}
     fresh = [(partition, start) for partition, start in wanted if partition.lease_id not in have]
     ops: list[Any] = []
     for partition, start in fresh:
+        parents = [doc for doc in live if _overlaps(partition, doc)]
         lease = {
             "feed": partition.feed.key,
             "kind": partition.kind,
@@ -222,8 +227,8 @@ def ensure_leases(
             "partition": partition.index,
             "of": partition.count,
             "start_token": start,
-            "token": None,
-            "checkpoint_time": _start_time([doc for doc in live if _overlaps(partition, doc)]),
+            "token": _inherited_rollups(parents) if partition.feed.tally else None,
+            "checkpoint_time": _start_time(parents),
             "owner": None,
             "expires_at": None,
             "version": 0,
@@ -240,6 +245,56 @@ def ensure_leases(
         write_idempotent(db[schema.LEASES], ops, policy)
     _retire_replaced(db, [p for p, _ in wanted], live, now=now, policy=policy)
     return len(fresh)
+
+
+def _inherited_rollups(parents: list[Mapping[str, Any]]) -> dict[str, datetime] | None:
+    """What a new tally partition takes over of its parents' passes besides their position: the oldest day
+    whose roll-up one of them had yet to do (ROLLUPS_FROM in its token: a pass behind by more than a window
+    rolls the days it passed up a day a pass; a first pass, from its lease's making). Their hours are counted
+    already, so no pass of the new layout finds them changed: without it their daily reports stay incomplete."""
+    pending = [_rollups_pending(doc) for doc in parents]
+    known = [moment for moment in pending if moment is not None]
+    return {ROLLUPS_FROM: min(known)} if known else None
+
+
+def _rollups_pending(doc: Mapping[str, Any]) -> datetime | None:
+    token = doc.get("token")
+    moment = token.get(ROLLUPS_FROM) if isinstance(token, Mapping) else None
+    if moment is None and doc.get("checkpoint_time") is None:
+        moment = doc.get("created_at")  # a first pass rolls up the days since its lease was made
+    return moment if isinstance(moment, datetime) else None
+
+
+def _without_earlier_legacy_layouts(
+    db: Database[Any], live: list[Mapping[str, Any]], *, now: datetime, policy: RetryPolicy
+) -> list[Mapping[str, Any]]:
+    """The live leases less those of the earlier layouts the code before ranges left (no `range` stored), which
+    are retired now. That code never retired a lease, so every layout it ever ran is live, the earlier ones frozen
+    where their layout ended (on Cosmos DB the first one, weeks back), and their ranges are unknown (they overlap
+    everything): as parents, they would start each new lease from the feed's oldest checkpoint ever. Of each feed's
+    and kind's legacy layouts (by `of`), the last one to run stays: it started from all the earlier ones."""
+    layouts: dict[tuple[str, str], dict[Any, list[Mapping[str, Any]]]] = {}
+    for doc in live:
+        if "range" not in doc:
+            layouts.setdefault((doc["feed"], _span_of(doc)[0]), {}).setdefault(doc.get("of"), []).append(doc)
+    earlier: set[Any] = set()
+    for by_count in layouts.values():
+        last = max(by_count.values(), key=_last_active)
+        earlier |= {doc["_id"] for docs in by_count.values() if docs is not last for doc in docs}
+    if earlier:
+        with_retries(
+            lambda: db[schema.LEASES].update_many(
+                {"_id": {"$in": sorted(earlier)}, "retired_at": None}, {"$set": {"retired_at": now}}
+            ),
+            policy,
+        )
+    return [doc for doc in live if doc["_id"] not in earlier]
+
+
+def _last_active(docs: list[Mapping[str, Any]]) -> datetime:
+    """When a layout's leases were last made, claimed, checkpointed or released."""
+    times = [doc.get(f) for doc in docs for f in ("created_at", "claimed_at", "updated_at", "released_at")]
+    return max((t for t in times if isinstance(t, datetime)), default=datetime.min.replace(tzinfo=UTC))
 
 
 def _start_time(parents: list[Mapping[str, Any]]) -> datetime | None:

@@ -25,7 +25,7 @@ from shared.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME, USER_BUC
 from shared.instants import day_of, hour_of
 from shared.reports.aggregation import BottleParts, Parts, Stamper, refresh_daily, write_hourly
 from shared.reports.documents import HOUR, heartbeat_parts, tally_hours
-from shared.reports.leases import Lease
+from shared.reports.leases import ROLLUPS_FROM, Lease
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange
@@ -39,7 +39,7 @@ SETTLE = LATE_AFTER + CLOCK_MARGIN
 _FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
 _ORDER = [(USER_BUCKET, 1), ("user_id", 1)]
 LAST_BEGAN = "last_began"  # in a lease's token between passes: when the last pass began
-ROLLUPS_FROM = "rollups_from"  # and where the roll-ups a pass left to the next ones start
+# ROLLUPS_FROM, beside it: where the roll-ups a pass left to the next ones start (a new layout's leases take it over)
 CATCH_UP = timedelta(days=1)  # the roll-ups a pass that fell behind catches up on, beside its own
 
 Document = dict[str, Any]
