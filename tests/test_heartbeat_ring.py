@@ -7,21 +7,30 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from bson.int64 import Int64
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared.device_keys import hash_key
 from shared.heartbeat_document import (
+    FIELD_NAMES,
+    HOURS_PER_FIELD,
     LATE_AT,
     MAX_GAP_HOURS,
     OWNERS,
     RING,
     RING_TIME,
+    SLOTS_PER_HOUR,
+    Placement,
     Window,
+    already_counted,
     field_name,
     field_of,
     heartbeat_slots,
     hour_number,
     hour_start,
     key_digest,
+    ring_hours,
     slot_start,
 )
 from shared.ingestion import storing
@@ -264,3 +273,26 @@ def test_a_reassignment_counts_from_the_start_of_its_5_minute_slot(bottle):
     assert parts == {(SPEC["user_id"], h7): 1, (SPEC["user_id"], h8): 0, ("newowner", h8): 2}
     truth = {key: counts[-1] for key, counts in source_totals(bottle.db).items()}
     assert truth == {(SPEC["user_id"], h7): 1, ("newowner", h8): 2}
+
+
+FULL_FIELD = (1 << HOURS_PER_FIELD * (SLOTS_PER_HOUR + 1)) - 1
+
+
+@settings(max_examples=50)
+@given(
+    values=st.lists(st.integers(0, FULL_FIELD) | st.just(FULL_FIELD), min_size=FIELD_NAMES, max_size=FIELD_NAMES),
+    written=st.integers(0, 10_000),
+)
+def test_a_slot_is_counted_exactly_when_the_decoded_ring_has_its_bit(values, written):
+    """`already_counted` reads one bit of one field; `ring_hours` decodes them all. They agree on every slot of
+    every hour of a full ring, in its reach and just outside it (the field before the oldest has the newest's
+    name; the field after the newest, the oldest's)."""
+    r = hour_start(hour_number(T0) + written)
+    document = {RING: {field_name(f): Int64(v) for f, v in enumerate(values)}, RING_TIME: r}
+    decoded = ring_hours(document)
+    newest = field_of(hour_number(r) + 1)
+
+    for hour in range((newest - FIELD_NAMES - 1) * HOURS_PER_FIELD, (newest + 2) * HOURS_PER_FIELD):
+        for slot in range(SLOTS_PER_HOUR):
+            placement = Placement(hour, slot, late=False)
+            assert already_counted(document, placement) == bool(decoded.get(hour, 0) >> slot & 1), placement
