@@ -1,7 +1,8 @@
 """Storing validated device events: idempotent, bulk, and in as few writes as the events allow.
 
-Per request: one write of the bottle's heartbeat document for all its heartbeats (a findAndModify, whose
-filter is the key check and whose reply is the ring as it was, so repeats are told apart), one bulk insert
+Per request: one write of the bottle's heartbeat document for all its heartbeats (an update whose filter is the
+key check and says they are all new; for anything else a findAndModify, whose reply is the ring as it was, so
+repeats are told apart: store_heartbeats), one bulk insert
 into `bottle_actions`, and one update of the bottle's status in `bottles`: a single statement, because Cosmos DB
 charges each statement that changes a document as a replace of the whole document. A request of heartbeats costs
 one write; an opened/closed event two (plus the bottle's read by a request with a dose, or by a worker that has
