@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pymongo import MongoClient
 from pymongo.database import Database
 
 from shared.settings import Settings, get_settings
@@ -28,6 +29,18 @@ def installed_store(
         yield db
     finally:
         store.use_client(None)
+        client.close()
+
+
+@contextlib.contextmanager
+def seeding_database(uri: str, database: str) -> Iterator[Database[Any]]:
+    """The database at `uri` through a client of its own without the app's request timeouts, for writing a
+    benchmark's fixtures (thousands of documents a command, which a loaded machine can take longer to store than
+    the app's socket timeout allows a request), never for what is measured."""
+    client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True, retryWrites=False)
+    try:
+        yield client[database]
+    finally:
         client.close()
 
 
