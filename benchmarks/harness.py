@@ -45,15 +45,19 @@ def seeding_database(uri: str, database: str) -> Iterator[Database[Any]]:
 
 
 @contextlib.contextmanager
-def secantus_store(database: str = "bench") -> Iterator[tuple[Any, CommandTally]]:
-    """A fresh, set-up database on an in-process SecantusDB, installed as the app's store."""
+def secantus_server() -> Iterator[str]:
+    """An in-process SecantusDB in memory, without expiry mid-run; its URI."""
     from secantus import SecantusDBServer
 
+    with SecantusDBServer(storage_path=":memory:", ttl_sweep_seconds=0) as server:
+        yield server.uri
+
+
+@contextlib.contextmanager
+def secantus_store(database: str = "bench") -> Iterator[tuple[Any, CommandTally]]:
+    """A fresh, set-up database on an in-process SecantusDB, installed as the app's store."""
     tally = CommandTally()
-    with (
-        SecantusDBServer(storage_path=":memory:", ttl_sweep_seconds=0) as server,  # no expiry mid-run
-        installed_store(server.uri, database, listeners=[tally]) as db,
-    ):
+    with secantus_server() as uri, installed_store(uri, database, listeners=[tally]) as db:
         yield db, tally
 
 

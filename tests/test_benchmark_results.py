@@ -1,6 +1,8 @@
 """The README's benchmark summary and design-scale table are the ones the last full benchmark run generated
 (benchmarks/RESULTS.md)."""
 
+from pathlib import Path
+
 from benchmarks import suite
 
 
@@ -39,3 +41,21 @@ def test_update_readme_puts_each_block_between_its_markers(tmp_path):
         f"a\n{suite.SUMMARY_START}\nstamp:\n\n| area |\n{suite.SUMMARY_END}\n"
         f"b\n{suite.TABLE_START}\n| collection | x |\n{suite.TABLE_END}\nc\n"
     )
+
+
+def test_a_quick_run_writes_nowhere_unless_given_an_output(tmp_path, monkeypatch, capsys):
+    written: list[str] = []
+    monkeypatch.setattr(suite, "run", lambda quick: (f"quick={quick}", "bill"))
+    monkeypatch.setattr(suite, "update_readme", lambda bill, readme=suite.README: written.append(bill))
+    monkeypatch.setattr(Path, "write_text", lambda path, text: written.append(f"{path}: {text}"))
+
+    suite.main(["--quick"])
+    assert written == []
+    assert "nothing written" in capsys.readouterr().out
+
+    suite.main(["--quick", "--output", str(tmp_path / "quick.md")])
+    assert written == [f"{tmp_path / 'quick.md'}: quick=True"]  # and not the README
+
+    written.clear()
+    suite.main([])
+    assert written == [f"{suite.RESULTS}: quick=False", "bill"]  # a full run: RESULTS.md and the README
