@@ -33,7 +33,7 @@ TABLE_END = "<!-- end of the design-scale table -->"
 SUMMARY_START = "<!-- benchmark summary: written by ./dev bench (benchmarks/suite.py) -->"
 SUMMARY_END = "<!-- end of the benchmark summary -->"
 SUMMARY_HEADER = ["area", "figure", "app", "baseline (seeds)", "ratio"]
-QUICK_TAKES = "about 6 minutes on 2 shared cores"  # measured: the README's Benchmarks section says the same
+QUICK_TAKES = "about 9 minutes on 2 busy cores"  # measured; the README says the same
 
 
 def _commit() -> str:
