@@ -1,7 +1,7 @@
 """Ingestion throughput and cost: events/s, database commands and CPU per event, through the real HTTP function,
 beside the seeds' approach as a whole request of its own, measured on the same server in the same run.
 
-    python -m benchmarks.ingestion [--events 4000] [--bottles 50] [--fleets 100,2000,20000] [--steady 2000]
+    python -m benchmarks.ingestion [--events 4000] [--bottles 50] [--fleets 100,2000,20000] [--steady 1000]
 
 Single events at steady state, at several fleet sizes (default 100, 2,000 and 20,000 bottles), each on a fresh
 server: every bottle provisioned with a full heartbeat window (a heartbeat every 30 minutes for 24 hours, as
@@ -96,6 +96,8 @@ MAX_EVENTS = 6 * 3600
 BATCH = 100
 FLEETS = (100, 2_000, 20_000)
 QUICK_FLEETS = (100, 1_000, 5_000)
+STEADY_EVENTS = 1000  # single events per approach and fleet (a quick run: 300)
+MAX_FLEET = 100_000  # seeding takes about 3 s per thousand bottles on 2 busy cores
 HEARD_EVERY = timedelta(minutes=30)  # each bottle's heartbeat, at steady state
 SEED_CHUNK = 2_000
 # The goals of single events at steady state (the module's docstring).
@@ -568,14 +570,14 @@ def _verdict(ratio: float, goal: float) -> str:
     return "met" if ratio <= goal else "NOT met"
 
 
-def run(events: int, bottles: int, fleets: tuple[int, ...] = FLEETS, steady: int = 2000) -> str:
+def run(events: int, bottles: int, fleets: tuple[int, ...] = FLEETS, steady: int = STEADY_EVENTS) -> str:
     """Both tables: single events at steady state at each fleet size, then batches."""
     return singles(fleets, steady) + "\n\n" + batches(events, bottles)
 
 
 def fleet_sizes(text: str) -> tuple[int, ...]:
-    """`--fleets`: comma-separated whole numbers of bottles, each at least 1."""
-    size = positive_int
+    """`--fleets`: comma-separated whole numbers of bottles, each from 1 to MAX_FLEET."""
+    size = int_between(1, MAX_FLEET)
     return tuple(sorted({size(part.strip()) for part in text.split(",")}))
 
 
@@ -596,10 +598,13 @@ def main(argv: list[str] | None = None) -> None:
         "--fleets",
         type=fleet_sizes,
         default=FLEETS,
-        help="fleet sizes for single events at steady state (default 100,2000,20000)",
+        help=f"fleet sizes for single events at steady state, each at most {MAX_FLEET:,} (default 100,2000,20000)",
     )
     parser.add_argument(
-        "--steady", type=positive_int, default=2000, help="single events per approach and fleet (default 2000)"
+        "--steady",
+        type=int_between(1, MAX_EVENTS),
+        default=STEADY_EVENTS,
+        help=f"single events per approach and fleet (default {STEADY_EVENTS})",
     )
     args = parser.parse_args(argv)
     run(args.events, args.bottles, args.fleets, args.steady)

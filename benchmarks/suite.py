@@ -195,7 +195,7 @@ def run(quick: bool, ticker: Ticker | None = None) -> tuple[str, str]:
     sections: list[tuple[str, str]] = []
     started = time.perf_counter()
     with ticker.running("bench: ingestion (1 of 6)"):
-        fleets, steady = (ingestion.QUICK_FLEETS, 300) if quick else (ingestion.FLEETS, 1000)
+        fleets, steady = (ingestion.QUICK_FLEETS, 300) if quick else (ingestion.FLEETS, ingestion.STEADY_EVENTS)
         sections.append(("Ingestion", ingestion.run(1000 if quick else 4000, 50, fleets, steady)))
     with ticker.running("bench: notification checks (2 of 6)"):
         sections.append(("Notification checks", checks.run(checks.default_fleets(quick))))
