@@ -4,6 +4,7 @@
 from pathlib import Path
 
 from benchmarks import suite
+from benchmarks.harness import Table
 
 
 def block(text: str, start: str, end: str) -> str:
@@ -59,3 +60,14 @@ def test_a_quick_run_writes_nowhere_unless_given_an_output(tmp_path, monkeypatch
     written.clear()
     suite.main([])
     assert written == [f"{suite.RESULTS}: quick=False", "bill"]  # a full run: RESULTS.md and the README
+
+
+def test_the_summary_takes_the_design_scale_bill_and_not_the_table_of_other_ways_beside_it():
+    bill = Table("Design scale: the bill from these costs", ["measure", "value", "goal"], [["RU/s", "1", "2"]])
+    other_ways = Table(
+        "Design scale: the same work run other ways, side by side, billed by the same model",
+        ["how", "billed RU/s", "vs today"],
+        [["today", "1", "1.00x"]],
+    )
+
+    assert suite.summary_rows([bill, other_ways]) == [["design scale", "RU/s", "1", "-", "goal: 2"]]
