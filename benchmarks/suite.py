@@ -33,7 +33,7 @@ TABLE_END = "<!-- end of the design-scale table -->"
 SUMMARY_START = "<!-- benchmark summary: written by ./dev bench (benchmarks/suite.py) -->"
 SUMMARY_END = "<!-- end of the benchmark summary -->"
 SUMMARY_HEADER = ["area", "figure", "app", "baseline (seeds)", "ratio"]
-QUICK_TAKES = "about 9 minutes on 2 busy cores"  # measured; the README says the same
+QUICK_TAKES = "about 5 minutes on 2 cores, 9 when they are busy"  # measured; the README says the same
 
 
 def _commit() -> str:
