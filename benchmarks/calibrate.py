@@ -105,14 +105,17 @@ class Calibration:
     def run(self, now: datetime) -> list[Measured]:
         db, settings = self.db, self.settings
         spec = BottleSpec.model_validate({"user_id": USER, "medication": "Calibrine", "schedule": {"every_hours": 8}})
-        key = provision(db, BOTTLE, spec, rotate_key=False, now=now, settings=settings).device_key
+        # Provisioned an hour before its heartbeats, as a device's come after its provisioning: the heartbeat
+        # write measured is then the common one (an update; a findAndModify follows only for a repeat).
+        earlier = now - timedelta(hours=1)
+        key = provision(db, BOTTLE, spec, rotate_key=False, now=earlier, settings=settings).device_key
         assert key is not None, "the calibration bottle existed already"
         # A heartbeat and an opened event first, so that the measured ones find documents at their usual size.
         self._send(key, {"type": "heartbeat", "time": (now - timedelta(minutes=30)).isoformat()}, now)
         opened = {"type": "opened", "time": (now - timedelta(minutes=20)).isoformat(), "mass_of_contents": 15.0}
         self._send(key, {**opened, "number_of_pills": 30}, now)
         beat = {"type": "heartbeat", "time": (now - timedelta(seconds=5)).isoformat()}
-        heartbeat = "heartbeat: the app's findAndModify of its heartbeat document"
+        heartbeat = "heartbeat: the app's update of its heartbeat document"
         self.measure(heartbeat, lambda: self._send(key, beat, now, cold=False))
         one = {"_id": BOTTLE, "bottle_id": BOTTLE}
         bottles, actions = db[schema.BOTTLES], db[schema.BOTTLE_ACTIONS]

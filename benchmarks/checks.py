@@ -4,7 +4,8 @@ indexed sweeps beside the seeds' per-bottle approach (one query per bottle), on 
     python -m benchmarks.checks [--quick] [--full] [--sizes 10000,50000] [--trouble 0.01] [--peak 5000]
 
 Each fleet is written straight into a fresh SecantusDB (bottle and heartbeat documents as provisioning and
-ingestion leave them; no HTTP, to keep the setup short), with the given share of bottles in trouble for each
+ingestion leave them; no HTTP, to keep the setup short; through a client without the app's request timeouts,
+which a loaded machine can exceed on a bulk insert of thousands), with the given share of bottles in trouble for each
 check: left open, silent, and with a late dose. A last fleet keeps the largest size with a fifth of the trouble,
 to show that a sweep's commands follow the bottles in trouble, not the fleet.
 
@@ -36,7 +37,7 @@ from typing import Any
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
-from benchmarks.harness import installed_store, print_table
+from benchmarks.harness import installed_store, print_table, seeding_database
 from shared.bottles.entries import forget_all_entries
 from shared.doses.due_tracking import plan_of
 from shared.heartbeat_document import (
@@ -246,13 +247,14 @@ def run(fleets: list[Fleet] | None = None) -> str:
     rows: list[list[str]] = []
     with secantus_process(expire=False) as uri:
         for number, fleet in enumerate(fleets):
-            with fresh_database(uri, f"bench_checks_{number}") as (db, tally):
-                seed(db, fleet.bottles, fleet.in_trouble)
+            name = f"bench_checks_{number}"
+            with fresh_database(uri, name) as (db, tally), seeding_database(uri, name) as seeding:
+                seed(seeding, fleet.bottles, fleet.in_trouble)
                 forget_all_entries()
                 for kind in KINDS:
                     rows += _rows(fleet.bottles, fleet.in_trouble, kind, db, tally, baseline=kind in fleet.baseline)
                 if fleet.then_in_trouble:
-                    add_trouble(db, 3 * fleet.in_trouble, fleet.then_in_trouble)
+                    add_trouble(seeding, 3 * fleet.in_trouble, fleet.then_in_trouble)
                     for kind in KINDS:
                         rows += _rows(fleet.bottles, fleet.then_in_trouble, kind, db, tally, baseline=False)
     header = [
@@ -334,11 +336,16 @@ def peak(notifications: int = 5000, send_ms: float = SEND_MS) -> str:
     """One partition's `notifications` pending at once, sent and marked by the app's delivery one after another
     and QUEUE_SEND_CONCURRENCY at once, on the same store; print the table and return it."""
     rows: list[list[str]] = []
-    with secantus_process(expire=False) as uri, fresh_database(uri, "bench_checks_peak") as (db, tally):
+    name = "bench_checks_peak"
+    with (
+        secantus_process(expire=False) as uri,
+        fresh_database(uri, name) as (db, tally),
+        seeding_database(uri, name) as seeding,
+    ):
         baseline: float | None = None
         for concurrency in (1, SETTINGS.queue_send_concurrency):
-            db[schema.NOTIFICATIONS].delete_many({})
-            _pending(db, notifications)
+            seeding[schema.NOTIFICATIONS].delete_many({})  # fixtures too: thousands of documents a command
+            _pending(seeding, notifications)
             queue = TimedQueue(send_ms)
             sending = delivery.Sending(
                 send_until=time.monotonic() + 3600,

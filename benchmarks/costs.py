@@ -2,11 +2,12 @@
 the seeds' approach measured in the same run:
 
 - per heartbeat, per opened and per closed event (one event per request, the bottle's heartbeat document at
-  steady state, a cold worker): the app's commands, beside one insert per event. A heartbeat is one findAndModify
-  of its heartbeat document; an opened or closed event is one read of its bottle (a cold worker's registry read,
-  which a closed event with a dose makes on any worker: its status write is computed from it), one insert of the
-  action and one status update of the bottle, a single statement (Cosmos DB charges every statement that
-  changes a document as a replace of it: the five statements a closed event used to send came to ~22 RU);
+  steady state, a cold worker): the app's commands, beside one insert per event. A heartbeat is one update of
+  its heartbeat document (a findAndModify, whose reply tells repeats, only when not every heartbeat is new); an
+  opened or closed event is one read of its bottle (a cold worker's registry read, which a closed event with a
+  dose makes on any worker: its status write is computed from it), one insert of the action and one status
+  update of the bottle, a single statement (Cosmos DB charges every statement that changes a document as a
+  replace of it: the five statements a closed event used to send came to ~22 RU);
 - per report consumer change, at the design's density (each bottle heard from every 30 minutes, the consumer
   every minute), over whole blocks of daily roll-ups: the app's actions feed, hourly heartbeat tally and
   daily roll-ups, beside the naive `$inc` per event; the leases and empty polls of a run, apart, per

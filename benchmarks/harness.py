@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pymongo import MongoClient
 from pymongo.database import Database
 
 from shared.settings import Settings, get_settings
@@ -32,15 +33,31 @@ def installed_store(
 
 
 @contextlib.contextmanager
-def secantus_store(database: str = "bench") -> Iterator[tuple[Any, CommandTally]]:
-    """A fresh, set-up database on an in-process SecantusDB, installed as the app's store."""
+def seeding_database(uri: str, database: str) -> Iterator[Database[Any]]:
+    """The database at `uri` through a client of its own without the app's request timeouts, for writing a
+    benchmark's fixtures (thousands of documents a command, which a loaded machine can take longer to store than
+    the app's socket timeout allows a request), never for what is measured."""
+    client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True, retryWrites=False)
+    try:
+        yield client[database]
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def secantus_server() -> Iterator[str]:
+    """An in-process SecantusDB in memory, without expiry mid-run; its URI."""
     from secantus import SecantusDBServer
 
+    with SecantusDBServer(storage_path=":memory:", ttl_sweep_seconds=0) as server:
+        yield server.uri
+
+
+@contextlib.contextmanager
+def secantus_store(database: str = "bench") -> Iterator[tuple[Any, CommandTally]]:
+    """A fresh, set-up database on an in-process SecantusDB, installed as the app's store."""
     tally = CommandTally()
-    with (
-        SecantusDBServer(storage_path=":memory:", ttl_sweep_seconds=0) as server,  # no expiry mid-run
-        installed_store(server.uri, database, listeners=[tally]) as db,
-    ):
+    with secantus_server() as uri, installed_store(uri, database, listeners=[tally]) as db:
         yield db, tally
 
 

@@ -1,65 +1,108 @@
 """Ingestion throughput and cost: events/s, database commands and CPU per event, through the real HTTP function,
-for single events and batches of 100, beside the seeds' approach (one insert per event) as a whole request of its
-own, measured on the same server in the same run.
+beside the seeds' approach as a whole request of its own, measured on the same server in the same run.
 
-    python -m benchmarks.ingestion [--events 4000] [--bottles 50]
+    python -m benchmarks.ingestion [--events 4000] [--bottles 50] [--fleets 100,2000,20000] [--steady 1000]
+
+Single events at steady state, at several fleet sizes (default 100, 2,000 and 20,000 bottles), each on a fresh
+server: every bottle provisioned with a full heartbeat window (a heartbeat every 30 minutes for 24 hours, as
+ingestion leaves it) and heard from again every 30 simulated minutes, the server clock following, so each
+heartbeat sets a bit of a ring in its window and is checked for a repeat; the usual mix (an opened/closed pair
+among every ten heartbeats, the close a dose). Beside the app: the seeds' one insert per event as a whole
+request, and the "store floor" of the same stream: the commands the app's requests send, computed beforehand
+and sent bare (a heartbeat's ring update; an action's insert and status update, and a dose's read of its bottle
+first), an insert of a small document (the seeds' write), and a findAndModify of a heartbeat document (what a
+heartbeat cost the app until it wrote by update: SecantusDB scans the collection for it, so it grows with the
+fleet). The goals, printed below the table: the app at
+20,000 bottles within 1.3x of its speed at 100, and within 1.5x of the store floor at every size. Until this
+version these events were 36-42 hours old, outside the 24-hour window: no ring bit was set and no repeat check
+ran.
+
+Batches of 100 (50 bottles, events a second apart inside the window), beside the seeds' one insert per event
+and the seeds' `insert_many` of the same 100 events a request (the fair baseline for a batch; until this version
+the batch was compared with single inserts only).
 
 The baseline is the seeds' approach as a whole request, paying what the app's request pays for the same contract:
 the same HTTP function layer (the route's id check, the error mapping, the invocation log line, the JSON answer),
 the same body checks (size, media type, key shape, every event validated), the device key checked against the
-bottle's registry entry (the app's per-worker registry cache, warm from the first requests on: the cheapest way
-the seeds could authenticate a device and copy the owner and medication onto each event, as their sample documents
-carry them), and then one insert per event under the same retry policy and request deadline, idempotent (`_id` is
-the bottle and the event id, so a retried request stores nothing twice), into a collection with the index the
-seeds' per-bottle queries need (`(bottle_id, time)`). Until this version it was the seeds' storage behind part of
-the request only (size, key-shape and event checks): no function layer, no media type check, no key check against
-the bottle (any device could write any bottle), no owner or medication on the event, no retries or deadline, no
-idempotent `_id` (a retried request stored its events twice) and an unindexed collection; so it measured less
-than the seeds would have to do for the app's contract.
-
-Both approaches, and the store floor, now run on the app's own database, set up with its indexes. Until this
-version the set-up ran on another database than the one the app's functions wrote to: the app was measured without
-its indexes (which every write on SecantusDB maintains), and the store floor's update matched no document.
+bottle's registry entry (the app's per-worker registry cache, warm: the cheapest way the seeds could
+authenticate a device and copy the owner and medication onto each event, as their sample documents carry them),
+and then one insert per event (or one `insert_many` a request) under the same retry policy and request
+deadline, idempotent (`_id` is the bottle and the event id, so a retried request stores nothing twice), into a
+collection with the index the seeds' per-bottle queries need (`(bottle_id, time)`). Both approaches, and the
+store floor, run on the app's own database, set up with its indexes.
 
 The columns: events/s (wall clock; this machine is noisy, so compare the ratios of one run), database commands
 per event, and CPU per event (the process's CPU time: the app's and the in-process server's together, the steadier
-figure on a loaded machine). "store floor" rows time the least a request's write can cost on SecantusDB: one insert
-of a small document (the seeds' write), one update of one field of a heartbeat document, and one findAndModify of
-one field of it (a heartbeat request's one write is a findAndModify, whose reply tells new heartbeats from
-repeats). On SecantusDB a findAndModify costs several times an insert, and grows with the collection (it scans the
-collection for its write), so one heartbeat per request cannot reach the seeds' events/s there; batches can.
+figure on a loaded machine).
 """
 
 import argparse
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import azure.functions as func
 from pymongo import InsertOne
+from pymongo.collection import Collection
+from pymongo.database import Database
 
-from benchmarks.harness import Measurement, measure, print_table, secantus_store
+from benchmarks.harness import (
+    Measurement,
+    installed_store,
+    measure,
+    print_table,
+    secantus_server,
+    secantus_store,
+    seeding_database,
+)
 from functions.bottles import provision_bottle
 from functions.device_events import post_events
 from functions.responses import handles_errors, json_response
-from shared.bottles.entries import RegistryEntry
+from shared.bottles.entries import BOTTLE_FIELDS, REGISTRY_CACHE, RegistryEntry, forget_all_entries
+from shared.heartbeat_document import (
+    ALIVE_AT,
+    LAST,
+    RING,
+    RING_TIME,
+    USER_BUCKET,
+    Window,
+    key_digest,
+    place,
+    rewritten_ring,
+    ring_write,
+)
 from shared.ids import check_id
 from shared.ingestion.authentication import authenticate, check_key_shape
 from shared.ingestion.events import DeviceEvent, parse_events
-from shared.instants import utc_now
+from shared.ingestion.storing import action_document, computed_status_write, status_writes
+from shared.instants import set_clock, utc_now
 from shared.observability import log_invocation
 from shared.payloads import check_media_type, check_size, decode_json
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.client import get_database
+from shared.store.partitioning import BUCKET_FIELD, bucket_of
 from shared.store.retries import RetryPolicy, write_idempotent
 from shared.store.schema import CollectionSpec, IndexSpec
 from tools.arguments import int_between, positive_int
+from tools.command_tally import CommandTally
 
-# Each approach's events are one a second within its own 6 hours, so the three streams never overlap.
+# Each batch stream's events are one a second within its own 6 hours, so the three streams never overlap.
 MAX_EVENTS = 6 * 3600
+BATCH = 100
+FLEETS = (100, 2_000, 20_000)
+QUICK_FLEETS = (100, 1_000, 5_000)
+STEADY_EVENTS = 1000  # single events per approach and fleet (a quick run: 300)
+MAX_FLEET = 100_000  # seeding takes about 3 s per thousand bottles on 2 busy cores
+HEARD_EVERY = timedelta(minutes=30)  # each bottle's heartbeat, at steady state
+SEED_CHUNK = 2_000
+# The goals of single events at steady state (the module's docstring).
+FLAT_GOAL = 1.3  # the largest fleet's events/s within this factor of the smallest's
+FLOOR_GOAL = 1.5  # the app's events/s within this factor of the store floor's
 
 # The seeds stored each event as its own document: sharded by bottle, with the index its per-bottle queries
 # (a bottle's latest heartbeat, its latest action) need.
@@ -91,25 +134,31 @@ def _request(method: str, bottle_id: str, body: bytes, key: str | None = None) -
     )
 
 
+def device_event(i: int, at: datetime) -> dict[str, Any]:
+    """The i-th event of a realistic mix: mostly heartbeats, an opened/closed pair (a dose) now and then."""
+    if i % 12 == 10:
+        return {"type": "opened", "time": at.isoformat(), "mass_of_contents": 15.0, "number_of_pills": 30}
+    if i % 12 == 11:
+        return {
+            "type": "closed",
+            "time": at.isoformat(),
+            "mass_of_contents": 14.5,
+            "number_of_pills": 29,
+            "pills_taken": 1,
+        }
+    return {"type": "heartbeat", "time": at.isoformat()}
+
+
 def device_events(count: int, start: datetime) -> list[dict[str, Any]]:
-    """A realistic mix: mostly heartbeats, with an opened/closed pair now and then (17 K : 1.4 K)."""
-    events: list[dict[str, Any]] = []
-    for i in range(count):
-        at = (start + timedelta(seconds=i)).isoformat()
-        if i % 12 == 10:
-            events.append({"type": "opened", "time": at, "mass_of_contents": 15.0, "number_of_pills": 30})
-        elif i % 12 == 11:
-            events.append(
-                {"type": "closed", "time": at, "mass_of_contents": 14.5, "number_of_pills": 29, "pills_taken": 1}
-            )
-        else:
-            events.append({"type": "heartbeat", "time": at})
-    return events
+    """The mix, one event a second from `start` (17 K : 1.4 K heartbeats to actions)."""
+    return [device_event(i, start + timedelta(seconds=i)) for i in range(count)]
 
 
-def seeds_post_all(keys: dict[str, str], events: list[dict[str, Any]]) -> None:
-    for request in requests(keys, events, 1):
-        response = seeds_post_events(request)
+def seeds_post_all(keys: dict[str, str], events: list[dict[str, Any]], batch: int = 1) -> None:
+    """The seeds' requests: one insert per event, or (batch > 1) one insert_many of each request's events."""
+    post = seeds_post_events if batch == 1 else seeds_post_batch
+    for request in requests(keys, events, batch):
+        response = post(request)
         assert response.status_code == 202, response.get_body()
 
 
@@ -134,6 +183,17 @@ def seeds_post_events(req: func.HttpRequest) -> func.HttpResponse:
     """The seeds' approach as a whole request (the module's docstring says what it pays and why): the app's
     function layer and body checks, the device key checked against the bottle's registry entry (cached per
     worker), then one idempotent insert per event, retried within the request's deadline."""
+    return _seeds_request(req, one_command=False)
+
+
+@handles_errors
+def seeds_post_batch(req: func.HttpRequest) -> func.HttpResponse:
+    """`seeds_post_events` with one idempotent insert_many of the request's events instead of one insert each:
+    the seeds' fair baseline for a batch."""
+    return _seeds_request(req, one_command=True)
+
+
+def _seeds_request(req: func.HttpRequest, *, one_command: bool) -> func.HttpResponse:
     bottle_id = check_id(req.route_params.get("bottle_id", ""), "bottle_id")
     body = check_size(req.get_body())
     check_media_type(req.headers.get("Content-Type"))
@@ -143,10 +203,9 @@ def seeds_post_events(req: func.HttpRequest) -> func.HttpResponse:
     policy = RetryPolicy.for_request(settings)
     db = get_database()
     registry, _bottle = authenticate(db, bottle_id, key, settings.registry_cache_seconds, policy)
-    stored = 0
-    for event in events:
-        insert = InsertOne(seeds_document(registry, event, now))
-        stored += sum(write_idempotent(db[SEEDS_EVENTS.name], [insert], policy))
+    inserts = [InsertOne(seeds_document(registry, event, now)) for event in events]
+    groups = [inserts] if one_command else [[insert] for insert in inserts]
+    stored = sum(sum(write_idempotent(db[SEEDS_EVENTS.name], group, policy)) for group in groups)
     log_invocation(log, "post_events", bottle_id=bottle_id, stored=stored, duplicates=len(events) - stored)
     return json_response(202, {"stored": stored, "duplicates": len(events) - stored})
 
@@ -180,69 +239,346 @@ def naive_post(db: Any, request: func.HttpRequest) -> None:
         db[SEEDS_EVENTS.name].insert_one({**vars(event), "bottle_id": request.route_params["bottle_id"]})
 
 
-def store_floor(db: Any, tally: Any, keys: dict[str, str], count: int) -> list[Measurement]:
-    """What the embedded store takes for the least an event's write can cost: one insert of a small document (the
-    seeds' write), one update of a single field of a bottle's heartbeat document, and one findAndModify of it (a
-    heartbeat request's one write is a findAndModify: less than a heartbeat's, which sets several fields)."""
-    bottles = list(keys)
-    collection = db[schema.BOTTLE_HEARTBEATS]
-
-    def inserts() -> None:
-        for i in range(count):
-            db["naive_floor"].insert_one({"bottle_id": bottles[i % len(bottles)], "i": i})
-
-    def updates() -> None:
-        for i in range(count):
-            bottle_id = bottles[i % len(bottles)]
-            assert collection.update_one(
-                {"_id": bottle_id, "bottle_id": bottle_id}, {"$set": {"floor": i}}
-            ).matched_count
-
-    def find_and_modify() -> None:
-        for i in range(count):
-            bottle_id = bottles[i % len(bottles)]
-            key = {"_id": bottle_id, "bottle_id": bottle_id}
-            assert collection.find_one_and_update(key, {"$set": {"floor": i}}, projection={"_id": 1}) is not None
-
-    return [
-        measure("store floor: insert_one of a small document", count, tally, inserts),
-        measure("store floor: update_one of one heartbeat document field", count, tally, updates),
-        measure("store floor: findAndModify of one heartbeat document field", count, tally, find_and_modify),
-    ]
+def _create_seeds_index(db: Database[Any]) -> None:
+    spec = SEEDS_EVENTS.indexes[0]
+    db[SEEDS_EVENTS.name].create_index(list(spec.keys), name=spec.name)
 
 
-def run(events: int, bottles: int) -> str:
-    start = utc_now() - timedelta(days=2)
+# --- batches ---------------------------------------------------------------------------------------------------
+
+
+def batches(events: int, bottles: int) -> str:
+    """Batches of 100 beside the seeds' single inserts and their insert_many of the same events; the table."""
+    start = utc_now() - timedelta(hours=20)  # the app's stream, from 8 hours ago, inside the heartbeat window
     rows: list[Measurement] = []
     with secantus_store(get_settings().mongodb_database) as (db, tally):  # the database the app's functions use
-        spec = SEEDS_EVENTS.indexes[0]
-        db[SEEDS_EVENTS.name].create_index(list(spec.keys), name=spec.name)
+        _create_seeds_index(db)
         keys = provision(bottles)
         # Warm workers, both ways: the registry cache holds every bottle, the heartbeat documents have a ring.
         post_all(keys, device_events(2 * bottles, start - timedelta(hours=1)), 1)
         seeds_post_all(keys, device_events(bottles, start - timedelta(hours=2)))
-        stream = device_events(events, start)
-        seeds = "naive (seeds): one insert per event, a whole request each, one event per request"
-        rows.append(measure(seeds, events, tally, lambda: seeds_post_all(keys, stream)))
-        single = device_events(events, start + timedelta(hours=6))
-        rows.append(measure("app: one event per request", events, tally, lambda: post_all(keys, single, 1)))
+        single, many = device_events(events, start), device_events(events, start + timedelta(hours=6))
+        rows.append(measure(SEEDS_SINGLE, events, tally, lambda: seeds_post_all(keys, single)))
+        rows.append(measure(SEEDS_MANY, events, tally, lambda: seeds_post_all(keys, many, BATCH)))
         batched = device_events(events, start + timedelta(hours=12))
-        rows.append(measure("app: batches of 100", events, tally, lambda: post_all(keys, batched, 100)))
-        rows += store_floor(db, tally, keys, events // 4)
-    baseline = rows[0]
+        rows.append(measure("app: batches of 100", events, tally, lambda: post_all(keys, batched, BATCH)))
+    one, many_ = rows[0], rows[1]
     table = [
         [
             m.name,
             f"{m.per_second:,.0f}",
-            f"{m.per_second / baseline.per_second:.2f}x",
+            f"{m.per_second / one.per_second:.2f}x",
+            f"{m.per_second / many_.per_second:.2f}x",
             f"{m.commands_per_unit:.3f}",
-            f"{baseline.commands_per_unit / m.commands_per_unit:.1f}x" if m.commands_per_unit else "-",
+            f"{many_.commands_per_unit / m.commands_per_unit:.1f}x" if m.commands_per_unit else "-",
             f"{m.cpu_ms_per_unit:.3f}",
         ]
         for m in rows
     ]
-    header = ["approach", "events/s", "vs naive", "commands/event", "fewer commands", "CPU ms/event"]
-    return print_table(f"Ingestion on SecantusDB in-process ({events} events, {bottles} bottles)", table, header)
+    header = ["approach", "events/s", "vs one insert", "vs insert_many", "commands/event", "fewer commands",
+              "CPU ms/event"]  # fmt: skip
+    title = f"Ingestion, batches of {BATCH} on SecantusDB in-process ({events} events, {bottles} bottles)"
+    return print_table(title, table, header)
+
+
+SEEDS_SINGLE = "seeds: one insert per event, one event per request"
+SEEDS_MANY = f"seeds: insert_many of each request's {BATCH} events"
+
+
+# --- single events at steady state ------------------------------------------------------------------------------
+
+
+class StepClock:
+    """The server clock of a steady-state run, moved on by the run (the events' arrival times)."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def __call__(self) -> datetime:
+        return self.at
+
+
+@dataclass(frozen=True)
+class SteadyFleet:
+    """A fleet at steady state: `bottles` bottles, every one with the device key `key`."""
+
+    bottles: int
+    start: datetime  # the first event of the stream; bottle n sends at start + n * spacing, then every 30 minutes
+    key: str
+    key_hash: str
+
+    @property
+    def spacing(self) -> timedelta:
+        return HEARD_EVERY / self.bottles
+
+    def bottle_id(self, n: int) -> str:
+        return f"bench-{n:06d}"
+
+    def user_id(self, n: int) -> str:
+        return f"user-{n // 3:06d}"
+
+    def stream(self, count: int, offset: int = 0) -> list[tuple[str, datetime, dict[str, Any]]]:
+        """`count` events from the `offset`-th on: (bottle, arrival, event); each bottle every 30 minutes."""
+        out = []
+        for k in range(offset, offset + count):
+            at = self.start + k * self.spacing
+            out.append((self.bottle_id(k % self.bottles), at + timedelta(seconds=1), device_event(k, at)))
+        return out
+
+
+def seed_steady_fleet(uri: str, database: str, bottles: int, start: datetime) -> SteadyFleet:
+    """`bottles` provisioned bottles whose heartbeat documents hold a full window (a heartbeat every 30 minutes
+    for 24 hours, the last 30 minutes before the bottle's first event in the stream): a template bottle
+    provisioned through the app, its documents copied under each bottle's id (by bulk inserts, through a client
+    without the app's request timeouts), each with its own ring."""
+    clock = StepClock(start - timedelta(days=1))
+    set_clock(clock)
+    try:
+        template_id = "bench-template"
+        body = {"user_id": "user-template", "medication": "Cordrazine", "schedule": {"every_hours": 8}}
+        response = _provision(_request("PUT", template_id, json.dumps(body).encode()))
+    finally:
+        set_clock(None)
+    key = json.loads(response.get_body())["device_key"]
+    window = Window(get_settings().heartbeat_window_hours)
+    with seeding_database(uri, database) as db:
+        bottle = db[schema.BOTTLES].find_one({"_id": template_id})
+        heartbeats = db[schema.BOTTLE_HEARTBEATS].find_one({"_id": template_id})
+        assert bottle is not None
+        assert heartbeats is not None
+        fleet = SteadyFleet(bottles, start, key, bottle["key_hash"])
+        for first in range(0, bottles, SEED_CHUNK):
+            numbers = range(first, min(first + SEED_CHUNK, bottles))
+            db[schema.BOTTLES].insert_many([_copy(bottle, fleet, n) for n in numbers], ordered=False)
+            documents = [_steady_heartbeats(heartbeats, fleet, n, window) for n in numbers]
+            db[schema.BOTTLE_HEARTBEATS].insert_many(documents, ordered=False)
+    return fleet
+
+
+def _copy(template: dict[str, Any], fleet: SteadyFleet, n: int) -> dict[str, Any]:
+    bottle_id = fleet.bottle_id(n)
+    return {
+        **template,
+        "_id": bottle_id,
+        "bottle_id": bottle_id,
+        "user_id": fleet.user_id(n),
+        BUCKET_FIELD: bucket_of(bottle_id),
+    }
+
+
+def _steady_heartbeats(template: dict[str, Any], fleet: SteadyFleet, n: int, window: Window) -> dict[str, Any]:
+    """Bottle n's heartbeat document as ingestion leaves it after 24 hours of a heartbeat every 30 minutes."""
+    last = fleet.start + n * fleet.spacing - HEARD_EVERY
+    times = [last - i * HEARD_EVERY for i in range(48)]
+    placed = [p for p in (place(t, last, window) for t in times) if p is not None]
+    copied = _copy(template, fleet, n)
+    return {
+        **copied,
+        USER_BUCKET: bucket_of(copied["user_id"]),
+        LAST: last,
+        ALIVE_AT: last,
+        RING_TIME: last,
+        RING: rewritten_ring({}, placed, last, window),
+    }
+
+
+def _warm_registry(fleet: SteadyFleet) -> None:
+    """Every bottle's registry entry in the worker's cache, as a worker serving the fleet has them (both
+    approaches authenticate an action, the seeds every event, against it)."""
+    forget_all_entries()
+    ttl = get_settings().registry_cache_seconds
+    for n in range(fleet.bottles):
+        bottle_id = fleet.bottle_id(n)
+        REGISTRY_CACHE.put(RegistryEntry(bottle_id, fleet.user_id(n), "Cordrazine", fleet.key_hash), ttl)
+
+
+def _posting(
+    post: Callable[[func.HttpRequest], func.HttpResponse],
+    fleet: SteadyFleet,
+    stream: list[tuple[str, datetime, dict[str, Any]]],
+) -> Callable[[], None]:
+    """One request per event of `stream`, each at its arrival time on the server clock."""
+
+    def run() -> None:
+        clock = StepClock(stream[0][1])
+        set_clock(clock)
+        try:
+            for bottle_id, at, event in stream:
+                clock.at = at
+                response = post(_request("POST", bottle_id, json.dumps(event).encode(), fleet.key))
+                assert response.status_code == 202, response.get_body()
+        finally:
+            set_clock(None)
+
+    return run
+
+
+Step = Callable[[], None]
+
+
+def _floor(db: Database[Any], fleet: SteadyFleet, stream: list[tuple[str, datetime, dict[str, Any]]]) -> Step:
+    """The commands the app's requests of `stream` send, computed beforehand and sent bare (no HTTP layer, no
+    parsing, no retries): a heartbeat, the update of its ring; an opened event, the insert of the action and the
+    status update; a dose, the bottle's read, the insert and the status update computed from the read."""
+    settings = get_settings()
+    window, key = Window(settings.heartbeat_window_hours), key_digest(fleet.key_hash)
+    heartbeats, bottles, actions = db[schema.BOTTLE_HEARTBEATS], db[schema.BOTTLES], db[schema.BOTTLE_ACTIONS]
+    steps: list[Step] = []
+    for bottle_id, at, payload in stream:
+        [event] = parse_events(payload, at, timedelta(days=settings.max_event_age_days))
+        if event.type == "heartbeat":
+            placed = [p for p in [place(event.time, at, window)] if p is not None]
+            write = ring_write(bottle_id, key, [event.time], placed, now=at, window=window)
+            steps.append(partial(_updated, heartbeats, write))
+            continue
+        n = int(bottle_id.removeprefix("bench-"))
+        action = action_document(RegistryEntry(bottle_id, fleet.user_id(n), "Cordrazine", fleet.key_hash), event, at)
+        if event.is_dose:
+            steps.append(partial(_dose, bottles, actions, action, event, settings.dose_history))
+        else:
+            steps.append(partial(_action, bottles, actions, action, status_writes(bottle_id, [event])[0]))
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
+
+
+def _updated(collection: Collection[Any], write: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    assert collection.update_one(*write).matched_count
+
+
+def _action(bottles: Collection[Any], actions: Collection[Any], action: dict[str, Any], write: Any) -> None:
+    actions.insert_one(action)
+    _updated(bottles, write)
+
+
+def _dose(
+    bottles: Collection[Any], actions: Collection[Any], action: dict[str, Any], event: DeviceEvent, history: int
+) -> None:
+    key = {"_id": action["bottle_id"], "bottle_id": action["bottle_id"]}
+    found = bottles.find_one(key, BOTTLE_FIELDS)
+    assert found is not None
+    actions.insert_one(action)
+    write = computed_status_write(found, [event], dose_history=history)
+    if write is not None:
+        _updated(bottles, write)
+
+
+def _inserts(db: Database[Any], count: int) -> Callable[[], None]:
+    def run() -> None:
+        for i in range(count):
+            db["naive_floor"].insert_one({"bottle_id": f"bench-{i:06d}", "i": i})
+
+    return run
+
+
+def _find_and_modify(db: Database[Any], fleet: SteadyFleet, count: int) -> Callable[[], None]:
+    collection = db[schema.BOTTLE_HEARTBEATS]
+
+    def run() -> None:
+        for i in range(count):
+            bottle_id = fleet.bottle_id(i * 7919 % fleet.bottles)
+            key = {"_id": bottle_id, "bottle_id": bottle_id}
+            assert collection.find_one_and_update(key, {"$set": {"floor": i}}, projection={"_id": 1}) is not None
+
+    return run
+
+
+APP_SINGLE = "app: one event per request"
+FLOOR = "store floor: the app's commands, sent bare"
+
+
+def steady_state(bottles: int, events: int, start: datetime) -> list[Measurement]:
+    """Single events on a fleet of `bottles` at steady state, on a fresh server: the seeds', the app's, and the
+    store floor's (see the module's docstring)."""
+    database = get_settings().mongodb_database
+    tally = CommandTally()
+    with secantus_server() as uri, installed_store(uri, database, listeners=[tally]) as db:
+        _create_seeds_index(db)
+        fleet = seed_steady_fleet(uri, database, bottles, start)
+        seeds, app = fleet.stream(events), fleet.stream(events, offset=events)
+        _warm_registry(fleet)
+        rows = [measure(SEEDS_SINGLE, events, tally, _posting(seeds_post_events, fleet, seeds))]
+        _warm_registry(fleet)
+        rows.append(measure(APP_SINGLE, events, tally, _posting(_post, fleet, app)))
+        rows.append(measure(FLOOR, events, tally, _floor(db, fleet, fleet.stream(events, offset=2 * events))))
+        rows.append(measure("store floor: insert_one of a small document", events, tally, _inserts(db, events)))
+        few = max(10, events // 40)  # it scans the collection: a few are enough to show it
+        name = "store floor: findAndModify of a heartbeat document"
+        rows.append(measure(name, few, tally, _find_and_modify(db, fleet, few)))
+    forget_all_entries()
+    return rows
+
+
+def singles(fleets: tuple[int, ...], events: int) -> str:
+    """Single events at steady state at each fleet size; the table, then the goals."""
+    start = utc_now().replace(second=0, microsecond=0)
+    by_fleet = {bottles: steady_state(bottles, events, start) for bottles in fleets}
+    table = []
+    for bottles, rows in by_fleet.items():
+        seeds = rows[0]
+        for m in rows:
+            table.append(
+                [
+                    f"{bottles:,}",
+                    m.name,
+                    f"{m.per_second:,.0f}",
+                    f"{m.per_second / seeds.per_second:.2f}x",
+                    f"{m.commands_per_unit:.3f}",
+                    f"{m.cpu_ms_per_unit:.3f}",
+                ]
+            )
+    header = ["bottles", "approach", "events/s", "vs seeds", "commands/event", "CPU ms/event"]
+    title = (
+        f"Ingestion, one event per request at steady state on SecantusDB in-process ({events} events a fleet, "
+        "each bottle heard from every 30 minutes)"
+    )
+    text = print_table(title, table, header)
+    return text + "\n" + "\n".join(goals(by_fleet))
+
+
+def goals(by_fleet: dict[int, list[Measurement]]) -> list[str]:
+    """The goals of single events, each with its measured figure (by the wall clock, the goal's terms, and by
+    CPU per event, the steadier figure on a loaded machine) and whether it was met."""
+    app = {bottles: next(m for m in rows if m.name == APP_SINGLE) for bottles, rows in by_fleet.items()}
+    floor = {bottles: next(m for m in rows if m.name == FLOOR) for bottles, rows in by_fleet.items()}
+    smallest, largest = min(app), max(app)
+    slower = app[smallest].per_second / app[largest].per_second
+    cpu = app[largest].cpu_ms_per_unit / app[smallest].cpu_ms_per_unit
+    lines = [
+        f"goal: the app at {largest:,} bottles within {FLAT_GOAL}x of its speed at {smallest:,}: {slower:.2f}x "
+        f"slower ({_verdict(slower, FLAT_GOAL)}; CPU per event {cpu:.2f}x)"
+    ]
+    for bottles, measured in app.items():
+        behind = floor[bottles].per_second / measured.per_second
+        cpu = measured.cpu_ms_per_unit / floor[bottles].cpu_ms_per_unit
+        lines.append(
+            f"goal: the app within {FLOOR_GOAL}x of the store floor at {bottles:,} bottles: {behind:.2f}x "
+            f"({_verdict(behind, FLOOR_GOAL)}; CPU per event {cpu:.2f}x)"
+        )
+    for bottles, rows in by_fleet.items():
+        ratio = app[bottles].per_second / rows[0].per_second
+        lines.append(f"the app's speed against the seeds' one insert per event at {bottles:,} bottles: {ratio:.2f}x")
+    for line in lines:
+        print(line)
+    return lines
+
+
+def _verdict(ratio: float, goal: float) -> str:
+    return "met" if ratio <= goal else "NOT met"
+
+
+def run(events: int, bottles: int, fleets: tuple[int, ...] = FLEETS, steady: int = STEADY_EVENTS) -> str:
+    """Both tables: single events at steady state at each fleet size, then batches."""
+    return singles(fleets, steady) + "\n\n" + batches(events, bottles)
+
+
+def fleet_sizes(text: str) -> tuple[int, ...]:
+    """`--fleets`: comma-separated whole numbers of bottles, each from 1 to MAX_FLEET."""
+    size = int_between(1, MAX_FLEET)
+    return tuple(sorted({size(part.strip()) for part in text.split(",")}))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -255,11 +591,23 @@ def main(argv: list[str] | None = None) -> None:
         "--events",
         type=int_between(1, MAX_EVENTS),
         default=4000,
-        help=f"events per approach, at most {MAX_EVENTS:,} (default 4000)",
+        help=f"events per batch approach, at most {MAX_EVENTS:,} (default 4000)",
     )
-    parser.add_argument("--bottles", type=positive_int, default=50, help="bottles sending them (default 50)")
+    parser.add_argument("--bottles", type=positive_int, default=50, help="bottles sending batches (default 50)")
+    parser.add_argument(
+        "--fleets",
+        type=fleet_sizes,
+        default=FLEETS,
+        help=f"fleet sizes for single events at steady state, each at most {MAX_FLEET:,} (default 100,2000,20000)",
+    )
+    parser.add_argument(
+        "--steady",
+        type=int_between(1, MAX_EVENTS),
+        default=STEADY_EVENTS,
+        help=f"single events per approach and fleet (default {STEADY_EVENTS})",
+    )
     args = parser.parse_args(argv)
-    run(args.events, args.bottles)
+    run(args.events, args.bottles, args.fleets, args.steady)
 
 
 if __name__ == "__main__":

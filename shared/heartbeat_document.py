@@ -277,6 +277,15 @@ def rewritten_ring(
 
 
 def already_counted(document: Mapping[str, Any] | None, placement: Placement) -> bool:
-    """Whether the ring of `document` (as it was before a write) has this heartbeat's slot already."""
-    value = ring_hours(document or {}).get(placement.hour, 0)
-    return bool(value >> placement.slot & 1)
+    """Whether the ring of `document` (as it was before a write) has this heartbeat's slot already: its one bit,
+    read from the one field that holds its hour (as `ring_hours` maps fields back from `r`, without decoding
+    the others: a heartbeat request tests each of its heartbeats)."""
+    ring = (document or {}).get(RING) or {}
+    written = (document or {}).get(RING_TIME)
+    if not ring or written is None:
+        return False
+    field, last = field_of(placement.hour), field_of(hour_number(written) + 1)
+    if not last - FIELD_NAMES < field <= last:
+        return False
+    value = int(ring.get(field_name(field)) or 0)
+    return bool(value >> (_shift(placement.hour) + placement.slot) & 1)

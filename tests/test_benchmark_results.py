@@ -1,8 +1,11 @@
 """The docs' benchmark summary (docs/benchmarks.md) and design-scale table (docs/costs.md) are the ones the last
 full benchmark run generated (benchmarks/RESULTS.md)."""
 
+from pathlib import Path
+
 from benchmarks import design_scale, suite
 from benchmarks.cost_model import UnitCost
+from benchmarks.harness import Table
 from shared.settings import Settings
 from shared.store import schema
 
@@ -68,3 +71,32 @@ def test_a_full_runs_bill_replaces_the_table_in_docs_costs_and_nothing_else(tmp_
     assert "| **total** |" in bill
     assert written[: written.index(suite.TABLE_START)] == page[: page.index(suite.TABLE_START)]
     assert written[written.index(suite.TABLE_END) :] == page[page.index(suite.TABLE_END) :]
+
+
+def test_a_quick_run_writes_nowhere_unless_given_an_output(tmp_path, monkeypatch, capsys):
+    written: list[str] = []
+    monkeypatch.setattr(suite, "run", lambda quick: (f"quick={quick}", "bill"))
+    monkeypatch.setattr(suite, "update_docs", lambda bill, *docs: written.append(bill))
+    monkeypatch.setattr(Path, "write_text", lambda path, text: written.append(f"{path}: {text}"))
+
+    suite.main(["--quick"])
+    assert written == []
+    assert "nothing written" in capsys.readouterr().out
+
+    suite.main(["--quick", "--output", str(tmp_path / "quick.md")])
+    assert written == [f"{tmp_path / 'quick.md'}: quick=True"]  # and not the docs
+
+    written.clear()
+    suite.main([])
+    assert written == [f"{suite.RESULTS}: quick=False", "bill"]  # a full run: RESULTS.md and the docs
+
+
+def test_the_summary_takes_the_design_scale_bill_and_not_the_table_of_other_ways_beside_it():
+    bill = Table("Design scale: the bill from these costs", ["measure", "value", "goal"], [["RU/s", "1", "2"]])
+    other_ways = Table(
+        "Design scale: the same work run other ways, side by side, billed by the same model",
+        ["how", "billed RU/s", "vs today"],
+        [["today", "1", "1.00x"]],
+    )
+
+    assert suite.summary_rows([bill, other_ways]) == [["design scale", "RU/s", "1", "-", "goal: 2"]]

@@ -31,8 +31,8 @@ def test_each_operation_is_one_command_its_charge_beside_the_models(secantus_uri
     results = {r.operation: r for r in _calibrate(secantus_uri, "calibration_measured")}
 
     assert all(r.commands == 1 for r in results.values()), results
-    heartbeat = results["heartbeat: the app's findAndModify of its heartbeat document"]
-    assert heartbeat.charged == 11.5
+    heartbeat = results["heartbeat: the app's update of its heartbeat document"]
+    assert heartbeat.charged == CHARGES["update"]
     assert heartbeat.model is not None
     assert 10 < heartbeat.model < 13
     assert results["point read of a bottle"].model == 1.0
@@ -43,7 +43,7 @@ def test_each_operation_is_one_command_its_charge_beside_the_models(secantus_uri
     assert inside.model is not None
     assert fanned.model == pytest.approx(inside.model + 2.5)  # one partition here: its index checked once more
     printed = calibrate.table(list(results.values()))
-    assert "11.50" in printed
+    assert "10.40" in printed
     assert "charged / model" in printed
 
 

@@ -42,3 +42,25 @@ def test_the_morning_peak_table_sends_and_marks_every_notification_both_ways(cap
     assert [row[0] for row in rows] == ["one after another (before)", "8 at once (app)"]
     assert all(row[1:4] == ["120", "120", "120"] for row in rows)  # pending, sent, marked
     assert "sends/s per worker" in capsys.readouterr().out
+
+
+def test_fleets_and_the_peak_are_seeded_through_a_client_without_the_apps_request_timeouts(monkeypatch, capsys):
+    # A loaded machine took longer than the app's 8 s socket timeout to store a chunk of 5,000 documents.
+    timeouts: list[float | None] = []
+
+    def seed(db, bottles, in_trouble):
+        timeouts.append(db.client.options.pool_options.socket_timeout)
+        real_seed(db, bottles, in_trouble)
+
+    def pending(db, count):
+        timeouts.append(db.client.options.pool_options.socket_timeout)
+        real_pending(db, count)
+
+    real_seed, real_pending = checks.seed, checks._pending
+    monkeypatch.setattr(checks, "seed", seed)
+    monkeypatch.setattr(checks, "_pending", pending)
+
+    run([Fleet(100, 1, baseline=())])
+    checks.peak(10, send_ms=1)
+
+    assert timeouts == [None, None, None]  # the fleet, and the peak's notifications for each way of sending

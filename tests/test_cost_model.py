@@ -176,7 +176,9 @@ def test_the_meter_sees_that_a_heartbeat_changes_only_the_silent_checks_index_te
             post_events("bottle-1", key, heartbeat(now - timedelta(seconds=2)))
         [operation] = meter.operations("heartbeat")
         [write] = operation.writes
-        assert (operation.command, operation.collection) == ("findAndModify", schema.BOTTLE_HEARTBEATS)
+        # An update: every heartbeat new, so no reply (a findAndModify's, charged as a read) is needed.
+        assert (operation.command, operation.collection) == ("update", schema.BOTTLE_HEARTBEATS)
+        assert operation.reply_document is None
         assert write.indexes == ("silent_check",)
         assert (write.terms_deleted, write.terms_inserted) == (1, 1)
         assert write.after is not None

@@ -6,22 +6,34 @@ count."""
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import mongomock
 import pytest
+from bson.int64 import Int64
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared.device_keys import hash_key
 from shared.heartbeat_document import (
+    ALIVE_AT,
+    FIELD_NAMES,
+    HOURS_PER_FIELD,
+    KEY,
     LATE_AT,
     MAX_GAP_HOURS,
     OWNERS,
     RING,
     RING_TIME,
+    SLOTS_PER_HOUR,
+    Placement,
     Window,
+    already_counted,
     field_name,
     field_of,
     heartbeat_slots,
     hour_number,
     hour_start,
     key_digest,
+    ring_hours,
     slot_start,
 )
 from shared.ingestion import storing
@@ -264,3 +276,50 @@ def test_a_reassignment_counts_from_the_start_of_its_5_minute_slot(bottle):
     assert parts == {(SPEC["user_id"], h7): 1, (SPEC["user_id"], h8): 0, ("newowner", h8): 2}
     truth = {key: counts[-1] for key, counts in source_totals(bottle.db).items()}
     assert truth == {(SPEC["user_id"], h7): 1, ("newowner", h8): 2}
+
+
+FULL_FIELD = (1 << HOURS_PER_FIELD * (SLOTS_PER_HOUR + 1)) - 1
+
+
+@settings(max_examples=50)
+@given(
+    values=st.lists(st.integers(0, FULL_FIELD) | st.just(FULL_FIELD), min_size=FIELD_NAMES, max_size=FIELD_NAMES),
+    written=st.integers(0, 10_000),
+)
+def test_a_slot_is_counted_exactly_when_the_decoded_ring_has_its_bit(values, written):
+    """`already_counted` reads one bit of one field; `ring_hours` decodes them all. They agree on every slot of
+    every hour of a full ring, in its reach and just outside it (the field before the oldest has the newest's
+    name; the field after the newest, the oldest's)."""
+    r = hour_start(hour_number(T0) + written)
+    document = {RING: {field_name(f): Int64(v) for f, v in enumerate(values)}, RING_TIME: r}
+    decoded = ring_hours(document)
+    newest = field_of(hour_number(r) + 1)
+
+    for hour in range((newest - FIELD_NAMES - 1) * HOURS_PER_FIELD, (newest + 2) * HOURS_PER_FIELD):
+        for slot in range(SLOTS_PER_HOUR):
+            placement = Placement(hour, slot, late=False)
+            assert already_counted(document, placement) == bool(decoded.get(hour, 0) >> slot & 1), placement
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests=st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=3), min_size=1, max_size=8))
+def test_each_heartbeat_is_new_or_a_repeat_exactly_whichever_write_stores_it(requests):
+    """Heartbeats newer than any before are stored by an update that needs no reply; the rest (repeats, two in
+    one slot, out of order) by the findAndModify whose reply is the ring as it was. Either way the answer is what
+    a set of 5-minute slots says, and the ring holds that set."""
+    db: Any = mongomock.MongoClient(tz_aware=True)["ring"]
+    key = key_digest("ab" * 32)
+    db[schema.BOTTLE_HEARTBEATS].insert_one(
+        {"_id": "bottle-1", "bottle_id": "bottle-1", KEY: key, ALIVE_AT: T0, RING_TIME: T0}
+    )
+    start, now = hour_start(hour_number(T0) + 1), T0 + timedelta(hours=2)
+    seen: set[datetime] = set()
+    for request in requests:
+        times = [start + timedelta(seconds=150 * i) for i in request]  # two a slot: at its start, 150 s in
+        slots = {slot_start(t) for t in times}
+
+        stored = storing.store_heartbeats(db, "bottle-1", key, times, now=now, window=Window(24), policy=POLICY)
+
+        assert stored == len(slots - seen), (times, sorted(seen))
+        seen |= slots
+    assert heartbeat_slots(db[schema.BOTTLE_HEARTBEATS].find_one()) == sorted(seen)

@@ -94,7 +94,7 @@ def test_each_throttled_attempt_is_counted_even_when_the_retry_succeeds(
     throttle: Any, recorded: Callable[[], Readings]
 ) -> None:
     key = provisioned()
-    throttle({f"{schema.BOTTLE_HEARTBEATS}.find_one_and_update": 2})
+    throttle({f"{schema.BOTTLE_HEARTBEATS}.update_one": 2})
 
     assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 202
 

@@ -133,11 +133,12 @@ def test_a_create_whose_answer_was_lost_is_still_a_create_with_its_key(db, monke
 # --- opened and closed at the same instant --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("taken", [1, 0], ids=["a dose", "no dose"])
 @pytest.mark.parametrize("order", ["opened first", "closed first"])
-def test_an_open_and_a_close_at_one_instant_end_closed_in_either_order(db, order):
+def test_an_open_and_a_close_at_one_instant_end_closed_in_either_order(db, order, taken):
     key = provisioned()
     moment = ago(minutes=3)
-    events = [opened(moment, event_id="o"), closed(moment, event_id="c")]
+    events = [opened(moment, event_id="o"), closed(moment, event_id="c", taken=taken)]
     for event in events if order == "opened first" else events[::-1]:
         assert post_events("bottle-1", key, event).status == 202
 

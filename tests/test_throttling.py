@@ -36,10 +36,10 @@ def stored(db: Any) -> tuple[int, int]:
     return db[schema.BOTTLE_ACTIONS].count_documents({}), len(counted(db))
 
 
-# The call each collection's writes go through: the heartbeat document's one findAndModify, the actions' bulk
-# insert, the bottle's one status update.
+# The call each collection's writes go through: the heartbeat document's update (a findAndModify follows only
+# when not every heartbeat is new), the actions' bulk insert, the bottle's one status update.
 WRITE = {
-    schema.BOTTLE_HEARTBEATS: "find_one_and_update",
+    schema.BOTTLE_HEARTBEATS: "update_one",
     schema.BOTTLE_ACTIONS: "bulk_write",
     schema.BOTTLES: "update_one",
 }
@@ -77,7 +77,8 @@ def test_always_throttled_is_503_with_retry_after_and_stores_nothing(db, throttl
     assert int(response.headers["Retry-After"]) >= 1
     assert "retry later" in response.body["error"]
     assert stored(db) == (0, 0)
-    assert fake.calls.count(f"{schema.BOTTLE_HEARTBEATS}.find_one_and_update") == 4  # the first try and 3 retries
+    # The heartbeat write (its first command, the update) is tried once and retried 3 times, then 503.
+    assert fake.calls.count(f"{schema.BOTTLE_HEARTBEATS}.update_one") == 4
 
 
 def test_a_failure_part_way_is_repaired_by_the_device_retry(db, throttle):

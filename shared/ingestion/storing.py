@@ -1,7 +1,8 @@
 """Storing validated device events: idempotent, bulk, and in as few writes as the events allow.
 
-Per request: one write of the bottle's heartbeat document for all its heartbeats (a findAndModify, whose
-filter is the key check and whose reply is the ring as it was, so repeats are told apart), one bulk insert
+Per request: one write of the bottle's heartbeat document for all its heartbeats (an update whose filter is the
+key check and says they are all new; for anything else a findAndModify, whose reply is the ring as it was, so
+repeats are told apart: store_heartbeats), one bulk insert
 into `bottle_actions`, and one update of the bottle's status in `bottles`: a single statement, because Cosmos DB
 charges each statement that changes a document as a replace of the whole document. A request of heartbeats costs
 one write; an opened/closed event two (plus the bottle's read by a request with a dose, or by a worker that has
@@ -23,6 +24,7 @@ from shared.bottles.entries import RegistryEntry, forget_entry, read_bottle
 from shared.doses.due_tracking import after_doses, plan_of
 from shared.errors import Unauthorized
 from shared.heartbeat_document import (
+    ALIVE_AT,
     KEY,
     RING,
     RING_TIME,
@@ -35,6 +37,7 @@ from shared.heartbeat_document import (
     place,
     rewritten_ring,
     ring_write,
+    slot_start,
 )
 from shared.ingestion.authentication import UNAUTHORIZED_MESSAGE
 from shared.ingestion.events import DeviceEvent
@@ -139,17 +142,23 @@ def store_heartbeats(
 ) -> int:
     """Store a request's heartbeats in the bottle's heartbeat document; how many were new.
 
-    One findAndModify, whatever their number, and nothing read: its filter is the whole check (the device's key
-    must be the bottle's, and the ring's last write recent enough for the ring to be kept clean in place), and
-    its reply, the ring as it was, tells a new heartbeat (its slot's bit was not set) from a repeat. (A bit test
-    in the filter would save the reply, but Cosmos DB has no bit-test query operators, and an `$expr` on a 64-bit
-    field may be evaluated in floating point, which loses the low bits.) When the filter matches nothing, one
-    read tells a wrong key or an unknown bottle (401) from a bottle silent for more than MAX_GAP_HOURS, whose
-    ring is then written whole, guarded by the read."""
+    One write, whatever their number, and nothing read: its filter is the whole check (the device's key must be
+    the bottle's, and the ring's last write recent enough for the ring to be kept clean in place). In the common
+    case, heartbeats newer than any the bottle sent before, it is an update whose filter says so too (`_fresh`):
+    every heartbeat is then new, and no reply is needed. Otherwise (a repeat, one sent out of order, a wrong key,
+    a long silence) that update matches nothing, and a findAndModify with the same write follows: its reply, the
+    ring as it was, tells a new heartbeat (its slot's bit was not set) from a repeat. (A bit test in the filter
+    would save the reply, but Cosmos DB has no bit-test query operators, and an `$expr` on a 64-bit field may be
+    evaluated in floating point, which loses the low bits.) When that matches nothing too, one read tells a
+    wrong key or an unknown bottle (401) from a bottle silent for more than MAX_GAP_HOURS, whose ring is then
+    written whole, guarded by the read."""
     placements = [place(t, now, window) for t in times]
     placed = [p for p in placements if p is not None]
     guard, update = ring_write(bottle_id, key, times, placed, now=now, window=window)
     collection = db[schema.BOTTLE_HEARTBEATS]
+    fresh = _fresh(guard, times)
+    if with_retries(lambda: collection.update_one(fresh, update), policy).matched_count == 1:
+        return _new_heartbeats({}, placements)
     for _round in range(MAX_RING_ROUNDS):
         before = with_retries(
             lambda: collection.find_one_and_update(
@@ -165,6 +174,15 @@ def store_heartbeats(
         ):
             return _new_heartbeats(found, placements)
     raise StoreUnavailable("the heartbeat document kept changing during the write; retry", retry_after_s=1)
+
+
+def _fresh(guard: dict[str, Any], times: list[datetime]) -> dict[str, Any]:
+    """The ring write's filter, matching only if every heartbeat of the request is new: `alive_at` (never moved
+    back; at least every heartbeat time the bottle stored, and its provisioning time) before the start of the
+    earliest one's 5-minute slot, so no stored heartbeat shares a slot with any of them. (Not `last`: provisioning
+    a bottle again unsets it while its ring keeps its bits.) On SecantusDB an update whose filter has no top-level
+    operator finds its document by `_id`, where a findAndModify scans the collection."""
+    return {**guard, ALIVE_AT: {"$lt": slot_start(min(times))}}
 
 
 def _read_for_key(db: Database[Any], bottle_id: str, key: Binary, policy: RetryPolicy) -> dict[str, Any]:
@@ -256,7 +274,7 @@ def store_status(
 ) -> None:
     """Bring the bottle's status up to date with these actions (stored ones, retries included): one update.
 
-    Without a dose the write needs nothing read: its filter is the whole condition (`status_write`). With one,
+    Without a dose the write needs nothing read: its filter is the whole condition (`status_writes`). With one,
     it is computed from the bottle as read (`bottle`, or read here) and guarded by that state
     (`computed_status_write`); if another write changed the bottle in between, it matches nothing, and the
     bottle is read again and the write computed again (at most MAX_STATUS_ROUNDS times, then 503: a retry is
@@ -264,7 +282,9 @@ def store_status(
     nothing, and is not sent."""
     collection = db[schema.BOTTLES]
     if not any(e.is_dose for e in actions):
-        _applied(collection, status_write(bottle_id, actions), policy)
+        for guarded in status_writes(bottle_id, actions):
+            if _applied(collection, guarded, policy):
+                return
         return
     for _round in range(MAX_STATUS_ROUNDS):
         found = bottle if bottle is not None else read_bottle(db, bottle_id, policy)
@@ -306,19 +326,27 @@ def _status_fields(latest: DeviceEvent) -> dict[str, Any]:
 _VERSION = {"$inc": {"dose_seq": 1}}
 
 
-def status_write(bottle_id: str, actions: list[DeviceEvent]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The status write of actions without a dose: (filter, update). Guarded so an older event never moves the
-    status backwards: it matches only a bottle whose last action is older (or, for a close, an open at the
-    same instant)."""
+def status_writes(bottle_id: str, actions: list[DeviceEvent]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The status write of actions without a dose, as (filter, update)s to try in turn until one matches (their
+    filters exclude each other): guarded so an older event never moves the status backwards. The first matches a
+    bottle whose last action is older, or which has none; for a close, the second an open at the same instant
+    (rare: tried only when the first matched nothing).
+
+    Two filters rather than one with a top-level `$or`: SecantusDB finds the document of a filter without a
+    top-level operator by its `_id`, and scans the collection for one with it. `$not` matches a document without
+    the field, as MongoDB's does; the API for MongoDB supports it ("Logical operators: $not", Azure Cosmos DB for
+    MongoDB, supported features and syntax: https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-42)."""
     latest = _latest(actions)
-    newer: list[dict[str, Any]] = [{"last_action_time": None}, {"last_action_time": {"$lt": latest.time}}]
+    update = {"$set": _status_fields(latest), **_VERSION}
+    key: dict[str, Any] = {"_id": bottle_id, "bottle_id": bottle_id}
+    writes = [({**key, "last_action_time": {"$not": {"$gte": latest.time}}}, update)]
     if latest.type == "closed":
-        newer.append({"last_action_time": latest.time, "last_action": "opened"})
-    return {"_id": bottle_id, "bottle_id": bottle_id, "$or": newer}, {"$set": _status_fields(latest), **_VERSION}
+        writes.append(({**key, "last_action_time": latest.time, "last_action": "opened"}, update))
+    return writes
 
 
 def _moves_status(stored: Mapping[str, Any], latest: DeviceEvent) -> bool:
-    """`status_write`'s filter, on the bottle as read."""
+    """`status_writes`' filters, on the bottle as read."""
     last: datetime | None = stored.get("last_action_time")
     if last is None or last < latest.time:
         return True
@@ -331,7 +359,7 @@ def computed_status_write(
     """The status write of actions with doses, computed from the bottle as read (`stored`): (filter, update),
     or None when the bottle already shows them all (nothing to write).
 
-    The status moves only for an action newer than the stored one (`status_write`'s rule). `last_dose_time` is the
+    The status moves only for an action newer than the stored one (`status_writes`' rule). `last_dose_time` is the
     latest dose. A dose is new when `doses` does not hold it yet: new doses join `doses` (the newest
     `dose_history`, in order) and move the next dose due on (shared/doses/due_tracking.py) in this same write, so
     a dose already in `doses` has been counted, and a retried one never counts twice. The filter is the state

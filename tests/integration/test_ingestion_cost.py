@@ -20,65 +20,100 @@ def warm(key: str) -> None:
     assert post_events("bottle-1", key, opened(ago(hours=3))).status == 202
 
 
-def test_a_heartbeat_is_one_write_and_no_read_even_on_a_cold_worker(counted):
-    _db, counter = counted
-    key = provisioned()
+def provisioned_earlier(hours: float = 1) -> str:
+    """A bottle provisioned `hours` ago: its heartbeats come after it, as a device's do. Its device key."""
+    earlier = utc_now() - timedelta(hours=hours)
+    set_clock(lambda: earlier)
+    try:
+        return provisioned()
+    finally:
+        set_clock(None)
+
+
+def test_a_heartbeat_is_one_update_and_no_read_even_on_a_cold_worker(counted):
+    db, counter = counted
+    key = provisioned_earlier()
     counter.reset()
 
-    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).body == {"stored": 1, "duplicates": 0}
+    at = ago(minutes=1)
+    assert post_events("bottle-1", key, heartbeat(at)).body == {"stored": 1, "duplicates": 0}
 
-    assert counter.writes == [("findAndModify", schema.BOTTLE_HEARTBEATS)]
+    # Newer than any heartbeat before: the update's filter says so, and needs no reply to tell a repeat.
+    assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS)]
     assert counter.reads == []
+    assert counted_heartbeats(db) == [slot(at)]
 
 
-def test_a_retried_heartbeat_costs_the_same_one_write_and_is_not_counted_again(counted):
+def test_a_retried_heartbeat_is_told_apart_by_the_find_and_modify_after_the_update_and_not_counted_again(counted):
     db, counter = counted
-    key = provisioned()
+    key = provisioned_earlier()
     at = ago(minutes=1)
     post_events("bottle-1", key, heartbeat(at))
     counter.reset()
 
     assert post_events("bottle-1", key, heartbeat(at)).body == {"stored": 0, "duplicates": 1}
 
-    # The write's reply, the ring as it was, shows the slot already there: no read tells a repeat apart.
-    assert counter.writes == [("findAndModify", schema.BOTTLE_HEARTBEATS)]
+    # The update matches nothing (not newer than the last); the findAndModify's reply, the ring as it was,
+    # shows the slot already there: no read.
+    assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS), ("findAndModify", schema.BOTTLE_HEARTBEATS)]
     assert counter.reads == []
     assert counted_heartbeats(db) == [slot(at)]
 
 
-def test_several_heartbeats_are_one_write_whose_reply_tells_the_repeats_apart(counted):
+def test_a_heartbeat_sent_out_of_order_is_new_and_counted_in_its_own_slot(counted):
     db, counter = counted
-    key = provisioned()
+    key = provisioned_earlier()
     old, new = ago(minutes=31), ago(minutes=1)
-    post_events("bottle-1", key, heartbeat(old))
+    post_events("bottle-1", key, heartbeat(new))
     counter.reset()
 
-    assert post_events("bottle-1", key, {"events": [heartbeat(old), heartbeat(new)]}).body == {
-        "stored": 1,
-        "duplicates": 1,
-    }
+    assert post_events("bottle-1", key, heartbeat(old)).body == {"stored": 1, "duplicates": 0}
 
-    assert counter.writes == [("findAndModify", schema.BOTTLE_HEARTBEATS)]  # the ring as it was, in the reply
+    assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS), ("findAndModify", schema.BOTTLE_HEARTBEATS)]
     assert counter.reads == []
     assert counted_heartbeats(db) == [slot(old), slot(new)]
 
 
+def test_several_heartbeats_are_one_write_when_all_new_and_a_reply_tells_the_repeats_apart(counted):
+    db, counter = counted
+    key = provisioned_earlier()
+    old, new, newer = ago(minutes=31), ago(minutes=16), ago(minutes=1)
+    post_events("bottle-1", key, heartbeat(old))
+    counter.reset()
+
+    assert post_events("bottle-1", key, {"events": [heartbeat(new), heartbeat(newer)]}).body == {
+        "stored": 2,
+        "duplicates": 0,
+    }
+    assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS)]
+    counter.reset()
+
+    assert post_events("bottle-1", key, {"events": [heartbeat(old), heartbeat(newer + timedelta(seconds=1))]}).body == {
+        "stored": 0,
+        "duplicates": 2,
+    }
+    assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS), ("findAndModify", schema.BOTTLE_HEARTBEATS)]
+    assert counter.reads == []
+    assert counted_heartbeats(db) == [slot(old), slot(new), slot(newer)]
+
+
 def test_a_wrong_key_on_a_heartbeat_writes_nothing_and_costs_one_read(counted):
     db, counter = counted
-    provisioned()
+    provisioned_earlier()
     before = db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})
     counter.reset()
 
     assert post_events("bottle-1", "not-the-key", heartbeat(ago(minutes=1))).status == 401
 
-    assert counter.writes == [("findAndModify", schema.BOTTLE_HEARTBEATS)]  # matched nothing
+    # Both writes matched nothing.
+    assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS), ("findAndModify", schema.BOTTLE_HEARTBEATS)]
     assert counter.reads == [("find", schema.BOTTLE_HEARTBEATS)]  # a wrong key, or a long silence? a wrong key
     assert db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"}) == before
 
 
 def test_the_first_heartbeat_after_a_long_silence_costs_one_more_read_and_write(counted):
     db, counter = counted
-    key = provisioned()
+    key = provisioned_earlier()
     early = ago(minutes=1)
     post_events("bottle-1", key, heartbeat(early))
     back = utc_now() + timedelta(hours=MAX_GAP_HOURS + 2)
@@ -93,11 +128,13 @@ def test_the_first_heartbeat_after_a_long_silence_costs_one_more_read_and_write(
     finally:
         set_clock(None)
 
-    # The ring was last written too long ago to be cleared in place: read, then written whole. Once.
+    # The ring was last written too long ago to be cleared in place: neither write matches; read, then written
+    # whole. Once: the next heartbeat is one update.
     assert counter.writes == [
-        ("findAndModify", schema.BOTTLE_HEARTBEATS),
         ("update", schema.BOTTLE_HEARTBEATS),
         ("findAndModify", schema.BOTTLE_HEARTBEATS),
+        ("update", schema.BOTTLE_HEARTBEATS),
+        ("update", schema.BOTTLE_HEARTBEATS),
     ]
     assert counter.reads == [("find", schema.BOTTLE_HEARTBEATS)]
     assert counted_heartbeats(db) == [slot(early), slot(back - timedelta(minutes=5)), slot(back)]
@@ -113,6 +150,39 @@ def test_an_opened_event_is_one_insert_and_one_single_statement_status_update(co
 
     assert counter.write_statements == [("insert", schema.BOTTLE_ACTIONS, 1), ("update", schema.BOTTLES, 1)]
     assert counter.reads == []  # the registry entry is cached, and the status write needs nothing read
+
+
+def test_a_close_without_a_dose_is_one_status_statement_and_a_second_only_after_an_open_at_its_instant(counted):
+    db, counter = counted
+    key = provisioned()
+    warm(key)
+    moment = ago(minutes=2)
+    counter.reset()
+
+    assert post_events("bottle-1", key, closed(moment, taken=0)).status == 202
+    assert counter.write_statements == [("insert", schema.BOTTLE_ACTIONS, 1), ("update", schema.BOTTLES, 1)]
+
+    counter.reset()
+    later = moment + timedelta(seconds=30)
+    assert post_events("bottle-1", key, {"events": [opened(later), closed(later, taken=0)]}).status == 202
+    # The close sorts after the open of its instant: the status is closed, by one statement.
+    assert counter.write_statements == [("insert", schema.BOTTLE_ACTIONS, 2), ("update", schema.BOTTLES, 1)]
+
+    counter.reset()
+    then = moment + timedelta(minutes=1)
+    post_events("bottle-1", key, opened(then))
+    assert post_events("bottle-1", key, closed(then, taken=0)).status == 202
+    # The close of an open at its own instant: the first filter (an older last action) matches nothing.
+    assert counter.write_statements == [
+        ("insert", schema.BOTTLE_ACTIONS, 1),
+        ("update", schema.BOTTLES, 1),
+        ("insert", schema.BOTTLE_ACTIONS, 1),
+        ("update", schema.BOTTLES, 1),
+        ("update", schema.BOTTLES, 1),
+    ]
+    bottle = db[schema.BOTTLES].find_one({"_id": "bottle-1"})
+    assert (bottle["last_action"], bottle["open_since"]) == ("closed", None)
+    assert bottle["last_action_time"] == then
 
 
 def test_a_dose_is_one_insert_one_read_and_one_single_statement_update_of_its_bottle(counted):
@@ -167,7 +237,7 @@ def test_a_retried_dose_already_applied_costs_no_status_write(counted):
 
 def test_a_batch_of_100_costs_a_constant_number_of_round_trips(counted):
     db, counter = counted
-    key = provisioned()
+    key = provisioned_earlier(hours=6)
     warm(key)
     events = []
     for i in range(50):
@@ -179,7 +249,7 @@ def test_a_batch_of_100_costs_a_constant_number_of_round_trips(counted):
     assert post_events("bottle-1", key, {"events": events}).body == {"stored": 100, "duplicates": 0}
 
     assert counter.write_statements == [
-        ("findAndModify", schema.BOTTLE_HEARTBEATS, 1),
+        ("update", schema.BOTTLE_HEARTBEATS, 1),
         ("insert", schema.BOTTLE_ACTIONS, 50),
         ("update", schema.BOTTLES, 1),
     ]
