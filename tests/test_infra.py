@@ -17,6 +17,7 @@ import mongomock
 import pytest
 import yaml
 from packaging.requirements import Requirement
+from pymongo import common as pymongo_common
 
 from shared import metrics, observability
 from shared.settings import Settings
@@ -151,7 +152,7 @@ def test_each_collection_entry_is_deployed_with_its_shard_key_indexes_and_autosc
     assert {"cosmosMaxThroughput", "cosmosMaxThroughputByCollection"} <= main_params.keys()
 
 
-def test_the_cosmos_account_speaks_mongodb_4_2_or_later_and_retries_throttled_requests_server_side() -> None:
+def test_the_cosmos_account_speaks_a_version_the_driver_supports_and_does_not_retry_throttled_requests() -> None:
     account = bicep.resource("modules/cosmos.bicep", "account")["config"]
     tree = bicep.parse("modules/cosmos.bicep")
     assert account["kind"] == "MongoDB"
@@ -160,7 +161,12 @@ def test_the_cosmos_account_speaks_mongodb_4_2_or_later_and_retries_throttled_re
     # The app handles throttling itself, within its deadlines; server-side retry would hold requests up to 60 s.
     assert "DisableRateLimitingResponses" not in capabilities
     version = bicep.literal(tree, account["properties"]["apiProperties"]["serverVersion"])
-    assert tuple(int(part) for part in version.split(".")) >= (4, 2)
+    # pymongo refuses a server older than its MIN_SUPPORTED_SERVER_VERSION (4.4 for 4.20) at the first command.
+    assert _version(version) >= _version(pymongo_common.MIN_SUPPORTED_SERVER_VERSION)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
 
 
 # --- alerts -------------------------------------------------------------------------------------------------

@@ -10,8 +10,12 @@ param tags object = {}
 @description('Database the app uses (MONGODB_DATABASE).')
 param databaseName string
 
-@description('MongoDB wire-protocol version: 4.2 or later (change streams with updateLookup, the aggregation the app uses).')
-param serverVersion string = '4.2'
+// The app's driver (pymongo 4.20, requirements.txt) speaks to MongoDB 4.4 and later only (wire version 9): a 4.2
+// account (wire version 8) would be refused at its first command. Cosmos DB for MongoDB (RU) offers 5.0, 6.0 and 7.0
+// (https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-60), with change streams and custom commands.
+@description('MongoDB server version the account speaks: 5.0 or later (the driver needs 4.4 or later).')
+@allowed(['5.0', '6.0', '7.0'])
+param serverVersion string = '6.0'
 
 @description('Autoscale maximum RU/s of each collection; Cosmos scales each between 10 % of it and it.')
 @minValue(1000)

@@ -82,7 +82,9 @@ def ensure_store(db: Database[Any], settings: Settings, *, on_cosmos: bool, wait
         plan = _index_plan(spec, db[spec.name].index_information(), on_cosmos=on_cosmos)
         if plan.create:
             db[spec.name].create_indexes(plan.create)
-        if on_cosmos and (plan.create or plan.drop):
+        # An index replacing another, or added to a collection that holds documents, serves queries only once its
+        # transformation ends; on an empty collection it ends at once, and a new deployment need not wait for it.
+        if on_cosmos and (plan.drop or (plan.create and db[spec.name].estimated_document_count() > 0)):
             wait_for_index_builds(db, spec.name, wait or BuildWait())
         for name in plan.drop:
             log.warning("setup: %s: the index %s is replaced by its new keys, built; dropping it", spec.name, name)

@@ -264,6 +264,7 @@ def test_every_operation_is_charged_by_the_cost_model_and_read_with_get_last_req
     actions = cosmos_db[schema.BOTTLE_ACTIONS]
     document = action("bottle-1")
     paths = IndexedPaths.of(next(s for s in collection_specs(get_settings()) if s.name == schema.BOTTLE_ACTIONS))
+    before = sum(p.charged for p in cosmos.partition_map(cosmos_db.name, schema.BOTTLE_ACTIONS))  # the setup's
 
     actions.insert_one(document)
     inserted = cosmos_db.command("getLastRequestStatistics")
@@ -277,7 +278,7 @@ def test_every_operation_is_charged_by_the_cost_model_and_read_with_get_last_req
     assert inserted["RequestCharge"] == round(expected.ru(), 2) > 0
     assert inserted["RequestDurationInMilliSeconds"] >= 0
     assert read == round(Operation("find", schema.BOTTLE_ACTIONS, returned=[size]).ru(), 2)
-    spent = sum(p.charged for p in cosmos.partition_map(cosmos_db.name, schema.BOTTLE_ACTIONS))
+    spent = sum(p.charged for p in cosmos.partition_map(cosmos_db.name, schema.BOTTLE_ACTIONS)) - before
     assert spent == pytest.approx(inserted["RequestCharge"] + read)
 
 
@@ -621,16 +622,9 @@ def test_writers_side_by_side_leave_the_partition_map_exact(secantus_uri, clock,
         assert partition.bytes == sum(len(bson.encode(d)) for d in held)
 
 
-LEASES_BY_POSITION = (
-    "issue 20: shared/reports/change_feed.py (_fresh_start_token) matches a lease to GetChangeStreamTokens' reply by "
-    "list position; the documentation promises one token per partition, not an order, so after a split two leases "
-    "can read one partition and none another: its actions never reach the reports"
-)
-
-
 @pytest.mark.parametrize(
     "shuffle_tokens",
-    [False, pytest.param(True, marks=pytest.mark.xfail(reason=LEASES_BY_POSITION, strict=True))],
+    [False, True],
     ids=["tokens in partition order", "tokens in no order"],
 )
 def test_simulated_hours_on_the_store_notify_exactly_and_report_truly_through_splits(
@@ -639,8 +633,8 @@ def test_simulated_hours_on_the_store_notify_exactly_and_report_truly_through_sp
     """The simulator (./dev simulate --cosmos-store) on the store, the app in its Cosmos DB mode (one report feed
     partition per physical partition, from GetChangeStreamTokens): the partitions split as the fleet's data grows,
     and the notifications and reports must still match the injected trouble and the source. With the tokens in
-    partition order they do; in no order, as CUSTOM_COMMANDS allows, today's app loses actions (xfail, strict: it
-    turns into a failure to remove once issue 20 keys leases by feed range). One queue worker: a run repeats."""
+    partition order and in no order (as CUSTOM_COMMANDS allows: the leases are keyed by the feed range each token
+    names, so a reply's order cannot lose a partition's actions). One queue worker: a run repeats."""
     monkeypatch.setenv("CHECK_PARTITIONS", "2")
     get_settings.cache_clear()
     result = run_simulation(
@@ -661,3 +655,21 @@ def test_simulated_hours_on_the_store_notify_exactly_and_report_truly_through_sp
         assert (score.precision, score.recall) == (1.0, 1.0), (kind, result.misses, result.extras)
     assert result.report_check.user_hours > 0
     assert result.report_check.mismatches == []
+
+
+def test_current_op_reports_an_index_build_until_its_transformation_ends(cosmos, clock, cosmos_db):
+    """INDEX_PROGRESS (learn.microsoft.com/azure/cosmos-db/mongodb/indexing#track-index-progress): "you can use the
+    currentOp() command to track the progress ... db.currentOp({"command.createIndexes": <collectionName>,
+    "command.$db": <databaseName>})"; an empty `inprog` when no index build is in progress."""
+    cosmos.indexes.delay = 30
+    cosmos_db["things"].insert_one({"_id": 1, "n": 1})
+    cosmos_db["things"].create_index([("n", 1)], name="by_n")
+    ask = {"currentOp": 1, "command.createIndexes": "things", "command.$db": cosmos_db.name}
+
+    building = cosmos_db.client.admin.command(ask)["inprog"]
+    clock.now += 31
+    built = cosmos_db.client.admin.command(ask)["inprog"]
+
+    assert [op["command"]["indexes"][0]["name"] for op in building] == ["by_n"]
+    assert building[0]["progress"] == {"done": 0, "total": 1}
+    assert built == []

@@ -103,6 +103,11 @@ class IndexCatalog:
                 if full == f"{database}.{collection}" or (collection is None and full.startswith(f"{database}.")):
                     del self._indexes[full]
 
+    def building(self, database: str, collection: str) -> list[Index]:
+        """The collection's indexes whose transformation has not ended yet."""
+        now = self._clock()
+        return [i for i in self._of(database, collection).values() if i.ready_at > now]
+
     def ready(self, database: str, collection: str) -> list[Index]:
         now = self._clock()
         return [i for i in self._of(database, collection).values() if i.ready_at <= now]

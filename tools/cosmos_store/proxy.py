@@ -307,6 +307,8 @@ class CosmosProxy:
         target = command.get(name)
         if name == "customAction":
             return 0.0, self._custom_action(command, database)
+        if name == "currentOp":
+            return 0.0, self._index_builds(command)
         if name == "createIndexes" and isinstance(target, str):
             return self._create_indexes(connection, request, database, target, command)
         if name in {"drop", "dropDatabase"}:
@@ -431,6 +433,28 @@ class CosmosProxy:
         if reply.get("ok"):
             self.indexes.created(database, name, indexes)
         return 0.0, reply
+
+    def _index_builds(self, command: Document) -> Document:
+        """`currentOp` as Cosmos DB answers it for index progress: with the filter `command.createIndexes` and
+        `command.$db`, one entry per index of that collection still transforming, with its `progress`
+        (https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing#track-index-progress); nothing else."""
+        collection, database = command.get("command.createIndexes"), command.get("command.$db")
+        if not isinstance(collection, str) or not isinstance(database, str):
+            return {"inprog": [], "ok": 1.0}
+        building = self.indexes.building(database, collection)
+        inprog = [
+            {
+                "command": {
+                    "createIndexes": collection,
+                    "indexes": [{"key": dict(i.keys), "name": i.name}],
+                    "$db": database,
+                },
+                "msg": "Index Build (background) Index Build (background): 0/1 0%",
+                "progress": {"done": 0, "total": 1},
+            }
+            for i in building
+        ]
+        return {"inprog": inprog, "ok": 1.0}
 
     # --- reads and writes ---
 
