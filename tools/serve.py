@@ -21,8 +21,10 @@ from wsgiref.util import is_hop_by_hop
 from waitress import wasyncore
 from waitress.server import BaseWSGIServer, create_server
 
+from functions.responses import json_response
 from tools.arguments import int_between
-from tools.local_host import Delivery, LocalHost
+from tools.http_bounds import Limits, bounded_channel
+from tools.local_host import Delivery, LocalHost, no_route
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -108,26 +110,26 @@ def wsgi_app(host: LocalHost) -> "WSGIApplication":
             parts = urlsplit(target)
             target = parts.path + (f"?{parts.query}" if parts.query else "")
         raw_path, _, raw_query = target.partition("?")
-        try:
-            path = decode_path(raw_path)
-        except ValueError:
-            start_response(_status_line(400), [("Content-Length", "0")])
-            return [b""]
         length = int(environ.get("CONTENT_LENGTH") or 0)  # validated (digits only) by waitress
         body = environ["wsgi.input"].read(length) if length else b""
-        if not path.startswith("/api/"):
-            start_response(_status_line(404), [("Content-Length", "0")])
-            return [b""]
-        request_host = environ.get("HTTP_HOST") or f"{environ['SERVER_NAME']}:{environ['SERVER_PORT']}"
-        query = f"?{raw_query}" if raw_query else ""
-        response = host.handle(
-            environ["REQUEST_METHOD"],
-            path,
-            headers=_headers(environ),
-            params=parse_query(raw_query),
-            body=body,
-            url=f"{environ['wsgi.url_scheme']}://{request_host}{path}{query}",
-        )
+        try:
+            path = decode_path(raw_path)
+        except ValueError as error:
+            response = json_response(400, {"error": f"bad request path: {error}", "details": []})
+        else:
+            if path.startswith("/api/"):
+                request_host = environ.get("HTTP_HOST") or f"{environ['SERVER_NAME']}:{environ['SERVER_PORT']}"
+                query = f"?{raw_query}" if raw_query else ""
+                response = host.handle(
+                    environ["REQUEST_METHOD"],
+                    path,
+                    headers=_headers(environ),
+                    params=parse_query(raw_query),
+                    body=body,
+                    url=f"{environ['wsgi.url_scheme']}://{request_host}{path}{query}",
+                )
+            else:
+                response = no_route(path)
         payload = response.get_body()
         headers = [
             (name, value)
@@ -152,7 +154,8 @@ class LocalServer:
     Waitress parses and frames every request (chunked bodies, a Content-Length that is not one plain
     number is a 400), reads requests on one event loop and hands only whole ones to its worker threads
     (so a slow or stalled client holds no thread), and closes a connection that has sent nothing for
-    `timeout` seconds while no request of it is running."""
+    `timeout` seconds while no request of it is running. `limits` (tools/http_bounds.py) adds what it
+    lets through: ambiguous framing refused, deadlines per request, a cap of connections per client address."""
 
     def __init__(
         self,
@@ -164,6 +167,7 @@ class LocalServer:
         threads: int = 8,
         connections: int = 1000,
         queue_workers: int = 2,  # threads delivering queue messages (0: none)
+        limits: Limits | None = None,  # default: Limits()
     ) -> None:
         self.host = host
         self._map: dict[int, Any] = {}  # waitress' sockets (its dispatchers) by file descriptor
@@ -180,6 +184,7 @@ class LocalServer:
             max_request_body_size=100 * 1024 * 1024,  # the Functions host's limit
         )
         assert isinstance(server, BaseWSGIServer)  # one address: one listening socket
+        server.channel_class = bounded_channel(limits or Limits())
         self.http = server
         self._stop = threading.Event()
         self._closing = threading.Lock()  # the event loop closing its sockets, and stop() waking it, one at a time
@@ -189,8 +194,8 @@ class LocalServer:
             self._threads.append(threading.Thread(target=self._run_timers, name="serve-timers", daemon=True))
         self.queue_workers = queue_workers
         self._queue_activity = threading.Event()  # a message was sent: poll at once
+        host.service.add_listener(self._sent)
         if queue_workers > 0 and host.triggers:
-            host.service.add_listener(lambda _: self._queue_activity.set())
             self._threads.append(threading.Thread(target=self._deliver_queues, name="serve-queues", daemon=True))
 
     @property
@@ -239,11 +244,15 @@ class LocalServer:
                 except Exception:
                     log.exception("timer %s failed", name)
                     continue
-                for message in sent:
-                    log.info("queue message from %s: %s", name, message)
+                log.info("timer %s ran, %d queue messages sent", name, len(sent))
             if firings:
                 last = firings[-1][0]
             self._stop.wait(0.5)
+
+    def _sent(self, queue: str, body: str) -> None:
+        """Every message any function sends (an output binding's, a notification the checks send), as sent."""
+        log.info("queue message to %s: %s", queue, body)
+        self._queue_activity.set()
 
     def _deliver_queues(self) -> None:
         """The queue listeners: deliver what is visible, then poll again at once after a send, else after
