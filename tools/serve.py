@@ -8,8 +8,11 @@ delivered to the queue-triggered functions (host.json's extensions.queues rules)
 """
 
 import argparse
+import errno
 import logging
+import os
 import re
+import socket
 import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -22,6 +25,7 @@ from waitress import wasyncore
 from waitress.server import BaseWSGIServer, create_server
 
 from functions.responses import json_response
+from shared.store.command_line import CommandFailed, run_command
 from tools.arguments import int_between
 from tools.http_bounds import Limits, bounded_channel
 from tools.local_host import Delivery, LocalHost, no_route
@@ -168,14 +172,15 @@ class LocalServer:
         connections: int = 1000,
         queue_workers: int = 2,  # threads delivering queue messages (0: none)
         limits: Limits | None = None,  # default: Limits()
+        sock: socket.socket | None = None,  # already listening on `address` (listen())
     ) -> None:
         self.host = host
         self._map: dict[int, Any] = {}  # waitress' sockets (its dispatchers) by file descriptor
+        where: dict[str, Any] = {"sockets": [sock]} if sock else {"host": address[0], "port": address[1]}
         server = create_server(
             wsgi_app(host),
             map=self._map,
-            host=address[0],
-            port=address[1],
+            **where,
             threads=threads,
             channel_timeout=timeout,
             cleanup_interval=1,  # how often idle connections are looked for
@@ -285,6 +290,10 @@ def _log_delivery(delivery: Delivery) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    run_command("./dev serve", lambda: _serve(argv))
+
+
+def _serve(argv: list[str] | None) -> None:
     parser = argparse.ArgumentParser(
         prog="./dev serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -300,25 +309,42 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Listen first: a port in use is known before the store starts, and the socket is ours meanwhile.
+    listening = listen(args.host, args.port)
 
     import function_app
     from tools.local_store import local_store
 
-    with local_store(args.mongodb_uri, data_dir=args.data_dir):
+    with listening, local_store(args.mongodb_uri, data_dir=args.data_dir):  # closed if the store does not start
         server = LocalServer(
             LocalHost.from_app(function_app.app),
             (args.host, args.port),
             timers=not args.no_timers,
             queue_workers=args.queue_workers,
+            sock=listening,
         )
         server.start()
-        log.info("serving %s/api/ (timers: %s); Ctrl-C stops", server.base_url, ", ".join(server.host.timers) or "none")
+        timers = "off" if args.no_timers else ", ".join(server.host.timers) or "none"
+        log.info("serving %s/api/ (timers: %s); Ctrl-C stops", server.base_url, timers)
         try:
             threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
         finally:
             server.stop()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket (as waitress makes it: SO_REUSEADDR, so a port in TIME_WAIT is free), or a
+    CommandFailed naming the address and why it cannot be had."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.create_server((host, port), family=family)
+    except socket.gaierror as error:
+        raise CommandFailed(f"--host {host}: {error.strerror}") from None
+    except OSError as error:
+        hint = f" (--port {port}: pick another, or 0 for any free one)" if error.errno == errno.EADDRINUSE else ""
+        why = os.strerror(error.errno) if error.errno else str(error)
+        raise CommandFailed(f"cannot listen on {host}:{port}: {why}{hint}") from None
+    return sock
 
 
 if __name__ == "__main__":

@@ -1,13 +1,95 @@
-"""How the operations commands (setup, rebuild) open the database they are pointed at."""
+"""How the commands (setup, rebuild, and the developer tools) open the database they are pointed at, and how
+they fail: a cause the user can fix (a malformed connection string, a store nobody answers for, a port in use)
+is one line on stderr naming what was wrong, exit 2, never a traceback; Ctrl-C is one line, exit 130. The
+connection string itself is never printed: it holds a secret."""
 
 import argparse
 import contextlib
-from collections.abc import Iterator
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn
 
+from pymongo import MongoClient
 from pymongo.database import Database
+from pymongo.errors import ConfigurationError, ConnectionFailure, InvalidName, OperationFailure
 
 from shared.settings import get_settings
 from shared.store.client import Document, create_client
+from shared.store.retries import StoreUnavailable
+
+EXIT_ERROR = 2  # argparse's, for a usage error
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
+_SCHEMES = ("mongodb://", "mongodb+srv://")
+_AUTHENTICATION_FAILED = 18
+
+
+class CommandFailed(Exception):
+    """A command cannot go on for a reason its user can fix; the message says what and where, in one line."""
+
+
+def run_command(prog: str, body: Callable[[], None]) -> None:
+    """Run a command's body: CommandFailed is `prog: error: ...` and exit 2; Ctrl-C is `prog: interrupted`
+    and exit 130. Anything else is a bug, and keeps its traceback."""
+    try:
+        body()
+    except KeyboardInterrupt:
+        _exit(prog, "interrupted", EXIT_INTERRUPTED)
+    except CommandFailed as error:
+        _exit(prog, f"error: {error}", EXIT_ERROR)
+
+
+def _exit(prog: str, message: str, code: int) -> NoReturn:
+    sys.stdout.flush()
+    print(f"\n{prog}: {message}" if _mid_line() else f"{prog}: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _mid_line() -> bool:
+    """A progress bar on a terminal leaves the cursor after it: start the message on a line of its own."""
+    return sys.stderr.isatty()
+
+
+def open_client(uri: str, source: str, *, event_listeners: Sequence[Any] = ()) -> MongoClient[Document]:
+    """The client for `uri` (create_client), or CommandFailed naming `source` (the option or setting the URI
+    came from) when it is not a connection string pymongo accepts. Bare words are refused here: pymongo would
+    take `notauri` for a host name and only fail, 3 s later, to reach it."""
+    if not uri.startswith(_SCHEMES):
+        raise CommandFailed(
+            f"{source} is not a MongoDB connection string: it must start with mongodb:// or mongodb+srv://"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # an unknown or invalid option: pymongo would ignore it
+            return create_client(uri, event_listeners=event_listeners)
+    except (ConfigurationError, ValueError, TypeError, UserWarning) as error:  # pymongo's, parsing the URI
+        raise CommandFailed(f"{source} is not a valid MongoDB connection string: {error}") from None
+
+
+@contextlib.contextmanager
+def store_errors(source: str) -> Iterator[None]:
+    """Within the block, a store that cannot be used (nobody answers, DNS finds no host, the credentials are
+    refused) ends the command with CommandFailed naming `source` and what the driver said, in one line."""
+    try:
+        yield
+    except StoreUnavailable as error:
+        raise CommandFailed(f"the database of {source} is unavailable: {_reason(error.__cause__ or error)}") from None
+    except ConnectionFailure as error:
+        raise CommandFailed(f"cannot reach the database of {source}: {_reason(error)}") from None
+    except ConfigurationError as error:  # e.g. a mongodb+srv:// name without its DNS records
+        raise CommandFailed(f"the connection string of {source} cannot be used: {_reason(error)}") from None
+    except OperationFailure as error:
+        if error.code != _AUTHENTICATION_FAILED:
+            raise
+        raise CommandFailed(f"the database refused the credentials of {source}") from None
+
+
+def _reason(error: BaseException) -> str:
+    """The driver's message without its topology description and timeouts: `host:port: [Errno 111] ...`."""
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    for tail in (" (configured timeouts", ", Timeout:", ", Topology Description:"):
+        text = text.split(tail, 1)[0]
+    return text
 
 
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,13 +103,20 @@ def command_line_database(
     parser: argparse.ArgumentParser, args: argparse.Namespace
 ) -> Iterator[tuple[Database[Document], str]]:
     """The database an operations command names (or the settings do) and its URI; a usage error without
-    one. The client is closed when the block ends."""
+    one. The client is closed when the block ends, and a store that cannot be used is a CommandFailed."""
     settings = get_settings()
     uri = args.uri or settings.mongodb_connection_string
     if not uri:
         parser.error("no connection string: pass --uri or set MONGODB_CONNECTION_STRING")
-    client = create_client(uri)
+    source = "--uri" if args.uri else "MONGODB_CONNECTION_STRING"
+    client = open_client(uri, source)
     try:
-        yield client[args.database or settings.mongodb_database], uri
+        name = args.database or settings.mongodb_database
+        try:
+            db = client[name]
+        except InvalidName as error:
+            raise CommandFailed(f"{'--database' if args.database else 'MONGODB_DATABASE'} {name!r}: {error}") from None
+        with store_errors(source):
+            yield db, uri
     finally:
         client.close()
