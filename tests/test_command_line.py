@@ -21,6 +21,7 @@ from benchmarks import suite
 from shared.reports import rebuild
 from shared.settings import get_settings
 from shared.store import setup
+from shared.store.command_line import run_command
 from tools import serve, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -355,3 +356,40 @@ def test_ctrl_c_stops_a_simulation_waiting_on_a_server_in_one_line_with_exit_130
 
     assert code == 130, err
     assert err.strip().splitlines() == ["./dev simulate: interrupted"]
+
+
+@pytest.mark.parametrize(
+    ("prog", "argv"),
+    [
+        ("./dev setup-store", ["--uri", "mongodb://127.0.0.1:1/"]),
+        ("python -m shared.reports.rebuild", [*REBUILD_RANGE, "--uri", "mongodb://127.0.0.1:1/"]),
+        ("./dev simulate", ["--bottles", "2", "--users", "1"]),
+        ("./dev serve", ["--port", "0"]),
+    ],
+)
+def test_an_invalid_app_setting_is_one_line_naming_it(prog, argv, capsys, monkeypatch):
+    monkeypatch.setenv("STORE_MAX_RETRIES", "many")
+    get_settings.cache_clear()
+    try:
+        line = one_line_error(COMMANDS[prog], argv, capsys)
+    finally:
+        monkeypatch.delenv("STORE_MAX_RETRIES")
+        get_settings.cache_clear()
+
+    assert line.startswith(f"{prog}: error: invalid app settings: STORE_MAX_RETRIES: ")
+    assert "many" not in line
+
+
+def test_a_file_that_cannot_be_written_is_one_line_and_a_bug_keeps_its_traceback(capsys):
+    def write() -> None:
+        raise PermissionError(13, "Permission denied", "benchmarks/RESULTS.md")
+
+    def bug() -> None:
+        raise ConnectionResetError(104, "Connection reset by peer")  # no file: not the user's to fix
+
+    with pytest.raises(SystemExit) as exit_:
+        run_command("./dev bench", write)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "./dev bench: error: benchmarks/RESULTS.md: Permission denied\n"
+    with pytest.raises(ConnectionResetError):
+        run_command("./dev bench", bug)

@@ -14,7 +14,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import ConfigurationError, ConnectionFailure, InvalidName, OperationFailure
 
-from shared.settings import get_settings
+from shared.settings import InvalidSettings, get_settings
 from shared.store.client import Document, create_client
 from shared.store.retries import StoreUnavailable
 
@@ -29,14 +29,19 @@ class CommandFailed(Exception):
 
 
 def run_command(prog: str, body: Callable[[], None]) -> None:
-    """Run a command's body: CommandFailed is `prog: error: ...` and exit 2; Ctrl-C is `prog: interrupted`
-    and exit 130. Anything else is a bug, and keeps its traceback."""
+    """Run a command's body: CommandFailed, invalid app settings and a file that cannot be read or written
+    are `prog: error: ...` and exit 2; Ctrl-C is `prog: interrupted` and exit 130. Anything else is a bug, and
+    keeps its traceback."""
     try:
         body()
     except KeyboardInterrupt:
         _exit(prog, "interrupted", EXIT_INTERRUPTED)
-    except CommandFailed as error:
+    except (CommandFailed, InvalidSettings) as error:  # InvalidSettings names each setting, never its value
         _exit(prog, f"error: {error}", EXIT_ERROR)
+    except OSError as error:
+        if error.filename is None:
+            raise
+        _exit(prog, f"error: {error.filename}: {error.strerror}", EXIT_ERROR)
 
 
 def _exit(prog: str, message: str, code: int) -> NoReturn:
