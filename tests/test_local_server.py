@@ -230,6 +230,7 @@ def test_ambiguous_framing_is_a_400_nothing_runs_and_the_connection_closes(echo_
         responses = read_responses(sock, quiet=0)
 
         assert [status for status, _ in responses] == [400]
+        assert json.loads(responses[0][1])["error"].startswith("Bad Request: ")
         assert closed_by_server(sock), "the connection stayed open after ambiguous framing"
     assert calls == []
 
@@ -251,6 +252,7 @@ def test_a_bad_content_length_is_a_400(echo_server, calls, lengths):
     responses = exchange(echo_server, raw)
 
     assert [status for status, _ in responses] == [400]
+    assert json.loads(responses[0][1]) == {"error": "Bad Request: Content-Length is invalid", "details": []}
     assert calls == []
 
 

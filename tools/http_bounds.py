@@ -3,6 +3,7 @@ connection closes, a request must arrive within deadlines however it trickles in
 hold only so many connections. A development server on loopback, not a hardened one: these keep one slow or
 confused client from taking the server from everyone else, nothing more."""
 
+import json
 import time
 from dataclasses import dataclass
 from socket import socket
@@ -12,6 +13,7 @@ from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import BaseWSGIServer
+from waitress.task import ErrorTask
 
 
 @dataclass(frozen=True)
@@ -45,11 +47,29 @@ class StrictParser(HTTPRequestParser):
             raise ParsingError("Transfer-Encoding in an HTTP/1.0 request is not accepted")
 
 
+class JsonErrorTask(ErrorTask):
+    """Waitress' own answers to a request it cannot take (framing, sizes), in the app's error shape
+    (functions/responses.py) instead of plain text; the connection closes after it, as waitress does."""
+
+    def execute(self) -> None:
+        parser: Any = self.request  # the stubs call it an Error; it is the parser that holds one
+        error = parser.error
+        body = json.dumps({"error": f"{error.reason}: {error.body}", "details": []}, separators=(",", ":")).encode()
+        self.status = f"{error.code} {error.reason}"
+        headers: Any = self.response_headers
+        headers.append(("Content-Type", "application/json"))
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+
+
 def bounded_channel(limits: Limits) -> type[HTTPChannel]:
-    """Waitress' connection class, with the strict parser, the request deadlines and the per-address cap."""
+    """Waitress' connection class, with the strict parser, JSON error answers, the request deadlines and the
+    per-address cap."""
 
     class BoundedChannel(HTTPChannel):
         parser_class = StrictParser
+        error_task_class = JsonErrorTask
         request_started: float | None = None  # when the request being read sent its first byte
 
         def __init__(self, server: BaseWSGIServer, sock: socket, addr: Any, adj: Adjustments, map: Any = None) -> None:
