@@ -271,15 +271,18 @@ def test_a_data_dir_that_is_a_file_is_one_line_naming_it(tmp_path, capsys):
 
 @pytest.mark.usefixtures("quick_store_timeouts")
 @pytest.mark.parametrize(
-    ("options", "expected"),
+    ("address", "expected"),
     [
-        ("", "cannot reach the database of --uri: 127.0.0.1:{refused}: [Errno 111] Connection refused"),
-        ("?tls=maybe", "--uri is not a valid MongoDB connection string: The value of tls must be 'true' or 'false'"),
-        ("?colour=blue", "--uri is not a valid MongoDB connection string: Unknown option: colour."),
+        (
+            "127.0.0.1:{refused}/",
+            "cannot reach the database of --uri: 127.0.0.1:{refused}: [Errno 111] Connection refused",
+        ),
+        ("127.0.0.1:99999/", "--uri is not a valid MongoDB connection string: Port must be an integer"),
+        ("127.0.0.1/?authSource=", "--uri is not a valid MongoDB connection string: the authSource database cannot be"),
     ],
 )
-def test_the_connection_string_is_never_printed_and_a_bad_option_is_refused(options, expected, capsys, refused_port):
-    secret = f"mongodb://admin:s3cret-password@127.0.0.1:{refused_port}/{options}"
+def test_the_connection_string_is_never_printed(address, expected, capsys, refused_port):
+    secret = f"mongodb://admin:s3cret-password@{address.format(refused=refused_port)}"
     line = one_line_error(setup.main, ["--uri", secret], capsys)
 
     assert "s3cret" not in line

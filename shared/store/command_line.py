@@ -6,7 +6,6 @@ connection string itself is never printed: it holds a secret."""
 import argparse
 import contextlib
 import sys
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -64,10 +63,8 @@ def open_client(uri: str, source: str, *, event_listeners: Sequence[Any] = ()) -
             f"{source} is not a MongoDB connection string: it must start with mongodb:// or mongodb+srv://"
         )
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", UserWarning)  # an unknown or invalid option: pymongo would ignore it
-            return create_client(uri, event_listeners=event_listeners)
-    except (ConfigurationError, ValueError, TypeError, UserWarning) as error:  # pymongo's, parsing the URI
+        return create_client(uri, event_listeners=event_listeners)
+    except (ConfigurationError, ValueError, TypeError) as error:  # pymongo's, parsing the URI
         raise CommandFailed(f"{source} is not a valid MongoDB connection string: {error}") from None
 
 
