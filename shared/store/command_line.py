@@ -62,6 +62,7 @@ def open_client(uri: str, source: str, *, event_listeners: Sequence[Any] = ()) -
         raise CommandFailed(
             f"{source} is not a MongoDB connection string: it must start with mongodb:// or mongodb+srv://"
         )
+    get_settings()  # invalid settings (a ValueError too) say so themselves, not as a bad connection string
     try:
         return create_client(uri, event_listeners=event_listeners)
     except (ConfigurationError, ValueError, TypeError) as error:  # pymongo's, parsing the URI
