@@ -330,13 +330,14 @@ def test_a_slow_client_keeps_its_connection_within_the_deadlines(deadline_server
     assert [c.item for c in calls] == ["patient", "patient"]
 
 
-def test_one_address_holding_1050_connections_locks_nobody_else_out(calls):
+def test_one_address_holding_1050_connections_locks_nobody_else_out(calls, caplog):
     """1,050 connections from 127.0.0.2 (more than the server's 1,000) sending a byte each: the address keeps
     its Limits.per_address and a client on 127.0.0.1 is answered at once."""
     limits = Limits(header_seconds=60)  # only the cap may close the crowd's connections, however slow the machine
     running = LocalServer(recording_host(calls), ("127.0.0.1", 0), timers=False, timeout=60, limits=limits)
     running.start()
     crowd: list[socket.socket] = []
+    caplog.set_level(logging.WARNING, logger="serve")
     try:
         for _ in range(1050):
             sock = socket.create_connection(address(running), timeout=3, source_address=("127.0.0.2", 0))
@@ -354,6 +355,8 @@ def test_one_address_holding_1050_connections_locks_nobody_else_out(calls):
             sock.close()
         running.stop()
     assert [c.item for c in calls] == ["other"]
+    refusals = [m for m in caplog.messages if m.startswith("refusing")]
+    assert refusals == ["refusing connections from 127.0.0.2: it holds 200 already (the cap per address)"]
 
 
 def test_128_connections_at_once_are_each_answered(echo_server, calls):

@@ -4,6 +4,7 @@ hold only so many connections. A development server on loopback, not a hardened 
 confused client from taking the server from everyone else, nothing more."""
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from socket import socket
@@ -14,6 +15,9 @@ from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import BaseWSGIServer
 from waitress.task import ErrorTask
+
+log = logging.getLogger("serve")
+REFUSAL_LOG_SECONDS = 10.0  # a refused crowd is logged once per this many seconds, not once per connection
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,16 @@ class JsonErrorTask(ErrorTask):
 def bounded_channel(limits: Limits) -> type[HTTPChannel]:
     """Waitress' connection class, with the strict parser, JSON error answers, the request deadlines and the
     per-address cap."""
+    last_logged = [float("-inf")]
+
+    def refuse(sock: socket, addr: Any) -> None:
+        sock.close()  # never registered with the event loop: waitress drops the object
+        now = time.monotonic()
+        if now - last_logged[0] >= REFUSAL_LOG_SECONDS:
+            last_logged[0] = now
+            log.warning(
+                "refusing connections from %s: it holds %d already (the cap per address)", addr, limits.per_address
+            )
 
     class BoundedChannel(HTTPChannel):
         parser_class = StrictParser
@@ -74,7 +88,7 @@ def bounded_channel(limits: Limits) -> type[HTTPChannel]:
 
         def __init__(self, server: BaseWSGIServer, sock: socket, addr: Any, adj: Adjustments, map: Any = None) -> None:
             if _connections_from(server, addr) >= limits.per_address:
-                sock.close()  # never registered with the event loop: waitress drops the object
+                refuse(sock, addr[0] if isinstance(addr, tuple) else addr)
                 return
             super().__init__(server, sock, addr, adj, map)
 

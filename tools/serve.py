@@ -290,10 +290,10 @@ def _log_delivery(delivery: Delivery) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_command("./dev serve", lambda: _serve(argv))
+    run_command("./dev serve", lambda: _serve_until_interrupted(argv))
 
 
-def _serve(argv: list[str] | None) -> None:
+def _serve_until_interrupted(argv: list[str] | None) -> None:
     parser = argparse.ArgumentParser(
         prog="./dev serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
