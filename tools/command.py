@@ -10,7 +10,13 @@ from shared.store.command_line import run_command
 
 def main(argv: list[str]) -> None:
     prog, module, *args = argv
-    run_command(prog, lambda: importlib.import_module(module).main(args))
+
+    def body() -> None:
+        status = importlib.import_module(module).main(args)
+        if status:  # a main that returns its exit status
+            raise SystemExit(status)
+
+    run_command(prog, body)
 
 
 if __name__ == "__main__":
