@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pymongo.errors import ServerSelectionTimeoutError
 
 from benchmarks import checks as checks_benchmark
 from benchmarks import ingestion as ingestion_benchmark
@@ -381,6 +382,23 @@ def test_an_invalid_app_setting_is_one_line_naming_it(prog, argv, capsys, monkey
 
     assert line.startswith(f"{prog}: error: invalid app settings: STORE_MAX_RETRIES: ")
     assert "many" not in line
+
+
+def test_a_store_opened_without_naming_its_uri_is_one_line_too(capsys):
+    """As `./dev bench --mongodb-uri` (the calibration) opens its own client."""
+
+    def calibrate() -> None:
+        raise ServerSelectionTimeoutError(
+            "127.0.0.1:9: [Errno 111] Connection refused (configured timeouts: socketTimeoutMS: 20000.0ms), "
+            "Timeout: 30s, Topology Description: <TopologyDescription ...>"
+        )
+
+    with pytest.raises(SystemExit) as exit_:
+        run_command("./dev bench", calibrate)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "./dev bench: error: cannot reach the database: 127.0.0.1:9: [Errno 111] Connection refused\n"
+    )
 
 
 def test_a_file_that_cannot_be_written_is_one_line_and_a_bug_keeps_its_traceback(capsys):

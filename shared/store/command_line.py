@@ -28,8 +28,9 @@ class CommandFailed(Exception):
 
 
 def run_command(prog: str, body: Callable[[], None]) -> None:
-    """Run a command's body: CommandFailed, invalid app settings and a file that cannot be read or written
-    are `prog: error: ...` and exit 2; Ctrl-C is `prog: interrupted` and exit 130. Anything else is a bug, and
+    """Run a command's body: CommandFailed, invalid app settings, a store that cannot be used (store_errors
+    names where its URI came from; here it cannot) and a file that cannot be read or written are
+    `prog: error: ...` and exit 2; Ctrl-C is `prog: interrupted` and exit 130. Anything else is a bug, and
     keeps its traceback."""
     try:
         body()
@@ -37,6 +38,8 @@ def run_command(prog: str, body: Callable[[], None]) -> None:
         _exit(prog, "interrupted", EXIT_INTERRUPTED)
     except (CommandFailed, InvalidSettings) as error:  # InvalidSettings names each setting, never its value
         _exit(prog, f"error: {error}", EXIT_ERROR)
+    except (StoreUnavailable, ConnectionFailure, ConfigurationError) as error:  # a store opened without store_errors
+        _exit(prog, f"error: {_store_problem(error, None)}", EXIT_ERROR)
     except OSError as error:
         if error.filename is None:
             raise
@@ -75,16 +78,22 @@ def store_errors(source: str) -> Iterator[None]:
     refused) ends the command with CommandFailed naming `source` and what the driver said, in one line."""
     try:
         yield
-    except StoreUnavailable as error:
-        raise CommandFailed(f"the database of {source} is unavailable: {_reason(error.__cause__ or error)}") from None
-    except ConnectionFailure as error:
-        raise CommandFailed(f"cannot reach the database of {source}: {_reason(error)}") from None
-    except ConfigurationError as error:  # e.g. a mongodb+srv:// name without its DNS records
-        raise CommandFailed(f"the connection string of {source} cannot be used: {_reason(error)}") from None
+    except (StoreUnavailable, ConnectionFailure, ConfigurationError) as error:
+        raise CommandFailed(_store_problem(error, source)) from None
     except OperationFailure as error:
         if error.code != _AUTHENTICATION_FAILED:
             raise
         raise CommandFailed(f"the database refused the credentials of {source}") from None
+
+
+def _store_problem(error: Exception, source: str | None) -> str:
+    """One line for a store that cannot be used, naming `source` (the option or setting of its URI) if known."""
+    of = f" of {source}" if source else ""
+    if isinstance(error, StoreUnavailable):
+        return f"the database{of} is unavailable: {_reason(error.__cause__ or error)}"
+    if isinstance(error, ConnectionFailure):
+        return f"cannot reach the database{of}: {_reason(error)}"
+    return f"the connection string{of} cannot be used: {_reason(error)}"  # e.g. mongodb+srv:// without DNS records
 
 
 def _reason(error: BaseException) -> str:
