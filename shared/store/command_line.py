@@ -13,13 +13,12 @@ from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import ConfigurationError, ConnectionFailure, InvalidName, OperationFailure
 
-from shared.settings import InvalidSettings, get_settings
+from shared.settings import InvalidSettings, connection_string_problem, get_settings
 from shared.store.client import Document, create_client
 from shared.store.retries import StoreUnavailable
 
 EXIT_ERROR = 2  # argparse's, for a usage error
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
-_SCHEMES = ("mongodb://", "mongodb+srv://")
 _AUTHENTICATION_FAILED = 18
 
 
@@ -59,17 +58,17 @@ def _mid_line() -> bool:
 
 def open_client(uri: str, source: str, *, event_listeners: Sequence[Any] = ()) -> MongoClient[Document]:
     """The client for `uri` (create_client), or CommandFailed naming `source` (the option or setting the URI
-    came from) when it is not a connection string pymongo accepts. Bare words are refused here: pymongo would
-    take `notauri` for a host name and only fail, 3 s later, to reach it."""
-    if not uri.startswith(_SCHEMES):
-        raise CommandFailed(
-            f"{source} is not a MongoDB connection string: it must start with mongodb:// or mongodb+srv://"
-        )
+    came from) when it is not a connection string pymongo takes (settings.connection_string_problem, the
+    check the app's settings make: without it pymongo would take `notauri` for a host name, and fail to reach
+    it only 3 s later)."""
+    problem = connection_string_problem(uri)
+    if problem is not None:
+        raise CommandFailed(f"{source}: {problem}")
     get_settings()  # invalid settings (a ValueError too) say so themselves, not as a bad connection string
     try:
         return create_client(uri, event_listeners=event_listeners)
-    except (ConfigurationError, ValueError, TypeError) as error:  # pymongo's, parsing the URI
-        raise CommandFailed(f"{source} is not a valid MongoDB connection string: {error}") from None
+    except (ConfigurationError, ValueError, TypeError) as error:  # what the check above may have missed
+        raise CommandFailed(f"{source}: not a MongoDB connection string as pymongo reads it: {error}") from None
 
 
 @contextlib.contextmanager
