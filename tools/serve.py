@@ -14,6 +14,7 @@ import os
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
@@ -327,7 +328,10 @@ def _serve_until_interrupted(argv: list[str] | None) -> None:
         timers = "off" if args.no_timers else ", ".join(server.host.timers) or "none"
         log.info("serving %s/api/ (timers: %s); Ctrl-C stops", server.base_url, timers)
         try:
-            threading.Event().wait()
+            while True:
+                # Ctrl-C is often delivered to another thread, which cannot interrupt an endless wait of this
+                # one: waking each second lets Python raise KeyboardInterrupt here.
+                time.sleep(1)
         finally:
             server.stop()
 
