@@ -3,19 +3,26 @@ every command answers nonsense sizes with a one-line usage error (exit 2), never
 every option."""
 
 import argparse
+import os
 import shutil
+import signal
+import socket
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pymongo.errors import ServerSelectionTimeoutError
 
 from benchmarks import checks as checks_benchmark
 from benchmarks import ingestion as ingestion_benchmark
 from benchmarks import reports as reports_benchmark
 from benchmarks import suite
+from shared.reports import rebuild
+from shared.settings import get_settings
 from shared.store import setup
+from shared.store.command_line import run_command
 from tools import serve, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +35,7 @@ COMMANDS: dict[str, Callable[[list[str] | None], None]] = {
     "python -m benchmarks.ingestion": ingestion_benchmark.main,
     "python -m benchmarks.checks": checks_benchmark.main,
     "python -m benchmarks.reports": reports_benchmark.main,
+    "python -m shared.reports.rebuild": rebuild.main,
 }
 
 BAD_SIZES = [
@@ -131,3 +139,286 @@ def test_help_prints_the_usage_and_succeeds(tmp_path, argv):
     assert done.stderr == ""
     commands = [line.split()[1] for line in done.stdout.splitlines() if line.strip().startswith("./dev ")]
     assert commands == ["simulate", "test", "test-clocks", "serve", "setup-store", "bench", "help"]
+
+
+# --- no tracebacks: what the user got wrong, in one line ------------------------------------------
+
+
+@pytest.fixture
+def quick_store_timeouts(monkeypatch):
+    """An unreachable store is known in 0.2 s and not retried, instead of 3 s a try."""
+    monkeypatch.setenv("STORE_SERVER_SELECTION_TIMEOUT_MS", "200")
+    monkeypatch.setenv("STORE_MAX_RETRIES", "0")
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port bound but not listening: a connection to it is refused for as long as the test runs."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
+
+
+@pytest.fixture
+def ports(refused_port: int) -> Iterator[dict[str, int]]:
+    """`refused` (see refused_port) and `in_use`, a port something else listens on."""
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        yield {"refused": refused_port, "in_use": listening.getsockname()[1]}
+
+
+def one_line_error(command: Callable[[list[str] | None], None], argv: list[str], capsys: Any) -> str:
+    """Run a command expecting it to fail with exit 2 and a single line on stderr; that line."""
+    with pytest.raises(SystemExit) as exit_:
+        command(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+REBUILD_RANGE = ["--all", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z"]
+NOT_A_URI = "not a MongoDB connection string as pymongo reads it:"
+
+STORE_ERRORS = [
+    (
+        setup.main,
+        ["--uri", "notauri"],
+        f"./dev setup-store: error: --uri: {NOT_A_URI} Invalid URI scheme",
+    ),
+    (
+        setup.main,
+        ["--uri", "mongodb://"],
+        "./dev setup-store: error: --uri: not a MongoDB connection string as pymongo reads it: "
+        "Must provide at least one hostname or IP",
+    ),
+    (
+        setup.main,
+        ["--uri", "mongodb://h:99999/"],
+        "./dev setup-store: error: --uri: not a MongoDB connection string as pymongo reads it: "
+        "Port must be an integer between 0 and 65535",
+    ),
+    (
+        setup.main,
+        ["--uri", "mongodb://127.0.0.1:{refused}/"],
+        "./dev setup-store: error: cannot reach the database of --uri: "
+        "127.0.0.1:{refused}: [Errno 111] Connection refused",
+    ),
+    (
+        setup.main,
+        ["--uri", "mongodb://127.0.0.1:{refused}/", "--database", "a/b"],
+        "./dev setup-store: error: --database 'a/b': database names cannot contain the character '/'",
+    ),
+    (
+        rebuild.main,
+        [*REBUILD_RANGE, "--uri", "mongodb://127.0.0.1:{refused}/"],
+        "python -m shared.reports.rebuild: error: the database of --uri is unavailable: "
+        "127.0.0.1:{refused}: [Errno 111] Connection refused",
+    ),
+    (
+        rebuild.main,
+        [*REBUILD_RANGE, "--uri", "mongodb://admin:s3cr:et@h/"],
+        "python -m shared.reports.rebuild: error: --uri: not a MongoDB connection string as pymongo reads it: "
+        "Username and password must be escaped according to RFC 3986, use urllib.parse.quote_plus",
+    ),
+    (
+        simulate.main,
+        ["--mongodb-uri", "notauri", "--bottles", "2", "--users", "1"],
+        f"./dev simulate: error: --mongodb-uri: {NOT_A_URI} Invalid URI scheme",
+    ),
+    (
+        simulate.main,
+        ["--mongodb-uri", "mongodb://127.0.0.1:{refused}/", "--bottles", "2", "--users", "1"],
+        "./dev simulate: error: cannot reach the database of --mongodb-uri: "
+        "127.0.0.1:{refused}: [Errno 111] Connection refused",
+    ),
+    (
+        simulate.main,
+        ["--http", "http://127.0.0.1:{refused}", "--bottles", "2", "--users", "1"],
+        "./dev simulate: error: --http http://127.0.0.1:{refused}: PUT /api/bottles/bottle-0000: Connection refused",
+    ),
+    (
+        serve.main,
+        ["--port", "{in_use}"],
+        "./dev serve: error: cannot listen on 127.0.0.1:{in_use}: Address already in use "
+        "(--port {in_use}: pick another, or 0 for any free one)",
+    ),
+    (
+        serve.main,
+        ["--port", "0", "--host", "no-such-host.invalid"],
+        "./dev serve: error: --host no-such-host.invalid: ",
+    ),
+    (
+        serve.main,
+        ["--port", "0", "--mongodb-uri", "mongodb:///"],
+        "./dev serve: error: --mongodb-uri: not a MongoDB connection string",
+    ),
+]
+
+
+@pytest.mark.usefixtures("quick_store_timeouts")
+@pytest.mark.parametrize(
+    ("command", "argv", "expected"), STORE_ERRORS, ids=[f"{e.split(':')[0]} {' '.join(a)}" for _, a, e in STORE_ERRORS]
+)
+def test_an_unusable_store_address_or_port_is_one_line_naming_it(command, argv, expected, capsys, ports):
+    line = one_line_error(command, [arg.format(**ports) for arg in argv], capsys)
+
+    assert line.startswith(expected.format(**ports))
+
+
+def test_a_data_dir_that_is_a_file_is_one_line_naming_it(tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("")
+
+    line = one_line_error(serve.main, ["--port", "0", "--data-dir", str(taken)], capsys)
+
+    assert line == f"./dev serve: error: --data-dir {taken}: not a directory"
+
+
+@pytest.mark.usefixtures("quick_store_timeouts")
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        (
+            "127.0.0.1:{refused}/",
+            "cannot reach the database of --uri: 127.0.0.1:{refused}: [Errno 111] Connection refused",
+        ),
+        ("127.0.0.1:99999/", f"--uri: {NOT_A_URI} Port must be an integer"),
+        ("127.0.0.1/?tls=maybe", f"--uri: {NOT_A_URI} The value of tls must be 'true' or 'false'"),
+    ],
+)
+def test_the_connection_string_is_never_printed(address, expected, capsys, refused_port):
+    secret = f"mongodb://admin:s3cret-password@{address.format(refused=refused_port)}"
+    line = one_line_error(setup.main, ["--uri", secret], capsys)
+
+    assert "s3cret" not in line
+    assert line.startswith(f"./dev setup-store: error: {expected.format(refused=refused_port)}")
+
+
+BAD_VALUES = [
+    ("./dev simulate", ["--http", "notaurl"], "--http: 'notaurl' is not an http:// or https:// URL"),
+    ("./dev simulate", ["--http", "http://127.0.0.1:99999"], "--http"),
+    ("./dev simulate", ["--http", "ftp://127.0.0.1/"], "--http"),
+    ("./dev simulate", ["--chart", "{file}/chart.png"], "--chart: {file}/chart.png: {file} is not a directory"),
+    ("./dev simulate", ["--chart", "{dir}"], "--chart: {dir} is a directory"),
+]
+
+
+@pytest.mark.parametrize(("prog", "argv", "named"), BAD_VALUES, ids=[" ".join(a) for _, a, _ in BAD_VALUES])
+def test_a_bad_value_is_a_usage_error_before_anything_runs(prog, argv, named, capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    paths = {"file": tmp_path / "file", "dir": tmp_path}
+    with pytest.raises(SystemExit) as exit_:
+        COMMANDS[prog]([arg.format(**paths) for arg in argv])
+
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"{prog}: error: argument {named.format(**paths)}")
+
+
+# --- Ctrl-C -----------------------------------------------------------------------------------------
+
+
+def start_dev(*argv: str) -> subprocess.Popen[str]:
+    """`./dev COMMAND ...` in its own process group, as a terminal runs it (Ctrl-C reaches the whole group)."""
+    return subprocess.Popen(
+        [ROOT / "dev", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def interrupt(process: subprocess.Popen[str]) -> tuple[int, str]:
+    """Ctrl-C to the process group; its exit status and stderr."""
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        _, err = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    return process.returncode, err
+
+
+@pytest.mark.integration
+def test_ctrl_c_stops_the_server_in_one_line_with_exit_130():
+    process = start_dev("serve", "--port", "0", "--no-timers")
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:  # until it serves (the embedded store's child process is running by then)
+        seen.append(line)
+        if "serving http://" in line or len(seen) > 50:
+            break
+
+    code, err = interrupt(process)
+
+    assert code == 130, "".join(seen) + err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "./dev serve: interrupted"
+
+
+def test_ctrl_c_stops_a_simulation_waiting_on_a_server_in_one_line_with_exit_130():
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        silent.settimeout(30)
+        process = start_dev("simulate", "--http", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        connection, _ = silent.accept()  # the simulation is waiting for its first answer
+        with connection:
+            code, err = interrupt(process)
+
+    assert code == 130, err
+    assert err.strip().splitlines() == ["./dev simulate: interrupted"]
+
+
+@pytest.mark.parametrize(
+    ("prog", "argv"),
+    [
+        ("./dev setup-store", ["--uri", "mongodb://127.0.0.1:1/"]),
+        ("python -m shared.reports.rebuild", [*REBUILD_RANGE, "--uri", "mongodb://127.0.0.1:1/"]),
+        ("./dev simulate", ["--bottles", "2", "--users", "1"]),
+        ("./dev serve", ["--port", "0"]),
+    ],
+)
+def test_an_invalid_app_setting_is_one_line_naming_it(prog, argv, capsys, monkeypatch):
+    monkeypatch.setenv("STORE_MAX_RETRIES", "many")
+    get_settings.cache_clear()
+    try:
+        line = one_line_error(COMMANDS[prog], argv, capsys)
+    finally:
+        monkeypatch.delenv("STORE_MAX_RETRIES")
+        get_settings.cache_clear()
+
+    assert line.startswith(f"{prog}: error: invalid app settings: STORE_MAX_RETRIES: ")
+    assert "many" not in line
+
+
+def test_a_store_opened_without_naming_its_uri_is_one_line_too(capsys):
+    """As `./dev bench --mongodb-uri` (the calibration) opens its own client."""
+
+    def calibrate() -> None:
+        raise ServerSelectionTimeoutError(
+            "127.0.0.1:9: [Errno 111] Connection refused (configured timeouts: socketTimeoutMS: 20000.0ms), "
+            "Timeout: 30s, Topology Description: <TopologyDescription ...>"
+        )
+
+    with pytest.raises(SystemExit) as exit_:
+        run_command("./dev bench", calibrate)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "./dev bench: error: cannot reach the database: 127.0.0.1:9: [Errno 111] Connection refused\n"
+    )
+
+
+def test_a_file_that_cannot_be_written_is_one_line_and_a_bug_keeps_its_traceback(capsys):
+    def write() -> None:
+        raise PermissionError(13, "Permission denied", "benchmarks/RESULTS.md")
+
+    def bug() -> None:
+        raise ConnectionResetError(104, "Connection reset by peer")  # no file: not the user's to fix
+
+    with pytest.raises(SystemExit) as exit_:
+        run_command("./dev bench", write)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "./dev bench: error: benchmarks/RESULTS.md: Permission denied\n"
+    with pytest.raises(ConnectionResetError):
+        run_command("./dev bench", bug)

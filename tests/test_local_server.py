@@ -16,7 +16,10 @@ from typing import Any
 import azure.functions as func
 import pytest
 
+from shared.notifications.queue import get_sender
+from shared.settings import get_settings
 from tests.api import SPEC, ago, heartbeat, iso
+from tools.http_bounds import Limits
 from tools.local_host import LocalHost
 from tools.serve import LocalServer
 
@@ -70,12 +73,16 @@ def test_errors_keep_their_status_and_body_over_http(server):
 
 
 @pytest.mark.integration
-def test_unknown_routes_and_methods(server):
-    assert call(server, "GET", "/api/nothing")[0] == 404
-    assert call(server, "GET", "/not-api")[0] == 404
-    status, _, headers = call(server, "DELETE", "/api/bottles/bottle-1")
-    assert status == 405
-    assert headers["Allow"] == "GET, PUT"
+def test_unknown_routes_and_methods_answer_json_errors(server):
+    for path in ("/api/nothing", "/not-api", "/api/bottles/bottle-1/nothing"):
+        status, body, headers = call(server, "GET", path)
+        assert (status, headers["Content-Type"]) == (404, "application/json"), path
+        assert body == {"error": f"no function serves {path}", "details": []}
+    status, body, headers = call(server, "DELETE", "/api/bottles/bottle-1")
+    assert (status, headers["Allow"], headers["Content-Type"]) == (405, "GET, PUT", "application/json")
+    assert body == {"error": "method DELETE is not allowed on /api/bottles/bottle-1; allowed: GET, PUT", "details": []}
+    status, body, _ = call(server, "GET", "/api/bottles/a%00b")
+    assert (status, body) == (400, {"error": "bad request path: the path contains a null character", "details": []})
 
 
 @pytest.mark.integration
@@ -180,23 +187,52 @@ def chunk(data: bytes) -> bytes:
 SMUGGLED = b"GET /api/echo/smuggled HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"
 
 
-@pytest.mark.parametrize(
-    "extra_header",
-    [
-        pytest.param(b"", id="chunked"),
-        # A Content-Length that covers only the first chunk-size line: a server that prefers it to
-        # Transfer-Encoding reads the chunk data as the next request (CL.TE smuggling).
-        pytest.param(b"Content-Length: %d\r\n" % len(b"%x\r\n" % len(SMUGGLED)), id="chunked-and-content-length"),
-    ],
-)
-def test_a_chunked_body_is_read_whole_and_nothing_hidden_in_it_runs(echo_server, calls, extra_header):
-    head = b"POST /api/echo/first HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n" + extra_header
+def test_a_chunked_body_is_read_whole_and_nothing_hidden_in_it_runs(echo_server, calls):
+    head = b"POST /api/echo/first HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
     raw = head + b"\r\n" + chunk(SMUGGLED) + chunk(b'{"a":1}') + b"0\r\n\r\n"
 
     responses = exchange(echo_server, raw)
 
     assert [status for status, _ in responses] == [200]
     assert [(c.method, c.item, c.body) for c in calls] == [("POST", "first", SMUGGLED + b'{"a":1}')]
+
+
+def closed_by_server(sock: socket.socket, wait: float = 1.0) -> bool:
+    """Whether the server has closed the connection (end of stream or a reset within `wait` seconds)."""
+    sock.settimeout(wait)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except (TimeoutError, BlockingIOError):  # BlockingIOError: nothing there, with no wait
+        return False
+
+
+# A Content-Length that covers only the first chunk-size line: a server that prefers it to Transfer-Encoding
+# reads the chunk data as the next request (CL.TE smuggling).
+SIZE_LINE = b"Content-Length: %d\r\n" % len(b"%x\r\n" % len(SMUGGLED))
+
+
+@pytest.mark.parametrize(
+    ("version", "framing"),
+    [
+        pytest.param(b"1.1", b"Transfer-Encoding: chunked\r\n" + SIZE_LINE, id="chunked-and-content-length"),
+        pytest.param(b"1.1", SIZE_LINE + b"Transfer-Encoding: chunked\r\n", id="content-length-and-chunked"),
+        pytest.param(b"1.1", b"Transfer-Encoding:\r\n chunked\r\n", id="folded-transfer-encoding"),
+        pytest.param(b"1.1", b"X-Note: one\r\n\ttwo\r\nTransfer-Encoding: chunked\r\n", id="any-folded-line"),
+        pytest.param(b"1.0", b"Transfer-Encoding: chunked\r\n", id="chunked-in-http-1.0"),
+    ],
+)
+def test_ambiguous_framing_is_a_400_nothing_runs_and_the_connection_closes(echo_server, calls, version, framing):
+    head = b"POST /api/echo/first HTTP/%s\r\nHost: 127.0.0.1\r\n%s\r\n" % (version, framing)
+    with socket.create_connection(address(echo_server), timeout=3) as sock:
+        sock.sendall(head + chunk(SMUGGLED) + b"0\r\n\r\n")
+        responses = read_responses(sock, quiet=0)
+
+        assert [status for status, _ in responses] == [400]
+        assert json.loads(responses[0][1])["error"].startswith("Bad Request: ")
+        assert closed_by_server(sock), "the connection stayed open after ambiguous framing"
+    assert calls == []
 
 
 @pytest.mark.parametrize(
@@ -216,6 +252,7 @@ def test_a_bad_content_length_is_a_400(echo_server, calls, lengths):
     responses = exchange(echo_server, raw)
 
     assert [status for status, _ in responses] == [400]
+    assert json.loads(responses[0][1]) == {"error": "Bad Request: Content-Length is invalid", "details": []}
     assert calls == []
 
 
@@ -235,6 +272,91 @@ def test_a_stalled_client_is_disconnected_and_others_are_served_meanwhile(echo_s
         assert closed, "the stalled connection was still open"
         assert time.monotonic() - started < TIMEOUT + 2.5
     assert [c.item for c in calls] == ["other"]
+
+
+@pytest.fixture
+def deadline_server(calls: list[Call]) -> Iterator[LocalServer]:
+    """Short deadlines, and an idle timeout longer than them: only the deadlines can close a trickling client."""
+    limits = Limits(header_seconds=1, request_seconds=2)
+    running = LocalServer(recording_host(calls), ("127.0.0.1", 0), timers=False, timeout=30, limits=limits)
+    running.start()
+    yield running
+    running.stop()
+
+
+def trickle(sock: socket.socket, data: bytes, *, every: float, for_at_most: float) -> float | None:
+    """Send `data` a byte every `every` seconds; the seconds until the server closed the connection, or None if
+    it was still open after `for_at_most` seconds."""
+    started = time.monotonic()
+    for byte in data:
+        if time.monotonic() - started > for_at_most:
+            return None
+        try:
+            sock.sendall(bytes([byte]))
+        except (BrokenPipeError, ConnectionResetError):
+            return time.monotonic() - started
+        if closed_by_server(sock, wait=every):
+            return time.monotonic() - started
+    return None
+
+
+@pytest.mark.parametrize(
+    ("at_once", "trickled", "deadline"),
+    [
+        pytest.param(b"GET /api/echo/slow HTTP/1.1\r\n", b"Host: 127.0.0.1\r\n" + b"X: y\r\n" * 20, 1, id="headers"),
+        pytest.param(b"PUT /api/echo/slow HTTP/1.1\r\nContent-Length: 100\r\n\r\n", b"x" * 100, 2, id="body"),
+    ],
+)
+def test_a_request_trickling_in_is_cut_off_at_its_deadline(deadline_server, calls, at_once, trickled, deadline):
+    with socket.create_connection(address(deadline_server), timeout=3) as sock:
+        sock.sendall(at_once)
+        closed_after = trickle(sock, trickled, every=0.25, for_at_most=deadline + 5)
+
+    assert closed_after is not None, "a client sending a byte every 0.25 s kept its connection"
+    assert deadline <= closed_after < deadline + 4  # the server looks at least once a second
+    assert calls == []
+
+
+def test_a_slow_client_keeps_its_connection_within_the_deadlines(deadline_server, calls):
+    with socket.create_connection(address(deadline_server), timeout=3) as sock:
+        raw = b"GET /api/echo/patient HTTP/1.1\r\nHost: x\r\n\r\n"
+        sock.sendall(raw[:10])
+        time.sleep(0.6)
+        sock.sendall(raw[10:])
+        assert [status for status, _ in read_responses(sock)] == [200]
+        time.sleep(1.5)  # idle between requests: the deadlines start with a request's first byte
+        sock.sendall(raw)
+        assert [status for status, _ in read_responses(sock)] == [200]
+    assert [c.item for c in calls] == ["patient", "patient"]
+
+
+def test_one_address_holding_1050_connections_locks_nobody_else_out(calls, caplog):
+    """1,050 connections from 127.0.0.2 (more than the server's 1,000) sending a byte each: the address keeps
+    its Limits.per_address and a client on 127.0.0.1 is answered at once."""
+    limits = Limits(header_seconds=60)  # only the cap may close the crowd's connections, however slow the machine
+    running = LocalServer(recording_host(calls), ("127.0.0.1", 0), timers=False, timeout=60, limits=limits)
+    running.start()
+    crowd: list[socket.socket] = []
+    caplog.set_level(logging.WARNING, logger="serve")
+    try:
+        for _ in range(1050):
+            sock = socket.create_connection(address(running), timeout=3, source_address=("127.0.0.2", 0))
+            crowd.append(sock)
+            sock.sendall(b"G")
+        started = time.monotonic()
+        with socket.create_connection(address(running), timeout=3) as other:
+            other.sendall(b"GET /api/echo/other HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert [status for status, _ in read_responses(other, quiet=0)] == [200]
+        assert time.monotonic() - started < 2
+        held = len(crowd) - sum(closed_by_server(sock, wait=0) for sock in crowd)
+        assert held == limits.per_address
+    finally:
+        for sock in crowd:
+            sock.close()
+        running.stop()
+    assert [c.item for c in calls] == ["other"]
+    refusals = [m for m in caplog.messages if m.startswith("refusing")]
+    assert refusals == ["refusing connections from 127.0.0.2: it holds 200 already (the cap per address)"]
 
 
 def test_128_connections_at_once_are_each_answered(echo_server, calls):
@@ -315,7 +437,36 @@ def test_timers_run_on_their_schedules_and_their_queue_messages_are_logged(caplo
         finally:
             running.stop()
     assert host.queues["outbox"][0] == '{"tick":1}'
-    assert 'queue message from tick: {"tick":1}' in caplog.messages
+    assert 'queue message to outbox: {"tick":1}' in caplog.messages
+    assert "timer tick ran, 1 queue messages sent" in caplog.messages
+
+
+def test_every_message_a_function_sends_is_logged_as_sent(caplog):
+    """Not only the timers' output bindings: a queue-triggered function's, and what a function sends itself
+    (the checks send their notifications with the queue SDK)."""
+    app = func.FunctionApp()
+
+    @app.function_name("relay")
+    @app.queue_trigger(arg_name="message", queue_name="inbox", connection="AzureWebJobsStorage")
+    @app.queue_output(arg_name="outbox", queue_name="outbox", connection="AzureWebJobsStorage")
+    def relay(message: func.QueueMessage, outbox: func.Out[str]) -> None:
+        get_sender(get_settings())(json.dumps({"notified": message.get_body().decode()}))
+        outbox.set('{"relayed":1}')
+
+    host = LocalHost.from_app(app)
+    running = LocalServer(host, ("127.0.0.1", 0), timers=False, queue_workers=1)
+    with caplog.at_level(logging.INFO, logger="serve"):
+        running.start()
+        try:
+            host.service.send("inbox", "bottle-1")
+            deadline = time.monotonic() + 4
+            while not host.queues.get("outbox") and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            running.stop()
+    notifications = get_settings().notifications_queue
+    assert f'queue message to {notifications}: {{"notified": "bottle-1"}}' in caplog.messages
+    assert 'queue message to outbox: {"relayed":1}' in caplog.messages
 
 
 def test_the_server_stops_promptly_with_a_client_connected(echo_server):

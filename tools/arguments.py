@@ -3,7 +3,10 @@ from deep inside a run."""
 
 import argparse
 import math
+import os
 from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
 
 
 def int_between(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -36,6 +39,34 @@ def float_above(low: float, high: float | None = None) -> Callable[[str], float]
         return value
 
     return parse
+
+
+def http_url(text: str) -> str:
+    """An http:// or https:// URL with a host (and, if given, a port that is one)."""
+    try:
+        parts = urlsplit(text)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL with a host")
+    return text
+
+
+def writable_file(text: str) -> Path:
+    """A file path that can be written: not a directory, and in a directory that exists or can be made there
+    (checked before a run that would otherwise fail only at its end)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory")
+    existing = path.absolute().parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{text} cannot be written (permission denied)")
+    return path
 
 
 def _range(low: int, high: int | None) -> str:

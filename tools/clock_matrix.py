@@ -59,6 +59,7 @@ CLOCK_FREE = {
     "tests/test_layout.py": "the repository's layout: no clock",
     "tests/test_bindings.py": "binding metadata: no clock",
     "tests/test_chart.py": "draws a chart of fixed data",
+    "tests/test_command_line.py": "the commands' usage and failures: no clock; starts servers and waits on Ctrl-C",
     "tests/test_clock_matrix.py": "checks the instants themselves, and runs pytest in pytest",
 }
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import azure.functions as func
 from azure.functions.queue import QueueMessage as HostQueueMessage
 
+from functions.responses import json_response
 from shared.notifications.queue import use_sender
 from shared.settings import get_settings
 from tools.local_queues import (
@@ -253,8 +254,10 @@ class LocalHost:
             response, _ = self._invoke(route.handler, {route.trigger_arg: request}, route.outputs)
             return response
         if allowed:
-            return func.HttpResponse(status_code=405, headers={"Allow": ", ".join(sorted(allowed))})
-        return func.HttpResponse(status_code=404)
+            methods = ", ".join(sorted(allowed))
+            error = {"error": f"method {method} is not allowed on {path}; allowed: {methods}", "details": []}
+            return json_response(405, error, {"Allow": methods})
+        return no_route(path)
 
     def run_timer(self, name: str, *, past_due: bool = False, now: datetime | None = None) -> list[str]:
         """Invoke a timer function; the queue messages it outputs are sent (at `now`, default the clock's
@@ -470,6 +473,11 @@ class _Run:
             self.report.deliveries.append(delivery)
         if self.on_delivery is not None:
             self.on_delivery(delivery)
+
+
+def no_route(path: str) -> func.HttpResponse:
+    """A 404 for a path no function serves, in the app's error shape (functions/responses.py)."""
+    return json_response(404, {"error": f"no function serves {path}", "details": []})
 
 
 def _bodies(value: Any) -> list[str]:

@@ -162,11 +162,11 @@ class QueueService:
         self._lock = threading.Lock()
         self._queues: dict[str, _Queue] = {}
         self._seq = itertools.count()
-        self._listeners: list[Callable[[str], None]] = []
+        self._listeners: list[Callable[[str, str], None]] = []
 
-    def add_listener(self, listener: Callable[[str], None]) -> None:
-        """Call `listener(queue)` after each message sent (the host's listeners poll at once when a
-        function of the same host adds a message to their queue)."""
+    def add_listener(self, listener: Callable[[str, str], None]) -> None:
+        """Call `listener(queue, body)` after each message sent (the host's listeners poll at once when a
+        function of the same host adds a message to their queue; the local server logs each message)."""
         self._listeners.append(listener)
 
     def send(
@@ -195,10 +195,11 @@ class QueueService:
             )
             stored.messages[message.id] = message
             stored.schedule(message)
-            stored.sent.append(data.decode("utf-8", "replace"))
+            text = data.decode("utf-8", "replace")
+            stored.sent.append(text)
             sent = message.received(queue)
         for listener in self._listeners:
-            listener(queue)
+            listener(queue, text)
         return sent
 
     def receive(

@@ -11,6 +11,7 @@ from pymongo.database import Database
 
 from shared.settings import get_settings
 from shared.store import client as store
+from shared.store.command_line import CommandFailed, open_client, store_errors
 from shared.store.setup import ensure_store
 
 
@@ -29,8 +30,12 @@ def setting_defaults(**values: str) -> Iterator[None]:
         get_settings.cache_clear()
 
 
+# Ctrl-C reaches every process of the terminal's foreground group: the child leaves it to its parent, which
+# ends it by closing its stdin (and says so in one line).
 _SERVER = """
+import signal
 import sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 from secantus import SecantusDBServer
 
 with SecantusDBServer(storage_path=sys.argv[1], ttl_sweep_seconds=float(sys.argv[2])) as server:
@@ -49,13 +54,18 @@ def secantus_process(storage_path: str = ":memory:", *, expire: bool = True) -> 
     assert child.stdin is not None
     assert child.stdout is not None
     try:
-        yield child.stdout.readline().strip()
+        uri = child.stdout.readline().strip()
+        if not uri:
+            raise CommandFailed(f"the embedded store (SecantusDB at {storage_path}) did not start: its error is above")
+        yield uri
     finally:
         child.stdin.close()
         try:
             child.wait(timeout=10)
         except subprocess.TimeoutExpired:
             child.kill()
+            child.wait()
+        child.stdout.close()
 
 
 @contextlib.contextmanager
@@ -66,6 +76,7 @@ def local_store(
     listeners: list[Any] | None = None,
     expire: bool = True,
     on_cosmos: bool = False,
+    source: str = "--mongodb-uri",
 ) -> Iterator[Database[Any]]:
     """A set-up database installed as the app's store for the duration of the block.
 
@@ -74,17 +85,31 @@ def local_store(
     change streams work, but each empty poll waits on the server, which a local run does not need) with a
     10-second overlap: one process on one clock has no skew between instances to cover, and its writes
     commit within milliseconds of their receive time. `expire`: see secantus_process. `on_cosmos`: set the store
-    up as on Cosmos DB (its `customAction` collections, `_ts` TTL), as the Cosmos-faithful store requires."""
+    up as on Cosmos DB (its `customAction` collections, `_ts` TTL), as the Cosmos-faithful store requires. A store
+    that cannot be used is a CommandFailed naming `source`, the option the URI came from."""
     with contextlib.ExitStack() as stack:
         if uri is None:
+            source = "the embedded store"
             stack.enter_context(setting_defaults(CHANGE_SOURCE="polling", REPORTS_POLL_OVERLAP_SECONDS="10"))
             if data_dir:
-                os.makedirs(data_dir, exist_ok=True)
+                _make_data_dir(data_dir)
             uri = stack.enter_context(secantus_process(data_dir or ":memory:", expire=expire))
-        client = store.create_client(uri, event_listeners=listeners or [])
+        client = open_client(uri, source, event_listeners=listeners or [])
         stack.callback(client.close)
+        stack.enter_context(store_errors(source))
         db = client[get_settings().mongodb_database]
         ensure_store(db, get_settings(), on_cosmos=on_cosmos)
         store.use_client(client)
         stack.callback(store.use_client, None)
         yield db
+
+
+def _make_data_dir(path: str) -> None:
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CommandFailed(f"--data-dir {path}: not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as error:
+        raise CommandFailed(f"--data-dir {path}: {error.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CommandFailed(f"--data-dir {path}: not writable")

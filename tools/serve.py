@@ -8,9 +8,13 @@ delivered to the queue-triggered functions (host.json's extensions.queues rules)
 """
 
 import argparse
+import errno
 import logging
+import os
 import re
+import socket
 import threading
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
@@ -21,8 +25,11 @@ from wsgiref.util import is_hop_by_hop
 from waitress import wasyncore
 from waitress.server import BaseWSGIServer, create_server
 
+from functions.responses import json_response
+from shared.store.command_line import CommandFailed, run_command
 from tools.arguments import int_between
-from tools.local_host import Delivery, LocalHost
+from tools.http_bounds import Limits, bounded_channel
+from tools.local_host import Delivery, LocalHost, no_route
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -108,26 +115,26 @@ def wsgi_app(host: LocalHost) -> "WSGIApplication":
             parts = urlsplit(target)
             target = parts.path + (f"?{parts.query}" if parts.query else "")
         raw_path, _, raw_query = target.partition("?")
-        try:
-            path = decode_path(raw_path)
-        except ValueError:
-            start_response(_status_line(400), [("Content-Length", "0")])
-            return [b""]
         length = int(environ.get("CONTENT_LENGTH") or 0)  # validated (digits only) by waitress
         body = environ["wsgi.input"].read(length) if length else b""
-        if not path.startswith("/api/"):
-            start_response(_status_line(404), [("Content-Length", "0")])
-            return [b""]
-        request_host = environ.get("HTTP_HOST") or f"{environ['SERVER_NAME']}:{environ['SERVER_PORT']}"
-        query = f"?{raw_query}" if raw_query else ""
-        response = host.handle(
-            environ["REQUEST_METHOD"],
-            path,
-            headers=_headers(environ),
-            params=parse_query(raw_query),
-            body=body,
-            url=f"{environ['wsgi.url_scheme']}://{request_host}{path}{query}",
-        )
+        try:
+            path = decode_path(raw_path)
+        except ValueError as error:
+            response = json_response(400, {"error": f"bad request path: {error}", "details": []})
+        else:
+            if path.startswith("/api/"):
+                request_host = environ.get("HTTP_HOST") or f"{environ['SERVER_NAME']}:{environ['SERVER_PORT']}"
+                query = f"?{raw_query}" if raw_query else ""
+                response = host.handle(
+                    environ["REQUEST_METHOD"],
+                    path,
+                    headers=_headers(environ),
+                    params=parse_query(raw_query),
+                    body=body,
+                    url=f"{environ['wsgi.url_scheme']}://{request_host}{path}{query}",
+                )
+            else:
+                response = no_route(path)
         payload = response.get_body()
         headers = [
             (name, value)
@@ -152,7 +159,8 @@ class LocalServer:
     Waitress parses and frames every request (chunked bodies, a Content-Length that is not one plain
     number is a 400), reads requests on one event loop and hands only whole ones to its worker threads
     (so a slow or stalled client holds no thread), and closes a connection that has sent nothing for
-    `timeout` seconds while no request of it is running."""
+    `timeout` seconds while no request of it is running. `limits` (tools/http_bounds.py) adds what it
+    lets through: ambiguous framing refused, deadlines per request, a cap of connections per client address."""
 
     def __init__(
         self,
@@ -164,14 +172,16 @@ class LocalServer:
         threads: int = 8,
         connections: int = 1000,
         queue_workers: int = 2,  # threads delivering queue messages (0: none)
+        limits: Limits | None = None,  # default: Limits()
+        sock: socket.socket | None = None,  # already listening on `address` (listen())
     ) -> None:
         self.host = host
         self._map: dict[int, Any] = {}  # waitress' sockets (its dispatchers) by file descriptor
+        where: dict[str, Any] = {"sockets": [sock]} if sock else {"host": address[0], "port": address[1]}
         server = create_server(
             wsgi_app(host),
             map=self._map,
-            host=address[0],
-            port=address[1],
+            **where,
             threads=threads,
             channel_timeout=timeout,
             cleanup_interval=1,  # how often idle connections are looked for
@@ -180,6 +190,7 @@ class LocalServer:
             max_request_body_size=100 * 1024 * 1024,  # the Functions host's limit
         )
         assert isinstance(server, BaseWSGIServer)  # one address: one listening socket
+        server.channel_class = bounded_channel(limits or Limits())
         self.http = server
         self._stop = threading.Event()
         self._closing = threading.Lock()  # the event loop closing its sockets, and stop() waking it, one at a time
@@ -189,8 +200,8 @@ class LocalServer:
             self._threads.append(threading.Thread(target=self._run_timers, name="serve-timers", daemon=True))
         self.queue_workers = queue_workers
         self._queue_activity = threading.Event()  # a message was sent: poll at once
+        host.service.add_listener(self._sent)
         if queue_workers > 0 and host.triggers:
-            host.service.add_listener(lambda _: self._queue_activity.set())
             self._threads.append(threading.Thread(target=self._deliver_queues, name="serve-queues", daemon=True))
 
     @property
@@ -239,11 +250,15 @@ class LocalServer:
                 except Exception:
                     log.exception("timer %s failed", name)
                     continue
-                for message in sent:
-                    log.info("queue message from %s: %s", name, message)
+                log.info("timer %s ran, %d queue messages sent", name, len(sent))
             if firings:
                 last = firings[-1][0]
             self._stop.wait(0.5)
+
+    def _sent(self, queue: str, body: str) -> None:
+        """Every message any function sends (an output binding's, a notification the checks send), as sent."""
+        log.info("queue message to %s: %s", queue, body)
+        self._queue_activity.set()
 
     def _deliver_queues(self) -> None:
         """The queue listeners: deliver what is visible, then poll again at once after a send, else after
@@ -276,6 +291,10 @@ def _log_delivery(delivery: Delivery) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    run_command("./dev serve", lambda: _serve_until_interrupted(argv))
+
+
+def _serve_until_interrupted(argv: list[str] | None) -> None:
     parser = argparse.ArgumentParser(
         prog="./dev serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -291,25 +310,45 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Listen first: a port in use is known before the store starts, and the socket is ours meanwhile.
+    listening = listen(args.host, args.port)
 
     import function_app
     from tools.local_store import local_store
 
-    with local_store(args.mongodb_uri, data_dir=args.data_dir):
+    with listening, local_store(args.mongodb_uri, data_dir=args.data_dir):  # closed if the store does not start
         server = LocalServer(
             LocalHost.from_app(function_app.app),
             (args.host, args.port),
             timers=not args.no_timers,
             queue_workers=args.queue_workers,
+            sock=listening,
         )
         server.start()
-        log.info("serving %s/api/ (timers: %s); Ctrl-C stops", server.base_url, ", ".join(server.host.timers) or "none")
+        timers = "off" if args.no_timers else ", ".join(server.host.timers) or "none"
+        log.info("serving %s/api/ (timers: %s); Ctrl-C stops", server.base_url, timers)
         try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
+            while True:
+                # Ctrl-C is often delivered to another thread, which cannot interrupt an endless wait of this
+                # one: waking each second lets Python raise KeyboardInterrupt here.
+                time.sleep(1)
         finally:
             server.stop()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket (as waitress makes it: SO_REUSEADDR, so a port in TIME_WAIT is free), or a
+    CommandFailed naming the address and why it cannot be had."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.create_server((host, port), family=family)
+    except socket.gaierror as error:
+        raise CommandFailed(f"--host {host}: {error.strerror}") from None
+    except OSError as error:
+        hint = f" (--port {port}: pick another, or 0 for any free one)" if error.errno == errno.EADDRINUSE else ""
+        why = os.strerror(error.errno) if error.errno else str(error)
+        raise CommandFailed(f"cannot listen on {host}:{port}: {why}{hint}") from None
+    return sock
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ or a deployed app: a smoke and load test for operations.
 
 import argparse
 import contextlib
+import http.client
 import json
 import random
 import time
@@ -23,14 +24,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from shared.instants import set_clock, utc_now
 from shared.reports.tally import counted_from
 from shared.settings import get_settings
 from shared.store import schema
-from tools.arguments import float_above, int_between, positive_float, positive_int
+from shared.store.command_line import CommandFailed, run_command
+from tools.arguments import float_above, http_url, int_between, positive_float, positive_int, writable_file
 from tools.command_tally import CommandTally
 from tools.cosmos_store.proxy import Options
 from tools.fleet import Bottle, Expected, Request, make_fleet, plan_fleet
@@ -58,7 +59,7 @@ def provision(fleet: list[Bottle], send: Send, function_key: str | None = None) 
                 "PUT", f"/api/bottles/{bottle.bottle_id}?rotate_key=true", headers, json.dumps(bottle.spec()).encode()
             )
         if status not in (200, 201):
-            raise SystemExit(f"provisioning {bottle.bottle_id} failed: {status} {body}")
+            raise CommandFailed(f"provisioning {bottle.bottle_id} failed: {status} {body}")
         keys[bottle.bottle_id] = body["device_key"]
     return keys
 
@@ -279,6 +280,9 @@ def _daily_report(db: Any, user_id: str, day: datetime) -> dict[str, Any] | None
 
 
 def http_sender(base_url: str) -> Send:
+    """Requests to `base_url`; a server that cannot be reached, or that drops a request, ends the run with a
+    CommandFailed saying which request (a load test against a server that is not there measures nothing)."""
+
     def send(method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
         request = urllib.request.Request(
             base_url.rstrip("/") + path,
@@ -296,8 +300,20 @@ def http_sender(base_url: str) -> Send:
                 return error.code, json.loads(raw) if raw else None
             except ValueError:
                 return error.code, raw.decode(errors="replace")
+        except urllib.error.URLError as error:
+            raise CommandFailed(f"--http {base_url}: {method} {path}: {_why(error.reason)}") from None
+        except (OSError, http.client.HTTPException) as error:  # a timeout, a reset, a malformed answer
+            raise CommandFailed(f"--http {base_url}: {method} {path}: {_why(error)}") from None
 
     return send
+
+
+def _why(reason: object) -> str:
+    if isinstance(reason, TimeoutError):
+        return "no answer in time"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror
+    return str(reason) or type(reason).__name__
 
 
 def run_over_http(
@@ -435,8 +451,15 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         default=64,
         help="--cosmos-store: a physical partition's size limit in KB, standing for 50 GB (default 64)",
     )
-    parser.add_argument("--chart", default="simulation.png", help="where to write the PNG chart (default %(default)s)")
-    parser.add_argument("--http", metavar="BASE_URL", help="send device traffic over HTTP in real time instead")
+    parser.add_argument(
+        "--chart",
+        type=writable_file,
+        default="simulation.png",
+        help="where to write the PNG chart (default %(default)s)",
+    )
+    parser.add_argument(
+        "--http", type=http_url, metavar="BASE_URL", help="send device traffic over HTTP in real time instead"
+    )
     parser.add_argument("--function-key", help="Functions key for the provisioning route (--http)")
     parser.add_argument(
         "--minutes", type=positive_float, default=2.0, help="how long to send, in minutes (default 2; --http)"
@@ -454,6 +477,10 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
+    run_command("./dev simulate", lambda: _simulate(argv))
+
+
+def _simulate(argv: list[str] | None) -> None:
     args = parse_arguments(argv)
 
     if args.http:
@@ -483,7 +510,10 @@ def main(argv: list[str] | None = None) -> None:
     print(describe(result))
     from tools.chart import draw
 
-    chart = draw(result, Path(args.chart))
+    try:
+        chart = draw(result, args.chart)
+    except OSError as error:
+        raise CommandFailed(f"--chart {args.chart}: {error.strerror or error}") from None
     print(f"\nchart: {chart.resolve()}")
     print(f"finished in {time.perf_counter() - started:.1f} s")
 

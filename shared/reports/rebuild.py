@@ -24,7 +24,7 @@ from shared.instants import day_of, hour_of, parse_instant, utc_now
 from shared.reports.aggregation import Change, Stamper, UserDay, refresh_daily, refresh_hourly
 from shared.settings import Settings, get_settings
 from shared.store import schema
-from shared.store.command_line import add_store_arguments, command_line_database
+from shared.store.command_line import add_store_arguments, command_line_database, run_command
 from shared.store.partitioning import bucket_of
 from shared.store.retries import RetryPolicy, with_retries
 
@@ -112,8 +112,17 @@ def _read_page(
     return with_retries(lambda: list(db[collection].find(query).sort("_id", 1).limit(size)), policy)
 
 
+PROG = "python -m shared.reports.rebuild"
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run_command(PROG, lambda: _rebuild(argv))
+
+
+def _rebuild(argv: list[str] | None) -> None:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     who = parser.add_mutually_exclusive_group(required=True)
     who.add_argument("--user", help="rebuild this user's reports")
     who.add_argument("--all", action="store_true", help="rebuild every user's reports")

@@ -35,7 +35,7 @@ from shared.heartbeat_document import LATE_AT, RING, RING_TIME, USER_BUCKET, lat
 from shared.instants import utc_now
 from shared.settings import Settings, get_settings
 from shared.store import cosmos, schema
-from shared.store.command_line import add_store_arguments, command_line_database
+from shared.store.command_line import add_store_arguments, command_line_database, run_command
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 from shared.store.schema import CollectionSpec, IndexSpec, collection_specs
@@ -249,6 +249,10 @@ def _without_bucket(
 
 
 def main(argv: list[str] | None = None) -> None:
+    run_command("./dev setup-store", lambda: _setup_store(argv))
+
+
+def _setup_store(argv: list[str] | None) -> None:
     parser = argparse.ArgumentParser(
         prog="./dev setup-store", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
