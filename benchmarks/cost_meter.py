@@ -108,6 +108,24 @@ def bson_size(document: Mapping[str, Any]) -> int:
     return len(bson.encode(document))
 
 
+def document_write(
+    paths: IndexedPaths, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, *, matched: bool
+) -> DocumentWrite:
+    """What one write did to one document, as the cost model prices it: a read when it matched nothing or changed
+    nothing, else the document's sizes before and after and the index terms and indexes it changed."""
+    if not matched or before == after:
+        size = bson_size(before) if before is not None else None
+        return DocumentWrite(size, size, unchanged=True)
+    deleted, inserted = paths.changed(before, after)
+    return DocumentWrite(
+        bson_size(before) if before is not None else None,
+        bson_size(after) if after is not None else None,
+        deleted,
+        inserted,
+        indexes=paths.changed_indexes(before, after),
+    )
+
+
 def shard_key_values(query: Any, shard_key: str | None) -> int:
     """How many shard key values a filter pins: 1 (one partition, or an unsharded collection), k for `$in` of k
     values, ALL when it pins none (a range, or no condition on the shard key: the query fans out)."""
@@ -294,20 +312,7 @@ class CostMeter(monitoring.CommandListener):
             after = collection.find_one({"_id": key})
             if before is None and not matched:
                 continue  # nothing there: an upsert's insert is counted below, or nothing happened
-            if not matched or before == after:
-                size = bson_size(before) if before is not None else None
-                effects.append(DocumentWrite(size, size, unchanged=True))
-                continue
-            deleted, inserted = paths.changed(before, after)
-            effects.append(
-                DocumentWrite(
-                    bson_size(before) if before is not None else None,
-                    bson_size(after) if after is not None else None,
-                    deleted,
-                    inserted,
-                    indexes=paths.changed_indexes(before, after),
-                )
-            )
+            effects.append(document_write(paths, before, after, matched=matched))
         for upserted in reply.get("upserted", []) or []:
             after = collection.find_one({"_id": upserted["_id"]})
             deleted, inserted = paths.changed(None, after)

@@ -7,7 +7,7 @@ one notification per episode."""
 import json
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -22,6 +22,7 @@ from shared.store import schema
 from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
 from tests.checking import World, dispatched, sweep_all, work
 from tests.report_client import set_setting
+from tests.threads import at_once
 from tools.local_host import LocalHost
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
@@ -196,27 +197,6 @@ def test_each_partition_has_its_own_time_budget(world: World, monkeypatch: pytes
 # --- side by side, and twice at once, on a real server -------------------------------------------------------------
 
 
-def at_once(calls: list[Callable[[], object]]) -> None:
-    """Each call on its own thread, all released together; re-raises the first failure."""
-    start = threading.Barrier(len(calls))
-    errors: list[BaseException] = []
-
-    def run(call: Callable[[], object]) -> None:
-        start.wait()
-        try:
-            call()
-        except BaseException as error:
-            errors.append(error)
-
-    threads = [threading.Thread(target=run, args=(call,)) for call in calls]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-
-
 def episodes_by_kind(db: Any) -> Counter[tuple[str, str]]:
     return Counter((n["kind"], n["bottle_id"]) for n in db[schema.NOTIFICATIONS].find())
 
@@ -238,7 +218,7 @@ def test_partitions_side_by_side_each_swept_twice_at_once_notify_each_episode_on
         for kind in KINDS:
             # Every partition's work message delivered twice, all eight runs at once on their own threads.
             at_once(
-                [
+                *[
                     partial(checks.run_check, real_db, kind, partition=p.buckets, now=now, settings=settings, send=send)
                     for p in checks.partitions(kind, settings) * 2
                 ]

@@ -19,6 +19,7 @@ from shared.ingestion import storing
 from shared.store import schema
 from tests.api import Response, closed, opened, post_events
 from tests.checking import FakeQueue, World, sweep_all
+from tests.threads import at_once
 
 pytestmark = pytest.mark.integration
 
@@ -62,26 +63,6 @@ class Reads:
 
         monkeypatch.setattr(entries, "read_bottle", reading)  # the registry read (authentication)
         monkeypatch.setattr(storing, "read_bottle", reading)  # a read again after a conflict
-
-
-def at_once(*requests: Callable[[], Response]) -> list[Response]:
-    """Run the requests on threads side by side, as workers of the app would; their responses, in order."""
-    responses: list[Response | None] = [None] * len(requests)
-    failures: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            responses[i] = requests[i]()
-        except BaseException as error:  # reported below
-            failures.append(error)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not failures, failures
-    return [r for r in responses if r is not None]
 
 
 def bottle(world: World) -> dict[str, Any]:

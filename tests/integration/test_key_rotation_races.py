@@ -17,32 +17,11 @@ import pytest
 
 from shared.bottles import provisioning
 from tests.api import SPEC, Response, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
+from tests.threads import at_once
 
 pytestmark = pytest.mark.integration
 
 TRIALS = int(os.environ.get("PILLBOTTLE_KEY_RACE_TRIALS", "25"))
-
-
-def at_once(*requests: Callable[[], Any]) -> list[Any]:
-    """Run the calls on threads that start together (a barrier), as workers of the app would; their results."""
-    results: list[Any] = [None] * len(requests)
-    failures: list[BaseException] = []
-    barrier = threading.Barrier(len(requests), timeout=30)
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = requests[i]()
-        except BaseException as error:  # reported below
-            failures.append(error)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not failures, failures
-    return results
 
 
 def statuses(bottle_id: str, key: str, minute: int) -> dict[str, int]:

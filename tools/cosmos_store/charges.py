@@ -13,7 +13,7 @@ from typing import Any
 
 from pymongo.collection import Collection
 
-from benchmarks.cost_meter import IndexedPaths, bson_size
+from benchmarks.cost_meter import IndexedPaths, bson_size, document_write
 from benchmarks.cost_model import DocumentWrite, Operation
 from shared.settings import Settings
 from shared.store.schema import collection_specs
@@ -104,19 +104,7 @@ def document_writes(effects: WriteEffects, collection: str) -> list[DocumentWrit
         before, after = touched.before, touched.after
         if before is None and after is None:
             continue
-        if not touched.matched or before == after:
-            seen = bson_size(before) if before is not None else None
-            writes.append(DocumentWrite(seen, seen, unchanged=True))
-            continue
-        deleted, inserted = paths.changed(before, after)
-        writes.append(
-            DocumentWrite(
-                bson_size(before) if before is not None else None,
-                bson_size(after) if after is not None else None,
-                deleted,
-                inserted,
-            )
-        )
+        writes.append(document_write(paths, before, after, matched=touched.matched))
     return writes
 
 
