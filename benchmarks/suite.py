@@ -36,7 +36,7 @@ TABLE_END = "<!-- end of the design-scale table -->"
 SUMMARY_START = "<!-- benchmark summary: written by ./dev bench (benchmarks/suite.py) -->"
 SUMMARY_END = "<!-- end of the benchmark summary -->"
 SUMMARY_HEADER = ["area", "figure", "app", "baseline (seeds)", "ratio"]
-QUICK_TAKES = "about 5 minutes on 2 cores, 9 when they are busy"  # measured; docs/benchmarks.md says the same
+QUICK_TAKES = "about 3 minutes on 2 idle cores, up to 9 when they are busy"  # measured; as docs/benchmarks.md says
 
 
 def _commit() -> str:
