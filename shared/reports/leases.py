@@ -75,6 +75,11 @@ def retired(message: Mapping[str, Any]) -> bool:
     return message.get("feed") in RETIRED_FEEDS or (message.get("cosmos") is True and "range" not in message)
 
 
+def bucket_span(buckets: BucketRange) -> FeedRange:
+    """A bucket range as fixed-width hex, so bucket partitions' spans compare as feed ranges do."""
+    return f"{buckets.low:04X}", f"{buckets.high:04X}"
+
+
 @dataclass(frozen=True)
 class Partition:
     """One partition of a feed: `index` of `count`, by bucket range, or by a Cosmos DB physical partition
@@ -108,8 +113,7 @@ class Partition:
         fixed-width hex."""
         if self.feed_range is not None:
             return self.feed_range
-        buckets = BucketRange(self.index, self.count)
-        return f"{buckets.low:04X}", f"{buckets.high:04X}"
+        return bucket_span(BucketRange(self.index, self.count))
 
     @property
     def buckets(self) -> BucketRange | None:
@@ -313,7 +317,7 @@ def _span_of(doc: Mapping[str, Any]) -> tuple[str, FeedRange | None]:
         return kind, (str(span[0]), str(span[1]))
     index, count = doc.get("partition"), doc.get("of")
     if kind == "buckets" and isinstance(index, int) and isinstance(count, int) and 0 <= index < count:
-        return kind, Partition(FEEDS[0], index, count).span
+        return kind, bucket_span(BucketRange(index, count))
     return kind, None
 
 
