@@ -224,3 +224,24 @@ def test_an_index_with_the_declared_keys_under_another_name_is_the_declared_one(
     indexes = db["bottles"].index_information()
     assert "arm_made_name" in indexes
     assert "open_check" not in indexes
+
+
+@pytest.mark.parametrize("days_changed", [False, True])
+def test_the_bicep_ts_ttl_index_under_its_own_name_is_the_declared_one(days_changed):
+    """ARM names the Bicep's `_ts` TTL index itself (`_ts_1`): the setup recognised a TTL index by its name only,
+    so it created a second one on `_ts` (Cosmos DB allows one TTL index a collection; MongoDB refuses the same keys
+    under another name) and, when the days changed, left the old days in force. Recognised by keys and days."""
+    settings = get_settings()
+    days = settings.actions_retention_days + (1 if days_changed else 0)
+    fake = FakeCosmosDatabase(mongomock.MongoClient().db)
+    fake.db[schema.BOTTLE_ACTIONS].create_index([("_ts", 1)], name="_ts_1", expireAfterSeconds=days * 86_400)
+
+    ensure_store(fake, settings, on_cosmos=True)
+
+    ttl = {
+        name: info["expireAfterSeconds"]
+        for name, info in fake.db[schema.BOTTLE_ACTIONS].index_information().items()
+        if "expireAfterSeconds" in info
+    }
+    declared = settings.actions_retention_days * 86_400
+    assert ttl == ({"retention": declared} if days_changed else {"_ts_1": declared})

@@ -15,7 +15,8 @@ reports no index build on the collection (`currentOp`, as the same page's "Track
 `inprog` is empty once it is done), and only then drops the old one. Run it before deploying code that needs
 the new keys; until it ends, the running code keeps its old index. A wait that runs out (INDEX_BUILD_WAIT_S)
 leaves both indexes: run the setup again later to finish. A TTL index whose days change is dropped and created
-again (no query needs it; Cosmos allows one TTL index a collection).
+again (no query needs it; Cosmos allows one TTL index a collection); it is recognised by its keys and days, not
+its name (ARM names the Bicep's `_ts` index itself).
 """
 
 import argparse
@@ -104,7 +105,7 @@ def _index_plan(spec: CollectionSpec, existing: Mapping[str, Any], *, on_cosmos:
     for index in spec.indexes:
         keys = list(index.keys_for(on_cosmos))
         if index.expire_after_seconds is not None:
-            if index.name not in existing:
+            if not _expiry_indexes(existing, index, on_cosmos=on_cosmos):
                 plan.create.append(_index_model(index, index.name, on_cosmos=on_cosmos))
             continue
         held = [name for name in (index.name, index.name + ALTERNATE) if name in existing]
@@ -159,16 +160,31 @@ def wait_for_index_builds(db: Database[Any], collection: str, wait: BuildWait) -
 
 def _drop_changed_expiry(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> None:
     """A TTL index whose days changed (a retention setting) is dropped, to be created again with them: an
-    index's options cannot be changed in place on Cosmos DB, and MongoDB refuses to create it differently."""
+    index's options cannot be changed in place on Cosmos DB, and MongoDB refuses to create it differently.
+    Recognised by its keys, not its name: the Bicep's TTL index on `_ts` (ARM names it itself) is ours too."""
     existing = db[spec.name].index_information()
     for index in spec.indexes:
-        found = existing.get(index.name)
-        if found is None or index.expire_after_seconds is None:
+        if index.expire_after_seconds is None:
             continue
-        keys = [(key, int(direction)) for key, direction in found["key"]]
-        if found.get("expireAfterSeconds") != index.expire_after_seconds or keys != list(index.keys_for(on_cosmos)):
-            log.info("%s: index %s changed, creating it again", spec.name, index.name)
-            db[spec.name].drop_index(index.name)
+        keys = list(index.keys_for(on_cosmos))
+        for name, found in existing.items():
+            same_keys = _keys_of(found) == keys
+            if (same_keys or name == index.name) and (
+                not same_keys or found.get("expireAfterSeconds") != index.expire_after_seconds
+            ):
+                log.info("%s: index %s changed, creating it again", spec.name, name)
+                db[spec.name].drop_index(name)
+
+
+def _expiry_indexes(existing: Mapping[str, Any], index: IndexSpec, *, on_cosmos: bool) -> list[str]:
+    """The names of the existing indexes that are the declared TTL index: its keys and its days, whatever the
+    name (ours, or the one ARM gave the Bicep's)."""
+    keys = list(index.keys_for(on_cosmos))
+    return [
+        name
+        for name, info in existing.items()
+        if _keys_of(info) == keys and info.get("expireAfterSeconds") == index.expire_after_seconds
+    ]
 
 
 def _create_collection(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> None:
