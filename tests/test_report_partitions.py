@@ -663,3 +663,79 @@ def test_workers_side_by_side_with_every_message_twice_give_a_rebuilds_reports(r
 
 def _work(db: Any, message: str, now: Any) -> None:
     process_partition(db, Partition.from_message(json.loads(message)), now=now, settings=get_settings())
+
+
+# --- every getMore through the retry loop -------------------------------------------------------------------------
+
+
+class PyMongoLikeStream:
+    """A pymongo ChangeStream over server batches (`server.batches[i]` read after token `after-<i-1>`): a getMore
+    the server answers 16500 closes the stream, as pymongo's `try_next` does with an error it does not resume."""
+
+    def __init__(self, server: "ThrottledServer", token: dict[str, Any] | None) -> None:
+        self._server = server
+        self._next = 0 if token in (None, {"_data": "saved"}) else int(token["_data"].split("-")[1]) + 1
+        self._batch: list[dict[str, Any]] = []
+        self.resume_token = token
+        self.alive = True
+        self._cursor = None  # every batch is served whole by try_next: each change ends a batch
+
+    def try_next(self) -> dict[str, Any] | None:
+        if not self.alive:
+            raise AssertionError("try_next on a closed change stream (pymongo: InvalidOperation)")
+        if not self._batch:
+            if self._next in self._server.throttled_batches:
+                self._server.throttled_batches.remove(self._next)
+                self.alive = False
+                raise throttled()
+            if self._next >= len(self._server.batches):
+                return None
+            self._batch = list(self._server.batches[self._next])
+            self._next += 1
+        self.resume_token = {"_data": f"after-{self._next - 1}"}
+        return self._batch.pop(0)
+
+    def close(self) -> None:
+        self.alive = False
+
+
+class ThrottledServer:
+    """A database whose `bottle_actions.watch` opens PyMongoLikeStreams whose getMore of each batch index in
+    `throttled_batches` is answered 16500 once (every other call goes to `db`)."""
+
+    def __init__(self, db: Any, batches: list[list[dict[str, Any]]], throttled_batches: set[int]) -> None:
+        self._db, self.batches, self.throttled_batches, self.opened = db, batches, throttled_batches, 0
+
+    def __getitem__(self, name: str) -> Any:
+        return Watchable(self, self._db[name]) if name == schema.BOTTLE_ACTIONS else self._db[name]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+class Watchable:
+    def __init__(self, server: ThrottledServer, collection: Any) -> None:
+        self._server, self._collection = server, collection
+
+    def watch(self, pipeline: Any, resume_after: Any = None, **options: Any) -> PyMongoLikeStream:
+        self._server.opened += 1
+        return PyMongoLikeStream(self._server, resume_after)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._collection, name)
+
+
+def test_a_throttled_get_more_of_a_change_stream_is_retried_from_the_token_reached(mock_db, monkeypatch):
+    """The stream's getMore ran outside the one retry loop: a 16500 on it failed the run (a poison message after
+    five) instead of waiting and asking again. The retry opens the stream again from the last whole batch."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "STORE_RETRY_BASE_MS", "1")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    batches = [[change("b0", 30), change("b1", 29)], [change("b2", 28)]]
+    server = ThrottledServer(mock_db, batches, throttled_batches={1})
+
+    run = process_partition(server, partition, now=utc_now(), settings=get_settings())
+
+    assert (run.changes, run.caught_up) == (3, True)
+    assert server.opened == 2  # opened again after the throttled getMore, from the token after the first batch
+    assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["token"] == {"_data": "after-1"}

@@ -186,16 +186,29 @@ class ChangeReader(Protocol):
 
 
 class PyMongoReader:
-    """pymongo's ChangeStream as a ChangeReader."""
+    """pymongo's ChangeStream as a ChangeReader, every getMore through the one retry loop (`with_retries`).
 
-    def __init__(self, stream: ChangeStream[Any]) -> None:
-        self._stream = stream
+    pymongo closes a stream on an error it does not resume by itself (throttling, 16500, among them), so a retry
+    opens it again from the resume token it had reached: a getMore is only sent once the batch before it is used
+    up, so that token is the one after a whole server batch (on Cosmos DB, the only kind there is)."""
+
+    def __init__(
+        self, open_stream: Callable[[Token | None], ChangeStream[Any]], token: Token | None, policy: RetryPolicy
+    ):
+        self._open, self._policy, self._started_at = open_stream, policy, token
+        self._stream = with_retries(lambda: open_stream(token), policy)
 
     @property
     def resume_token(self) -> Token | None:
         return self._stream.resume_token
 
     def next_change(self) -> Mapping[str, Any] | None:
+        return with_retries(self._try_next, self._policy)
+
+    def _try_next(self) -> Mapping[str, Any] | None:
+        if not self._stream.alive:
+            reached = self._stream.resume_token
+            self._stream = self._open(reached if reached is not None else self._started_at)
         return self._stream.try_next()
 
     def at_batch_end(self) -> bool:
@@ -291,7 +304,7 @@ def open_source(
     since = aggregated_before(lease, settings)
     if settings.change_source == "polling":
         return PollingSource(db, feed, partition.buckets, since=since, page_size=page_size, policy=policy), False
-    watch = watch or (lambda p, token: PyMongoReader(_watch(db, p, token, page_size, policy)))
+    watch = watch or (lambda p, token: PyMongoReader(_opener(db, p, page_size), token, policy))
     if lease.token is not None:
         try:
             return ChangeStreamSource(watch(partition, lease.token), feed, page_size), False
@@ -343,18 +356,14 @@ def _fresh_start_token(db: Database[Any], partition: Partition, policy: RetryPol
     raise PartitionLayoutChanged(f"{partition.feed.collection} has no physical partition {partition.feed_range} now")
 
 
-def _watch(
-    db: Database[Any], partition: Partition, token: Token | None, page_size: int, policy: RetryPolicy
-) -> ChangeStream[Any]:
-    return with_retries(
-        lambda: db[partition.feed.collection].watch(
-            partition_pipeline(partition.buckets),
-            full_document="updateLookup",
-            resume_after=token,
-            batch_size=page_size,
-            max_await_time_ms=MAX_AWAIT_MS,
-        ),
-        policy,
+def _opener(db: Database[Any], partition: Partition, page_size: int) -> Callable[[Token | None], ChangeStream[Any]]:
+    """How the partition's change stream is opened from a token (the caller retries it)."""
+    return lambda token: db[partition.feed.collection].watch(
+        partition_pipeline(partition.buckets),
+        full_document="updateLookup",
+        resume_after=token,
+        batch_size=page_size,
+        max_await_time_ms=MAX_AWAIT_MS,
     )
 
 
