@@ -21,6 +21,7 @@ CHECK_BUDGET_EXHAUSTED = "pillbottle.checks.budget_exhausted"
 HTTP_503 = "pillbottle.http.responses_503"
 STORE_THROTTLED = "pillbottle.store.throttled"
 REPORT_UNPARTITIONED = "pillbottle.reports.unpartitioned"
+REPORT_UNCOVERED = "pillbottle.reports.uncovered_ranges"
 HTTP_500 = "pillbottle.http.responses_500"
 NAMES = (
     REPORT_LAG,
@@ -31,6 +32,7 @@ NAMES = (
     HTTP_500,
     STORE_THROTTLED,
     REPORT_UNPARTITIONED,
+    REPORT_UNCOVERED,
 )
 # The attributes each metric carries (custom dimensions in Application Insights, which the alert rules split by).
 ATTRIBUTES: dict[str, tuple[str, ...]] = {
@@ -43,6 +45,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     HTTP_503: ("function", "reason"),
     STORE_THROTTLED: ("code",),
     REPORT_UNPARTITIONED: ("feed",),
+    REPORT_UNCOVERED: ("feed", "problem"),
     HTTP_500: ("function", "error"),
 }
 
@@ -89,6 +92,12 @@ _unpartitioned = _meter.create_counter(
     description="Report dispatches that could not partition a feed, per feed: Cosmos DB's GetChangeStreamTokens gave "
     "no token, or tokens without a feed range; the feed is not read until it does",
 )
+_uncovered = _meter.create_counter(
+    REPORT_UNCOVERED,
+    unit="{dispatch}",
+    description="Report dispatches whose GetChangeStreamTokens reply for a feed left part of the hash space out "
+    "(problem=gap: no lease reads it) or gave two tokens for one part (problem=overlap: read twice), per feed",
+)
 _http_500 = _meter.create_counter(
     HTTP_500,
     unit="{response}",
@@ -106,6 +115,11 @@ def report_lag(feed: str, seconds: float) -> None:
 def feed_unpartitioned(feed: str) -> None:
     """Count a dispatch that could not partition `feed` (no usable GetChangeStreamTokens reply)."""
     _unpartitioned.add(1, {"feed": feed})
+
+
+def feed_ranges_uncovered(feed: str, problem: Literal["gap", "overlap"]) -> None:
+    """Count a dispatch whose token reply for `feed` left a range out (`gap`) or named one twice (`overlap`)."""
+    _uncovered.add(1, {"feed": feed, "problem": problem})
 
 
 def check_run(kind: str, *, partition: str, budget_exhausted: bool, pending: int | None) -> None:

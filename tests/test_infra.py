@@ -219,6 +219,7 @@ def test_alert_thresholds_are_parameters_with_sane_defaults_that_main_bicep_pass
         "http-503": (50, 5, 1),
         "store-throttled": (300, 5, 3),  # per 5 minutes, 3 periods in a row
         "report-feed-unpartitioned": (0, 5, 1),  # any dispatch that could not partition a feed
+        "report-feed-ranges-uncovered": (0, 5, 1),  # any token reply leaving a range out (or overlapping)
         "http-500": (0, 5, 1),  # any fault
         "http-5xx-rate": (5, 5, 1),  # percent of requests
     }

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from shared import metrics
 from shared.instants import set_clock, utc_now
 from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.leases import ACTIONS_FEED, NoPartitionTokens, Partition
@@ -234,3 +235,77 @@ def test_a_partition_count_changed_back_revives_the_retired_leases_from_their_su
         assert lease["checkpoint_time"] == now  # the 8-layout's position, not the frozen day-old one
         run = process_partition(mock_db, Partition(ACTIONS_FEED, i, 4), now=now + 2 * MINUTE, settings=four)
         assert run.claimed
+
+
+class ReplyLeavingOut(CosmosTokens):
+    """A `GetChangeStreamTokens` reply that leaves the ranges in `left_out` out, or adds those in `extra`."""
+
+    def __init__(self, db: Any, partitions: int) -> None:
+        super().__init__(db, partitions)
+        self.left_out: set[tuple[int, int]] = set()
+        self.extra: list[tuple[int, int]] = []
+
+    def tokens(self) -> list[dict[str, Any]]:
+        whole = self.ranges
+        self.ranges = [r for r in whole if r not in self.left_out] + self.extra
+        try:
+            return super().tokens()
+        finally:
+            self.ranges = whole
+
+
+def dispatch_run(db: Any, now: Any) -> Any:
+    return dispatch(db, now=now, settings=get_settings(), send=lambda messages: None, on_cosmos=True)
+
+
+def test_a_reply_leaving_a_range_out_is_an_error_counted_and_the_range_s_lease_stays_with_its_lag(
+    mock_db: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply without the token of one split child: its parent was retired once the other child ran, and nothing
+    read that range again, nor said so (its lag was nobody's)."""
+    counted: list[tuple[str, str]] = []
+    monkeypatch.setattr(metrics, "feed_ranges_uncovered", lambda feed, problem: counted.append((feed, problem)))
+    cosmos = ReplyLeavingOut(mock_db, partitions=2)
+    now = utc_now()
+    dispatch_run(cosmos, now)
+    checkpoint_all(mock_db, now - MINUTE)
+    cosmos.split(0)  # ("", "2000") -> ("", "1000"), ("1000", "2000")
+    cosmos.left_out = {(0x1000, 0x2000)}
+    parent = "reports:bottle_actions:cosmos:-2000"
+
+    with caplog.at_level(logging.ERROR):
+        dispatch_run(cosmos, now + 10 * MINUTE)
+        mock_db[schema.LEASES].update_one(  # the child that has a token ran
+            {"_id": "reports:bottle_actions:cosmos:-1000"}, {"$set": {"updated_at": now + 11 * MINUTE}}
+        )
+        later = dispatch_run(cosmos, now + 20 * MINUTE)
+
+    assert parent in {doc["_id"] for doc in actions_leases(mock_db).values()}  # kept: it alone knows the range
+    assert "no token for the feed ranges ['1000', '2000')" in caplog.text
+    assert parent in caplog.text
+    assert counted == [(ACTIONS_FEED.key, "gap")] * 2
+    assert later.lag_seconds[ACTIONS_FEED.key] == (21 * MINUTE).total_seconds()  # the parent's checkpoint, unread
+
+    cosmos.left_out = set()  # the reply is whole again: the missing child starts from its parent
+    dispatch_run(cosmos, now + 30 * MINUTE)
+    child = actions_leases(mock_db)[("1000", "2000")]
+    assert child["checkpoint_time"] == now - MINUTE
+    mock_db[schema.LEASES].update_one({"_id": child["_id"]}, {"$set": {"updated_at": now + 31 * MINUTE}})
+    dispatch_run(cosmos, now + 40 * MINUTE)
+    assert parent not in {doc["_id"] for doc in actions_leases(mock_db).values()}
+    assert len(counted) == 2
+
+
+def test_a_reply_naming_a_range_twice_is_an_error_counted(
+    mock_db: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted: list[tuple[str, str]] = []
+    monkeypatch.setattr(metrics, "feed_ranges_uncovered", lambda feed, problem: counted.append((feed, problem)))
+    cosmos = ReplyLeavingOut(mock_db, partitions=2)
+    cosmos.extra = [(0x1000, 0x3000)]
+
+    with caplog.at_level(logging.ERROR):
+        dispatch_run(cosmos, utc_now())
+
+    assert "overlap at ['1000', '2000'), ['2000', '3000')" in caplog.text
+    assert counted == [(ACTIONS_FEED.key, "overlap")]

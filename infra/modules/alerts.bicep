@@ -115,6 +115,26 @@ customMetrics
     periods: 1
   }
   {
+    name: 'report-feed-ranges-uncovered'
+    title: 'A report feed has feed ranges no lease reads'
+    description: 'Cosmos DB answered GetChangeStreamTokens with tokens whose feed ranges leave part of the hash space out (problem=gap: those documents are not read until a reply covers them; their old leases are kept and show in report-lag) or overlap (problem=overlap: read twice) (docs/reports.md).'
+    severity: 1
+    metrics: ['pillbottle.reports.uncovered_ranges']
+    query: '''
+customMetrics
+| where name == 'pillbottle.reports.uncovered_ranges'
+| extend feed = tostring(customDimensions.feed), problem = tostring(customDimensions.problem)
+| summarize dispatches = sum(valueSum) by feed, problem, bin(timestamp, 5m)
+'''
+    measure: 'dispatches'
+    dimensions: ['feed', 'problem']
+    aggregation: 'Total'
+    comparison: 'GreaterThan'
+    threshold: 0
+    window: 5
+    periods: 1
+  }
+  {
     name: 'report-consumer-silent'
     title: 'The report consumer has not run'
     description: 'No report consumer run recorded its lag in the window: aggregate_reports is not running (timer, host or deployment), or its telemetry is off.'

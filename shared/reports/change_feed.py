@@ -55,15 +55,17 @@ from shared.reports.leases import (
     claim,
     cosmos_partitions,
     ensure_leases,
+    feed_coverage,
     feed_lags,
     feed_partitions,
+    leases_over,
     leases_to_dispatch,
     new_owner,
     release,
 )
 from shared.reports.tally import hours_due, rolled_up_before, run_tally
 from shared.settings import Settings
-from shared.store.cosmos import is_cosmos_uri
+from shared.store.cosmos import FeedRange, is_cosmos_uri
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, StoreUnavailable, is_transient, with_retries
 
@@ -399,15 +401,20 @@ def dispatch(
     by_feed_range = cosmos and settings.change_source != "polling"
     partitions: list[tuple[Partition, Token | None]] = []
     unpartitioned: list[NoPartitionTokens] = []
+    stranded: list[str] = []
     for source in FEEDS:
         try:
-            partitions += feed_partitions(
+            found = feed_partitions(
                 db, source, count=settings.reports_partitions, on_cosmos=by_feed_range, policy=policy
             )
         except NoPartitionTokens as error:
             log.error("reports: %s is not dispatched: %s", source.key, error)
             metrics.feed_unpartitioned(source.key)
             unpartitioned.append(error)
+            continue
+        partitions += found
+        if by_feed_range and not source.tally:
+            stranded += _check_coverage(db, source, [p for p, _ in found], policy)
     run = DispatchRun(partitions=len(partitions))
     run.leases_created = ensure_leases(db, partitions, now=now, policy=policy)
     hold = timedelta(seconds=settings.reports_lease_seconds)
@@ -418,12 +425,45 @@ def dispatch(
     due += leases_to_dispatch(db, tallies, now=now, hold_for=hold, policy=policy, behind=hours_due(now))
     send([_json(p.message()) for p in due])
     run.sent = [p.lease_id for p in due]
-    run.lag_seconds = feed_lags(db, [p for p, _ in partitions], now=now, policy=policy, tally_due=hours_due(now))
+    run.lag_seconds = feed_lags(
+        db, [p for p, _ in partitions], now=now, policy=policy, tally_due=hours_due(now), also=stranded
+    )
     for feed, lag in run.lag_seconds.items():
         metrics.report_lag(feed, lag)
     if unpartitioned:  # the other feeds are dispatched; the invocation still fails, for the alerts
         raise unpartitioned[0]
     return run
+
+
+def _check_coverage(db: Database[Any], feed: Feed, partitions: list[Partition], policy: RetryPolicy) -> list[str]:
+    """Log and count a token reply whose ranges leave part of the hash space out (no lease reads it: its documents
+    never reach the reports) or name a part twice (read twice); the live leases over the part left out, which stay
+    (not retired) and whose lag the dispatch reports."""
+    gaps, shared = feed_coverage(partitions)
+    if shared:
+        log.error(
+            "reports: GetChangeStreamTokens gave %s tokens whose feed ranges overlap at %s; those keys are read twice",
+            feed.collection,
+            _ranges(shared),
+        )
+        metrics.feed_ranges_uncovered(feed.key, "overlap")
+    if not gaps:
+        return []
+    stranded = leases_over(db, feed, gaps, policy=policy)
+    log.error(
+        "reports: GetChangeStreamTokens gave %s no token for the feed ranges %s: nothing reads them until a reply "
+        "covers them; their leases (%s) are kept, and count in the feed's lag",
+        feed.collection,
+        _ranges(gaps),
+        ", ".join(stranded) or "none yet",
+    )
+    metrics.feed_ranges_uncovered(feed.key, "gap")
+    return stranded
+
+
+def _ranges(ranges: list[FeedRange]) -> str:
+    """Ranges as [min, max), quoted (the lowest bound is '')."""
+    return ", ".join(f"[{low!r}, {high!r})" for low, high in ranges)
 
 
 def _json(message: dict[str, Any]) -> str:

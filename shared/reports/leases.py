@@ -30,7 +30,7 @@ from pymongo import ReturnDocument, UpdateOne
 from pymongo.database import Database
 
 from shared.store import cosmos, schema
-from shared.store.cosmos import FeedRange, ranges_overlap
+from shared.store.cosmos import WHOLE_RANGE, FeedRange, overlaps, ranges_overlap, uncovered
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 
@@ -338,16 +338,20 @@ def _retire_replaced(
     now: datetime,
     policy: RetryPolicy,
 ) -> None:
-    """Retire each live lease that no current partition is, once every current lease overlapping it has run to
-    the end at least once (checkpointed or released: its own position then covers what the parent left)."""
+    """Retire each live lease that no current partition is, once the current partitions overlapping it cover its
+    whole range and each has run to the end at least once (checkpointed or released: its own position then covers
+    what the parent left). A range no current partition reads (a `GetChangeStreamTokens` reply that left it out)
+    keeps its lease: it is all that remembers where that range was."""
     ids = {p.lease_id for p in current}
     by_id = {doc["_id"]: doc for doc in live}
     retiring = []
     for doc in live:
         if doc["_id"] in ids:
             continue
-        children = [by_id.get(p.lease_id) for p in current if _overlaps(p, doc)]
-        if children and all(child is not None and _has_run(child) for child in children):
+        overlapping = [p for p in current if _overlaps(p, doc)]
+        children = [by_id.get(p.lease_id) for p in overlapping]
+        ran = all(child is not None and _has_run(child) for child in children)
+        if overlapping and ran and _covered(doc, overlapping):
             retiring.append(doc["_id"])
     if retiring:
         with_retries(
@@ -356,6 +360,35 @@ def _retire_replaced(
             ),
             policy,
         )
+
+
+def _covered(doc: Mapping[str, Any], children: list[Partition]) -> bool:
+    """Whether the partitions overlapping a lease read every key it read (a lease of another kind, or of an
+    unknown range, read the whole key space)."""
+    kind, span = _span_of(doc)
+    if span is None or kind != children[0].kind:
+        span = WHOLE_RANGE if children[0].cosmos else bucket_span(BucketRange(0, 1))
+    return not uncovered(span, [child.span for child in children])
+
+
+def feed_coverage(partitions: list[Partition]) -> tuple[list[FeedRange], list[FeedRange]]:
+    """What a Cosmos DB feed's partitions leave out of the hash space, and what two of them both read: none of
+    either in a whole `GetChangeStreamTokens` reply (each physical partition owns one contiguous range)."""
+    spans = [p.span for p in partitions]
+    return uncovered(WHOLE_RANGE, spans), overlaps(spans)
+
+
+def leases_over(db: Database[Any], feed: Feed, ranges: list[FeedRange], *, policy: RetryPolicy) -> list[str]:
+    """The live Cosmos DB leases of `feed` whose ranges overlap `ranges` (those a reply left out): what no
+    partition reads now was last read by them, and their checkpoints show how far behind it falls."""
+    live = with_retries(
+        lambda: list(db[schema.LEASES].find({"feed": feed.key, "kind": "cosmos", "retired_at": None})), policy
+    )
+    return sorted(
+        doc["_id"]
+        for doc in live
+        if (span := _span_of(doc)[1]) is not None and any(ranges_overlap(span, gap) for gap in ranges)
+    )
 
 
 def _has_run(doc: Mapping[str, Any]) -> bool:
@@ -463,11 +496,13 @@ def feed_lags(
     now: datetime,
     policy: RetryPolicy,
     tally_due: datetime | None = None,
+    also: Iterable[str] = (),
 ) -> dict[str, float]:
     """Per feed, how far its furthest-behind partition is: `now` minus its checkpoint time (or, before its
     first checkpoint, minus when its lease was made), in seconds. The tally is behind by the closed hours it
-    has yet to count: `tally_due` (the end of the hours due) minus its checkpoint time, 0 when caught up."""
-    ids = sorted(p.lease_id for p in partitions)
+    has yet to count: `tally_due` (the end of the hours due) minus its checkpoint time, 0 when caught up. `also`:
+    lease ids of no current partition to count as well (a range the token reply left out, unread meanwhile)."""
+    ids = sorted({p.lease_id for p in partitions} | set(also))
     leases = with_retries(
         lambda: list(db[schema.LEASES].find({"_id": {"$in": ids}}, {"feed": 1, "checkpoint_time": 1, "created_at": 1})),
         policy,

@@ -124,6 +124,38 @@ def ranges_overlap(a: FeedRange, b: FeedRange) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
+WHOLE_RANGE: FeedRange = ("", "FF")  # the hash space a collection's physical partitions divide between them
+
+
+def uncovered(span: FeedRange, ranges: list[FeedRange]) -> list[FeedRange]:
+    """The parts of `span` that none of `ranges` covers, in order (a reply's tokens must cover WHOLE_RANGE: each
+    physical partition owns one contiguous range of the hash space)."""
+    gaps: list[FeedRange] = []
+    at = span[0]
+    for low, high in sorted(ranges):
+        if at >= span[1]:
+            break
+        if high <= at:
+            continue
+        if low > at:
+            gaps.append((at, min(low, span[1])))
+        at = max(at, high)
+    if at < span[1]:
+        gaps.append((at, span[1]))
+    return gaps
+
+
+def overlaps(ranges: list[FeedRange]) -> list[FeedRange]:
+    """The keys that two or more of `ranges` share, as ranges in order (none, between physical partitions)."""
+    shared: list[FeedRange] = []
+    reached: str | None = None
+    for low, high in sorted(ranges):
+        if reached is not None and low < reached:
+            shared.append((low, min(high, reached)))
+        reached = high if reached is None else max(reached, high)
+    return shared
+
+
 def last_request_charge(db: Database[Any]) -> float | None:
     """Request units charged for this connection's last operation (Cosmos only); None elsewhere."""
     try:
