@@ -527,6 +527,72 @@ def test_an_idle_partition_a_short_page_then_empty_ends_its_run_at_once(mock_db,
     assert (run.changes, run.caught_up, run.empty_retries, time_.slept) == (1, True, 0, [])
 
 
+class SlowStream(CosmosStream):
+    """A stream each of whose server batches takes `seconds` of the worker's clock to come."""
+
+    def __init__(self, batches: list[list[dict[str, Any]] | None], time_: FakeTime, seconds: float) -> None:
+        super().__init__(batches)
+        self._time, self._seconds = time_, seconds
+
+    def _next_batch(self) -> bool:
+        self._time.now += self._seconds
+        return super()._next_batch()
+
+
+def stored(db: Any, partition: Partition, changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The changes' documents in `bottle_actions` within the partition's buckets, as the collection a stream of
+    the partition reads holds them."""
+    assert partition.buckets is not None
+    bucket = {"bucket": partition.buckets.low}
+    db[schema.BOTTLE_ACTIONS].insert_many([{**c["fullDocument"], **bucket} for c in changes])
+    return changes
+
+
+def a_run_out_of_budget_after_a_full_page(db: Any, partition: Partition, full: list[dict[str, Any]]) -> Any:
+    time_ = FakeTime()
+    stream = SlowStream([full, full], time_, get_settings().reports_time_budget_seconds)
+    run = process_partition(
+        db, partition, now=utc_now(), settings=get_settings(), clock=time_, sleep=time_.sleep, watch=lambda p, t: stream
+    )
+    assert (run.changes, run.caught_up) == (2, False)
+    return run
+
+
+def test_a_run_whose_first_page_is_throttled_after_a_run_that_ran_out_mid_backlog_asks_again(mock_db, monkeypatch):
+    """The last run spent its budget with a full page read (more waiting); this one's first page is throttled
+    (empty). It ended there, caught up, its backlog left for the next run's first page, throttled again: the
+    lease now remembers the full page, and a document written after its checkpoint shows more may be waiting."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    a_run_out_of_budget_after_a_full_page(
+        mock_db, partition, stored(mock_db, partition, [change("b0", 30), change("b1", 29)])
+    )
+    backlog = stored(mock_db, partition, [change("b2", 28), change("b3", 27)])
+    time_ = FakeTime()
+
+    run = run_on_stream(mock_db, partition, [None, None, backlog, backlog[:1], None], time_)
+
+    assert (run.changes, run.caught_up, run.empty_retries) == (3, True, 2)
+    assert time_.slept == [0.1, 0.2]
+    assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["behind"] is False  # a short page last
+
+
+def test_a_run_after_a_full_page_with_nothing_written_since_ends_at_an_empty_first_page(mock_db, monkeypatch):
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    a_run_out_of_budget_after_a_full_page(
+        mock_db, partition, stored(mock_db, partition, [change("b0", 30), change("b1", 29)])
+    )
+    time_ = FakeTime()
+
+    run = run_on_stream(mock_db, partition, [None, None, [change("b2", 28)]], time_)
+
+    assert (run.changes, run.caught_up, run.empty_retries, time_.slept) == (0, True, 0, [])
+    assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["behind"] is False
+
+
 def test_a_stream_throttled_for_longer_than_the_budget_ends_the_run_when_it_is_spent(mock_db, monkeypatch, caplog):
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
     set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")

@@ -22,7 +22,9 @@ Cosmos DB's change streams, as its documentation describes them, and what this m
   a checkpoint time is the newest server time among the documents read, never the clock's (actions are only
   ever inserted, so a change's document is the one the change wrote). And a run does not end at an empty page
   that follows a full one (more was waiting a moment ago): it asks again with back-off until the time budget is
-  spent (`_Worker.read_and_aggregate`). An empty page after a short one is an idle partition: the run ends;
+  spent (`_Worker.read_and_aggregate`). The lease keeps whether its last page was full (`behind`), so a run whose
+  first page is empty after a run that stopped mid-backlog asks again too, unless the feed holds nothing received
+  after its checkpoint (one query). An empty page after a short one is an idle partition: the run ends;
 - no deletes, no `operationType` in the output, order only within a shard key: aggregation recomputes
   buckets from source, so order and repeats do not matter;
 - a rejected resume token (expired, or its partition split): the partition polls from its checkpoint time
@@ -582,6 +584,10 @@ class _Worker:
             self.db, self.partition, held, self.settings, policy=self.policy, watch=watch
         )
         saved, backoff = held, _Backoff(self._clock, self._sleep, deadline)
+        # The last run stopped after a full page (its budget ran out with more waiting): an empty first page is
+        # as likely throttling as the end, unless nothing was written after the checkpoint (asked once).
+        backoff.arm(held.behind)
+        unchecked = held.behind
         try:
             while self._clock() < deadline:
                 page = source.next_page()
@@ -591,13 +597,19 @@ class _Worker:
                     # Nothing new: caught up, unless the last page was full (a throttled stream answers empty
                     # pages). Otherwise polling on would spin until the budget is spent: an empty getMore's
                     # token moves with others' writes (MongoDB's postBatchResumeToken). Saved at the end.
+                    if unchecked and not self._written_after(held):
+                        held = replace(held, behind=False)
+                        backoff.arm(False)
+                    unchecked = False
                     if not backoff.armed or not backoff.wait():
                         self.run.caught_up = not backoff.armed
                         break
                     self.run.empty_retries += 1
                     continue
                 self._aggregate(page, stamper)
-                backoff.arm(page.token is not None and len(page.changes) >= self.settings.reports_page_size)
+                full = page.token is not None and len(page.changes) >= self.settings.reports_page_size
+                backoff.arm(full)
+                held, unchecked = replace(held, behind=full), False
                 if not self._save(held, source.name):
                     return held
                 saved = held
@@ -613,6 +625,18 @@ class _Worker:
         finally:
             source.close()
         return held
+
+    def _written_after(self, held: Lease) -> bool:
+        """Whether the feed holds a document received after the lease's checkpoint time (within the partition's
+        buckets where it has them; on Cosmos DB in any partition: a query cannot name a physical partition)."""
+        if held.checkpoint_time is None:
+            return True
+        feed, buckets = self.partition.feed, self.partition.buckets
+        query = {feed.time_field: {"$gt": held.checkpoint_time}}
+        if buckets is not None:
+            query.update(buckets.selector(BUCKET_FIELD))
+        found = with_retries(lambda: self.db[feed.collection].find_one(query, {"_id": 1}), self.policy)
+        return found is not None
 
     def _aggregate(self, page: Page, stamper: Stamper) -> None:
         written = self.wall_clock()

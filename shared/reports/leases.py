@@ -186,6 +186,9 @@ class Lease:
     owner: str | None = None
     version: int = 0
     created_at: datetime | None = None  # when the lease was made (the tally's first pass rolls up days from it)
+    # The last page read was full (more was waiting): a run that starts on an empty page then asks again rather
+    # than take it for caught up (a throttled Cosmos DB stream answers empty pages).
+    behind: bool = False
 
 
 def _lease(document: Mapping[str, Any]) -> Lease:
@@ -196,6 +199,7 @@ def _lease(document: Mapping[str, Any]) -> Lease:
         owner=document.get("owner"),
         version=int(document.get("version", 0)),
         created_at=document.get("created_at"),
+        behind=bool(document.get("behind", False)),
     )
 
 
@@ -471,6 +475,7 @@ def checkpoint(
     update = {
         "token": lease.token,
         "checkpoint_time": lease.checkpoint_time,
+        "behind": lease.behind,
         "source": source,
         "updated_at": now,
         "expires_at": now + lease_for,
