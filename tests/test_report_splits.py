@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from pymongo.errors import OperationFailure
 
 from shared import metrics
 from shared.instants import set_clock, utc_now
@@ -20,7 +21,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range
 from tests.api import opened, post_events, provisioned
-from tests.cosmos_fakes import CosmosTokens, QuietStream
+from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, cosmos_token
 from tests.report_client import set_setting
 
 MINUTE = timedelta(minutes=1)
@@ -309,3 +310,53 @@ def test_a_reply_naming_a_range_twice_is_an_error_counted(
 
     assert "overlap at ['1000', '2000'), ['2000', '3000')" in caplog.text
     assert counted == [(ACTIONS_FEED.key, "overlap")]
+
+
+def state_of(token: dict[str, Any]) -> Any:
+    return json.loads(token["_data"])["Continuation"][0]["State"]
+
+
+class RefusingInherited(QuietStream):
+    """A stream that opens on any token and refuses, at its first read, one holding the parent's position
+    "parent" (a store that checks a token only then)."""
+
+    def next_change(self) -> None:
+        if state_of(self.resume_token)["value"] == '"parent"':
+            raise OperationFailure("PartitionKeyRangeGone", code=280)
+
+
+def test_a_split_child_starts_from_its_parents_token_narrowed_to_its_range_or_recovers_if_it_is_refused(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Cosmos DB's own change feed clients carry a parent's continuation on to its children: a child reads its own
+    range from where its parent stopped, not every partition's writes since the parent's checkpoint time. A store
+    that refuses that position at the first read leaves the child to recover from the checkpoint time next run."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    cosmos = CosmosTokens(mock_db, partitions=1)
+    now = utc_now()
+    dispatched(cosmos, now)
+    parent_token = cosmos_token(0, EPK_TOP, position="parent")
+    mock_db[schema.LEASES].update_one(
+        {"range": ["", "FF"]}, {"$set": {"token": parent_token, "checkpoint_time": now - MINUTE}}
+    )
+    cosmos.split(0)
+
+    children = [p for p in dispatched(cosmos, now) if p.feed_range != ("", "FF")]
+
+    live = actions_leases(mock_db)
+    assert len(children) == 2
+    for child in children:
+        inherited = live[child.span]["token"]
+        assert feed_range(inherited) == child.feed_range
+        assert state_of(inherited) == state_of(parent_token)
+        assert live[child.span]["checkpoint_time"] == now - MINUTE
+
+    with caplog.at_level(logging.WARNING):
+        refused = process_partition(cosmos, children[0], now=now, settings=get_settings(), watch=RefusingInherited)
+    assert (refused.caught_up, refused.recovered) == (False, False)
+    assert "refused its saved position at its first read" in caplog.text
+    lease = actions_leases(mock_db)[children[0].span]
+    assert (lease["token"], lease["checkpoint_time"], lease["owner"]) == (None, now - MINUTE, None)
+
+    again = process_partition(cosmos, children[0], now=now + MINUTE, settings=get_settings(), watch=RefusingInherited)
+    assert (again.caught_up, again.recovered) == (True, True)

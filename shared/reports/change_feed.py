@@ -590,7 +590,13 @@ class _Worker:
         unchecked = held.behind
         try:
             while self._clock() < deadline:
-                page = source.next_page()
+                try:
+                    page = source.next_page()
+                except OperationFailure as refused:
+                    if is_transient(refused) or self.run.pages or self.run.recovered or held.token is None:
+                        raise
+                    held = self._position_refused(held, refused)
+                    break
                 if page is not None:
                     held = _advanced(held, page)
                 if page is None or not page.changes:
@@ -625,6 +631,21 @@ class _Worker:
         finally:
             source.close()
         return held
+
+    def _position_refused(self, held: Lease, refused: OperationFailure) -> Lease:
+        """The stream accepted the lease's token when it opened, then refused it at its first read (a store may
+        check a token only then: a split parent's, or a child's inherited one it does not take): the position
+        without the token, so the next run recovers from the checkpoint time instead of failing on it again."""
+        log.warning(
+            "reports: %s: the change stream refused its saved position at its first read (code %s: %s); the next "
+            "run recovers from the checkpoint time %s minus %ds",
+            self.partition.lease_id,
+            refused.code,
+            refused.details.get("errmsg") if refused.details else refused,
+            format_instant(held.checkpoint_time) if held.checkpoint_time else "(none: from the start)",
+            self.settings.reports_poll_overlap_seconds,
+        )
+        return replace(held, token=None)
 
     def _written_after(self, held: Lease) -> bool:
         """Whether the feed holds a document received after the lease's checkpoint time (within the partition's

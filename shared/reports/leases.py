@@ -16,8 +16,9 @@ lease of the same kind, whose checkpoint time is the end of the closed hours it 
 
 Layouts change: Cosmos DB splits a physical partition as its collection grows, and REPORTS_PARTITIONS can be
 changed. As Cosmos DB's change feed processor does, a new partition starts from the position of the partitions
-it replaces (its parents: the live leases whose ranges overlap its own), and a replaced lease is retired once
-every lease overlapping it has checkpointed; retired leases take part in nothing again.
+it replaces (its parents: the live leases whose ranges overlap its own; a split's child on Cosmos DB also takes
+its one parent's token, narrowed to its range), and a replaced lease is retired once the leases overlapping it
+cover its range and have checkpointed; retired leases take part in nothing again.
 """
 
 import uuid
@@ -235,7 +236,7 @@ def ensure_leases(
             "partition": partition.index,
             "of": partition.count,
             "start_token": start,
-            "token": _inherited_rollups(parents) if partition.feed.tally else None,
+            "token": _inherited_rollups(parents) if partition.feed.tally else _inherited_token(partition, parents),
             "checkpoint_time": _start_time(parents),
             "owner": None,
             "expires_at": None,
@@ -253,6 +254,21 @@ def ensure_leases(
         write_idempotent(db[schema.LEASES], ops, policy)
     _retire_replaced(db, [p for p, _ in wanted], live, now=now, policy=policy)
     return len(fresh)
+
+
+def _inherited_token(partition: Partition, parents: list[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A split child's first position on Cosmos DB: its one parent's token narrowed to the child's range, so it
+    reads its own range from where the parent stopped (a re-read of what its range received since the parent's
+    last checkpoint, no more). None (the child recovers from the checkpoint time) for a merge, a parent without a
+    token, or one whose range does not hold the child's."""
+    if not partition.cosmos or len(parents) != 1:
+        return None
+    [parent] = parents
+    kind, span = _span_of(parent)
+    token = parent.get("token")
+    if kind != "cosmos" or span is None or not isinstance(token, Mapping):
+        return None
+    return cosmos.narrowed_token(token, partition.span)
 
 
 def _inherited_rollups(parents: list[Mapping[str, Any]]) -> dict[str, datetime] | None:

@@ -118,6 +118,28 @@ def feed_range(token: Mapping[str, Any]) -> FeedRange:
     return low.upper(), high.upper()
 
 
+def narrowed_token(token: Mapping[str, Any], span: FeedRange) -> dict[str, Any] | None:
+    """A split parent's token narrowed to one child's feed range, its position (`State`) kept: where the child
+    starts, as Cosmos DB's own change feed clients carry a parent's continuation on to its children after a split
+    (the Azure SDKs' split tests: "a continuation token captured before a partition split must resume cleanly
+    across the split ... even on the post-split child partitions whose parent-partition token is reused"). The
+    API for MongoDB documents no such token: a store that refuses it at open leaves the child to recover by time
+    (shared/reports/change_feed.py). None for a token without one readable range, or a span outside it."""
+    data = token.get("_data")
+    try:
+        raw = bytes(data) if isinstance(data, bytes | bytearray) else base64.b64decode(str(data), validate=True)
+        document = json.loads(raw)
+        [continuation] = document["Continuation"]
+        value = continuation["FeedRange"]["value"]
+        if not (str(value["min"]).upper() <= span[0] and span[1] <= str(value["max"]).upper()):
+            return None
+        value["min"], value["max"] = span
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        return None
+    encoded = json.dumps(document, separators=(",", ":")).encode()
+    return {**token, "_data": encoded if isinstance(data, bytes | bytearray) else base64.b64encode(encoded).decode()}
+
+
 def ranges_overlap(a: FeedRange, b: FeedRange) -> bool:
     """Whether two [min, max) ranges of one key space share a key (hex strings of one width compare as numbers;
     Cosmos DB compares effective partition keys as strings, "" lowest)."""
