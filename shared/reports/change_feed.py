@@ -28,7 +28,11 @@ Cosmos DB's change streams, as its documentation describes them, and what this m
 - no deletes, no `operationType` in the output, order only within a shard key: aggregation recomputes
   buckets from source, so order and repeats do not matter;
 - a rejected resume token (expired, or its partition split): the partition polls from its checkpoint time
-  minus the overlap, then carries on with a new change stream opened before the polling began.
+  minus the overlap, then carries on with a new change stream opened before the polling began. A token the
+  stream takes when it opens but refuses at its first read is dropped, and the next run recovers so;
+- a split's child starts from its parent's token narrowed to its own feed range (shared/reports/leases.py), so
+  it re-reads only what its range received since the parent's last checkpoint;
+- a getMore goes through the one retry loop like every store call (`PyMongoReader`).
 """
 
 import json
