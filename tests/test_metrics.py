@@ -27,11 +27,12 @@ from shared.reports.leases import HEARTBEAT_TALLY
 from shared.reports.tally import hours_due
 from shared.settings import get_settings
 from shared.store import schema
+from shared.store.cosmos import feed_range
 from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable, count_matched, with_retries
 from tests.api import ago, closed, get_bottle, heartbeat, opened, post_events, provisioned
 from tests.checking import World, sweep_all
-from tests.cosmos_fakes import ThrottlingDatabase, throttled
+from tests.cosmos_fakes import CosmosTokens, ThrottlingDatabase, throttled
 from tests.report_client import run_round, set_setting
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
@@ -309,3 +310,20 @@ def test_a_feed_that_keeps_failing_shows_its_growing_lag(
     assert 30 * 60 <= run.lag_seconds[schema.BOTTLE_ACTIONS] < 30 * 60 + 10
     (_, actions_lag, _) = of(recorded(), metrics.REPORT_LAG)[(("feed", schema.BOTTLE_ACTIONS),)]
     assert actions_lag == run.lag_seconds[schema.BOTTLE_ACTIONS]
+
+
+def test_a_token_reply_leaving_a_range_out_is_counted_for_its_feed_as_a_gap(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
+) -> None:
+    """What `report-feed-ranges-uncovered` reads: one count per dispatch whose GetChangeStreamTokens reply left part
+    of a feed's hash space out, with the feed and the problem."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+
+    class Gap(CosmosTokens):
+        def tokens(self) -> list[dict[str, Any]]:
+            return [t for t in super().tokens() if feed_range(t)[0] != ""]  # the lowest range left out
+
+    change_feed.dispatch(Gap(mock_db, 2), now=utc_now(), settings=get_settings(), send=lambda m: None, on_cosmos=True)
+
+    counted = of(recorded(), metrics.REPORT_UNCOVERED)
+    assert counted == {(("feed", schema.BOTTLE_ACTIONS), ("problem", "gap")): 1}
