@@ -43,10 +43,10 @@ def test_update_returns_200_without_a_key_and_keeps_the_old_one(db):
 
 def test_an_update_reaches_devices_on_this_worker_at_once(db):
     key = provisioned()
-    post_events("bottle-1", key, heartbeat(ago(minutes=2)))  # caches the registry entry
+    post_events("bottle-1", key, opened(ago(minutes=2), event_id="before"))
     put_bottle("bottle-1", {**SPEC, "medication": "Tri-ox"})
-    post_events("bottle-1", key, opened(ago(minutes=1)))
-    assert db[schema.BOTTLE_ACTIONS].find_one()["medication"] == "Tri-ox"
+    post_events("bottle-1", key, opened(ago(minutes=1), event_id="after"))
+    assert db[schema.BOTTLE_ACTIONS].find_one({"event_id": "after"})["medication"] == "Tri-ox"
 
 
 def test_grace_defaults_to_60_minutes(db):

@@ -10,7 +10,6 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
-from shared.bottles.entries import forget_entry
 from shared.bottles.spec import BottleSpec
 from shared.bottles.status import registry_view
 from shared.device_keys import hash_key, new_device_key
@@ -100,7 +99,6 @@ def provision(
     window = Window(settings.heartbeat_window_hours)
     key = VersionedKey(after["key_hash"], after.get(KEY_VERSION_FIELD, 0))  # a bottle stored before versions: 0
     with_retries(lambda: _sync_heartbeat_document(db, bottle_id, spec, now=now, key=key, window=window), policy)
-    forget_entry(bottle_id)
     return Provisioned(
         created=created,
         bottle=registry_view(after),

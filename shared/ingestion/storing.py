@@ -5,8 +5,8 @@ key check and says they are all new; for anything else a findAndModify, whose re
 repeats are told apart: store_heartbeats), one bulk insert
 into `bottle_actions`, and one update of the bottle's status in `bottles`: a single statement, because Cosmos DB
 charges each statement that changes a document as a replace of the whole document. A request of heartbeats costs
-one write; an opened/closed event two (plus the bottle's read by a request with a dose, or by a worker that has
-not cached the bottle); a batch of any size at most three.
+one write; an opened/closed event two, plus the read of its bottle (which authenticates it: every request with
+actions reads it); a batch of any size at most three writes.
 """
 
 from collections.abc import Mapping
@@ -20,7 +20,7 @@ from pymongo import InsertOne, ReturnDocument, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.bottles.entries import RegistryEntry, forget_entry, read_bottle
+from shared.bottles.entries import RegistryEntry, read_bottle
 from shared.doses.due_tracking import after_doses, plan_of
 from shared.errors import Unauthorized
 from shared.heartbeat_document import (
@@ -192,7 +192,6 @@ def _read_for_key(db: Database[Any], bottle_id: str, key: Binary, policy: RetryP
     found = with_retries(lambda: collection.find_one({"_id": bottle_id, "bottle_id": bottle_id}), policy)
     stored_key = bytes((found or {}).get(KEY) or b"\0" * len(key))
     if not compare_digest(stored_key, bytes(key)) or found is None:
-        forget_entry(bottle_id)  # a cached registry entry may have accepted a key the bottle no longer has
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
     return dict(found)
 
