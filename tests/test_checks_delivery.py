@@ -283,6 +283,19 @@ def test_a_peak_longer_than_the_run_s_deadline_sends_none_twice_and_marks_every_
     assert not runs[-1].send_out_of_time
 
 
+def test_a_run_counts_as_queued_only_the_notifications_it_marked(world):
+    """An overlapping run of the partition marks them queued while this one sends them: both sent (at least once;
+    the consumer deduplicates), and this run marked none, so it counts none."""
+    pending_peak(world.db, 3, world.now)
+
+    def send_while_another_run_marks(message: str) -> None:
+        world.db[schema.NOTIFICATIONS].update_many({}, {"$set": {"delivery": "queued"}})
+
+    assert peak_run(world, send_while_another_run_marks).queued == 0
+    assert peak_run(world, send_while_another_run_marks).queued == 0  # and nothing is left pending to send
+    assert {n["delivery"] for n in world.notifications("left_open")} == {"queued"}
+
+
 def test_sending_stops_at_the_run_s_send_deadline_and_the_next_runs_send_the_rest(world, monkeypatch, caplog):
     set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "0.5")
     set_setting(monkeypatch, "REQUEST_DEADLINE_SECONDS", "0.2")
