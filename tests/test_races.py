@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from shared import device_keys
+from shared.reports.documents import action_parts
 from shared.store import schema
 from tests.api import ago, closed, get_bottle, heartbeat, iso, opened, post_events, provisioned, put_bottle
 from tests.heartbeats import counted
@@ -145,6 +146,9 @@ def test_an_open_and_a_close_at_one_instant_end_closed_in_either_order(db, order
     assert status()["last_action"] == "closed"
     assert status()["last_action_time"] == iso(moment).replace("Z", ".000Z")
     assert status()["open_since"] is None
+    # The reports read the same order: the hour's last readings are the close's.
+    [part] = action_parts(db[schema.BOTTLE_ACTIONS].find()).values()
+    assert (part.last_number_of_pills, part.last_mass_of_contents) == (29, 14.5)
 
 
 # --- unknown bottle versus wrong key ----------------------------------------------------------------------------

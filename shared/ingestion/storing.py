@@ -21,6 +21,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from shared.bottles.entries import RegistryEntry, read_bottle
+from shared.device_time import action_order
 from shared.doses.due_tracking import after_doses, plan_of
 from shared.errors import Unauthorized
 from shared.heartbeat_document import (
@@ -304,9 +305,7 @@ def _applied(collection: Collection[Any], write: tuple[dict[str, Any], dict[str,
 
 
 def _latest(actions: list[DeviceEvent]) -> DeviceEvent:
-    # At the same instant a close sorts after an open, in one request or across several in any order: the
-    # bottle ends closed.
-    return max(actions, key=lambda e: (e.time, e.type == "closed"))
+    return max(actions, key=lambda e: action_order(e.time, e.type))
 
 
 def _status_fields(latest: DeviceEvent) -> dict[str, Any]:
@@ -327,9 +326,9 @@ _VERSION = {"$inc": {"dose_seq": 1}}
 
 def status_writes(bottle_id: str, actions: list[DeviceEvent]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The status write of actions without a dose, as (filter, update)s to try in turn until one matches (their
-    filters exclude each other): guarded so an older event never moves the status backwards. The first matches a
-    bottle whose last action is older, or which has none; for a close, the second an open at the same instant
-    (rare: tried only when the first matched nothing).
+    filters exclude each other): guarded so an older event never moves the status backwards (`action_order`, as
+    filters). The first matches a bottle whose last action is older, or which has none; for a close, the second an
+    open at the same instant (rare: tried only when the first matched nothing).
 
     Two filters rather than one with a top-level `$or`: SecantusDB finds the document of a filter without a
     top-level operator by its `_id`, and scans the collection for one with it. `$not` matches a document without
@@ -347,9 +346,7 @@ def status_writes(bottle_id: str, actions: list[DeviceEvent]) -> list[tuple[dict
 def _moves_status(stored: Mapping[str, Any], latest: DeviceEvent) -> bool:
     """`status_writes`' filters, on the bottle as read."""
     last: datetime | None = stored.get("last_action_time")
-    if last is None or last < latest.time:
-        return True
-    return latest.type == "closed" and last == latest.time and stored.get("last_action") == "opened"
+    return last is None or action_order(last, stored.get("last_action")) < action_order(latest.time, latest.type)
 
 
 def computed_status_write(
