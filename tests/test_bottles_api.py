@@ -164,6 +164,20 @@ def test_get_shows_registry_and_live_status_but_never_the_key(db):
     }
 
 
+@pytest.mark.parametrize("change", ["the same spec", "another medication", "another owner", "a key rotation"])
+def test_putting_a_bottle_again_keeps_its_last_heartbeat(db, change):
+    """A PUT once unset the heartbeat document's `last` (listed among the earlier layout's fields), so the
+    bottle showed no heartbeat until its device's next one."""
+    key = provisioned("bottle-1")
+    t_beat = ago(minutes=20)
+    assert post_events("bottle-1", key, heartbeat(t_beat)).status == 202
+    spec = {"another medication": {**SPEC, "medication": "Tri-ox"}, "another owner": {**SPEC, "user_id": "u2"}}
+
+    assert put_bottle("bottle-1", spec.get(change, SPEC), rotate_key=change == "a key rotation").status == 200
+
+    assert get_bottle("bottle-1").body["status"]["last_heartbeat"] == format_instant(t_beat)
+
+
 def test_new_bottle_has_empty_status(db):
     provisioned("bottle-1", {**SPEC, "schedule": {"every_hours": 6}})
     status = get_bottle("bottle-1").body["status"]

@@ -162,8 +162,9 @@ class VersionedKey:
     version: int
 
 
-# Fields of the heartbeat document's earlier layout, dropped when a bottle is provisioned again (a migration).
-_FORMER_FIELDS = ("times", "late", "last", "key_hash", "received_at")
+# Fields of the heartbeat document's earlier layout, dropped when a bottle is provisioned again (a migration). Not
+# `last`: the newest heartbeat then as now (ring writes `$max` it), which the bottle's status shows.
+_FORMER_FIELDS = ("times", "late", "key_hash", "received_at")
 _OWNERSHIP = {"user_id": 1, OWNERS: 1, RING: 1, RING_TIME: 1}
 _SYNCED = {**_OWNERSHIP, KEY_VERSION: 1}
 MAX_REASSIGN_ROUNDS = 5

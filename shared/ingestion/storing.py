@@ -180,9 +180,10 @@ def store_heartbeats(
 def _fresh(guard: dict[str, Any], times: list[datetime]) -> dict[str, Any]:
     """The ring write's filter, matching only if every heartbeat of the request is new: `alive_at` (never moved
     back; at least every heartbeat time the bottle stored, and its provisioning time) before the start of the
-    earliest one's 5-minute slot, so no stored heartbeat shares a slot with any of them. (Not `last`: provisioning
-    a bottle again unsets it while its ring keeps its bits.) On SecantusDB an update whose filter has no top-level
-    operator finds its document by `_id`, where a findAndModify scans the collection."""
+    earliest one's 5-minute slot, so no stored heartbeat shares a slot with any of them. (Not `last`: a bottle
+    that never sent a heartbeat has none, where `alive_at` is set from its provisioning on.) On SecantusDB an
+    update whose filter has no top-level operator finds its document by `_id`, where a findAndModify scans the
+    collection."""
     return {**guard, ALIVE_AT: {"$lt": slot_start(min(times))}}
 
 
