@@ -47,10 +47,12 @@ class SendFailed(Exception):
 
 @dataclass(frozen=True)
 class Delivery:
-    """What a run's sending did: notifications it marked queued (their messages accepted), whether a send failed, and
-    whether the send deadline stopped it with notifications left to send."""
+    """What a run's sending did: notifications it marked queued (their messages accepted), how many pending ones it
+    found (at most its limit), whether a send failed, and whether the send deadline stopped it with notifications
+    left to send."""
 
     queued: int
+    found: int
     failed: bool
     out_of_time: bool = False
 
@@ -121,7 +123,7 @@ def send_pending(
                     partition.index,
                     partition.count,
                 )
-                return Delivery(queued, failed=False, out_of_time=True)
+                return Delivery(queued, len(pending), failed=False, out_of_time=True)
             batch = pending[start : start + MARK_BATCH]
             errors = list(pool.map(lambda n: _send_one(send, n), batch))
             accepted = [n for n, error in zip(batch, errors, strict=True) if error is None]
@@ -139,8 +141,8 @@ def send_pending(
                     partition.count,
                     first,
                 )
-                return Delivery(queued, failed=True)
-    return Delivery(queued, failed=False)
+                return Delivery(queued, len(pending), failed=True)
+    return Delivery(queued, len(pending), failed=False)
 
 
 def _send_one(send: Send, notification: Mapping[str, Any]) -> SendFailed | None:
