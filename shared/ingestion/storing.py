@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from hmac import compare_digest
-from typing import Any
+from typing import Any, Literal
 
 from bson import Binary
 from pymongo import InsertOne, ReturnDocument, UpdateOne
@@ -43,13 +43,9 @@ from shared.heartbeat_document import (
 from shared.ingestion.authentication import UNAUTHORIZED_MESSAGE
 from shared.ingestion.events import DeviceEvent
 from shared.store import schema
+from shared.store.optimistic import AGAIN, Round, until_landed
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
-from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries, write_idempotent
-
-# A ring write that keeps losing to concurrent writes of the same bottle (after a long gap) gives up: 503.
-MAX_RING_ROUNDS = 5
-# Likewise a status write computed from the bottle as read, when other writes keep changing it first.
-MAX_STATUS_ROUNDS = 5
+from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 
 
 @dataclass(frozen=True)
@@ -160,7 +156,8 @@ def store_heartbeats(
     fresh = _fresh(guard, times)
     if with_retries(lambda: collection.update_one(fresh, update), policy).matched_count == 1:
         return _new_heartbeats({}, placements)
-    for _round in range(MAX_RING_ROUNDS):
+
+    def ring_round() -> int | Literal[Round.AGAIN]:
         before = with_retries(
             lambda: collection.find_one_and_update(
                 guard, update, projection={RING: 1, RING_TIME: 1, "_id": 0}, return_document=ReturnDocument.BEFORE
@@ -174,7 +171,9 @@ def store_heartbeats(
             db, bottle_id, key, found, times=times, placed=placed, now=now, window=window, policy=policy
         ):
             return _new_heartbeats(found, placements)
-    raise StoreUnavailable("the heartbeat document kept changing during the write; retry", retry_after_s=1)
+        return AGAIN  # a concurrent write of the ring came between the read and the rewrite
+
+    return until_landed(ring_round, "the heartbeat document", policy)
 
 
 def _fresh(guard: dict[str, Any], times: list[datetime]) -> dict[str, Any]:
@@ -278,7 +277,7 @@ def store_status(
     Without a dose the write needs nothing read: its filter is the whole condition (`status_writes`). With one,
     it is computed from the bottle as read (`bottle`, or read here) and guarded by that state
     (`computed_status_write`); if another write changed the bottle in between, it matches nothing, and the
-    bottle is read again and the write computed again (at most MAX_STATUS_ROUNDS times, then 503: a retry is
+    bottle is read again and the write computed again (`until_landed`: a few rounds, then 503; a retry is
     safe). A write already applied (a retry whose first answer was lost, a repeated request) computes to
     nothing, and is not sent."""
     collection = db[schema.BOTTLES]
@@ -287,17 +286,20 @@ def store_status(
             if _applied(collection, guarded, policy):
                 return
         return
-    for _round in range(MAX_STATUS_ROUNDS):
-        found = bottle if bottle is not None else read_bottle(db, bottle_id, policy)
-        bottle = None
+    as_read = bottle  # the request's own read serves the first round only
+
+    def status_round() -> Literal[Round.AGAIN] | None:
+        nonlocal as_read
+        found = as_read if as_read is not None else read_bottle(db, bottle_id, policy)
+        as_read = None
         if found is None:  # bottles are never deleted: nothing to bring up to date
-            return
+            return None
         write = computed_status_write(found, actions, dose_history=dose_history)
-        if write is None:
-            return
-        if _applied(collection, write, policy):
-            return
-    raise StoreUnavailable("the bottle kept changing during its status write; retry", retry_after_s=1)
+        if write is None or _applied(collection, write, policy):
+            return None
+        return AGAIN
+
+    until_landed(status_round, "the bottle's status", policy)
 
 
 def _applied(collection: Collection[Any], write: tuple[dict[str, Any], dict[str, Any]], policy: RetryPolicy) -> bool:
