@@ -2,7 +2,7 @@
 the seeds' approach measured in the same run:
 
 - per heartbeat, per opened and per closed event (one event per request, the bottle's heartbeat document at
-  steady state, a cold worker): the app's commands, beside one insert per event. A heartbeat is one update of
+  steady state): the app's commands, beside one insert per event. A heartbeat is one update of
   its heartbeat document (a findAndModify, whose reply tells repeats, only when not every heartbeat is new); an
   opened or closed event is one read of its bottle (its key is checked against it, and a closed event with a
   dose has its status write computed from it), one insert of the action and one status
