@@ -28,7 +28,6 @@ from pymongo.database import Database
 from benchmarks.cost_meter import CostMeter
 from benchmarks.cost_model import Operation
 from benchmarks.harness import print_table
-from shared.bottles.entries import forget_all_entries
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
@@ -116,7 +115,7 @@ class Calibration:
         self._send(key, {**opened, "number_of_pills": 30}, now)
         beat = {"type": "heartbeat", "time": (now - timedelta(seconds=5)).isoformat()}
         heartbeat = "heartbeat: the app's update of its heartbeat document"
-        self.measure(heartbeat, lambda: self._send(key, beat, now, cold=False))
+        self.measure(heartbeat, lambda: self._send(key, beat, now))
         one = {"_id": BOTTLE, "bottle_id": BOTTLE}
         bottles, actions = db[schema.BOTTLES], db[schema.BOTTLE_ACTIONS]
         self.measure("point read of a bottle", lambda: bottles.find_one(one))
@@ -136,10 +135,8 @@ class Calibration:
         self.measure("delete of an action", lambda: actions.delete_one({"_id": copy["_id"], "bottle_id": BOTTLE}))
         return self.results
 
-    def _send(self, key: str, event: dict[str, Any], now: datetime, *, cold: bool = True) -> None:
-        """The app's ingestion of one event (a warm worker: the bottle's registry entry cached, one command)."""
-        if cold:
-            forget_all_entries()
+    def _send(self, key: str, event: dict[str, Any], now: datetime) -> None:
+        """The app's ingestion of one event."""
         body = json.dumps({"events": [event]}).encode()
         receive(self.db, BOTTLE, key, body, now=now, settings=self.settings)
 
@@ -186,7 +183,6 @@ def calibrate(
         with calibration_store(db, settings, on_cosmos=cosmos.is_cosmos_uri(uri)):
             return Calibration(db, meter, settings, charge_of).run(now or utc_now())
     finally:
-        forget_all_entries()
         client.close()
         meter.close()
 

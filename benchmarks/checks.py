@@ -38,7 +38,6 @@ from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
 from benchmarks.harness import installed_store, print_table, seeding_database
-from shared.bottles.entries import forget_all_entries
 from shared.doses.due_tracking import plan_of
 from shared.heartbeat_document import (
     ALIVE_AT,
@@ -250,7 +249,6 @@ def run(fleets: list[Fleet] | None = None) -> str:
             name = f"bench_checks_{number}"
             with fresh_database(uri, name) as (db, tally), seeding_database(uri, name) as seeding:
                 seed(seeding, fleet.bottles, fleet.in_trouble)
-                forget_all_entries()
                 for kind in KINDS:
                     rows += _rows(fleet.bottles, fleet.in_trouble, kind, db, tally, baseline=kind in fleet.baseline)
                 if fleet.then_in_trouble:

@@ -2,10 +2,10 @@
 the seeds' approach measured in the same run:
 
 - per heartbeat, per opened and per closed event (one event per request, the bottle's heartbeat document at
-  steady state, a cold worker): the app's commands, beside one insert per event. A heartbeat is one update of
+  steady state): the app's commands, beside one insert per event. A heartbeat is one update of
   its heartbeat document (a findAndModify, whose reply tells repeats, only when not every heartbeat is new); an
-  opened or closed event is one read of its bottle (a cold worker's registry read, which a closed event with a
-  dose makes on any worker: its status write is computed from it), one insert of the action and one status
+  opened or closed event is one read of its bottle (its key is checked against it, and a closed event with a
+  dose has its status write computed from it), one insert of the action and one status
   update of the bottle, a single statement (Cosmos DB charges every statement that changes a document as a
   replace of it: the five statements a closed event used to send came to ~22 RU);
 - per report consumer change, at the design's density (each bottle heard from every 30 minutes, the consumer
@@ -40,7 +40,6 @@ from benchmarks.cost_model import Operation, UnitCost, combine
 from benchmarks.design_scale import Measured
 from benchmarks.harness import installed_store, print_table
 from benchmarks.reports import NaiveConsumer, provision_fleet
-from shared.bottles.entries import forget_all_entries
 from shared.ingestion.receive import receive
 from shared.instants import set_clock
 from shared.notifications.documents import KINDS
@@ -136,7 +135,6 @@ def ingestion_costs(bottles: int, rounds: int) -> tuple[dict[str, PerUnit], dict
                                "mass_of_contents": 14.5, "number_of_pills": 29, "pills_taken": 1},
                 }  # fmt: skip
                 for kind, event in events.items():
-                    forget_all_entries()  # a cold worker: an opened/closed event reads its bottle's registry entry
                     with clock_at(at + timedelta(seconds=3)), meter.labelled(kind):
                         response = ingestion._post(_request(bottle_id, key, event))
                     assert response.status_code == 202, response.get_body()
@@ -298,7 +296,6 @@ def sweep_costs(bottles: int, in_trouble: int) -> tuple[dict[str, PerUnit], dict
     results: dict[str, PerUnit] = {}
     with metered_store(check_bench.SETTINGS) as (db, meter):
         check_bench.seed(db, bottles, in_trouble)
-        forget_all_entries()
         meter.recording = True
         for kind in KINDS:
             with meter.labelled(f"seeds {kind}"):

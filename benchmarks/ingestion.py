@@ -24,8 +24,9 @@ the batch was compared with single inserts only).
 The baseline is the seeds' approach as a whole request, paying what the app's request pays for the same contract:
 the same HTTP function layer (the route's id check, the error mapping, the invocation log line, the JSON answer),
 the same body checks (size, media type, key shape, every event validated), the device key checked against the
-bottle's registry entry (the app's per-worker registry cache, warm: the cheapest way the seeds could
-authenticate a device and copy the owner and medication onto each event, as their sample documents carry them),
+bottle's registry entry (held in memory for every bottle: the cheapest way the seeds could authenticate a device
+and copy the owner and medication onto each event, as their sample documents carry them; the app reads the bottle
+for each request with an opened/closed event, as a rotated-out key must be refused on every worker at once),
 and then one insert per event (or one `insert_many` a request) under the same retry policy and request
 deadline, idempotent (`_id` is the bottle and the event id, so a retried request stores nothing twice), into a
 collection with the index the seeds' per-bottle queries need (`(bottle_id, time)`). Both approaches, and the
@@ -62,7 +63,8 @@ from benchmarks.harness import (
 from functions.bottles import provision_bottle
 from functions.device_events import post_events
 from functions.responses import handles_errors, json_response
-from shared.bottles.entries import BOTTLE_FIELDS, REGISTRY_CACHE, RegistryEntry, forget_all_entries
+from shared.bottles.entries import BOTTLE_FIELDS, RegistryEntry
+from shared.device_keys import hash_key, same_hash
 from shared.heartbeat_document import (
     ALIVE_AT,
     LAST,
@@ -181,8 +183,8 @@ def requests(keys: dict[str, str], events: list[dict[str, Any]], batch: int) -> 
 @handles_errors
 def seeds_post_events(req: func.HttpRequest) -> func.HttpResponse:
     """The seeds' approach as a whole request (the module's docstring says what it pays and why): the app's
-    function layer and body checks, the device key checked against the bottle's registry entry (cached per
-    worker), then one idempotent insert per event, retried within the request's deadline."""
+    function layer and body checks, the device key checked against the bottle's registry entry (held in
+    memory: `_seeds_entry`), then one idempotent insert per event, retried within the request's deadline."""
     return _seeds_request(req, one_command=False)
 
 
@@ -202,12 +204,25 @@ def _seeds_request(req: func.HttpRequest, *, one_command: bool) -> func.HttpResp
     events = parse_events(decode_json(body), now, timedelta(days=settings.max_event_age_days))
     policy = RetryPolicy.for_request(settings)
     db = get_database()
-    registry, _bottle = authenticate(db, bottle_id, key, settings.registry_cache_seconds, policy)
+    registry = _seeds_entry(db, bottle_id, key, policy)
     inserts = [InsertOne(seeds_document(registry, event, now)) for event in events]
     groups = [inserts] if one_command else [[insert] for insert in inserts]
     stored = sum(sum(write_idempotent(db[SEEDS_EVENTS.name], group, policy)) for group in groups)
     log_invocation(log, "post_events", bottle_id=bottle_id, stored=stored, duplicates=len(events) - stored)
     return json_response(202, {"stored": stored, "duplicates": len(events) - stored})
+
+
+# The seeds' registry entries by bottle: read once, then held (the baseline's cheapest authentication).
+_SEEDS_REGISTRY: dict[str, RegistryEntry] = {}
+
+
+def _seeds_entry(db: Database[Any], bottle_id: str, key: str, policy: RetryPolicy) -> RegistryEntry:
+    """The bottle's registry entry from the seeds' memory if it takes this key, else read (and then held)."""
+    entry = _SEEDS_REGISTRY.get(bottle_id)
+    if entry is None or not same_hash(entry.key_hash, hash_key(key)):
+        entry, _bottle = authenticate(db, bottle_id, key, policy)
+        _SEEDS_REGISTRY[bottle_id] = entry
+    return entry
 
 
 def seeds_document(bottle: RegistryEntry, event: DeviceEvent, now: datetime) -> dict[str, Any]:
@@ -254,7 +269,7 @@ def batches(events: int, bottles: int) -> str:
     with secantus_store(get_settings().mongodb_database) as (db, tally):  # the database the app's functions use
         _create_seeds_index(db)
         keys = provision(bottles)
-        # Warm workers, both ways: the registry cache holds every bottle, the heartbeat documents have a ring.
+        # Warm, both ways: the seeds hold every bottle's registry entry, the heartbeat documents have a ring.
         post_all(keys, device_events(2 * bottles, start - timedelta(hours=1)), 1)
         seeds_post_all(keys, device_events(bottles, start - timedelta(hours=2)))
         single, many = device_events(events, start), device_events(events, start + timedelta(hours=6))
@@ -383,13 +398,11 @@ def _steady_heartbeats(template: dict[str, Any], fleet: SteadyFleet, n: int, win
 
 
 def _warm_registry(fleet: SteadyFleet) -> None:
-    """Every bottle's registry entry in the worker's cache, as a worker serving the fleet has them (both
-    approaches authenticate an action, the seeds every event, against it)."""
-    forget_all_entries()
-    ttl = get_settings().registry_cache_seconds
+    """Every bottle's registry entry in the seeds' memory, as a seeds worker serving the fleet would hold them."""
+    _SEEDS_REGISTRY.clear()
     for n in range(fleet.bottles):
         bottle_id = fleet.bottle_id(n)
-        REGISTRY_CACHE.put(RegistryEntry(bottle_id, fleet.user_id(n), "Cordrazine", fleet.key_hash), ttl)
+        _SEEDS_REGISTRY[bottle_id] = RegistryEntry(bottle_id, fleet.user_id(n), "Cordrazine", fleet.key_hash)
 
 
 def _posting(
@@ -501,14 +514,13 @@ def steady_state(bottles: int, events: int, start: datetime) -> list[Measurement
         seeds, app = fleet.stream(events), fleet.stream(events, offset=events)
         _warm_registry(fleet)
         rows = [measure(SEEDS_SINGLE, events, tally, _posting(seeds_post_events, fleet, seeds))]
-        _warm_registry(fleet)
         rows.append(measure(APP_SINGLE, events, tally, _posting(_post, fleet, app)))
         rows.append(measure(FLOOR, events, tally, _floor(db, fleet, fleet.stream(events, offset=2 * events))))
         rows.append(measure("store floor: insert_one of a small document", events, tally, _inserts(db, events)))
         few = max(10, events // 40)  # it scans the collection: a few are enough to show it
         name = "store floor: findAndModify of a heartbeat document"
         rows.append(measure(name, few, tally, _find_and_modify(db, fleet, few)))
-    forget_all_entries()
+    _SEEDS_REGISTRY.clear()
     return rows
 
 

@@ -32,7 +32,6 @@ from typing import Any
 from pymongo.database import Database
 
 from benchmarks.harness import print_table, secantus_store
-from shared.bottles.entries import forget_all_entries
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
@@ -67,7 +66,6 @@ def run_consumer(db: Any, settings: Settings, *, now: Any) -> int:
 def provision_fleet(db: Database[Any], users: int, now: datetime) -> dict[str, str]:
     """Three bottles per user; returns each bottle's device key."""
     keys = {}
-    forget_all_entries()
     for u in range(users):
         for b in range(3):
             spec = BottleSpec.model_validate(

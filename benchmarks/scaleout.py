@@ -33,7 +33,6 @@ from typing import Any
 
 from benchmarks import checks as check_fleet
 from benchmarks.harness import print_table
-from shared.bottles.entries import forget_all_entries
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
@@ -111,7 +110,6 @@ def _workers(uri: str, count: int) -> Iterator[tuple[Any, Any]]:
 def _ingest_backlog(db: Any, bottles: int, hours: int) -> int:
     """Provision the fleet, then each bottle's half-hourly heartbeats and an opened/closed pair per hour,
     one request per bottle-hour; returns the events stored."""
-    forget_all_entries()
     settings, now = _settings(), utc_now()
     keys = {}
     for b in range(bottles):

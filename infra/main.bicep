@@ -115,7 +115,6 @@ var appSettings = {
   MONGODB_CONNECTION_STRING: '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.mongoSecretUri})'
   MONGODB_DATABASE: databaseName
   MAX_EVENT_AGE_DAYS: '30'
-  REGISTRY_CACHE_SECONDS: '60'
   HEARTBEAT_WINDOW_HOURS: '24'
   // The collections' TTL (modules/cosmos.bicep) is deployed from the same parameters.
   ACTIONS_RETENTION_DAYS: string(actionsRetentionDays)

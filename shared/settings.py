@@ -25,12 +25,6 @@ class Settings(BaseSettings):
     max_event_age_days: int = Field(
         default=30, ge=1, le=365, description="Oldest device event accepted (offline buffering), in days."
     )
-    registry_cache_seconds: float = Field(
-        default=60.0,
-        ge=0,
-        le=3600,
-        description="How long a worker caches a bottle's registry entry (and so how long a rotated key lingers).",
-    )
     heartbeat_window_hours: int = Field(
         default=24,
         # The heartbeat tally counts an hour from the ring some minutes after the hour closed (SETTLE, then its

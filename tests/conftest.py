@@ -1,5 +1,5 @@
 """Fixtures: a fresh store per test (mongomock, and SecantusDB in-process for the integration runs),
-settings from a clean environment, the registry cache emptied between tests, Azurite's queue service for the
+settings from a clean environment, Azurite's queue service for the
 queue tests, and every sorted query checked against the declared indexes. PILLBOTTLE_TEST_CLOCK_START places
 the wall clock (below)."""
 
@@ -16,7 +16,6 @@ from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
 from shared import instants
-from shared.bottles.entries import forget_all_entries
 from shared.instants import hour_of, set_clock
 from shared.settings import Settings, get_settings
 from shared.store import client as store
@@ -143,17 +142,15 @@ def sort_audit() -> Iterator[SortAudit]:
 
 @pytest.fixture(autouse=True)
 def clean_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test starts from default settings with fast retries, and no cached bottles."""
+    """Every test starts from default settings with fast retries."""
     for name, field in Settings.model_fields.items():
         alias = field.validation_alias  # the host's own names: AzureWebJobsStorage, ...
         monkeypatch.delenv(alias if isinstance(alias, str) else name.upper(), raising=False)
     monkeypatch.setenv("STORE_RETRY_BASE_MS", "1")
     get_settings.cache_clear()
-    forget_all_entries()
     yield
     store.use_client(None)
     get_settings.cache_clear()
-    forget_all_entries()
 
 
 @pytest.fixture

@@ -43,10 +43,10 @@ def test_update_returns_200_without_a_key_and_keeps_the_old_one(db):
 
 def test_an_update_reaches_devices_on_this_worker_at_once(db):
     key = provisioned()
-    post_events("bottle-1", key, heartbeat(ago(minutes=2)))  # caches the registry entry
+    post_events("bottle-1", key, opened(ago(minutes=2), event_id="before"))
     put_bottle("bottle-1", {**SPEC, "medication": "Tri-ox"})
-    post_events("bottle-1", key, opened(ago(minutes=1)))
-    assert db[schema.BOTTLE_ACTIONS].find_one()["medication"] == "Tri-ox"
+    post_events("bottle-1", key, opened(ago(minutes=1), event_id="after"))
+    assert db[schema.BOTTLE_ACTIONS].find_one({"event_id": "after"})["medication"] == "Tri-ox"
 
 
 def test_grace_defaults_to_60_minutes(db):
@@ -162,6 +162,20 @@ def test_get_shows_registry_and_live_status_but_never_the_key(db):
         "last_dose_time": format_instant(t_close),
         "next_dose_due": format_instant(t_close + timedelta(hours=8)),
     }
+
+
+@pytest.mark.parametrize("change", ["the same spec", "another medication", "another owner", "a key rotation"])
+def test_putting_a_bottle_again_keeps_its_last_heartbeat(db, change):
+    """A PUT once unset the heartbeat document's `last` (listed among the earlier layout's fields), so the
+    bottle showed no heartbeat until its device's next one."""
+    key = provisioned("bottle-1")
+    t_beat = ago(minutes=20)
+    assert post_events("bottle-1", key, heartbeat(t_beat)).status == 202
+    spec = {"another medication": {**SPEC, "medication": "Tri-ox"}, "another owner": {**SPEC, "user_id": "u2"}}
+
+    assert put_bottle("bottle-1", spec.get(change, SPEC), rotate_key=change == "a key rotation").status == 200
+
+    assert get_bottle("bottle-1").body["status"]["last_heartbeat"] == format_instant(t_beat)
 
 
 def test_new_bottle_has_empty_status(db):

@@ -10,8 +10,11 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import mongomock
 import pytest
+from pymongo.errors import OperationFailure
 
+from shared import metrics
 from shared.notifications import checks, delivery
 from shared.notifications import documents as notifications
 from shared.notifications.documents import Episode
@@ -281,6 +284,69 @@ def test_a_peak_longer_than_the_run_s_deadline_sends_none_twice_and_marks_every_
     assert {n["delivery"] for n in world.notifications("left_open")} == {"queued"}
     assert sum(r.queued for r in runs) == 300
     assert not runs[-1].send_out_of_time
+
+
+def test_a_run_counts_as_queued_only_the_notifications_it_marked(world):
+    """An overlapping run of the partition marks them queued while this one sends them: both sent (at least once;
+    the consumer deduplicates), and this run marked none, so it counts none."""
+    pending_peak(world.db, 3, world.now)
+
+    def send_while_another_run_marks(message: str) -> None:
+        world.db[schema.NOTIFICATIONS].update_many({}, {"$set": {"delivery": "queued"}})
+
+    assert peak_run(world, send_while_another_run_marks).queued == 0
+    assert peak_run(world, send_while_another_run_marks).queued == 0  # and nothing is left pending to send
+    assert {n["delivery"] for n in world.notifications("left_open")} == {"queued"}
+
+
+def recorded_pending(monkeypatch) -> list[int | None]:
+    """What each check run records as left pending (metrics.check_run's `pending`)."""
+    seen: list[int | None] = []
+
+    def check_run(kind, *, partition, budget_exhausted, pending):
+        seen.append(pending)
+
+    monkeypatch.setattr(metrics, "check_run", check_run)
+    return seen
+
+
+def test_a_run_at_its_cap_reports_what_is_left_pending_though_another_run_marked_one(world, monkeypatch):
+    """It sent all 3 it could and marked 2: fewer marked than its cap must not read as "sent everything"."""
+    set_setting(monkeypatch, "QUEUE_MESSAGES_PER_PARTITION", "3")
+    pending_peak(world.db, 5, world.now)
+    seen = recorded_pending(monkeypatch)
+    first = [True]
+
+    def send_while_another_run_marks_one(message: str) -> None:
+        try:
+            first.pop()
+        except IndexError:
+            return
+        notification_id = json.loads(message)["notification_id"]
+        world.db[schema.NOTIFICATIONS].update_one({"_id": notification_id}, {"$set": {"delivery": "queued"}})
+
+    assert peak_run(world, send_while_another_run_marks_one).queued == 2
+    assert seen == [2]
+
+
+def test_a_fault_counting_what_is_left_pending_does_not_fail_a_run_that_sent(world, monkeypatch, caplog):
+    """The sends are done and marked: a query fault (not an outage) in the count that follows leaves the count
+    unknown, logged with its trace, and the run stands (failing it would only run it again)."""
+    set_setting(monkeypatch, "QUEUE_MESSAGES_PER_PARTITION", "2")
+    ids = pending_peak(world.db, 3, world.now)
+    seen = recorded_pending(monkeypatch)
+
+    def faulty_count(*args, **kwargs):
+        raise OperationFailure("unknown operator: $bad", code=2)
+
+    monkeypatch.setattr(mongomock.Collection, "count_documents", faulty_count)
+    queue = SlowQueue(0)
+
+    assert peak_run(world, queue).queued == 2
+    assert seen == [None]
+    assert len(queue.messages) == 2
+    assert set(queue.messages) <= set(ids)
+    assert "pending notifications not counted" in caplog.text
 
 
 def test_sending_stops_at_the_run_s_send_deadline_and_the_next_runs_send_the_rest(world, monkeypatch, caplog):

@@ -15,7 +15,6 @@ import mongomock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.bottles.entries import forget_all_entries
 from shared.notifications.documents import KINDS
 from shared.settings import get_settings
 from shared.store import client as store
@@ -114,7 +113,6 @@ def fresh_world() -> World:
     db = client[get_settings().mongodb_database]
     ensure_store(db, get_settings(), on_cosmos=False)
     store.use_client(client)
-    forget_all_entries()
     return World(db, START)
 
 

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from shared import device_keys
+from shared.ingestion import authentication, storing
+from shared.reports.documents import action_parts
 from shared.store import schema
 from tests.api import ago, closed, get_bottle, heartbeat, iso, opened, post_events, provisioned, put_bottle
 from tests.heartbeats import counted
@@ -145,6 +147,33 @@ def test_an_open_and_a_close_at_one_instant_end_closed_in_either_order(db, order
     assert status()["last_action"] == "closed"
     assert status()["last_action_time"] == iso(moment).replace("Z", ".000Z")
     assert status()["open_since"] is None
+    # The reports read the same order: the hour's last readings are the close's.
+    [part] = action_parts(db[schema.BOTTLE_ACTIONS].find()).values()
+    assert (part.last_number_of_pills, part.last_mass_of_contents) == (29, 14.5)
+
+
+# --- a bottle that keeps changing -------------------------------------------------------------------------------
+
+
+def test_a_bottle_that_keeps_changing_answers_503_with_a_jittered_retry_after(db, monkeypatch):
+    """Every read of the bottle is followed by another writer's change, so each dose's guarded status write loses
+    every round: 503, and the devices that met it are not all told to come back in the same second."""
+    key = provisioned()
+    real = authentication.read_bottle  # type: ignore[attr-defined]
+
+    def read_then_changed(*args: Any) -> Any:
+        found = real(*args)
+        db[schema.BOTTLES].update_one({"_id": "bottle-1"}, {"$inc": {"dose_seq": 1}})
+        return found
+
+    monkeypatch.setattr(authentication, "read_bottle", read_then_changed)
+    monkeypatch.setattr(storing, "read_bottle", read_then_changed)
+    answers = [post_events("bottle-1", key, closed(ago(minutes=5), event_id=f"c-{n}")) for n in range(20)]
+
+    assert {a.status for a in answers} == {503}
+    waits = {int(a.headers["Retry-After"]) for a in answers}
+    assert min(waits) >= 1
+    assert len(waits) > 1
 
 
 # --- unknown bottle versus wrong key ----------------------------------------------------------------------------

@@ -13,7 +13,6 @@ import mongomock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.bottles.entries import forget_all_entries
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
@@ -64,7 +63,6 @@ class History:
     def __init__(self) -> None:
         self.db: Any = mongomock.MongoClient(tz_aware=True)["property"]
         ensure_store(self.db, SETTINGS, on_cosmos=False)
-        forget_all_entries()
         self.keys = {b: self._provision(b, f"u{i % 2}", START) for i, b in enumerate(BOTTLES)}
 
     def _provision(self, bottle_id: str, user_id: str, now: datetime) -> str:

@@ -13,9 +13,9 @@ from pymongo.errors import (
     OperationFailure,
 )
 
-from functions import device_events
+from functions import bottles, device_events
 from shared.store import cosmos, retries, schema
-from tests.api import ago, closed, get_bottle, heartbeat, opened, post_events, provisioned
+from tests.api import SPEC, ago, closed, get_bottle, heartbeat, opened, post_events, provisioned, put_bottle
 from tests.cosmos_fakes import ThrottlingDatabase, throttled
 from tests.heartbeats import counted
 
@@ -202,3 +202,23 @@ def test_throttle_delay_is_read_from_bulk_write_errors_too():
     assert cosmos.throttle_delay_ms(error) == 250
     assert retries.is_transient(error)
     assert cosmos.throttle_delay_ms(OperationFailure("duplicate", code=11000)) is None
+
+
+@pytest.mark.parametrize("change", ["a key rotation", "a new owner"])
+def test_a_throttled_heartbeat_document_write_of_a_put_is_retried_alone(db, monkeypatch, change):
+    """The key copy (a rotation) or the owner's record (a reassignment) is throttled once: that write alone is
+    retried, not the heartbeat document's upsert before it (a write, charged again), and the PUT answers."""
+    key = provisioned()
+    fake = ThrottlingDatabase(db, {f"{schema.BOTTLE_HEARTBEATS}.update_one": 1})
+    monkeypatch.setattr(bottles, "get_database", lambda: fake)
+    rotate = change == "a key rotation"
+
+    response = put_bottle("bottle-1", SPEC if rotate else {**SPEC, "user_id": "u2"}, rotate_key=rotate)
+
+    assert response.status == 200
+    assert fake.calls.count(f"{schema.BOTTLE_HEARTBEATS}.update_one") == 2  # throttled, then applied
+    assert fake.calls.count(f"{schema.BOTTLE_HEARTBEATS}.find_one_and_update") == 1  # the upsert, once
+    device_key = response.body["device_key"] if rotate else key
+    assert post_events("bottle-1", device_key, heartbeat(ago(minutes=1))).status == 202
+    document = db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})
+    assert document["user_id"] == ("willcross1024" if rotate else "u2")

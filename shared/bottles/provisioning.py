@@ -3,14 +3,13 @@ its device key, restart its dose tracking when the schedule changes, and keep it
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
-from shared.bottles.entries import forget_entry
 from shared.bottles.spec import BottleSpec
 from shared.bottles.status import registry_view
 from shared.device_keys import hash_key, new_device_key
@@ -33,6 +32,7 @@ from shared.heartbeat_document import (
 )
 from shared.settings import Settings
 from shared.store import schema
+from shared.store.optimistic import AGAIN, Round, until_landed
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
 
@@ -89,7 +89,7 @@ def provision(
             policy,
         )
         if before is None:  # bottles are never deleted: only a store that lost the insert gets here
-            raise StoreUnavailable("the bottle was not found after its insert; retry", retry_after_s=1)
+            raise StoreUnavailable("the bottle was not found after its insert; retry", policy.contended_retry_after())
         # Our own insert, applied by an attempt whose answer was lost: still a create, and this key is its key.
         created = before.get("key_hash") == key_hash and before.get("provisioned_at") == now
         if not created and _schedule_changed(before, registry):
@@ -99,8 +99,7 @@ def provision(
             after |= _rotate(db, bottle_id, key_hash, now=now, policy=policy)
     window = Window(settings.heartbeat_window_hours)
     key = VersionedKey(after["key_hash"], after.get(KEY_VERSION_FIELD, 0))  # a bottle stored before versions: 0
-    with_retries(lambda: _sync_heartbeat_document(db, bottle_id, spec, now=now, key=key, window=window), policy)
-    forget_entry(bottle_id)
+    _sync_heartbeat_document(db, bottle_id, spec, now=now, key=key, window=window, policy=policy)
     return Provisioned(
         created=created,
         bottle=registry_view(after),
@@ -127,7 +126,9 @@ def _rotate(db: Database[Any], bottle_id: str, key_hash: str, *, now: datetime, 
         policy,
     )
     if after is None:  # bottles are never deleted: only a store that lost the bottle gets here
-        raise StoreUnavailable("the bottle was not found during its key rotation; retry", retry_after_s=1)
+        raise StoreUnavailable(
+            "the bottle was not found during its key rotation; retry", policy.contended_retry_after()
+        )
     return dict(after)
 
 
@@ -164,15 +165,22 @@ class VersionedKey:
     version: int
 
 
-# Fields of the heartbeat document's earlier layout, dropped when a bottle is provisioned again (a migration).
-_FORMER_FIELDS = ("times", "late", "last", "key_hash", "received_at")
+# Fields of the heartbeat document's earlier layout, dropped when a bottle is provisioned again (a migration). Not
+# `last`: the newest heartbeat then as now (ring writes `$max` it), which the bottle's status shows.
+_FORMER_FIELDS = ("times", "late", "key_hash", "received_at")
 _OWNERSHIP = {"user_id": 1, OWNERS: 1, RING: 1, RING_TIME: 1}
 _SYNCED = {**_OWNERSHIP, KEY_VERSION: 1}
-MAX_REASSIGN_ROUNDS = 5
 
 
 def _sync_heartbeat_document(
-    db: Database[Any], bottle_id: str, spec: BottleSpec, *, now: datetime, key: VersionedKey, window: Window
+    db: Database[Any],
+    bottle_id: str,
+    spec: BottleSpec,
+    *,
+    now: datetime,
+    key: VersionedKey,
+    window: Window,
+    policy: RetryPolicy,
 ) -> None:
     """Create the bottle's heartbeat document with `alive_at` = provisioning time (a bottle that never
     sends a heartbeat is silent from then on), and keep its medication and key current: one write.
@@ -197,41 +205,42 @@ def _sync_heartbeat_document(
         "$unset": dict.fromkeys(_FORMER_FIELDS, ""),
     }
 
-    def upsert() -> dict[str, Any] | None:
-        """The document after the upsert; None where a concurrent PUT's create won the race (a duplicate key,
-        or, on some stores, an upsert that answers no document): it exists now, and the next try updates it."""
+    def upsert() -> dict[str, Any] | Literal[Round.AGAIN]:
+        """The document after the upsert; AGAIN where a concurrent PUT's create won the race (a duplicate key,
+        or, on some stores, an upsert that answers no document): it exists now, and the next round updates it."""
         try:
-            found = collection.find_one_and_update(
-                {"_id": bottle_id, "bottle_id": bottle_id},
-                update,
-                projection=_SYNCED,
-                upsert=True,
-                return_document=ReturnDocument.AFTER,
+            found = with_retries(
+                lambda: collection.find_one_and_update(
+                    {"_id": bottle_id, "bottle_id": bottle_id},
+                    update,
+                    projection=_SYNCED,
+                    upsert=True,
+                    return_document=ReturnDocument.AFTER,
+                ),
+                policy,
             )
         except DuplicateKeyError:
-            return None
-        return None if found is None else dict(found)
+            return AGAIN
+        return AGAIN if found is None else dict(found)
 
-    for _try in range(MAX_REASSIGN_ROUNDS):
-        document = upsert()
-        if document is not None:
-            break
-    else:
-        raise StoreUnavailable("the heartbeat document kept changing during provisioning; retry", retry_after_s=1)
+    document = until_landed(upsert, "the heartbeat document", policy)
     if document.get(KEY_VERSION, -1) < key.version:
-        _copy_key(collection, bottle_id, key)
+        _copy_key(collection, bottle_id, key, policy)
     if document["user_id"] != spec.user_id:
-        _reassign(collection, bottle_id, document, spec.user_id, now=now, window=window)
+        _reassign(collection, bottle_id, document, spec.user_id, now=now, window=window, policy=policy)
 
 
-def _copy_key(collection: Collection[Any], bottle_id: str, key: VersionedKey) -> None:
+def _copy_key(collection: Collection[Any], bottle_id: str, key: VersionedKey, policy: RetryPolicy) -> None:
     """Write the key into the heartbeat document unless it holds the same or a newer version: a PUT that read the
     bottle before a rotation (and so holds the old key) cannot put it back after the rotation's copy. Matching
     nothing is the newer copy winning; a copy of the earlier layout has no version and is replaced."""
     older = {"$or": [{KEY_VERSION: {"$lt": key.version}}, {KEY_VERSION: {"$exists": False}}]}
-    collection.update_one(
-        {"_id": bottle_id, "bottle_id": bottle_id, **older},
-        {"$set": {KEY: key_digest(key.key_hash), KEY_VERSION: key.version}},
+    with_retries(
+        lambda: collection.update_one(
+            {"_id": bottle_id, "bottle_id": bottle_id, **older},
+            {"$set": {KEY: key_digest(key.key_hash), KEY_VERSION: key.version}},
+        ),
+        policy,
     )
 
 
@@ -243,6 +252,7 @@ def _reassign(
     *,
     now: datetime,
     window: Window,
+    policy: RetryPolicy,
 ) -> None:
     """Record that `user_id` owns the bottle from `now`, so the reports count each heartbeat for whoever owned
     the bottle at its time: a reassigned bottle's earlier heartbeats stay with its earlier owner.
@@ -252,22 +262,27 @@ def _reassign(
     under its new owner. The write moves `r` on, and so writes the ring as ring writes do; it is guarded by what
     it read, and a retried PUT finds the owner already recorded."""
     key = {"_id": bottle_id, "bottle_id": bottle_id}
-    for _round in range(MAX_REASSIGN_ROUNDS):
+    as_read: dict[str, Any] | None = document
+
+    def reassign_round() -> Literal[Round.AGAIN] | None:
+        nonlocal as_read
+        current = as_read if as_read is not None else with_retries(lambda: collection.find_one(key, _OWNERSHIP), policy)
+        as_read = None
+        if current is None or current["user_id"] == user_id:  # already recorded (a retried PUT, a racing one)
+            return None
         oldest = window.start(hour_number(now)) - MAX_FUTURE_SKEW
-        earlier = [o for o in document.get(OWNERS) or [] if o["until"] > oldest]
-        earlier.append({"user_id": document["user_id"], "until": now})
+        earlier = [o for o in current.get(OWNERS) or [] if o["until"] > oldest]
+        earlier.append({"user_id": current["user_id"], "until": now})
         fields: dict[str, Any] = {
             "user_id": user_id,
             USER_BUCKET: bucket_of(user_id),
             OWNERS: earlier,
-            RING: rewritten_ring(document, [], now, window),
-            RING_TIME: max(now, document.get(RING_TIME) or now),
+            RING: rewritten_ring(current, [], now, window),
+            RING_TIME: max(now, current.get(RING_TIME) or now),
         }
-        guard = {**key, **{name: document.get(name) for name in _OWNERSHIP}}
-        if collection.update_one(guard, {"$set": fields}).matched_count == 1:
-            return
-        found = collection.find_one(key, _OWNERSHIP)
-        if found is None or found["user_id"] == user_id:
-            return
-        document = found
-    raise StoreUnavailable("the heartbeat document kept changing during the reassignment; retry", retry_after_s=1)
+        guard = {**key, **{name: current.get(name) for name in _OWNERSHIP}}
+        if with_retries(lambda: collection.update_one(guard, {"$set": fields}), policy).matched_count == 1:
+            return None
+        return AGAIN
+
+    until_landed(reassign_round, "the heartbeat document", policy)

@@ -5,7 +5,7 @@ from typing import Any
 
 from pymongo.database import Database
 
-from shared.bottles.entries import RegistryEntry, cached_entry, load_entry
+from shared.bottles.entries import RegistryEntry, entry_of, read_bottle
 from shared.device_keys import MAX_KEY_LENGTH, hash_key, same_hash
 from shared.errors import Unauthorized
 from shared.store.retries import RetryPolicy
@@ -22,27 +22,17 @@ def check_key_shape(device_key: str | None) -> str:
 
 
 def authenticate(
-    db: Database[Any],
-    bottle_id: str,
-    device_key: str | None,
-    cache_ttl_s: float,
-    policy: RetryPolicy,
-    *,
-    fresh: bool = False,
-) -> tuple[RegistryEntry, dict[str, Any] | None]:
+    db: Database[Any], bottle_id: str, device_key: str | None, policy: RetryPolicy
+) -> tuple[RegistryEntry, dict[str, Any]]:
     """The registry entry of a bottle whose device presented the right key, and the bottle as read (registry and
-    status fields) when this call read it; Unauthorized otherwise.
+    status fields); Unauthorized otherwise.
 
-    Served from the worker's cache when it can be, unless `fresh` (the caller needs the bottle's status, so
-    reads it anyway, and the key is checked against that read); a key the cached entry rejects is checked
-    against the database once (the key may just have been rotated on another worker). An unknown bottle and a
-    wrong key take the same steps (one registry read, one hash, one constant-time comparison), so neither the
-    answer nor its timing tells them apart."""
+    The bottle is read for every request that needs it (one point read, ~1 RU), never taken from a per-worker
+    cache: a rotation answers after its write, so from then on every worker reads the new key, and a revoked key
+    is refused for every event kind at once. An unknown bottle and a wrong key take the same steps (one read,
+    one hash, one constant-time comparison), so neither the answer nor its timing tells them apart."""
     presented = hash_key(check_key_shape(device_key))
-    cached = None if fresh else cached_entry(bottle_id)
-    if cached is not None and same_hash(cached.key_hash, presented):
-        return cached, None
-    entry, bottle = load_entry(db, bottle_id, cache_ttl_s, policy)
-    if not same_hash(entry.key_hash if entry is not None else _NO_KEY, presented) or entry is None:
+    bottle = read_bottle(db, bottle_id, policy)
+    if not same_hash(bottle["key_hash"] if bottle is not None else _NO_KEY, presented) or bottle is None:
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
-    return entry, bottle
+    return entry_of(bottle), bottle

@@ -30,9 +30,8 @@ def receive(
 
     Validation needs no database, so it comes before anything is read or written; its answers say
     nothing about the registry. A request of heartbeats only is authenticated by its own write; one
-    with actions reads the registry entry (cached per worker) for their owner and medication, and one with a
-    dose reads the bottle in any case (its status write is computed from the bottle's dose tracking), which is
-    then also what the key is checked against."""
+    with actions reads the bottle (one point read): the key is checked against it, their owner and medication
+    come from it, and a dose's status write is computed from it."""
     check_size(body)
     check_media_type(content_type)
     key = check_key_shape(device_key)
@@ -40,8 +39,7 @@ def receive(
     policy = RetryPolicy.for_request(settings)
     registry, bottle = None, None
     if any(e.type != "heartbeat" for e in events):
-        fresh = any(e.is_dose for e in events)
-        registry, bottle = authenticate(db, bottle_id, key, settings.registry_cache_seconds, policy, fresh=fresh)
+        registry, bottle = authenticate(db, bottle_id, key, policy)
     return ingest_events(
         db,
         bottle_id,

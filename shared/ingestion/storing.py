@@ -5,22 +5,23 @@ key check and says they are all new; for anything else a findAndModify, whose re
 repeats are told apart: store_heartbeats), one bulk insert
 into `bottle_actions`, and one update of the bottle's status in `bottles`: a single statement, because Cosmos DB
 charges each statement that changes a document as a replace of the whole document. A request of heartbeats costs
-one write; an opened/closed event two (plus the bottle's read by a request with a dose, or by a worker that has
-not cached the bottle); a batch of any size at most three.
+one write; an opened/closed event two, plus the read of its bottle (which authenticates it: every request with
+actions reads it); a batch of any size at most three writes.
 """
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from hmac import compare_digest
-from typing import Any
+from typing import Any, Literal
 
 from bson import Binary
 from pymongo import InsertOne, ReturnDocument, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.bottles.entries import RegistryEntry, forget_entry, read_bottle
+from shared.bottles.entries import RegistryEntry, read_bottle
+from shared.device_time import action_order
 from shared.doses.due_tracking import after_doses, plan_of
 from shared.errors import Unauthorized
 from shared.heartbeat_document import (
@@ -42,13 +43,9 @@ from shared.heartbeat_document import (
 from shared.ingestion.authentication import UNAUTHORIZED_MESSAGE
 from shared.ingestion.events import DeviceEvent
 from shared.store import schema
+from shared.store.optimistic import AGAIN, Round, until_landed
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
-from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries, write_idempotent
-
-# A ring write that keeps losing to concurrent writes of the same bottle (after a long gap) gives up: 503.
-MAX_RING_ROUNDS = 5
-# Likewise a status write computed from the bottle as read, when other writes keep changing it first.
-MAX_STATUS_ROUNDS = 5
+from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 
 
 @dataclass(frozen=True)
@@ -159,7 +156,8 @@ def store_heartbeats(
     fresh = _fresh(guard, times)
     if with_retries(lambda: collection.update_one(fresh, update), policy).matched_count == 1:
         return _new_heartbeats({}, placements)
-    for _round in range(MAX_RING_ROUNDS):
+
+    def ring_round() -> int | Literal[Round.AGAIN]:
         before = with_retries(
             lambda: collection.find_one_and_update(
                 guard, update, projection={RING: 1, RING_TIME: 1, "_id": 0}, return_document=ReturnDocument.BEFORE
@@ -173,15 +171,18 @@ def store_heartbeats(
             db, bottle_id, key, found, times=times, placed=placed, now=now, window=window, policy=policy
         ):
             return _new_heartbeats(found, placements)
-    raise StoreUnavailable("the heartbeat document kept changing during the write; retry", retry_after_s=1)
+        return AGAIN  # a concurrent write of the ring came between the read and the rewrite
+
+    return until_landed(ring_round, "the heartbeat document", policy)
 
 
 def _fresh(guard: dict[str, Any], times: list[datetime]) -> dict[str, Any]:
     """The ring write's filter, matching only if every heartbeat of the request is new: `alive_at` (never moved
     back; at least every heartbeat time the bottle stored, and its provisioning time) before the start of the
-    earliest one's 5-minute slot, so no stored heartbeat shares a slot with any of them. (Not `last`: provisioning
-    a bottle again unsets it while its ring keeps its bits.) On SecantusDB an update whose filter has no top-level
-    operator finds its document by `_id`, where a findAndModify scans the collection."""
+    earliest one's 5-minute slot, so no stored heartbeat shares a slot with any of them. (Not `last`: a bottle
+    that never sent a heartbeat has none, where `alive_at` is set from its provisioning on.) On SecantusDB an
+    update whose filter has no top-level operator finds its document by `_id`, where a findAndModify scans the
+    collection."""
     return {**guard, ALIVE_AT: {"$lt": slot_start(min(times))}}
 
 
@@ -192,7 +193,6 @@ def _read_for_key(db: Database[Any], bottle_id: str, key: Binary, policy: RetryP
     found = with_retries(lambda: collection.find_one({"_id": bottle_id, "bottle_id": bottle_id}), policy)
     stored_key = bytes((found or {}).get(KEY) or b"\0" * len(key))
     if not compare_digest(stored_key, bytes(key)) or found is None:
-        forget_entry(bottle_id)  # a cached registry entry may have accepted a key the bottle no longer has
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
     return dict(found)
 
@@ -277,7 +277,7 @@ def store_status(
     Without a dose the write needs nothing read: its filter is the whole condition (`status_writes`). With one,
     it is computed from the bottle as read (`bottle`, or read here) and guarded by that state
     (`computed_status_write`); if another write changed the bottle in between, it matches nothing, and the
-    bottle is read again and the write computed again (at most MAX_STATUS_ROUNDS times, then 503: a retry is
+    bottle is read again and the write computed again (`until_landed`: a few rounds, then 503; a retry is
     safe). A write already applied (a retry whose first answer was lost, a repeated request) computes to
     nothing, and is not sent."""
     collection = db[schema.BOTTLES]
@@ -286,17 +286,20 @@ def store_status(
             if _applied(collection, guarded, policy):
                 return
         return
-    for _round in range(MAX_STATUS_ROUNDS):
-        found = bottle if bottle is not None else read_bottle(db, bottle_id, policy)
-        bottle = None
+    as_read = bottle  # the request's own read serves the first round only
+
+    def status_round() -> Literal[Round.AGAIN] | None:
+        nonlocal as_read
+        found = as_read if as_read is not None else read_bottle(db, bottle_id, policy)
+        as_read = None
         if found is None:  # bottles are never deleted: nothing to bring up to date
-            return
+            return None
         write = computed_status_write(found, actions, dose_history=dose_history)
-        if write is None:
-            return
-        if _applied(collection, write, policy):
-            return
-    raise StoreUnavailable("the bottle kept changing during its status write; retry", retry_after_s=1)
+        if write is None or _applied(collection, write, policy):
+            return None
+        return AGAIN
+
+    until_landed(status_round, "the bottle's status", policy)
 
 
 def _applied(collection: Collection[Any], write: tuple[dict[str, Any], dict[str, Any]], policy: RetryPolicy) -> bool:
@@ -305,9 +308,7 @@ def _applied(collection: Collection[Any], write: tuple[dict[str, Any], dict[str,
 
 
 def _latest(actions: list[DeviceEvent]) -> DeviceEvent:
-    # At the same instant a close sorts after an open, in one request or across several in any order: the
-    # bottle ends closed.
-    return max(actions, key=lambda e: (e.time, e.type == "closed"))
+    return max(actions, key=lambda e: action_order(e.time, e.type))
 
 
 def _status_fields(latest: DeviceEvent) -> dict[str, Any]:
@@ -328,9 +329,9 @@ _VERSION = {"$inc": {"dose_seq": 1}}
 
 def status_writes(bottle_id: str, actions: list[DeviceEvent]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The status write of actions without a dose, as (filter, update)s to try in turn until one matches (their
-    filters exclude each other): guarded so an older event never moves the status backwards. The first matches a
-    bottle whose last action is older, or which has none; for a close, the second an open at the same instant
-    (rare: tried only when the first matched nothing).
+    filters exclude each other): guarded so an older event never moves the status backwards (`action_order`, as
+    filters). The first matches a bottle whose last action is older, or which has none; for a close, the second an
+    open at the same instant (rare: tried only when the first matched nothing).
 
     Two filters rather than one with a top-level `$or`: SecantusDB finds the document of a filter without a
     top-level operator by its `_id`, and scans the collection for one with it. `$not` matches a document without
@@ -348,9 +349,7 @@ def status_writes(bottle_id: str, actions: list[DeviceEvent]) -> list[tuple[dict
 def _moves_status(stored: Mapping[str, Any], latest: DeviceEvent) -> bool:
     """`status_writes`' filters, on the bottle as read."""
     last: datetime | None = stored.get("last_action_time")
-    if last is None or last < latest.time:
-        return True
-    return latest.type == "closed" and last == latest.time and stored.get("last_action") == "opened"
+    return last is None or action_order(last, stored.get("last_action")) < action_order(latest.time, latest.type)
 
 
 def computed_status_write(

@@ -177,7 +177,7 @@ def run_check(
     run.queued, run.send_failed, run.send_out_of_time = sent.queued, sent.failed, sent.out_of_time
     all_sent = not (sent.failed or sent.out_of_time)
     pending = _still_pending(
-        db, kind, partition, sent=run.queued, all_sent=all_sent, limit=limit, policy=sending.request_policy()
+        db, kind, partition, found=sent.found, all_sent=all_sent, limit=limit, policy=sending.request_policy()
     )
     exhausted = not run.complete or sent.out_of_time
     metrics.check_run(kind, partition=_label(partition), budget_exhausted=exhausted, pending=pending)
@@ -202,12 +202,20 @@ def _label(partition: BucketRange) -> str:
 
 
 def _still_pending(
-    db: Database[Any], kind: Kind, partition: BucketRange, *, sent: int, all_sent: bool, limit: int, policy: RetryPolicy
+    db: Database[Any],
+    kind: Kind,
+    partition: BucketRange,
+    *,
+    found: int,
+    all_sent: bool,
+    limit: int,
+    policy: RetryPolicy,
 ) -> int | None:
     """The partition's notifications of `kind` left pending after delivery: none when every send succeeded below
-    its cap (it sent all it found), else counted with one query over the delivery_pending index (None if that
-    fails: the run's work is done and stays done)."""
-    if all_sent and sent < limit:
+    its cap (it sent all it found), else counted with one query over the delivery_pending index. None if that
+    fails, an outage or a fault alike (a fault is logged with its trace): the run's sends and marks are done and
+    stay done, and failing the run for a figure would only run it again."""
+    if all_sent and found < limit:
         return 0
     try:
         return with_retries(
@@ -215,6 +223,9 @@ def _still_pending(
         )
     except StoreUnavailable as error:
         log.warning("%s %s: pending notifications not counted: %s", kind, _label(partition), error)
+        return None
+    except PyMongoError:
+        log.exception("%s %s: pending notifications not counted: a database fault", kind, _label(partition))
         return None
 
 

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pymongo import InsertOne, UpdateOne
+from pymongo import UpdateOne
 from pymongo.database import Database
 
 from shared.instants import format_instant
 from shared.notifications.documents import PENDING, QUEUED, Kind
 from shared.store import schema
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
-from shared.store.retries import RetryPolicy, with_retries, write_idempotent
+from shared.store.retries import RetryPolicy, count_matched, with_retries
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,12 @@ class SendFailed(Exception):
 
 @dataclass(frozen=True)
 class Delivery:
-    """What a run's sending did: messages the queue accepted (and marked queued), whether a send failed, and
-    whether the send deadline stopped it with notifications left to send."""
+    """What a run's sending did: notifications it marked queued (their messages accepted), how many pending ones it
+    found (at most its limit), whether a send failed, and whether the send deadline stopped it with notifications
+    left to send."""
 
     queued: int
+    found: int
     failed: bool
     out_of_time: bool = False
 
@@ -121,7 +123,7 @@ def send_pending(
                     partition.index,
                     partition.count,
                 )
-                return Delivery(queued, failed=False, out_of_time=True)
+                return Delivery(queued, len(pending), failed=False, out_of_time=True)
             batch = pending[start : start + MARK_BATCH]
             errors = list(pool.map(lambda n: _send_one(send, n), batch))
             accepted = [n for n, error in zip(batch, errors, strict=True) if error is None]
@@ -139,8 +141,8 @@ def send_pending(
                     partition.count,
                     first,
                 )
-                return Delivery(queued, failed=True)
-    return Delivery(queued, failed=False)
+                return Delivery(queued, len(pending), failed=True)
+    return Delivery(queued, len(pending), failed=False)
 
 
 def _send_one(send: Send, notification: Mapping[str, Any]) -> SendFailed | None:
@@ -154,14 +156,13 @@ def _send_one(send: Send, notification: Mapping[str, Any]) -> SendFailed | None:
 
 
 def _mark_queued(db: Database[Any], sent: list[Mapping[str, Any]], *, now: datetime, policy: RetryPolicy) -> int:
-    """Mark notifications whose messages the queue accepted. How many were marked."""
-    marks: list[InsertOne[Any] | UpdateOne] = [
+    """Mark notifications whose messages the queue accepted. How many this run marked: one an overlapping run
+    of the partition marked first is not counted (its message went out twice; the consumer deduplicates)."""
+    marks = [
         UpdateOne(
             {"_id": n["_id"], "user_id": n["user_id"], "delivery": PENDING},
             {"$set": {"delivery": QUEUED, "queued_at": now}},
         )
         for n in sent
     ]
-    if marks:
-        write_idempotent(db[schema.NOTIFICATIONS], marks, policy)
-    return len(sent)
+    return count_matched(db[schema.NOTIFICATIONS], marks, policy)

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pymongo import InsertOne, UpdateOne
 from pymongo.collection import Collection
@@ -45,7 +45,8 @@ from shared.reports.documents import (
     same_content,
 )
 from shared.store import schema
-from shared.store.retries import RetryPolicy, StoreUnavailable, count_matched, with_retries, write_idempotent
+from shared.store.optimistic import AGAIN, Round, until_landed
+from shared.store.retries import RetryPolicy, count_matched, with_retries, write_idempotent
 
 T = TypeVar("T")
 UserHour = tuple[str, datetime]
@@ -54,7 +55,6 @@ Window = tuple[datetime, datetime]
 
 MILLISECOND = timedelta(milliseconds=1)
 CLAUSES_PER_QUERY = 200  # ids per `$in` query: keeps each request small on Cosmos DB
-MAX_CONFLICT_ROUNDS = 5
 _ACTION_FIELDS = dict.fromkeys(
     [
         *("bottle_id", "user_id", "medication", "time", "action", "event_id"),
@@ -226,7 +226,9 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
     pending = parts
     written = 0
     changed: set[UserHour] = set()
-    for _round in range(MAX_CONFLICT_ROUNDS):
+
+    def hourly_round() -> tuple[int, set[UserHour]] | Literal[Round.AGAIN]:
+        nonlocal pending, written
         stored = _load_by_id(collection, [hourly_id(u, h) for u, h in pending], policy)
         writes: list[GuardedWrite] = []
         op_keys: list[UserHour] = []
@@ -245,12 +247,14 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
                 op_keys.append((user_id, hour))
         outcomes = write_guarded(collection, writes, policy)
         written += sum(outcomes)
-        changed |= {key for key, ok in zip(op_keys, outcomes, strict=True) if ok}
+        changed.update(key for key, ok in zip(op_keys, outcomes, strict=True) if ok)
         conflicts |= {key for key, ok in zip(op_keys, outcomes, strict=True) if not ok}
         if not conflicts:
             return written, changed
         pending = refreshed_parts(db, {key: pending[key] for key in conflicts}, policy)
-    raise StoreUnavailable("hourly reports kept changing during the update; try again", retry_after_s=1)
+        return AGAIN
+
+    return until_landed(hourly_round, "hourly reports", policy)
 
 
 def refreshed_parts(db: Database[Any], parts: Parts, policy: RetryPolicy) -> Parts:
@@ -366,7 +370,9 @@ def refresh_daily(db: Database[Any], user_days: set[UserDay], policy: RetryPolic
     collection = db[schema.USER_DAILY_REPORTS]
     pending = set(user_days)
     written = 0
-    for _round in range(MAX_CONFLICT_ROUNDS):
+
+    def daily_round() -> int | Literal[Round.AGAIN]:
+        nonlocal pending, written
         if not pending:
             return written
         stored = _load_by_id(collection, [daily_id(u, d) for u, d in pending], policy)
@@ -390,9 +396,9 @@ def refresh_daily(db: Database[Any], user_days: set[UserDay], policy: RetryPolic
         outcomes = write_guarded(collection, writes, policy)
         written += sum(outcomes)
         pending = conflicts | {key for key, ok in zip(op_keys, outcomes, strict=True) if not ok}
-    if not pending:
-        return written
-    raise StoreUnavailable("daily reports kept changing during the update; try again", retry_after_s=1)
+        return AGAIN if pending else written
+
+    return until_landed(daily_round, "daily reports", policy)
 
 
 def _load_hourly_days(db: Database[Any], user_days: set[UserDay], policy: RetryPolicy) -> dict[UserDay, list[Document]]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.device_time import MAX_FUTURE_SKEW
+from shared.device_time import MAX_FUTURE_SKEW, action_order
 from shared.heartbeat_document import LATE_AT, LATE_FLAG, MINUTE, OWNERS, hour_start, minutes_of, ring_hours
 from shared.instants import day_of, hour_of
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
@@ -57,9 +57,9 @@ class ActionPart:
     last_mass_of_contents: float
 
 
-def _event_order(action: Mapping[str, Any]) -> tuple[datetime, bool, str]:
-    # At the same instant a close sorts after an open, as the bottle's status does.
-    return action["time"], action["action"] == "closed", str(action.get("event_id", ""))
+def _event_order(action: Mapping[str, Any]) -> tuple[tuple[datetime, bool], str]:
+    # The bottle's status order (a close after an open of its instant); the event id settles the rest.
+    return action_order(action["time"], action["action"]), str(action.get("event_id", ""))
 
 
 def action_parts(actions: Iterable[Mapping[str, Any]]) -> dict[str, ActionPart]:

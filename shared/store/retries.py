@@ -166,15 +166,19 @@ class RetryPolicy:
 
     def retry_after_s(self, attempt: int, error: BaseException) -> int:
         """What a 503 tells the client, jittered so a fleet of devices does not come back at the same second.
-        Throttled: the server's hint (at least 1 s) plus 0 to THROTTLED_SPREAD_S seconds, a spread that widens
-        with the process's recent throttling up to OUTAGE_RETRY_AFTER_SECONDS; unreachable: the outage delay
-        plus up to as much again."""
+        Throttled: `contended_retry_after` from the server's hint; unreachable: the outage delay plus up to as
+        much again."""
         if throttle_delay_ms(error) is not None:
-            hint = max(1, math.ceil(_hint_s(error)))
-            widest = max(THROTTLED_SPREAD_S, self.outage_retry_after_s)
-            spread = THROTTLED_SPREAD_S + self.throttling.rate() * (widest - THROTTLED_SPREAD_S)
-            return hint + self.rng.randint(0, int(spread))
+            return self.contended_retry_after(max(1, math.ceil(_hint_s(error))))
         return self.outage_retry_after()
+
+    def contended_retry_after(self, at_least_s: int = 1) -> int:
+        """The Retry-After of a 503 that a short wait cures (throttling, a document that kept changing under
+        optimistic writes): `at_least_s` plus 0 to THROTTLED_SPREAD_S seconds, a spread that widens with the
+        process's recent throttling up to OUTAGE_RETRY_AFTER_SECONDS."""
+        widest = max(THROTTLED_SPREAD_S, self.outage_retry_after_s)
+        spread = THROTTLED_SPREAD_S + self.throttling.rate() * (widest - THROTTLED_SPREAD_S)
+        return at_least_s + self.rng.randint(0, int(spread))
 
     def outage_retry_after(self) -> int:
         return self.outage_retry_after_s + self.rng.randint(0, self.outage_retry_after_s)

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from shared.bottles import entries
 from shared.doses.due_tracking import plan_of, review_update
-from shared.ingestion import storing
+from shared.ingestion import authentication, storing
 from shared.store import schema
 from tests.api import Response, closed, opened, post_events
 from tests.checking import FakeQueue, World, sweep_all
@@ -47,7 +46,7 @@ class Reads:
         self._first = threading.local()
         self._after_first = after_first
         self._lock = threading.Lock()
-        real = entries.read_bottle
+        real = authentication.read_bottle  # type: ignore[attr-defined]
 
         def reading(*args: Any) -> Any:
             found = real(*args)
@@ -61,7 +60,7 @@ class Reads:
                     self._after_first()
             return found
 
-        monkeypatch.setattr(entries, "read_bottle", reading)  # the registry read (authentication)
+        monkeypatch.setattr(authentication, "read_bottle", reading)  # the registry read (authentication)
         monkeypatch.setattr(storing, "read_bottle", reading)  # a read again after a conflict
 
 
@@ -247,14 +246,14 @@ def test_a_bottle_that_keeps_changing_gets_503_and_the_device_retry_stores_the_s
     def another_write() -> None:
         world.db[schema.BOTTLES].update_one({"_id": "bottle-1"}, {"$inc": {"dose_seq": 1}})
 
-    real = entries.read_bottle
+    real = authentication.read_bottle  # type: ignore[attr-defined]
 
     def read_then_changed(*args: Any) -> Any:
         found = real(*args)
         another_write()
         return found
 
-    monkeypatch.setattr(entries, "read_bottle", read_then_changed)
+    monkeypatch.setattr(authentication, "read_bottle", read_then_changed)
     monkeypatch.setattr(storing, "read_bottle", read_then_changed)
     dose = closed(MORNING + timedelta(minutes=5), event_id="c-1")
 
@@ -263,7 +262,7 @@ def test_a_bottle_that_keeps_changing_gets_503_and_the_device_retry_stores_the_s
     assert response.status == 503
     assert int(response.headers["Retry-After"]) >= 1
     assert bottle(world).get("doses") is None  # the action is stored; the status waits for the retry
-    monkeypatch.setattr(entries, "read_bottle", real)
+    monkeypatch.setattr(authentication, "read_bottle", real)
     monkeypatch.setattr(storing, "read_bottle", real)
 
     assert send(world, dose)().body == {"stored": 0, "duplicates": 1}
