@@ -86,6 +86,7 @@ class Partition:
     second: int = -1  # which second `spent` is of
     charged: float = 0.0  # request units charged ever
     throttled: int = 0  # operations refused ever
+    share: float | None = None  # its share of the collection's autoscale maximum (RU/s), when it has one
     keys: Counter[int] = field(default_factory=Counter, repr=False)  # documents per shard key hash it holds
 
     def holds(self, key_hash: int) -> bool:
@@ -119,6 +120,12 @@ class Collection:
     shard_key: str | None
     partitions: list[Partition]
     documents: dict[Key, Stored] = field(default_factory=dict)
+    key_bytes: Counter[int] = field(default_factory=Counter, repr=False)  # bytes per shard key hash (logical)
+    autoscale_max: float | None = None  # the collection's autoscale maximum RU/s (scaled), when it has one
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.bytes for p in self.partitions)
 
     def partition_of(self, key_hash: int) -> Partition:
         return next(p for p in self.partitions if p.holds(key_hash))
@@ -151,8 +158,10 @@ class PartitionMaps:
         auto_split: bool,
         shard_key_of: Callable[[str, str], str | None],
         clock: Callable[[], float],
+        logical_limit_bytes: int | None = None,
     ) -> None:
         self.limit_bytes = limit_bytes
+        self.logical_limit_bytes = logical_limit_bytes
         self.ru_per_second = ru_per_second
         self.initial_partitions = initial_partitions
         self.auto_split = auto_split
@@ -201,6 +210,9 @@ class PartitionMaps:
             if old is not None:
                 holder = collection.partition_of(old.key_hash)
                 holder.bytes -= old.size
+                collection.key_bytes[old.key_hash] -= old.size
+                if collection.key_bytes[old.key_hash] <= 0:
+                    del collection.key_bytes[old.key_hash]
                 holder.keys[old.key_hash] -= 1
                 if not holder.keys[old.key_hash]:
                     del holder.keys[old.key_hash]
@@ -213,8 +225,10 @@ class PartitionMaps:
             partition = collection.partition_of(stored.key_hash)
             partition.bytes += stored.size
             partition.keys[stored.key_hash] += 1
+            collection.key_bytes[stored.key_hash] += stored.size
             # One logical partition (one shard key value) never spans two physical ones: a split cannot relieve
-            # a partition that holds one key (Cosmos DB caps a logical partition at 20 GB instead; not modelled).
+            # a partition that holds one key (Cosmos DB caps a logical partition at 20 GB instead:
+            # `logical_limit_bytes`, which the proxy checks before a write).
             splittable = collection.shard_key is not None and len(partition.keys) > 1
             if self.auto_split and partition.bytes > self.limit_bytes and splittable:
                 return self._split(collection, partition)
@@ -261,12 +275,28 @@ class PartitionMaps:
 
     # --- throughput ---
 
+    def logical_overflow(self, collection: Collection, added: dict[int, int]) -> tuple[int, int] | None:
+        """(shard key hash, bytes it would hold) of the first logical partition that `added` bytes per key hash
+        would take past `logical_limit_bytes` (Cosmos DB's 20 GB, scaled), or None."""
+        with self._lock:
+            if self.logical_limit_bytes is None or collection.shard_key is None:
+                return None
+            for key_hash, size in added.items():
+                total = collection.key_bytes.get(key_hash, 0) + size
+                if size > 0 and total > self.logical_limit_bytes:
+                    return key_hash, total
+            return None
+
+    def budget(self, partition: Partition) -> float:
+        """A partition's RU per second now: its own throughput, or less, its share of an autoscale maximum."""
+        return self.ru_per_second if partition.share is None else min(self.ru_per_second, partition.share)
+
     def throttled_for_ms(self, partitions: Iterable[Partition]) -> int | None:
         """Milliseconds until every given partition has budget again, or None if all have some now."""
         with self._lock:
             now = self._clock()
             second = math.floor(now)
-            if any(p.second == second and p.spent >= self.ru_per_second for p in partitions):
+            if any(p.second == second and p.spent >= self.budget(p) for p in partitions):
                 return max(1, math.ceil((second + 1 - now) * 1000))
             return None
 
@@ -287,6 +317,10 @@ class PartitionMaps:
                     partition.second, partition.spent = second, 0.0
                 partition.spent += share
                 partition.charged += share
+
+    def documents_of(self, collection: Collection) -> list[tuple[Key, Stored]]:
+        with self._lock:
+            return list(collection.documents.items())
 
     def collections(self) -> list[Collection]:
         with self._lock:
