@@ -854,3 +854,78 @@ def test_a_write_must_give_a_document_its_shard_key_and_never_change_it(cosmos, 
     assert refusals == [61, 61, 61, 66, 66, 66]
     assert actions.find_one({"_id": "bottle-1|0"}) == {**action("bottle-1"), "note": "kept"}
     assert actions.count_documents({}) == 2
+
+
+AUTOSCALE = "https://learn.microsoft.com/azure/cosmos-db/provision-throughput-autoscale"
+
+
+def test_an_autoscale_maximum_forces_partitions_and_is_the_collections_throughput(secantus_uri, clock, monkeypatch):
+    """LIMITS: "Maximum RUs per partition (logical & physical) | 10,000": a maximum of 25,000 RU/s needs three
+    physical partitions from the start (benchmarks/cost_model.py: physical_partitions), each serving its share.
+    Scaled: `partition_ru_per_second` 20 stands for 10,000, so a maximum of 4 stands for 2,000 RU/s, one partition
+    whose 4 RU/s throttle a second write (~5 RU each) within one second."""
+    with proxy_of(secantus_uri, autoscale_max_ru_per_second=25_000, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        wide = proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)
+        unsharded = proxy.partition_map(db.name, schema.LEASES)
+    clock.now = 1_000.25
+    with proxy_of(secantus_uri, partition_ru_per_second=20, autoscale_max_ru_per_second=4, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        actions.insert_one(action("bottle-1"))
+        with pytest.raises(OperationFailure) as throttled:
+            actions.insert_one(action("bottle-1", 1))
+
+    assert len(wide) == 3
+    assert covers_the_hash_space(wide)
+    assert [p.share for p in wide] == [pytest.approx(25_000 / 3)] * 3
+    assert [p.share for p in unsharded] == [None]  # no shard key: one partition, its own throughput
+    assert throttled.value.code == 16500
+
+
+def test_cosmos_raises_an_autoscale_maximum_to_ten_ru_per_second_per_gb_stored(secantus_uri, clock, monkeypatch):
+    """AUTOSCALE (Minimum autoscale max RU/s for a container): the maximum is at least 10 x the GB stored (data and
+    index), at least 1,000, in steps of 1,000, and Cosmos DB raises it by itself (cost_model.storage_floor). Here
+    6,000 bytes stand for a partition's 50 GB: 60 actions (~15.6 KB, ~130 GB) lift a 1,000 RU/s maximum to 2,000,
+    spread over the partitions their storage forced."""
+    with proxy_of(secantus_uri, partition_bytes=6_000, autoscale_max_ru_per_second=1_000, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        actions.insert_one(action("bottle-0"))
+        before = proxy.partitions.collection(db.name, schema.BOTTLE_ACTIONS).autoscale_max
+        actions.insert_many([action(f"bottle-{n}") for n in range(1, 60)])
+        grown = proxy.partitions.collection(db.name, schema.BOTTLE_ACTIONS)
+        stored_gb = proxy.partitions.stored_gb(grown)
+
+    assert before == 1_000
+    assert 100 < stored_gb < 200
+    assert grown.autoscale_max == 2_000
+    assert len(grown.partitions) >= 3  # ~130 GB at 50 GB each
+    assert sum(p.share or 0 for p in grown.partitions) == pytest.approx(2_000)
+
+
+def test_metering_reports_each_hours_peak_second_and_its_bill(secantus_uri, clock, monkeypatch):
+    """AUTOSCALE: "each hour, you're billed for the highest throughput the system scaled to within that hour" (and
+    at least 0.1 x the maximum): the proxy keeps, per collection and hour of its clock, the most RU charged in one
+    second; `hourly_bill` applies the floor."""
+    with proxy_of(secantus_uri, autoscale_max_ru_per_second=1_000, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        name = f"{db.name}.{schema.BOTTLE_ACTIONS}"
+        clock.now = 7_200.5  # hour 2
+        charged = []
+        for n in range(3):
+            actions.insert_one(action("bottle-1", n))
+            charged.append(last_charge(db))
+        clock.now += 1
+        actions.insert_one(action("bottle-1", 3))
+        clock.now += 3_600  # hour 3
+        actions.find_one({"bottle_id": "bottle-1"})
+        read = last_charge(db)
+        peaks = dict(proxy.metered.hourly_peak_ru[name])
+        bill = proxy.hourly_bill(db.name, schema.BOTTLE_ACTIONS)
+
+    assert peaks[2] == pytest.approx(sum(charged))
+    assert peaks[3] == pytest.approx(read)
+    assert bill[2] == pytest.approx(100.0)  # a tenth of the 1,000 maximum: more than the hour's ~15 RU/s
+    assert proxy.metered.peak_ru_per_second(name) == max(peaks.values())

@@ -30,6 +30,8 @@ from typing import Any
 
 import bson
 
+from tools.cosmos_store import charges
+
 TOP = 1 << 128  # the exclusive upper end of the hash space ("FF" in a feed range)
 Key = bytes  # a document's `_id`, as BSON (hashable whatever its type)
 
@@ -159,9 +161,12 @@ class PartitionMaps:
         shard_key_of: Callable[[str, str], str | None],
         clock: Callable[[], float],
         logical_limit_bytes: int | None = None,
+        autoscale_max: float | None = None,
     ) -> None:
         self.limit_bytes = limit_bytes
         self.logical_limit_bytes = logical_limit_bytes
+        self.autoscale_max = autoscale_max  # every sharded collection's requested maximum RU/s (scaled)
+        self._ru_scale = ru_per_second / charges.PARTITION_RU  # proxy RU/s per real RU/s, as first set
         self.ru_per_second = ru_per_second
         self.initial_partitions = initial_partitions
         self.auto_split = auto_split
@@ -186,11 +191,14 @@ class PartitionMaps:
                 bounds = [TOP * i // count for i in range(count + 1)]
                 partitions = [Partition(self._next_id(), bounds[i], bounds[i + 1]) for i in range(count)]
                 found = self._collections[full] = Collection(full, shard_key, partitions)
+                self._autoscale(found)
             return found
 
     def set_shard_key(self, database: str, name: str, shard_key: str | None) -> None:
         with self._lock:
-            self.collection(database, name).shard_key = shard_key
+            collection = self.collection(database, name)
+            collection.shard_key = shard_key
+            self._autoscale(collection)
 
     def forget(self, database: str, name: str | None = None) -> None:
         """A dropped collection (or database, without a name): its partitions go with it."""
@@ -230,9 +238,10 @@ class PartitionMaps:
             # a partition that holds one key (Cosmos DB caps a logical partition at 20 GB instead:
             # `logical_limit_bytes`, which the proxy checks before a write).
             splittable = collection.shard_key is not None and len(partition.keys) > 1
+            done = []
             if self.auto_split and partition.bytes > self.limit_bytes and splittable:
-                return self._split(collection, partition)
-            return []
+                done = self._split(collection, partition)
+            return done + self._autoscale(collection)
 
     def split(self, database: str, name: str, partition_id: int | None = None) -> list[Split]:
         """Split a collection's partition (by id; else its largest) in two, as Cosmos DB does on its own."""
@@ -244,7 +253,7 @@ class PartitionMaps:
                 partition = max(collection.partitions, key=lambda p: p.bytes)
             else:
                 partition = next(p for p in collection.partitions if p.id == partition_id)
-            return self._split(collection, partition)
+            return self._split(collection, partition) + self._autoscale(collection)
 
     def _split(self, collection: Collection, parent: Partition) -> list[Split]:
         middle = self._middle(collection, parent)
@@ -262,6 +271,28 @@ class PartitionMaps:
         done = Split(collection.name, parent, (left, right))
         self.splits.append(done)
         return [done]
+
+    def stored_gb(self, collection: Collection) -> float:
+        """The GB a collection's bytes stand for (`limit_bytes` stands for a partition's 50 GB)."""
+        return collection.bytes / self.limit_bytes * charges.PARTITION_GB
+
+    def _autoscale(self, collection: Collection) -> list[Split]:
+        """With an autoscale maximum: raise it to the storage floor, split until the partitions the maximum
+        forces exist (10,000 RU/s each), and give each partition its share of the maximum."""
+        if self.autoscale_max is None or collection.shard_key is None:
+            return []
+        requested = self.autoscale_max / self._ru_scale
+        maximum = charges.autoscale_maximum(requested, self.stored_gb(collection))
+        collection.autoscale_max = maximum * self._ru_scale
+        done: list[Split] = []
+        while len(collection.partitions) < charges.forced_partitions(self.stored_gb(collection), maximum):
+            split = self._split(collection, max(collection.partitions, key=lambda p: p.high - p.low))
+            if not split:
+                break
+            done += split
+        for partition in collection.partitions:
+            partition.share = collection.autoscale_max / len(collection.partitions)
+        return done
 
     @staticmethod
     def _middle(collection: Collection, parent: Partition) -> int:

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import math
 import random
 import socket
 import threading
@@ -121,6 +122,23 @@ class Metered:
     throttled: int = 0
     retried_in_server: int = 0  # operations server-side retry delayed, then served
     timed_out: int = 0  # operations server-side retry gave up on (code 50)
+    # per "db.collection", per hour of the proxy's clock (its seconds // 3600): the most RU charged in one second
+    hourly_peak_ru: dict[str, dict[int, float]] = field(default_factory=dict)
+    _second: dict[str, tuple[int, float]] = field(default_factory=dict, repr=False)
+
+    def add(self, collection: str, charge: float, now: float) -> None:
+        """Count a charge: the collection's total and its second, and the hour's peak second."""
+        self.request_units[collection] = self.request_units.get(collection, 0.0) + charge
+        second, spent = self._second.get(collection, (-1, 0.0))
+        spent = spent + charge if second == math.floor(now) else charge
+        self._second[collection] = (math.floor(now), spent)
+        hours = self.hourly_peak_ru.setdefault(collection, {})
+        hour = math.floor(now) // 3600
+        hours[hour] = max(hours.get(hour, 0.0), spent)
+
+    def peak_ru_per_second(self, collection: str) -> float:
+        """The collection's highest hourly peak: what autoscale's busiest hour bills."""
+        return max(self.hourly_peak_ru.get(collection, {}).values(), default=0.0)
 
 
 class CosmosProxy:
@@ -142,6 +160,7 @@ class CosmosProxy:
             shard_key_of=self._shard_key_of,
             clock=self.options.clock,
             logical_limit_bytes=self.options.logical_partition_bytes,
+            autoscale_max=self.options.autoscale_max_ru_per_second,
         )
         self.indexes = IndexCatalog(self._list_indexes, self.options.clock, self.options.index_delay_seconds)
         self.metered = Metered()
@@ -249,6 +268,14 @@ class CosmosProxy:
 
     def partition_map(self, database: str, collection: str) -> list[Partition]:
         return list(self.partitions.collection(database, collection).partitions)
+
+    def hourly_bill(self, database: str, collection: str) -> dict[int, float]:
+        """Per hour of the proxy's clock, the RU/s autoscale bills the collection: the hour's peak second, and at
+        least a tenth of its maximum when it has one (`autoscale_max_ru_per_second`)."""
+        maximum = self.partitions.collection(database, collection).autoscale_max or 0.0
+        with self._lock:
+            peaks = dict(self.metered.hourly_peak_ru.get(f"{database}.{collection}", {}))
+        return {hour: charges.billed_in_hour(peak, maximum) for hour, peak in peaks.items()}
 
     def expire(self) -> int:
         """Delete what TTL has expired by now (a document's `_ts` plus the collection's TTL, or its own `ttl`);
@@ -716,7 +743,7 @@ class CosmosProxy:
     def _spend(self, collection: Collection, reached: list[Partition], charge: float) -> None:
         self.partitions.charge(reached, charge)
         with self._lock:
-            self.metered.request_units[collection.name] = self.metered.request_units.get(collection.name, 0.0) + charge
+            self.metered.add(collection.name, charge, self.options.clock())
 
     def _throttled(self, reached: list[Partition], wait_ms: int) -> Document:
         """Cosmos DB's answer past a partition's throughput: 16500, with the wait in `RetryAfterMs=`."""
