@@ -929,3 +929,60 @@ def test_metering_reports_each_hours_peak_second_and_its_bill(secantus_uri, cloc
     assert peaks[3] == pytest.approx(read)
     assert bill[2] == pytest.approx(100.0)  # a tenth of the 1,000 maximum: more than the hour's ~15 RU/s
     assert proxy.metered.peak_ru_per_second(name) == max(peaks.values())
+
+
+MERGE = "https://learn.microsoft.com/azure/cosmos-db/merge"
+
+
+def test_a_merge_joins_two_partitions_and_refuses_their_tokens_and_start_times(secantus_uri, clock, monkeypatch):
+    """MERGE (applies to NoSQL and MongoDB): "Merging partitions in Azure Cosmos DB (preview) allows you to reduce
+    the number of physical partitions used for your container in place." ... "After a container has been merged,
+    it isn't possible to read the change feed with start time." What a merged partition's parents' tokens do is
+    not documented: refused with code 280 as a split parent's is (the least forgiving). Merges run when an
+    operator asks (`merge()`), never on their own."""
+    with proxy_of(secantus_uri, initial_partitions=2, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        since = db.client.admin.command("hello")["operationTime"]
+        parents = cosmos_seam.change_stream_tokens(db, schema.BOTTLE_ACTIONS) or []
+        left, right = proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)
+
+        merge = proxy.merge(db.name, schema.BOTTLE_ACTIONS)
+        actions.insert_many([action(f"bottle-{n}") for n in range(6)])
+        refused = []
+        for token in parents:
+            with pytest.raises(OperationFailure, match="PartitionKeyRangeGone") as gone:
+                drain(watch(db, token))
+            refused.append(gone.value.code)
+        with pytest.raises(OperationFailure, match="start time") as from_then:
+            db.command(
+                {
+                    "customAction": "GetChangeStreamTokens",
+                    "collection": schema.BOTTLE_ACTIONS,
+                    "startAtOperationTime": since,
+                }
+            )
+        [token] = cosmos_seam.change_stream_tokens(db, schema.BOTTLE_ACTIONS) or []
+        stream = watch(db, token)
+        actions.insert_many([action(f"bottle-after-{n}") for n in range(6)])
+        read = sorted(c["fullDocument"]["_id"] for c in drain(stream))
+        [merged] = proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)
+
+    assert (merged.low, merged.high) == (left.low, right.high) == (0, TOP)
+    assert merge.child.merged_from == (left.id, right.id)
+    assert refused == [280, 280]
+    assert from_then.value.code == 2
+    assert read == sorted(f"bottle-after-{n}|0" for n in range(6))  # the merged partition's token reads both halves
+
+
+def test_a_merge_keeps_the_partitions_storage_and_throughput_force(secantus_uri, clock, monkeypatch):
+    """MERGE: "the same target partition count based on the RU/s set at the time the merge was triggered": a
+    collection whose autoscale maximum (LIMITS: 10,000 RU/s a partition) forces its partitions cannot merge them,
+    and an unsharded collection has nothing to merge."""
+    with proxy_of(secantus_uri, autoscale_max_ru_per_second=20_000, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        with pytest.raises(ValueError, match="needs 2 partitions"):
+            proxy.merge(db.name, schema.BOTTLE_ACTIONS)
+        with pytest.raises(ValueError, match="nothing to merge"):
+            proxy.merge(db.name, schema.LEASES)
+        assert len(proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)) == 2

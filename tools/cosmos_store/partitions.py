@@ -21,6 +21,7 @@ Throughput: each partition spends its own budget per wall-clock second; once the
 budget, further operations on it are throttled until the next second begins."""
 
 import hashlib
+import itertools
 import math
 import threading
 from collections import Counter
@@ -89,6 +90,7 @@ class Partition:
     charged: float = 0.0  # request units charged ever
     throttled: int = 0  # operations refused ever
     share: float | None = None  # its share of the collection's autoscale maximum (RU/s), when it has one
+    merged_from: tuple[int, int] | None = None  # the two partitions a merge made it of
     keys: Counter[int] = field(default_factory=Counter, repr=False)  # documents per shard key hash it holds
 
     def holds(self, key_hash: int) -> bool:
@@ -115,6 +117,13 @@ class Split:
 
 
 @dataclass
+class Merge:
+    collection: str
+    parents: tuple[Partition, Partition]
+    child: Partition
+
+
+@dataclass
 class Collection:
     """A collection's partition map and the documents it holds, by `_id`."""
 
@@ -124,6 +133,7 @@ class Collection:
     documents: dict[Key, Stored] = field(default_factory=dict)
     key_bytes: Counter[int] = field(default_factory=Counter, repr=False)  # bytes per shard key hash (logical)
     autoscale_max: float | None = None  # the collection's autoscale maximum RU/s (scaled), when it has one
+    merged: bool = False  # a merge ran on it: its change feed can no longer be read from a start time
 
     @property
     def bytes(self) -> int:
@@ -176,6 +186,7 @@ class PartitionMaps:
         self._ids = 0
         self._lock = threading.RLock()
         self.splits: list[Split] = []
+        self.merges: list[Merge] = []
 
     def _next_id(self) -> int:
         self._ids += 1
@@ -271,6 +282,44 @@ class PartitionMaps:
         done = Split(collection.name, parent, (left, right))
         self.splits.append(done)
         return [done]
+
+    def merge(self, database: str, name: str, partition_ids: tuple[int, int] | None = None) -> Merge:
+        """Merge two adjacent partitions of a collection into one (by ids; else the adjacent pair holding the
+        least), as an operator's `az cosmosdb mongodb collection merge` does; ValueError where Cosmos DB would
+        keep them apart: no shard key, one partition, not adjacent, or fewer partitions than its storage and
+        autoscale maximum force."""
+        with self._lock:
+            collection = self.collection(database, name)
+            pairs = list(itertools.pairwise(collection.partitions))
+            if collection.shard_key is None or not pairs:
+                raise ValueError(f"{collection.name} has one partition: nothing to merge")
+            if partition_ids is None:
+                left, right = min(pairs, key=lambda pair: pair[0].bytes + pair[1].bytes)
+            else:
+                found = [pair for pair in pairs if {p.id for p in pair} == set(partition_ids)]
+                if not found:
+                    raise ValueError(f"partitions {partition_ids} of {collection.name} are not two adjacent ones")
+                left, right = found[0]
+            if left.bytes + right.bytes > self.limit_bytes:
+                raise ValueError(f"{collection.name}: partitions {left.id} and {right.id} hold more than one can")
+            forced = self._forced(collection)
+            if len(collection.partitions) - 1 < forced:
+                raise ValueError(f"{collection.name} needs {forced} partitions for its storage and throughput")
+            child = Partition(self._next_id(), left.low, right.high, merged_from=(left.id, right.id))
+            child.bytes = left.bytes + right.bytes
+            child.keys = left.keys + right.keys
+            index = collection.partitions.index(left)
+            collection.partitions[index : index + 2] = [child]
+            collection.merged = True
+            done = Merge(collection.name, (left, right), child)
+            self.merges.append(done)
+            self._autoscale(collection)
+            return done
+
+    def _forced(self, collection: Collection) -> int:
+        if collection.autoscale_max is None:
+            return 1
+        return charges.forced_partitions(self.stored_gb(collection), round(collection.autoscale_max / self._ru_scale))
 
     def stored_gb(self, collection: Collection) -> float:
         """The GB a collection's bytes stand for (`limit_bytes` stands for a partition's 50 GB)."""

@@ -32,7 +32,16 @@ from shared.settings import Settings
 from shared.store.schema import collection_specs
 from tools.cosmos_store import charges, rules, streams, wire
 from tools.cosmos_store.indexes import BAD_VALUE, IndexCatalog, ttl_problem
-from tools.cosmos_store.partitions import TOP, Collection, Partition, PartitionMaps, Split, parse_bound, range_bound
+from tools.cosmos_store.partitions import (
+    TOP,
+    Collection,
+    Merge,
+    Partition,
+    PartitionMaps,
+    Split,
+    parse_bound,
+    range_bound,
+)
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +274,11 @@ class CosmosProxy:
     def split(self, database: str, collection: str, partition_id: int | None = None) -> list[Split]:
         """Split a physical partition now (its largest, unless named), as Cosmos DB does when one grows."""
         return self.partitions.split(database, collection, partition_id)
+
+    def merge(self, database: str, collection: str, partition_ids: tuple[int, int] | None = None) -> Merge:
+        """Merge two adjacent partitions now (the pair holding the least, unless named), as an operator's merge
+        does (https://learn.microsoft.com/azure/cosmos-db/merge)."""
+        return self.partitions.merge(database, collection, partition_ids)
 
     def partition_map(self, database: str, collection: str) -> list[Partition]:
         return list(self.partitions.collection(database, collection).partitions)
@@ -794,8 +808,16 @@ class CosmosProxy:
     def _change_stream_tokens(self, database: str, name: str, start_at: Any) -> Document:
         """One token per physical partition, each reading that partition only, in no promised order
         (https://learn.microsoft.com/azure/cosmos-db/mongodb/custom-commands: "returns one or more change stream
-        resume tokens - each one corresponding to data from a single physical shard/partition")."""
+        resume tokens - each one corresponding to data from a single physical shard/partition"). After a merge,
+        none from a start time (https://learn.microsoft.com/azure/cosmos-db/merge: "After a container has been
+        merged, it isn't possible to read the change feed with start time.")."""
         collection = self.partitions.collection(database, name)
+        if start_at is not None and collection.merged:
+            return wire.error_document(
+                BAD_VALUE,
+                f"{collection.name} has been merged: its change feed cannot be read from a start time "
+                "(startAtOperationTime); https://learn.microsoft.com/azure/cosmos-db/merge",
+            )
         if isinstance(start_at, Timestamp):
             state = f"ts:{start_at.time}:{start_at.inc}"
         else:  # "Defaults to the time the command is run."
@@ -857,13 +879,14 @@ class CosmosProxy:
         After a split the parent's range is no partition's: Cosmos DB's documentation does not say what a
         parent's token does then, so this store takes the least forgiving reading and refuses it (code 280,
         non-resumable): the consumer must ask GetChangeStreamTokens again, and the new tokens start at the time
-        of that call, so whatever was written since the parent's last token is for the consumer to recover."""
+        of that call, so whatever was written since the parent's last token is for the consumer to recover.
+        After a merge the two parents' tokens are refused the same way (the merge page is silent on tokens too)."""
         for partition in collection.partitions:
             if (partition.low, partition.high) == (low, high):
                 return partition
         return (
             f"PartitionKeyRangeGone: the feed range [{_bounds(low, high)[0]!r}, {_bounds(low, high)[1]!r}) of "
-            f"{collection.name} is no physical partition now (it split); ask GetChangeStreamTokens again"
+            f"{collection.name} is no physical partition now (it split or merged); ask GetChangeStreamTokens again"
         )
 
     def _stream_partitions(self, collection: Collection, partition_id: int | None) -> list[Partition]:
