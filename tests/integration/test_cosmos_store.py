@@ -868,6 +868,7 @@ def test_an_autoscale_maximum_forces_partitions_and_is_the_collections_throughpu
         db = next(app_database(proxy, monkeypatch))
         wide = proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)
         unsharded = proxy.partition_map(db.name, schema.LEASES)
+        splits = list(proxy.partitions.splits)
     clock.now = 1_000.25
     with proxy_of(secantus_uri, partition_ru_per_second=20, autoscale_max_ru_per_second=4, clock=clock) as proxy:
         db = next(app_database(proxy, monkeypatch))
@@ -878,6 +879,9 @@ def test_an_autoscale_maximum_forces_partitions_and_is_the_collections_throughpu
 
     assert len(wide) == 3
     assert covers_the_hash_space(wide)
+    assert max(p.high - p.low for p in wide) - min(p.high - p.low for p in wide) <= 1  # created even, not split
+    assert [p.parent for p in wide] == [None] * 3
+    assert splits == []
     assert [p.share for p in wide] == [pytest.approx(25_000 / 3)] * 3
     assert [p.share for p in unsharded] == [None]  # no shard key: one partition, its own throughput
     assert throttled.value.code == 16500

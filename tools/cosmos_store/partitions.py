@@ -334,7 +334,11 @@ class PartitionMaps:
         maximum = charges.autoscale_maximum(requested, self.stored_gb(collection))
         collection.autoscale_max = maximum * self._ru_scale
         done: list[Split] = []
-        while len(collection.partitions) < charges.forced_partitions(self.stored_gb(collection), maximum):
+        needed = charges.forced_partitions(self.stored_gb(collection), maximum)
+        if not collection.documents and len(collection.partitions) < needed:  # created with them: no split
+            bounds = [TOP * i // needed for i in range(needed + 1)]
+            collection.partitions = [Partition(self._next_id(), bounds[i], bounds[i + 1]) for i in range(needed)]
+        while len(collection.partitions) < needed:
             split = self._split(collection, max(collection.partitions, key=lambda p: p.high - p.low))
             if not split:
                 break
