@@ -123,10 +123,14 @@ class IndexCatalog:
         """The drops still transforming, each with the paths no ready index keeps (a filter on them may miss
         documents until the transformation ends)."""
         now = self._clock()
-        kept = {path for index in self.ready(database, collection) for path, _ in index.keys}
+        full = f"{database}.{collection}"
         with self._lock:
-            running = [r for r in self._removals.get(f"{database}.{collection}", []) if r.ends > now]
-            self._removals[f"{database}.{collection}"] = running
+            running = [r for r in self._removals.get(full, []) if r.ends > now]
+            if full in self._removals:
+                self._removals[full] = running
+        if not running:
+            return []
+        kept = {path for index in self.ready(database, collection) for path, _ in index.keys}
         return [Removal(r.name, r.paths - kept, r.started, r.ends) for r in running if r.paths - kept]
 
     def forget(self, database: str, collection: str | None = None) -> None:
