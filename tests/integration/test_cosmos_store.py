@@ -673,3 +673,320 @@ def test_current_op_reports_an_index_build_until_its_transformation_ends(cosmos,
     assert [op["command"]["indexes"][0]["name"] for op in building] == ["by_n"]
     assert building[0]["progress"] == {"done": 0, "total": 1}
     assert built == []
+
+
+def test_a_filter_on_a_path_whose_index_is_being_dropped_misses_documents_until_the_transformation_ends(
+    secantus_uri, clock, monkeypatch
+):
+    """MONGO_INDEXING (Background index updates): "When adding new indexes, there is also no risk of incomplete or
+    inconsistent query results." ... "When removing indexes and immediately running queries that have filters on
+    the dropped indexes, results might be inconsistent and incomplete until the index transformation finishes."
+    Here the removal (30 s, settable) walks the documents indexed before it began, and those written since are
+    not in the index it reads: the least forgiving reading. A filter on a path another ready index keeps, or one
+    on a newly added index, stays complete."""
+    with proxy_of(secantus_uri, index_delay_seconds=30, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        things = db["things"]
+        things.create_index([("n", 1)], name="by_n")
+        things.create_index([("m", 1), ("n", 1)], name="by_m_n")
+        things.create_index([("k", 1)], name="by_k")
+        clock.now += 31
+        things.insert_many([{"_id": i, "n": 1, "m": 1, "k": 1} for i in range(10)])
+
+        things.drop_index("by_k")
+        things.drop_index("by_n")  # `n` stays in by_m_n: filters on it stay complete
+        things.create_index([("j", 1)], name="by_j")  # added: "no risk of incomplete ... results"
+        clock.now += 1
+        things.insert_one({"_id": 10, "n": 1, "m": 1, "k": 1, "j": 1})
+        at_once = things.count_documents({"k": 1})
+        clock.now += 14
+        halfway = sorted(d["_id"] for d in things.find({"k": 1}))
+        complete = (things.count_documents({"n": 1}), things.count_documents({"j": 1}), things.count_documents({}))
+        clock.now += 16
+        after = things.count_documents({"k": 1})
+
+    assert at_once == 10  # the document written since the drop began is missing
+    assert len(halfway) == 5
+    assert 10 not in halfway
+    assert complete == (11, 1, 11)
+    assert after == 11
+
+
+def test_filters_stay_complete_during_a_drop_when_the_option_is_off(secantus_uri, clock, monkeypatch):
+    """The rule above is settable (`incomplete_during_index_drops`), for a run that wants to tell it apart."""
+    with proxy_of(secantus_uri, index_delay_seconds=30, incomplete_during_index_drops=False, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        db["things"].create_index([("k", 1)], name="by_k")
+        clock.now += 31
+        db["things"].insert_many([{"_id": i, "k": 1} for i in range(4)])
+        db["things"].drop_index("by_k")
+        clock.now += 15
+        assert db["things"].count_documents({"k": 1}) == 4
+
+
+LIMITS = "https://learn.microsoft.com/azure/cosmos-db/concepts-limits"
+FORBIDDEN = "https://learn.microsoft.com/azure/cosmos-db/nosql/troubleshoot-forbidden"
+
+
+def test_a_write_past_a_logical_partitions_limit_fails_and_stores_nothing(secantus_uri, clock, monkeypatch):
+    """LIMITS: "Maximum storage across all items per (logical) partition | 20 GB" (scaled here to 2,000 bytes,
+    `logical_partition_bytes`). FORBIDDEN gives the NoSQL API's error: "Forbidden (403); Substatus: 1014 /
+    Partition key reached maximum size of {...} GB". The MongoDB API's code for it is not documented: this store
+    answers code 2 with that message, a failure no retry policy takes for a passing one (the least forgiving)."""
+    with proxy_of(secantus_uri, logical_partition_bytes=2_000, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        stored = 0
+        try:
+            for n in range(20):
+                actions.insert_one(action("bottle-full", n))
+                stored += 1
+        except OperationFailure as error:
+            refused = error
+        else:
+            pytest.fail("20 documents of ~260 bytes under one shard key value fitted in 2,000 bytes")
+        with pytest.raises(OperationFailure, match="Substatus: 1014") as update_refused:
+            actions.update_one({"bottle_id": "bottle-full", "_id": "bottle-full|0"}, {"$set": {"more": "y" * 300}})
+        actions.insert_one(action("bottle-other"))  # another shard key value has its own 20 GB
+        actions.delete_one({"bottle_id": "bottle-full", "_id": "bottle-full|0"})  # deletes free room
+        actions.insert_one(action("bottle-full", 99))
+
+        assert refused.code == update_refused.value.code == 2
+        assert "Partition key reached maximum size" in str(refused)
+        assert 0 < stored < 20
+        assert stored * len(bson.encode(action("bottle-full", 10))) <= 2_000
+        assert actions.count_documents({"bottle_id": "bottle-full"}) == stored  # the refused ones stored nothing
+        assert actions.find_one({"bottle_id": "bottle-full", "_id": "bottle-full|0"}) is None
+
+
+SERVER_SIDE_RETRY = "https://learn.microsoft.com/azure/cosmos-db/mongodb/prevent-rate-limiting-errors"
+
+
+def test_server_side_retry_waits_out_throttling_inside_the_server(secantus_uri, clock, monkeypatch):
+    """SERVER_SIDE_RETRY: "Enable Server Side Retry (SSR) to automate operation retries. SSR retries requests across
+    all collections in your account with short delays." The client sees no 16500: the write waits (on the proxy's
+    clock) until the partition's next second."""
+    clock.now = 1_000.25
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    with proxy_of(secantus_uri, partition_ru_per_second=20, server_side_retry=True, sleep=sleep, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        for n in range(12):  # ~5 RU each: three seconds' budget
+            actions.insert_one(action("bottle-1", n))
+
+        assert actions.count_documents({"bottle_id": "bottle-1"}) == 12
+        assert proxy.metered.throttled == 0
+        assert proxy.metered.retried_in_server >= 2
+        assert 1_002.0 <= clock.now < 1_004.0
+
+
+def test_server_side_retry_gives_up_after_60_seconds_with_exceeded_time_limit(secantus_uri, clock, monkeypatch):
+    """SERVER_SIDE_RETRY: "If a 60-second timeout is reached, a client receives an ExceededTimeLimit exception
+    (50)." ERROR_CODES, 50: "The request has exceeded the timeout of 60 seconds of execution." A partition over its
+    budget for the whole minute (the proxy's clock stands still here: the wait is counted by what it slept)."""
+    slept: list[float] = []
+    with proxy_of(
+        secantus_uri, partition_ru_per_second=4, server_side_retry=True, sleep=slept.append, clock=clock
+    ) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        actions.insert_one(action("bottle-1"))  # ~5 RU: past this second's 4
+        with pytest.raises(OperationFailure, match="Retries due to rate limiting") as gave_up:
+            actions.insert_one(action("bottle-1", 1))
+
+        assert gave_up.value.code == 50
+        assert sum(slept) == pytest.approx(60.0)
+        assert proxy.metered.timed_out == 1
+        backend: MongoClient[Any] = MongoClient(secantus_uri)
+        assert backend[db.name][schema.BOTTLE_ACTIONS].count_documents({}) == 1  # the refused write stored nothing
+        backend.close()
+
+
+MONGO_INDEXING = "https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing"
+
+
+def test_unique_indexes_lead_with_the_shard_key_and_need_an_empty_collection(cosmos, cosmos_db):
+    """MONGO_INDEXING (Unique indexes): "For sharded collections, you must provide the shard (partition) key to
+    create a unique index ... The first field in the order should be the shard key." ... omitting it "returns an
+    error with the following message: cannot create unique index over {student_id : 1.0} with shard key pattern
+    { university : 1.0 }". Limitations: "Unique indexes need to be created while the collection is empty."
+    (ERROR_CODES, 67 CannotCreateIndex.)"""
+    actions = cosmos_db[schema.BOTTLE_ACTIONS]
+    with pytest.raises(OperationFailure, match="cannot create unique index over") as unsharded_key:
+        actions.create_index([("note", 1), ("bottle_id", 1)], unique=True)
+    actions.create_index([("bottle_id", 1), ("note", 1)], unique=True, name="bottle_note")
+    cosmos_db["things"].insert_one({"_id": 1, "n": 1})
+    with pytest.raises(OperationFailure, match="while the collection is empty") as not_empty:
+        cosmos_db["things"].create_index([("n", 1)], unique=True)
+    cosmos_db["things"].create_index([("n", 1)])  # a non-unique one is fine
+
+    assert unsharded_key.value.code == not_empty.value.code == 67
+    assert "bottle_note" in actions.index_information()
+
+
+def test_a_write_must_give_a_document_its_shard_key_and_never_change_it(cosmos, cosmos_db):
+    """ERROR_CODES, 61 ShardKeyNotFound: "The document in your request didn't contain the collection's shard key
+    (Azure Cosmos DB partition key)." 66 ImmutableField: "The request is attempting to change an immutable field"
+    ... "Ensure that your request doesn't attempt to update that field or the shard key field." An upsert whose
+    filter does not fix the shard key by equality and whose update does not set it is refused even when it would
+    have matched (the least forgiving reading)."""
+    actions = cosmos_db[schema.BOTTLE_ACTIONS]
+    actions.insert_one(action("bottle-1"))
+    refusals = []
+    for write in (
+        lambda: actions.insert_one({"_id": "loose", "note": "no bottle"}),
+        lambda: actions.update_one({"_id": "bottle-1|0"}, {"$set": {"note": "y"}}, upsert=True),
+        lambda: actions.find_one_and_update({"_id": "new"}, {"$set": {"note": "y"}}, upsert=True),
+        lambda: actions.update_one({"_id": "bottle-1|0"}, {"$set": {"bottle_id": "bottle-2"}}),
+        lambda: actions.update_one({"bottle_id": "bottle-1", "_id": "bottle-1|0"}, {"$unset": {"bottle_id": ""}}),
+        lambda: actions.replace_one({"_id": "bottle-1|0"}, {"bottle_id": "bottle-3", "note": "z"}),
+    ):
+        with pytest.raises(OperationFailure) as refused:
+            write()
+        refusals.append(refused.value.code)
+    actions.update_one({"bottle_id": "bottle-1", "_id": "bottle-1|0"}, {"$set": {"bottle_id": "bottle-1"}})
+    actions.update_one({"_id": "bottle-1|0"}, {"$set": {"note": "kept"}})  # no upsert: the shard key stays
+    actions.update_one({"_id": "bottle-9|0"}, {"$set": {"bottle_id": "bottle-9"}}, upsert=True)
+
+    assert refusals == [61, 61, 61, 66, 66, 66]
+    assert actions.find_one({"_id": "bottle-1|0"}) == {**action("bottle-1"), "note": "kept"}
+    assert actions.count_documents({}) == 2
+
+
+AUTOSCALE = "https://learn.microsoft.com/azure/cosmos-db/provision-throughput-autoscale"
+
+
+def test_an_autoscale_maximum_forces_partitions_and_is_the_collections_throughput(secantus_uri, clock, monkeypatch):
+    """LIMITS: "Maximum RUs per partition (logical & physical) | 10,000": a maximum of 25,000 RU/s needs three
+    physical partitions from the start (benchmarks/cost_model.py: physical_partitions), each serving its share.
+    Scaled: `partition_ru_per_second` 20 stands for 10,000, so a maximum of 4 stands for 2,000 RU/s, one partition
+    whose 4 RU/s throttle a second write (~5 RU each) within one second."""
+    with proxy_of(secantus_uri, autoscale_max_ru_per_second=25_000, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        wide = proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)
+        unsharded = proxy.partition_map(db.name, schema.LEASES)
+        splits = list(proxy.partitions.splits)
+    clock.now = 1_000.25
+    with proxy_of(secantus_uri, partition_ru_per_second=20, autoscale_max_ru_per_second=4, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        actions.insert_one(action("bottle-1"))
+        with pytest.raises(OperationFailure) as throttled:
+            actions.insert_one(action("bottle-1", 1))
+
+    assert len(wide) == 3
+    assert covers_the_hash_space(wide)
+    assert max(p.high - p.low for p in wide) - min(p.high - p.low for p in wide) <= 1  # created even, not split
+    assert [p.parent for p in wide] == [None] * 3
+    assert splits == []
+    assert [p.share for p in wide] == [pytest.approx(25_000 / 3)] * 3
+    assert [p.share for p in unsharded] == [None]  # no shard key: one partition, its own throughput
+    assert throttled.value.code == 16500
+
+
+def test_cosmos_raises_an_autoscale_maximum_to_ten_ru_per_second_per_gb_stored(secantus_uri, clock, monkeypatch):
+    """AUTOSCALE (Minimum autoscale max RU/s for a container): the maximum is at least 10 x the GB stored (data and
+    index), at least 1,000, in steps of 1,000, and Cosmos DB raises it by itself (cost_model.storage_floor). Here
+    6,000 bytes stand for a partition's 50 GB: 60 actions (~15.6 KB, ~130 GB) lift a 1,000 RU/s maximum to 2,000,
+    spread over the partitions their storage forced."""
+    with proxy_of(secantus_uri, partition_bytes=6_000, autoscale_max_ru_per_second=1_000, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        actions.insert_one(action("bottle-0"))
+        before = proxy.partitions.collection(db.name, schema.BOTTLE_ACTIONS).autoscale_max
+        actions.insert_many([action(f"bottle-{n}") for n in range(1, 60)])
+        grown = proxy.partitions.collection(db.name, schema.BOTTLE_ACTIONS)
+        stored_gb = proxy.partitions.stored_gb(grown)
+
+    assert before == 1_000
+    assert 100 < stored_gb < 200
+    assert grown.autoscale_max == 2_000
+    assert len(grown.partitions) >= 3  # ~130 GB at 50 GB each
+    assert sum(p.share or 0 for p in grown.partitions) == pytest.approx(2_000)
+
+
+def test_metering_reports_each_hours_peak_second_and_its_bill(secantus_uri, clock, monkeypatch):
+    """AUTOSCALE: "each hour, you're billed for the highest throughput the system scaled to within that hour" (and
+    at least 0.1 x the maximum): the proxy keeps, per collection and hour of its clock, the most RU charged in one
+    second; `hourly_bill` applies the floor."""
+    with proxy_of(secantus_uri, autoscale_max_ru_per_second=1_000, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        name = f"{db.name}.{schema.BOTTLE_ACTIONS}"
+        clock.now = 7_200.5  # hour 2
+        charged = []
+        for n in range(3):
+            actions.insert_one(action("bottle-1", n))
+            charged.append(last_charge(db))
+        clock.now += 1
+        actions.insert_one(action("bottle-1", 3))
+        clock.now += 3_600  # hour 3
+        actions.find_one({"bottle_id": "bottle-1"})
+        read = last_charge(db)
+        peaks = dict(proxy.metered.hourly_peak_ru[name])
+        bill = proxy.hourly_bill(db.name, schema.BOTTLE_ACTIONS)
+
+    assert peaks[2] == pytest.approx(sum(charged))
+    assert peaks[3] == pytest.approx(read)
+    assert bill[2] == pytest.approx(100.0)  # a tenth of the 1,000 maximum: more than the hour's ~15 RU/s
+    assert proxy.metered.peak_ru_per_second(name) == max(peaks.values())
+
+
+MERGE = "https://learn.microsoft.com/azure/cosmos-db/merge"
+
+
+def test_a_merge_joins_two_partitions_and_refuses_their_tokens_and_start_times(secantus_uri, clock, monkeypatch):
+    """MERGE (applies to NoSQL and MongoDB): "Merging partitions in Azure Cosmos DB (preview) allows you to reduce
+    the number of physical partitions used for your container in place." ... "After a container has been merged,
+    it isn't possible to read the change feed with start time." What a merged partition's parents' tokens do is
+    not documented: refused with code 280 as a split parent's is (the least forgiving). Merges run when an
+    operator asks (`merge()`), never on their own."""
+    with proxy_of(secantus_uri, initial_partitions=2, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        since = db.client.admin.command("hello")["operationTime"]
+        parents = cosmos_seam.change_stream_tokens(db, schema.BOTTLE_ACTIONS) or []
+        left, right = proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)
+
+        merge = proxy.merge(db.name, schema.BOTTLE_ACTIONS)
+        actions.insert_many([action(f"bottle-{n}") for n in range(6)])
+        refused = []
+        for token in parents:
+            with pytest.raises(OperationFailure, match="PartitionKeyRangeGone") as gone:
+                drain(watch(db, token))
+            refused.append(gone.value.code)
+        with pytest.raises(OperationFailure, match="start time") as from_then:
+            db.command(
+                {
+                    "customAction": "GetChangeStreamTokens",
+                    "collection": schema.BOTTLE_ACTIONS,
+                    "startAtOperationTime": since,
+                }
+            )
+        [token] = cosmos_seam.change_stream_tokens(db, schema.BOTTLE_ACTIONS) or []
+        stream = watch(db, token)
+        actions.insert_many([action(f"bottle-after-{n}") for n in range(6)])
+        read = sorted(c["fullDocument"]["_id"] for c in drain(stream))
+        [merged] = proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)
+
+    assert (merged.low, merged.high) == (left.low, right.high) == (0, TOP)
+    assert merge.child.merged_from == (left.id, right.id)
+    assert refused == [280, 280]
+    assert from_then.value.code == 2
+    assert read == sorted(f"bottle-after-{n}|0" for n in range(6))  # the merged partition's token reads both halves
+
+
+def test_a_merge_keeps_the_partitions_storage_and_throughput_force(secantus_uri, clock, monkeypatch):
+    """MERGE: "the same target partition count based on the RU/s set at the time the merge was triggered": a
+    collection whose autoscale maximum (LIMITS: 10,000 RU/s a partition) forces its partitions cannot merge them,
+    and an unsharded collection has nothing to merge."""
+    with proxy_of(secantus_uri, autoscale_max_ru_per_second=20_000, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        with pytest.raises(ValueError, match="needs 2 partitions"):
+            proxy.merge(db.name, schema.BOTTLE_ACTIONS)
+        with pytest.raises(ValueError, match="nothing to merge"):
+            proxy.merge(db.name, schema.LEASES)
+        assert len(proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)) == 2

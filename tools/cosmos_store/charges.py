@@ -13,6 +13,7 @@ from typing import Any
 
 from pymongo.collection import Collection
 
+from benchmarks import cost_model
 from benchmarks.cost_meter import IndexedPaths, bson_size, document_write
 from benchmarks.cost_model import DocumentWrite, Operation
 from shared.settings import Settings
@@ -135,3 +136,25 @@ def request_charge(
     if command not in READS and command not in WRITES:
         return 0.0
     return round(operation.ru(), 2)
+
+
+# --- the bill's rules the store applies (benchmarks/cost_model.py cites their pages) ---------------------------
+
+PARTITION_GB = cost_model.PARTITION_GB
+PARTITION_RU = cost_model.PARTITION_RU
+
+
+def autoscale_maximum(requested_ru_per_second: float, stored_gb: float) -> int:
+    """A container's autoscale maximum as Cosmos DB keeps it: as set (in steps of 1,000 RU/s), and raised by
+    Cosmos DB itself to the storage floor (10 RU/s per GB stored, at least 1,000)."""
+    return max(cost_model.round_up(requested_ru_per_second), cost_model.storage_floor(stored_gb))
+
+
+def forced_partitions(stored_gb: float, maximum: int) -> int:
+    """The physical partitions a container's storage (50 GB each) and maximum (10,000 RU/s each) force."""
+    return cost_model.physical_partitions(stored_gb, maximum)
+
+
+def billed_in_hour(peak_ru_per_second: float, maximum: float) -> float:
+    """What an autoscale hour bills: its peak RU/s, and at least a tenth of the maximum."""
+    return max(peak_ru_per_second, cost_model.BILLED_FLOOR * maximum)

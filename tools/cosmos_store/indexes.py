@@ -11,7 +11,12 @@ tests/sort_audit.py), and a TTL index may only be on `_ts`.
     https://learn.microsoft.com/azure/cosmos-db/index-policy
     "Index transformation is an asynchronous operation ... While re-indexing is in progress, queries may not
     return all the matching results, and will do so without returning any errors." (Here: a sort that needs an
-    index still transforming fails with code 2, as it would with no index; filters are not made incomplete.)"""
+    index still transforming fails with code 2, as it would with no index.)
+    https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing#background-index-updates
+    "When adding new indexes, there is also no risk of incomplete or inconsistent query results." ... "When
+    removing indexes and immediately running queries that have filters on the dropped indexes, results might be
+    inconsistent and incomplete until the index transformation finishes." (Here: `removing`, the paths whose
+    last index is being dropped; the proxy hides from such filters what the removal has reached.)"""
 
 import threading
 from collections.abc import Callable, Mapping
@@ -24,6 +29,19 @@ from tests.sort_audit import Query, serving_index
 BAD_VALUE = 2
 SORT_UNSERVED = "The index path corresponding to the specified order-by item is excluded."
 TTL_ONLY_ON_TS = "The 'expireAfterSeconds' option is supported on '_ts' field only."
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A dropped index whose transformation runs from `started` to `ends` (the proxy's clock)."""
+
+    name: str
+    paths: frozenset[str]
+    started: float
+    ends: float
+
+    def progress(self, now: float) -> float:
+        return min(1.0, max(0.0, (now - self.started) / (self.ends - self.started)))
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,7 @@ class IndexCatalog:
         self._clock = clock
         self.delay = delay
         self._indexes: dict[str, dict[str, Index]] = {}
+        self._removals: dict[str, list[Removal]] = {}
         self._lock = threading.Lock()
 
     def _of(self, database: str, collection: str) -> dict[str, Index]:
@@ -89,19 +108,37 @@ class IndexCatalog:
 
     def dropped(self, database: str, collection: str, names: Any) -> None:
         current = self._of(database, collection)
+        now = self._clock()
         with self._lock:
             if names == "*":
-                for name in [n for n in current if n != "_id_"]:
-                    del current[name]
+                gone = [current.pop(n) for n in [n for n in current if n != "_id_"]]
             else:
-                for name in names if isinstance(names, list) else [names]:
-                    current.pop(str(name), None)
+                found = [current.pop(str(n), None) for n in (names if isinstance(names, list) else [names])]
+                gone = [index for index in found if index is not None]
+            if self.delay > 0:
+                removals = self._removals.setdefault(f"{database}.{collection}", [])
+                removals += [Removal(i.name, frozenset(k for k, _ in i.keys), now, now + self.delay) for i in gone]
+
+    def removing(self, database: str, collection: str) -> list[Removal]:
+        """The drops still transforming, each with the paths no ready index keeps (a filter on them may miss
+        documents until the transformation ends)."""
+        now = self._clock()
+        full = f"{database}.{collection}"
+        with self._lock:
+            running = [r for r in self._removals.get(full, []) if r.ends > now]
+            if full in self._removals:
+                self._removals[full] = running
+        if not running:
+            return []
+        kept = {path for index in self.ready(database, collection) for path, _ in index.keys}
+        return [Removal(r.name, r.paths - kept, r.started, r.ends) for r in running if r.paths - kept]
 
     def forget(self, database: str, collection: str | None = None) -> None:
         with self._lock:
-            for full in list(self._indexes):
-                if full == f"{database}.{collection}" or (collection is None and full.startswith(f"{database}.")):
-                    del self._indexes[full]
+            for catalog in (self._indexes, self._removals):
+                for full in list(catalog):
+                    if full == f"{database}.{collection}" or (collection is None and full.startswith(f"{database}.")):
+                        del catalog[full]
 
     def building(self, database: str, collection: str) -> list[Index]:
         """The collection's indexes whose transformation has not ended yet."""

@@ -36,12 +36,20 @@ def cosmos_local_store(
 
 
 def describe_store(proxy: CosmosProxy) -> list[str]:
-    """What the store did: partitions and splits per collection, request units metered, operations throttled."""
-    lines = [f"Cosmos-faithful store: {len(proxy.partitions.splits)} splits, {proxy.metered.throttled} throttled"]
+    """What the store did: partitions and splits per collection, request units metered (and the busiest second of
+    the busiest hour: what autoscale bills), operations throttled."""
+    metered = proxy.metered
+    first = f"Cosmos-faithful store: {len(proxy.partitions.splits)} splits, {metered.throttled} throttled"
+    if proxy.options.server_side_retry:
+        first += f", {metered.retried_in_server} waited out by server-side retry, {metered.timed_out} timed out (50)"
+    if proxy.partitions.merges:
+        first += f", {len(proxy.partitions.merges)} merges"
+    lines = [first]
     for collection in sorted(proxy.partitions.collections(), key=lambda c: c.name):
-        metered = proxy.metered.request_units.get(collection.name, 0.0)
+        charged = metered.request_units.get(collection.name, 0.0)
         lines.append(
             f"  {collection.name.split('.', 1)[1]:<22} {len(collection.partitions):>3} partitions  "
-            f"{sum(p.bytes for p in collection.partitions) / 1024:>9,.1f} KB  {metered:>12,.0f} RU"
+            f"{sum(p.bytes for p in collection.partitions) / 1024:>9,.1f} KB  {charged:>12,.0f} RU  "
+            f"peak {metered.peak_ru_per_second(collection.name):>8,.0f} RU/s"
         )
     return lines

@@ -21,6 +21,7 @@ Throughput: each partition spends its own budget per wall-clock second; once the
 budget, further operations on it are throttled until the next second begins."""
 
 import hashlib
+import itertools
 import math
 import threading
 from collections import Counter
@@ -29,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import bson
+
+from tools.cosmos_store import charges
 
 TOP = 1 << 128  # the exclusive upper end of the hash space ("FF" in a feed range)
 Key = bytes  # a document's `_id`, as BSON (hashable whatever its type)
@@ -86,6 +89,8 @@ class Partition:
     second: int = -1  # which second `spent` is of
     charged: float = 0.0  # request units charged ever
     throttled: int = 0  # operations refused ever
+    share: float | None = None  # its share of the collection's autoscale maximum (RU/s), when it has one
+    merged_from: tuple[int, int] | None = None  # the two partitions a merge made it of
     keys: Counter[int] = field(default_factory=Counter, repr=False)  # documents per shard key hash it holds
 
     def holds(self, key_hash: int) -> bool:
@@ -112,6 +117,13 @@ class Split:
 
 
 @dataclass
+class Merge:
+    collection: str
+    parents: tuple[Partition, Partition]
+    child: Partition
+
+
+@dataclass
 class Collection:
     """A collection's partition map and the documents it holds, by `_id`."""
 
@@ -119,6 +131,13 @@ class Collection:
     shard_key: str | None
     partitions: list[Partition]
     documents: dict[Key, Stored] = field(default_factory=dict)
+    key_bytes: Counter[int] = field(default_factory=Counter, repr=False)  # bytes per shard key hash (logical)
+    autoscale_max: float | None = None  # the collection's autoscale maximum RU/s (scaled), when it has one
+    merged: bool = False  # a merge ran on it: its change feed can no longer be read from a start time
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.bytes for p in self.partitions)
 
     def partition_of(self, key_hash: int) -> Partition:
         return next(p for p in self.partitions if p.holds(key_hash))
@@ -151,8 +170,13 @@ class PartitionMaps:
         auto_split: bool,
         shard_key_of: Callable[[str, str], str | None],
         clock: Callable[[], float],
+        logical_limit_bytes: int | None = None,
+        autoscale_max: float | None = None,
     ) -> None:
         self.limit_bytes = limit_bytes
+        self.logical_limit_bytes = logical_limit_bytes
+        self.autoscale_max = autoscale_max  # every sharded collection's requested maximum RU/s (scaled)
+        self._ru_scale = ru_per_second / charges.PARTITION_RU  # proxy RU/s per real RU/s, as first set
         self.ru_per_second = ru_per_second
         self.initial_partitions = initial_partitions
         self.auto_split = auto_split
@@ -162,6 +186,7 @@ class PartitionMaps:
         self._ids = 0
         self._lock = threading.RLock()
         self.splits: list[Split] = []
+        self.merges: list[Merge] = []
 
     def _next_id(self) -> int:
         self._ids += 1
@@ -177,11 +202,14 @@ class PartitionMaps:
                 bounds = [TOP * i // count for i in range(count + 1)]
                 partitions = [Partition(self._next_id(), bounds[i], bounds[i + 1]) for i in range(count)]
                 found = self._collections[full] = Collection(full, shard_key, partitions)
+                self._autoscale(found)
             return found
 
     def set_shard_key(self, database: str, name: str, shard_key: str | None) -> None:
         with self._lock:
-            self.collection(database, name).shard_key = shard_key
+            collection = self.collection(database, name)
+            collection.shard_key = shard_key
+            self._autoscale(collection)
 
     def forget(self, database: str, name: str | None = None) -> None:
         """A dropped collection (or database, without a name): its partitions go with it."""
@@ -201,6 +229,9 @@ class PartitionMaps:
             if old is not None:
                 holder = collection.partition_of(old.key_hash)
                 holder.bytes -= old.size
+                collection.key_bytes[old.key_hash] -= old.size
+                if collection.key_bytes[old.key_hash] <= 0:
+                    del collection.key_bytes[old.key_hash]
                 holder.keys[old.key_hash] -= 1
                 if not holder.keys[old.key_hash]:
                     del holder.keys[old.key_hash]
@@ -213,12 +244,15 @@ class PartitionMaps:
             partition = collection.partition_of(stored.key_hash)
             partition.bytes += stored.size
             partition.keys[stored.key_hash] += 1
+            collection.key_bytes[stored.key_hash] += stored.size
             # One logical partition (one shard key value) never spans two physical ones: a split cannot relieve
-            # a partition that holds one key (Cosmos DB caps a logical partition at 20 GB instead; not modelled).
+            # a partition that holds one key (Cosmos DB caps a logical partition at 20 GB instead:
+            # `logical_limit_bytes`, which the proxy checks before a write).
             splittable = collection.shard_key is not None and len(partition.keys) > 1
+            done = []
             if self.auto_split and partition.bytes > self.limit_bytes and splittable:
-                return self._split(collection, partition)
-            return []
+                done = self._split(collection, partition)
+            return done + self._autoscale(collection)
 
     def split(self, database: str, name: str, partition_id: int | None = None) -> list[Split]:
         """Split a collection's partition (by id; else its largest) in two, as Cosmos DB does on its own."""
@@ -230,7 +264,7 @@ class PartitionMaps:
                 partition = max(collection.partitions, key=lambda p: p.bytes)
             else:
                 partition = next(p for p in collection.partitions if p.id == partition_id)
-            return self._split(collection, partition)
+            return self._split(collection, partition) + self._autoscale(collection)
 
     def _split(self, collection: Collection, parent: Partition) -> list[Split]:
         middle = self._middle(collection, parent)
@@ -249,6 +283,70 @@ class PartitionMaps:
         self.splits.append(done)
         return [done]
 
+    def merge(self, database: str, name: str, partition_ids: tuple[int, int] | None = None) -> Merge:
+        """Merge two adjacent partitions of a collection into one (by ids; else the adjacent pair holding the
+        least), as an operator's `az cosmosdb mongodb collection merge` does; ValueError where Cosmos DB would
+        keep them apart: no shard key, one partition, not adjacent, or fewer partitions than its storage and
+        autoscale maximum force."""
+        with self._lock:
+            collection = self.collection(database, name)
+            pairs = list(itertools.pairwise(collection.partitions))
+            if collection.shard_key is None or not pairs:
+                raise ValueError(f"{collection.name} has one partition: nothing to merge")
+            if partition_ids is None:
+                left, right = min(pairs, key=lambda pair: pair[0].bytes + pair[1].bytes)
+            else:
+                found = [pair for pair in pairs if {p.id for p in pair} == set(partition_ids)]
+                if not found:
+                    raise ValueError(f"partitions {partition_ids} of {collection.name} are not two adjacent ones")
+                left, right = found[0]
+            if left.bytes + right.bytes > self.limit_bytes:
+                raise ValueError(f"{collection.name}: partitions {left.id} and {right.id} hold more than one can")
+            forced = self._forced(collection)
+            if len(collection.partitions) - 1 < forced:
+                raise ValueError(f"{collection.name} needs {forced} partitions for its storage and throughput")
+            child = Partition(self._next_id(), left.low, right.high, merged_from=(left.id, right.id))
+            child.bytes = left.bytes + right.bytes
+            child.keys = left.keys + right.keys
+            index = collection.partitions.index(left)
+            collection.partitions[index : index + 2] = [child]
+            collection.merged = True
+            done = Merge(collection.name, (left, right), child)
+            self.merges.append(done)
+            self._autoscale(collection)
+            return done
+
+    def _forced(self, collection: Collection) -> int:
+        if collection.autoscale_max is None:
+            return 1
+        return charges.forced_partitions(self.stored_gb(collection), round(collection.autoscale_max / self._ru_scale))
+
+    def stored_gb(self, collection: Collection) -> float:
+        """The GB a collection's bytes stand for (`limit_bytes` stands for a partition's 50 GB)."""
+        return collection.bytes / self.limit_bytes * charges.PARTITION_GB
+
+    def _autoscale(self, collection: Collection) -> list[Split]:
+        """With an autoscale maximum: raise it to the storage floor, split until the partitions the maximum
+        forces exist (10,000 RU/s each), and give each partition its share of the maximum."""
+        if self.autoscale_max is None or collection.shard_key is None:
+            return []
+        requested = self.autoscale_max / self._ru_scale
+        maximum = charges.autoscale_maximum(requested, self.stored_gb(collection))
+        collection.autoscale_max = maximum * self._ru_scale
+        done: list[Split] = []
+        needed = charges.forced_partitions(self.stored_gb(collection), maximum)
+        if not collection.documents and len(collection.partitions) < needed:  # created with them: no split
+            bounds = [TOP * i // needed for i in range(needed + 1)]
+            collection.partitions = [Partition(self._next_id(), bounds[i], bounds[i + 1]) for i in range(needed)]
+        while len(collection.partitions) < needed:
+            split = self._split(collection, max(collection.partitions, key=lambda p: p.high - p.low))
+            if not split:
+                break
+            done += split
+        for partition in collection.partitions:
+            partition.share = collection.autoscale_max / len(collection.partitions)
+        return done
+
     @staticmethod
     def _middle(collection: Collection, parent: Partition) -> int:
         held = sorted((s.key_hash, s.size) for s in collection.documents.values() if parent.holds(s.key_hash))
@@ -261,12 +359,28 @@ class PartitionMaps:
 
     # --- throughput ---
 
+    def logical_overflow(self, collection: Collection, added: dict[int, int]) -> tuple[int, int] | None:
+        """(shard key hash, bytes it would hold) of the first logical partition that `added` bytes per key hash
+        would take past `logical_limit_bytes` (Cosmos DB's 20 GB, scaled), or None."""
+        with self._lock:
+            if self.logical_limit_bytes is None or collection.shard_key is None:
+                return None
+            for key_hash, size in added.items():
+                total = collection.key_bytes.get(key_hash, 0) + size
+                if size > 0 and total > self.logical_limit_bytes:
+                    return key_hash, total
+            return None
+
+    def budget(self, partition: Partition) -> float:
+        """A partition's RU per second now: its own throughput, or less, its share of an autoscale maximum."""
+        return self.ru_per_second if partition.share is None else min(self.ru_per_second, partition.share)
+
     def throttled_for_ms(self, partitions: Iterable[Partition]) -> int | None:
         """Milliseconds until every given partition has budget again, or None if all have some now."""
         with self._lock:
             now = self._clock()
             second = math.floor(now)
-            if any(p.second == second and p.spent >= self.ru_per_second for p in partitions):
+            if any(p.second == second and p.spent >= self.budget(p) for p in partitions):
                 return max(1, math.ceil((second + 1 - now) * 1000))
             return None
 
@@ -287,6 +401,10 @@ class PartitionMaps:
                     partition.second, partition.spent = second, 0.0
                 partition.spent += share
                 partition.charged += share
+
+    def documents_of(self, collection: Collection) -> list[tuple[Key, Stored]]:
+        with self._lock:
+            return list(collection.documents.items())
 
     def collections(self) -> list[Collection]:
         with self._lock:

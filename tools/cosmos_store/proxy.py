@@ -10,8 +10,10 @@ Threads: one accepts, one serves each client connection (at most `max_connection
 optional TTL sweeper. Everything listens on loopback only."""
 
 import contextlib
+import hashlib
 import itertools
 import logging
+import math
 import random
 import socket
 import threading
@@ -28,13 +30,23 @@ from pymongo import MongoClient
 
 from shared.settings import Settings
 from shared.store.schema import collection_specs
-from tools.cosmos_store import charges, streams, wire
+from tools.cosmos_store import charges, rules, streams, wire
 from tools.cosmos_store.indexes import BAD_VALUE, IndexCatalog, ttl_problem
-from tools.cosmos_store.partitions import TOP, Collection, Partition, PartitionMaps, Split, parse_bound, range_bound
+from tools.cosmos_store.partitions import (
+    TOP,
+    Collection,
+    Merge,
+    Partition,
+    PartitionMaps,
+    Split,
+    parse_bound,
+    range_bound,
+)
 
 log = logging.getLogger(__name__)
 
 THROTTLED = 16500
+EXCEEDED_TIME_LIMIT = 50
 NAMESPACE_EXISTS = 48
 INVALID_RESUME_TOKEN = 260
 CHANGE_STREAM_FATAL = 280
@@ -48,7 +60,12 @@ class Options:
     """The knobs: `partition_bytes` stands for 50 GB, `partition_ru_per_second` for 10,000 RU/s (both scaled
     down); `index_delay_seconds` is how long an index transformation takes; `clock` is the proxy's time (the
     throughput's seconds, documents' `_ts`, index readiness); `seed` orders the tokens of
-    GetChangeStreamTokens (None: a different order each time), unless `shuffle_tokens` is off."""
+    GetChangeStreamTokens (None: a different order each time), unless `shuffle_tokens` is off.
+    `logical_partition_bytes` stands for a logical partition's 20 GB (None: no cap); `server_side_retry` is the
+    account capability (16500 retried inside the server for up to `server_retry_seconds` of the proxy's clock,
+    waiting with `sleep`, then code 50); `incomplete_during_index_drops`: a filter on a path whose index is
+    being dropped misses what the removal has reached; `autoscale_max_ru_per_second` (scaled as
+    `partition_ru_per_second`) gives every collection an autoscale maximum, raised by the storage floor."""
 
     partition_bytes: int = 1_000_000
     partition_ru_per_second: float = 10_000.0
@@ -61,6 +78,12 @@ class Options:
     shuffle_tokens: bool = True  # False: partition order, to tell a test's other failures from token order's
     max_wire_version: int | None = None  # what hello reports (MongoDB's numbering: 4.2 is 8); None: the backend's
     clock: Callable[[], float] = time.monotonic
+    logical_partition_bytes: int | None = None
+    server_side_retry: bool = False
+    server_retry_seconds: float = 60.0
+    sleep: Callable[[float], None] = time.sleep  # waits `seconds` of the proxy's clock (server-side retry)
+    incomplete_during_index_drops: bool = True
+    autoscale_max_ru_per_second: float | None = None
 
 
 @dataclass
@@ -106,6 +129,25 @@ class Metered:
 
     request_units: dict[str, float] = field(default_factory=dict)  # per "db.collection"
     throttled: int = 0
+    retried_in_server: int = 0  # operations server-side retry delayed, then served
+    timed_out: int = 0  # operations server-side retry gave up on (code 50)
+    # per "db.collection", per hour of the proxy's clock (its seconds // 3600): the most RU charged in one second
+    hourly_peak_ru: dict[str, dict[int, float]] = field(default_factory=dict)
+    _second: dict[str, tuple[int, float]] = field(default_factory=dict, repr=False)
+
+    def add(self, collection: str, charge: float, now: float) -> None:
+        """Count a charge: the collection's total and its second, and the hour's peak second."""
+        self.request_units[collection] = self.request_units.get(collection, 0.0) + charge
+        second, spent = self._second.get(collection, (-1, 0.0))
+        spent = spent + charge if second == math.floor(now) else charge
+        self._second[collection] = (math.floor(now), spent)
+        hours = self.hourly_peak_ru.setdefault(collection, {})
+        hour = math.floor(now) // 3600
+        hours[hour] = max(hours.get(hour, 0.0), spent)
+
+    def peak_ru_per_second(self, collection: str) -> float:
+        """The collection's highest hourly peak: what autoscale's busiest hour bills."""
+        return max(self.hourly_peak_ru.get(collection, {}).values(), default=0.0)
 
 
 class CosmosProxy:
@@ -126,6 +168,8 @@ class CosmosProxy:
             auto_split=self.options.auto_split,
             shard_key_of=self._shard_key_of,
             clock=self.options.clock,
+            logical_limit_bytes=self.options.logical_partition_bytes,
+            autoscale_max=self.options.autoscale_max_ru_per_second,
         )
         self.indexes = IndexCatalog(self._list_indexes, self.options.clock, self.options.index_delay_seconds)
         self.metered = Metered()
@@ -231,8 +275,21 @@ class CosmosProxy:
         """Split a physical partition now (its largest, unless named), as Cosmos DB does when one grows."""
         return self.partitions.split(database, collection, partition_id)
 
+    def merge(self, database: str, collection: str, partition_ids: tuple[int, int] | None = None) -> Merge:
+        """Merge two adjacent partitions now (the pair holding the least, unless named), as an operator's merge
+        does (https://learn.microsoft.com/azure/cosmos-db/merge)."""
+        return self.partitions.merge(database, collection, partition_ids)
+
     def partition_map(self, database: str, collection: str) -> list[Partition]:
         return list(self.partitions.collection(database, collection).partitions)
+
+    def hourly_bill(self, database: str, collection: str) -> dict[int, float]:
+        """Per hour of the proxy's clock, the RU/s autoscale bills the collection: the hour's peak second, and at
+        least a tenth of its maximum when it has one (`autoscale_max_ru_per_second`)."""
+        maximum = self.partitions.collection(database, collection).autoscale_max or 0.0
+        with self._lock:
+            peaks = dict(self.metered.hourly_peak_ru.get(f"{database}.{collection}", {}))
+        return {hour: charges.billed_in_hour(peak, maximum) for hour, peak in peaks.items()}
 
     def expire(self) -> int:
         """Delete what TTL has expired by now (a document's `_ts` plus the collection's TTL, or its own `ttl`);
@@ -424,10 +481,16 @@ class CosmosProxy:
         self, connection: _Connection, request: wire.Message, database: str, name: str, command: Document
     ) -> tuple[float, Document]:
         indexes = [i for i in command.get("indexes", []) if isinstance(i, Mapping)]
+        shard_key = self.partitions.collection(database, name).shard_key
         for index in indexes:
             problem = ttl_problem(index)
             if problem is not None:
                 return 0.0, wire.error_document(BAD_VALUE, problem)
+            unique = rules.unique_index_problem(
+                index, shard_key, self._count(database, name) if index.get("unique") else 0
+            )
+            if unique is not None:
+                return 0.0, wire.error_document(rules.CANNOT_CREATE_INDEX, unique, "CannotCreateIndex")
         self.indexes.load(database, name)
         reply = self._raw_reply(connection, request)
         if reply.get("ok"):
@@ -491,14 +554,22 @@ class CosmosProxy:
                 return 0.0, wire.error_document(BAD_VALUE, problem)
         effects: charges.WriteEffects | None = None
         if name in charges.WRITES:
-            effects = charges.look_before(self._observer[database][target], name, command)
-            reached = self._write_targets(collection, name, command, effects)
+            prepared = self._prepare_write(collection, name, command)
+            if isinstance(prepared, dict):
+                return 0.0, prepared
+            effects, reached = prepared
         elif name != "getMore":
             reached = self._targets(collection, _filter_of(name, command))
         wait_ms = self.partitions.throttled_for_ms(reached)
         if wait_ms is not None:
-            return 0.0, self._throttled(reached, wait_ms)
-        reply = self._raw_reply(connection, request)
+            refusal = self._wait_for_throughput(reached, wait_ms)
+            if refusal is not None:
+                return 0.0, refusal
+        hidden = self._hidden_by_drops(collection, name, command) if name != "getMore" else None
+        if hidden is not None:
+            reply = self._backend_command(connection, hidden)
+        else:
+            reply = self._raw_reply(connection, request)
         charge = 0.0
         if reply.get("ok"):
             charge = self._charge_reply(
@@ -508,6 +579,127 @@ class CosmosProxy:
             if name == "getMore" and not int(reply.get("cursor", {}).get("id", 0)):  # exhausted
                 self._forget_cursors([command["getMore"]])
         return charge, reply
+
+    # --- the rules a write meets before it runs ---
+
+    def _count(self, database: str, name: str) -> int:
+        return int(self._observer[database][name].estimated_document_count())
+
+    def _prepare_write(
+        self, collection: Collection, name: str, command: Document
+    ) -> tuple[charges.WriteEffects, list[Partition]] | Document:
+        """What a write will touch and the partitions it reaches, or Cosmos DB's refusal of it."""
+        refused = self._write_problem(collection, name, command)
+        if refused is not None:
+            return refused
+        database, target = collection.name.split(".", 1)
+        effects = charges.look_before(self._observer[database][target], name, command)
+        overflow = self._logical_overflow(collection, name, command, effects)
+        if overflow is not None:
+            return overflow
+        return effects, self._write_targets(collection, name, command, effects)
+
+    def _write_problem(self, collection: Collection, name: str, command: Document) -> Document | None:
+        """Cosmos DB's refusal of a write that leaves a document without its shard key (61) or changes one's
+        shard key value (66), or None (rules.py quotes the pages)."""
+        shard_key = collection.shard_key
+        if shard_key is None or name == "delete":
+            return None
+        missing = rules.missing_shard_key(name, command, shard_key)
+        if missing is not None:
+            return wire.error_document(rules.SHARD_KEY_NOT_FOUND, f"{collection.name}: {missing}", "ShardKeyNotFound")
+        database, target = collection.name.split(".", 1)
+
+        def current(query: Any) -> Any:
+            found = self._observer[database][target].find_one(query, {shard_key: 1})
+            return None if found is None else found.get(shard_key)
+
+        changed = rules.shard_key_change(name, command, shard_key, current)
+        if changed is not None:
+            return wire.error_document(
+                rules.IMMUTABLE_FIELD, f"{collection.name}: the write would change {changed}", "ImmutableField"
+            )
+        return None
+
+    def _logical_overflow(
+        self, collection: Collection, name: str, command: Document, effects: charges.WriteEffects
+    ) -> Document | None:
+        """A write that would take one shard key value's documents past the logical partition limit (20 GB,
+        scaled: `logical_partition_bytes`): refused, nothing written. Inserts are sized exactly; an update as if
+        it grew its document by all it carries (what it really adds is known only after it ran)."""
+        added: dict[int, int] = {}
+        for document in effects.inserted:
+            key_hash = collection.hash_of(document)
+            added[key_hash] = added.get(key_hash, 0) + len(_bson(document))
+        growth = max((len(_bson({"u": u})) for u in rules.updates(name, command)), default=0)
+        for touched in effects.touched if name != "insert" else []:
+            if touched.before is not None:  # at most by what the update carries
+                key_hash = collection.hash_of(touched.before)
+                added[key_hash] = added.get(key_hash, 0) + growth
+        overflow = self.partitions.logical_overflow(collection, added)
+        if overflow is None:
+            return None
+        limit = self.partitions.logical_limit_bytes
+        return wire.error_document(
+            BAD_VALUE,
+            f"Response status code does not indicate success: Forbidden (403); Substatus: 1014; Partition key "
+            f"reached maximum size of {limit} bytes (20 GB scaled): {collection.name}'s shard key value would hold "
+            f"{overflow[1]} bytes",
+        )
+
+    def _wait_for_throughput(self, reached: list[Partition], wait_ms: int) -> Document | None:
+        """Past a partition's throughput: 16500 at once, or with server-side retry on, the operation waits in
+        the server until the partitions have budget (None) or `server_retry_seconds` have passed (code 50)."""
+        if not self.options.server_side_retry:
+            return self._throttled(reached, wait_ms)
+        started, slept = self.options.clock(), 0.0
+        waiting: int | None = wait_ms
+        while waiting is not None:
+            self.partitions.refuse(reached)
+            elapsed = max(self.options.clock() - started, slept)
+            if elapsed >= self.options.server_retry_seconds:
+                with self._lock:
+                    self.metered.timed_out += 1
+                return wire.error_document(
+                    EXCEEDED_TIME_LIMIT,
+                    f"Request timed out. Retries due to rate limiting: True. (server-side retry gave up after "
+                    f"{self.options.server_retry_seconds:g} s)",
+                    "ExceededTimeLimit",
+                )
+            pause = min(waiting / 1000, self.options.server_retry_seconds - elapsed)
+            self.options.sleep(pause)
+            slept += pause
+            waiting = self.partitions.throttled_for_ms(reached)
+        with self._lock:
+            self.metered.retried_in_server += 1
+        return None
+
+    def _hidden_by_drops(self, collection: Collection, name: str, command: Document) -> Document | None:
+        """The command rewritten to miss what a running index removal has reached, if its filter names a path
+        being removed (indexes.py quotes the page), else None. The removal walks the documents indexed before
+        it began in a fixed order, in proportion to its time; documents written since it began are not in the
+        index it reads at all. The least forgiving reading of "inconsistent and incomplete"."""
+        if not self.options.incomplete_during_index_drops:
+            return None
+        database, target = collection.name.split(".", 1)
+        paths = rules.filter_paths(_filter_of(name, command))
+        removals = [r for r in self.indexes.removing(database, target) if r.paths & paths] if paths else []
+        if not removals:
+            return None
+        now = self.options.clock()
+        hidden: set[bytes] = set()
+        documents = self.partitions.documents_of(collection)
+        for removal in removals:
+            before = sorted((k for k, d in documents if d.written_at <= removal.started), key=_removal_order)
+            hidden |= {k for k, d in documents if d.written_at > removal.started}
+            hidden |= set(before[: int(len(before) * removal.progress(now))])
+        if not hidden:
+            return None
+        excluded = {"_id": {"$nin": [_id_of(k) for k in hidden]}}
+        if name == "aggregate":
+            return {**command, "pipeline": [{"$match": excluded}, *command.get("pipeline", [])]}
+        key = "filter" if name == "find" else "query"
+        return {**command, key: {"$and": [command.get(key) or {}, excluded]}}
 
     def _write_targets(
         self, collection: Collection, name: str, command: Document, effects: charges.WriteEffects
@@ -565,7 +757,7 @@ class CosmosProxy:
     def _spend(self, collection: Collection, reached: list[Partition], charge: float) -> None:
         self.partitions.charge(reached, charge)
         with self._lock:
-            self.metered.request_units[collection.name] = self.metered.request_units.get(collection.name, 0.0) + charge
+            self.metered.add(collection.name, charge, self.options.clock())
 
     def _throttled(self, reached: list[Partition], wait_ms: int) -> Document:
         """Cosmos DB's answer past a partition's throughput: 16500, with the wait in `RetryAfterMs=`."""
@@ -616,8 +808,16 @@ class CosmosProxy:
     def _change_stream_tokens(self, database: str, name: str, start_at: Any) -> Document:
         """One token per physical partition, each reading that partition only, in no promised order
         (https://learn.microsoft.com/azure/cosmos-db/mongodb/custom-commands: "returns one or more change stream
-        resume tokens - each one corresponding to data from a single physical shard/partition")."""
+        resume tokens - each one corresponding to data from a single physical shard/partition"). After a merge,
+        none from a start time (https://learn.microsoft.com/azure/cosmos-db/merge: "After a container has been
+        merged, it isn't possible to read the change feed with start time.")."""
         collection = self.partitions.collection(database, name)
+        if start_at is not None and collection.merged:
+            return wire.error_document(
+                BAD_VALUE,
+                f"{collection.name} has been merged: its change feed cannot be read from a start time "
+                "(startAtOperationTime); https://learn.microsoft.com/azure/cosmos-db/merge",
+            )
         if isinstance(start_at, Timestamp):
             state = f"ts:{start_at.time}:{start_at.inc}"
         else:  # "Defaults to the time the command is run."
@@ -679,13 +879,14 @@ class CosmosProxy:
         After a split the parent's range is no partition's: Cosmos DB's documentation does not say what a
         parent's token does then, so this store takes the least forgiving reading and refuses it (code 280,
         non-resumable): the consumer must ask GetChangeStreamTokens again, and the new tokens start at the time
-        of that call, so whatever was written since the parent's last token is for the consumer to recover."""
+        of that call, so whatever was written since the parent's last token is for the consumer to recover.
+        After a merge the two parents' tokens are refused the same way (the merge page is silent on tokens too)."""
         for partition in collection.partitions:
             if (partition.low, partition.high) == (low, high):
                 return partition
         return (
             f"PartitionKeyRangeGone: the feed range [{_bounds(low, high)[0]!r}, {_bounds(low, high)[1]!r}) of "
-            f"{collection.name} is no physical partition now (it split); ask GetChangeStreamTokens again"
+            f"{collection.name} is no physical partition now (it split or merged); ask GetChangeStreamTokens again"
         )
 
     def _stream_partitions(self, collection: Collection, partition_id: int | None) -> list[Partition]:
@@ -796,6 +997,10 @@ def _rewritten(reply: wire.Message, rewrite: Callable[[Document], Document]) -> 
 
 def _bson(document: Mapping[str, Any]) -> bytes:
     return bson.encode(document)
+
+
+def _removal_order(key: bytes) -> bytes:
+    return hashlib.md5(key).digest()
 
 
 def _id_of(key: bytes) -> Any:
