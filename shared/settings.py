@@ -137,6 +137,15 @@ class Settings(BaseSettings):
     reports_page_size: int = Field(
         default=500, ge=1, le=10_000, description="Changes per page; a page is aggregated, then checkpointed."
     )
+    reports_tally_spread_minutes: int = Field(
+        default=40,
+        ge=0,
+        le=45,
+        description="Minutes over which the heartbeat tally spreads each partition's hourly pass (roll-ups "
+        "included), paced by the last pass's pages, instead of reading as fast as it can: autoscale bills each "
+        "hour at its peak. 0 turns pacing off. At most 45: a pass begins about 10 minutes into the hour and must "
+        "end before the next hour is due.",
+    )
     reports_poll_overlap_seconds: int = Field(
         default=300,
         ge=0,

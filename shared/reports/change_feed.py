@@ -517,6 +517,7 @@ class _Worker:
             wall_clock=self.wall_clock,
             out_of_time=lambda: self._clock() >= deadline,
             save=lambda lease: self._save(lease, "tally"),
+            pause=lambda seconds: self._pause(seconds, deadline),
         )
         self.run.pages += tallied.pages
         self.run.changes += tallied.documents
@@ -524,6 +525,13 @@ class _Worker:
         self.run.daily_written += tallied.daily_written
         self.run.caught_up = tallied.caught_up
         return held
+
+    def _pause(self, seconds: float, deadline: float) -> bool:
+        """Wait `seconds` for a paced tally's next page if the budget leaves time for it; False: it does not."""
+        if self._clock() + seconds >= deadline:
+            return False
+        self._sleep(seconds)
+        return True
 
     def read_and_aggregate(self, held: Lease, watch: Watch | None) -> Lease:
         """Pages until caught up or out of budget; the position reached (saved unless the lease was lost)."""
