@@ -162,6 +162,14 @@ class Settings(BaseSettings):
         "so a day's report lags its hours by up to this plus an hour; a closed day's is complete.",
     )
 
+    daily_rollup_staggered: bool = Field(
+        default=True,
+        description="Spread the daily roll-ups over each block's hours, each user at its own hour (by its bucket), "
+        "instead of every user's at the block's end: each pass rolls up a block's share of the users, so no hour "
+        "bills a burst. A day's report still lags its hours by up to DAILY_ROLLUP_HOURS plus an hour; a closed "
+        "day's is complete within DAILY_ROLLUP_HOURS of midnight UTC (at once when off).",
+    )
+
     # Notification checks: the dispatcher timers and the partition workers `run_check_partition`
     # (shared/notifications/checks.py, functions/checks.py).
     check_open_bottles_schedule: str = Field(

@@ -1,7 +1,8 @@
-"""The heartbeat tally's pacing (shared/reports/tally.py, Pace): a pass as large as the last one spreads its pages
-over REPORTS_TALLY_SPREAD_MINUTES instead of a burst, because autoscale bills each hour at its peak, and still
-counts every user-hour and rolls up every user's day exactly. Driven through the worker (process_partition) with
-a clock that the worker's own waits move on, one run a minute as the dispatcher sends them."""
+"""The heartbeat tally spread out, because autoscale bills each hour at its peak (shared/reports/tally.py): a pass
+as large as the last one spreads its pages over REPORTS_TALLY_SPREAD_MINUTES instead of a burst (Pace), and with
+DAILY_ROLLUP_STAGGERED each user's day rolls up at its own hour of the block; both still count every user-hour and
+roll up every user's day exactly. Driven through the worker (process_partition) with a clock that the worker's own
+waits move on, one run a minute as the dispatcher sends them."""
 
 import json
 import math
@@ -16,6 +17,7 @@ from shared.reports.change_feed import PartitionRun, dispatch, process_partition
 from shared.reports.leases import Partition
 from shared.settings import Settings
 from shared.store import schema
+from shared.store.partitioning import bucket_of
 
 DAY = day_of(utc_now()) - timedelta(days=7)  # within the reports' retention, and every instant played is past
 USERS = 40
@@ -35,17 +37,28 @@ def settings(spread: timedelta = SPREAD) -> Settings:
     )
 
 
-def fleet(db: Any, config: Settings, hours: int) -> None:
-    """USERS users of one bottle each, heard from every half hour for `hours` hours from DAY."""
+def fleet(db: Any, config: Settings, hours: int, users: list[str] | None = None) -> dict[str, str]:
+    """USERS users (or `users`) of one bottle each, heard from every half hour for `hours` hours from DAY; the
+    bottles' device keys."""
     spec = BottleSpec(user_id="u", medication="med", schedule={"every_hours": 12})
-    for n in range(USERS):
-        user = spec.model_copy(update={"user_id": f"user{n:02d}"})
+    keys = {}
+    for n, user_id in enumerate(users or [f"user{n:02d}" for n in range(USERS)]):
+        user = spec.model_copy(update={"user_id": user_id})
         key = provision(db, f"b{n:02d}", user, rotate_key=False, now=DAY, settings=config).device_key
         assert key is not None
-        for half in range(2 * hours):
-            at = DAY + timedelta(minutes=30 * half + 1)
+        keys[f"b{n:02d}"] = key
+    for hour in range(hours):
+        beat(db, config, keys, hour)
+    return keys
+
+
+def beat(db: Any, config: Settings, keys: dict[str, str], hour: int) -> None:
+    """A heartbeat of each bottle at minutes 1 and 31 of DAY's `hour`, each received on time."""
+    for bottle_id, key in keys.items():
+        for minute in (1, 31):
+            at = DAY + timedelta(hours=hour, minutes=minute)
             body = json.dumps({"events": [{"type": "heartbeat", "time": at.isoformat()}]}).encode()
-            receive(db, f"b{n:02d}", key, body, now=at, settings=config)
+            receive(db, bottle_id, key, body, now=at, settings=config)
 
 
 class Worker:
@@ -88,8 +101,8 @@ def hourly(db: Any) -> dict[tuple[str, datetime], int]:
     return {(r["user_id"], r["hour"]): r["heartbeats"] for r in found if r.get("heartbeats")}
 
 
-def daily(db: Any) -> dict[str, int]:
-    found = db[schema.USER_DAILY_REPORTS].find({"day": DAY}, {"user_id": 1, "heartbeats": 1})
+def daily(db: Any, day: datetime = DAY) -> dict[str, int]:
+    found = db[schema.USER_DAILY_REPORTS].find({"day": day}, {"user_id": 1, "heartbeats": 1})
     return {r["user_id"]: r["heartbeats"] for r in found}
 
 
@@ -168,3 +181,48 @@ def test_a_pass_cut_off_by_its_budget_leaves_no_burst_for_the_next_run(mock_db: 
     assert all(run.pages <= math.ceil(60 / (SPREAD.total_seconds() / USERS)) for run in middle)
     assert not any(run.caught_up for run in runs[:-1])
     assert runs[-1].caught_up
+
+
+def users_by_shift(block: int, per_shift: int) -> dict[str, int]:
+    """User ids, `per_shift` of each hour of the block at which a staggered user's day rolls up (its bucket)."""
+    found: dict[str, int] = {}
+    for n in range(10_000):
+        user_id = f"staggered{n}"
+        shift = bucket_of(user_id) % block
+        if sum(1 for s in found.values() if s == shift) < per_shift:
+            found[user_id] = shift
+        if len(found) == block * per_shift:
+            return found
+    raise AssertionError("not enough users")
+
+
+def test_staggered_each_users_day_rolls_up_at_its_own_hour_of_the_block_and_every_day_completes(mock_db: Any) -> None:
+    """DAILY_ROLLUP_STAGGERED (the default): at each hourly pass only the users whose hour of the block it is have
+    their day rolled up, with every hour up to then; every user's day lags its hours by at most a block and an hour,
+    and a closed day is complete within a block of midnight, the hours a block straddles rolled into both days."""
+    config = Settings(reports_partitions=1, change_source="polling")
+    assert config.daily_rollup_staggered
+    block = config.daily_rollup_hours
+    users = users_by_shift(block, per_shift=2)
+    hours = 30
+    keys = fleet(mock_db, config, 0, list(users))
+    worker = Worker(mock_db, config)
+
+    for h in range(1, hours + block + 1):
+        if h <= hours:
+            beat(mock_db, config, keys, h - 1)
+        run = worker.run(DAY + timedelta(hours=h, minutes=10))  # counts the hours up to DAY + h
+        assert run.caught_up
+        for user_id, shift in users.items():
+            # The last end of this user's blocks the pass has counted up to: its day has every hour before it.
+            rolled_to = max((e for e in range(1, h + 1) if (e - shift) % block == 0), default=None)
+            for day in (0, 1):
+                counted = 0 if rolled_to is None else 2 * max(0, min(rolled_to, 24 * (day + 1), hours) - 24 * day)
+                found = daily(mock_db, DAY + timedelta(days=day)).get(user_id, 0)
+                assert found == counted, (h, user_id, shift, day)
+        rolled_now = {u for u, shift in users.items() if (h - shift) % block == 0}
+        assert run.daily_written <= 2 * len(rolled_now)  # a block's share of the users (a day or two each), not all
+        assert run.daily_written or h > hours
+
+    assert daily(mock_db) == dict.fromkeys(users, 48)  # the first day, complete
+    assert daily(mock_db, DAY + timedelta(days=1)) == dict.fromkeys(users, 2 * (hours - 24))

@@ -30,7 +30,7 @@ from shared.reports.documents import HOUR, heartbeat_parts, tally_hours
 from shared.reports.leases import ROLLUPS_FROM, Lease
 from shared.settings import Settings
 from shared.store import schema
-from shared.store.partitioning import BucketRange
+from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, with_retries
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -115,14 +115,15 @@ class Pass:
             last_pages=token.get(LAST_PAGES),
         )
 
-    def rollup_days(self, block_hours: int, window: timedelta) -> set[datetime]:
-        """The days a block of whose hours ends within this pass's last `window` of hours, and within the next
-        CATCH_UP of the roll-ups it is behind (`rollups_from`: a pass that fell behind by more than a window, or a
-        first pass): a few days a user at most, whatever the lag, so a page's work stays bounded."""
+    def rollup_days(self, block_hours: int, window: timedelta, shift: int = 0) -> set[datetime]:
+        """The days a block of whose hours (shifted by `shift` hours: rollup_shift) ends within this pass's last
+        `window` of hours, and within the next CATCH_UP of the roll-ups it is behind (`rollups_from`: a pass that
+        fell behind by more than a window, or a first pass): a few days a user at most, whatever the lag, so a
+        page's work stays bounded."""
         recent = max(self.start, self.end - window)
-        days = block_days(recent, self.end, block_hours)
+        days = block_days(recent, self.end, block_hours, shift)
         if self.rollups_from is not None and self.rollups_from < recent:
-            days |= block_days(self.rollups_from, min(self.rollups_from + CATCH_UP, recent), block_hours)
+            days |= block_days(self.rollups_from, min(self.rollups_from + CATCH_UP, recent), block_hours, shift)
         return days
 
     def rollups_left(self, window: timedelta) -> datetime | None:
@@ -133,15 +134,27 @@ class Pass:
         return self.rollups_from + CATCH_UP
 
 
-def block_days(after: datetime, until: datetime, block_hours: int) -> set[datetime]:
-    """The days of the blocks of DAILY_ROLLUP_HOURS that end in (after, until]."""
+def block_days(after: datetime, until: datetime, block_hours: int, shift: int = 0) -> set[datetime]:
+    """The days whose hours are in the blocks of DAILY_ROLLUP_HOURS that end in (after, until]; blocks counted
+    from `shift` hours after midnight UTC (a staggered user's: rollup_shift), so a block may hold the end of one
+    day and the start of the next, and rolls both up."""
     days = set()
     hour = hour_of(after) + HOUR
     while hour <= until:
-        if hour.hour % block_hours == 0:
-            days.add(day_of(hour - HOUR))
+        if (hour.hour - shift) % block_hours == 0:
+            days |= {day_of(hour - HOUR), day_of(hour - block_hours * HOUR)}
         hour += HOUR
     return days
+
+
+def rollup_shift(user_id: str, settings: Settings) -> int:
+    """The hour of each block at which a user's day is rolled up: 0 (the block's end, every user at once) unless
+    DAILY_ROLLUP_STAGGERED, then the user's bucket spreads the users evenly over the block's hours, so each pass
+    rolls up a block's share of them rather than every pass at a block's end rolling up all (autoscale bills
+    each hour at its peak). Each user's day still rolls up once a block."""
+    if not settings.daily_rollup_staggered:
+        return 0
+    return bucket_of(user_id) % settings.daily_rollup_hours
 
 
 def next_pass(lease: Lease, *, now: datetime, overlap: timedelta, oldest: timedelta) -> Pass | None:
@@ -364,14 +377,19 @@ def count_page(
     window = timedelta(hours=settings.heartbeat_window_hours)
     oldest = rollup_horizon(settings)
     block = settings.daily_rollup_hours
-    days = {(user_id, day) for user_id in users for day in current.rollup_days(block, window)}
+    shifts = {user_id: rollup_shift(user_id, settings) for user_id in users | {user_id for user_id, _ in changed}}
+    by_shift = {shift: current.rollup_days(block, window, shift) for shift in set(shifts.values())}
+    days = {(user_id, day) for user_id in users for day in by_shift[shifts[user_id]]}
     # An hour this pass changed whose day's block has ended: a late heartbeat's, a reassigned bottle's, or one
     # the first pass found in a ring older than its roll-ups: its day is rolled up again now.
     days |= {
         (user_id, day_of(hour))
         for user_id, hour in changed
-        if (hour < current.start or block_end(hour, block) <= current.end) and hour >= current.end - oldest
+        if (hour < current.start or block_end(hour, block, shifts[user_id]) <= current.end)
+        and hour >= current.end - oldest
     }
+    # Never a day older than the roll-ups' horizon (a staggered block's first day may be): its hours may expire.
+    days = {(user_id, day) for user_id, day in days if day >= day_of(current.end - oldest)}
     daily = refresh_daily(db, days, policy) if days else 0
     return hourly, daily
 
@@ -382,7 +400,7 @@ def rollup_horizon(settings: Settings) -> timedelta:
     return timedelta(days=settings.max_event_age_days + 1)
 
 
-def block_end(hour: datetime, block_hours: int) -> datetime:
-    """The end of the block of DAILY_ROLLUP_HOURS that holds `hour` (the pass counting up to it rolls the day
-    up)."""
-    return day_of(hour) + timedelta(hours=(hour.hour // block_hours + 1) * block_hours)
+def block_end(hour: datetime, block_hours: int, shift: int = 0) -> datetime:
+    """The end of the block of DAILY_ROLLUP_HOURS (counted from `shift` hours after midnight) that holds `hour`
+    (the pass counting up to it rolls the day up)."""
+    return hour_of(hour) + HOUR * ((shift - hour.hour - 1) % block_hours + 1)
