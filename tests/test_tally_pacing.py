@@ -15,6 +15,7 @@ from shared.ingestion.receive import receive
 from shared.instants import day_of, utc_now
 from shared.reports.change_feed import PartitionRun, dispatch, process_partition
 from shared.reports.leases import Partition
+from shared.reports.tally import CLOCK_MARGIN
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import bucket_of
@@ -226,3 +227,23 @@ def test_staggered_each_users_day_rolls_up_at_its_own_hour_of_the_block_and_ever
 
     assert daily(mock_db) == dict.fromkeys(users, 48)  # the first day, complete
     assert daily(mock_db, DAY + timedelta(days=1)) == dict.fromkeys(users, 2 * (hours - 24))
+
+
+def tally_lag(db: Any, config: Settings, now: datetime) -> float:
+    """The heartbeat tally's lag the dispatcher records at `now` (pillbottle.reports.lag_seconds)."""
+    return dispatch(db, now=now, settings=config, send=lambda messages: None).lag_seconds["heartbeat_tally"]
+
+
+def test_a_paced_pass_on_time_is_not_reported_behind_but_one_that_overran_is(mock_db: Any) -> None:
+    """A paced pass takes most of the hour, so the lag (and the report-lag alert) counts its hours as counted while
+    it is within its spread and a clock margin; past that, the hours it has yet to finish are a lag again."""
+    config = settings()
+    fleet(mock_db, config, hours=2)
+    worker = Worker(mock_db, config)
+    worker.pass_from(DAY + timedelta(hours=1, minutes=10))
+    began = DAY + timedelta(hours=2, minutes=10)
+    worker.run(began)
+    worker.run(began + timedelta(minutes=1))  # under way, paced: a few pages done
+
+    assert tally_lag(mock_db, config, began + timedelta(minutes=2)) == 0
+    assert tally_lag(mock_db, config, began + SPREAD + CLOCK_MARGIN + timedelta(minutes=1)) == 3600

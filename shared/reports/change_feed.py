@@ -61,7 +61,7 @@ from shared.reports.leases import (
     new_owner,
     release,
 )
-from shared.reports.tally import hours_due, rolled_up_before, run_tally
+from shared.reports.tally import CLOCK_MARGIN, hours_due, rolled_up_before, run_tally
 from shared.settings import Settings
 from shared.store.cosmos import is_cosmos_uri
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
@@ -409,7 +409,9 @@ def dispatch(
     due += leases_to_dispatch(db, tallies, now=now, hold_for=hold, policy=policy, behind=hours_due(now))
     send([_json(p.message()) for p in due])
     run.sent = [p.lease_id for p in due]
-    run.lag_seconds = feed_lags(db, [p for p, _ in partitions], now=now, policy=policy, tally_due=hours_due(now))
+    pacing = timedelta(minutes=settings.reports_tally_spread_minutes) + CLOCK_MARGIN
+    lagging = [p for p, _ in partitions]
+    run.lag_seconds = feed_lags(db, lagging, now=now, policy=policy, tally_due=hours_due(now), tally_pacing=pacing)
     for feed, lag in run.lag_seconds.items():
         metrics.report_lag(feed, lag)
     if unpartitioned:  # the other feeds are dispatched; the invocation still fails, for the alerts
