@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from benchmarks.cost_model import (
     ALL,
     PRICE,
+    DocumentWrite,
     UnitCost,
     autoscale_max,
     billed_in_hour,
@@ -47,6 +48,7 @@ TALLY_MINUTES = 15  # a pass's pages land in about 15 minutes of each hour
 MORNING_HOUR = 7  # the hour (UTC) of the morning late-dose peak
 SWEEP_MINUTES = {"late_dose": 5, "left_open": 1, "silent": 5}  # each check runs every so many minutes
 REPORTS_PARTITIONS = 64  # the tally's partitions at this scale (docs/costs.md: Throughput to deploy)
+MEASURED_ROLLUP_HOUR = 18  # the measured block's roll-up reads the day's first 18 hours (costs.consumer_costs)
 
 # Rates the design does not give, and what the table assumes for them.
 ASSUMED_RATES = {
@@ -58,23 +60,85 @@ ASSUMED_RATES = {
 }
 
 
+BLOCK, EVERY_HOUR, STAGGERED = "block", "every hour", "staggered"  # when a user's day is rolled up
+
+
 @dataclass(frozen=True)
 class Variant:
-    """A way of running the same work, for the alternatives table: how long the tally's pages take each hour,
-    and whether every hour rolls the days up (a daily report within an hour of its hours) or only the hours that
-    end a block of DAILY_ROLLUP_HOURS (today: up to 7 hours behind)."""
+    """A way of running the same work, for the alternatives table. `status`: the app runs it this way (the bill's
+    own row, "yes"), can by its settings, or it is modelled only (what it would change said in `name`).
+
+    - tally_minutes: how long each hour's tally pages take (None: the app's REPORTS_TALLY_SPREAD_MINUTES, the
+      pass paced over them; unpaced, it reads as fast as it can: about TALLY_MINUTES);
+    - rollup: BLOCK (every user's day at the hours that end a block of DAILY_ROLLUP_HOURS), STAGGERED (each user
+      at its own hour of the block: a block's share of the users a pass, the same lag), EVERY_HOUR (every user's
+      day at every pass: within an hour of its hours); None: as the app's DAILY_ROLLUP_STAGGERED has it;
+    - in_partition: the tally's reads of the report collections one user (one shard key value) a query instead
+      of `$in` of a page's users, so no query fans out (their documents still cost their reads);
+    - sweep_minutes: how long a check sweep's work takes (today about a minute: ASSUMED_RATES);
+    - heartbeat_insert: each heartbeat inserted as its own document with a TTL (HEARTBEAT_INSERT_RU), the tally
+      reading each of them instead of each bottle's ring once an hour; with `keep_last_heard` the heartbeat
+      document is still updated at each heartbeat (the silent check needs the last time within its 60 minutes),
+      without it the silent check has nothing to sweep (a feature lost). Their storage is left out."""
 
     name: str
-    tally_minutes: int = TALLY_MINUTES
-    rollup_every_hour: bool = False
+    tally_minutes: int | None = None
+    rollup: str | None = None
+    in_partition: bool = False
+    sweep_minutes: float = ASSUMED_RATES["minutes a sweep's work takes"]
+    heartbeat_insert: bool = False
+    keep_last_heard: bool = True
+    status: str = "modelled"
+
+    def minutes(self, settings: Settings) -> int:
+        if self.tally_minutes is not None:
+            return self.tally_minutes
+        return settings.reports_tally_spread_minutes or TALLY_MINUTES
+
+    def rollups(self, settings: Settings) -> str:
+        if self.rollup is not None:
+            return self.rollup
+        return STAGGERED if settings.daily_rollup_staggered else BLOCK
 
 
-TODAY = Variant("today: the tally's pages in ~15 minutes, days rolled up every 6 hours")
+# An insert of a heartbeat under 1 KB: 4.95 RU and 0.2 a term for `_id`, the shard key, `_ts` (its TTL) and the
+# tally's (ub, user_id) index (cost_model.RULES: write, by size; create).
+HEARTBEAT_INSERT_RU = DocumentWrite(None, 300, terms_inserted=4).ru()
+
+TODAY = Variant(
+    "the app: the tally paced (REPORTS_TALLY_SPREAD_MINUTES), roll-ups staggered (DAILY_ROLLUP_STAGGERED)",
+    status="yes",
+)
 ALTERNATIVES = (
+    Variant(
+        "before: the tally unpaced (~15 minutes), every user's roll-up at the block's end",
+        TALLY_MINUTES,
+        BLOCK,
+        status="REPORTS_TALLY_SPREAD_MINUTES=0, DAILY_ROLLUP_STAGGERED=false",
+    ),
+    Variant(
+        "the tally paced, every user's roll-up at the block's end",
+        rollup=BLOCK,
+        status="DAILY_ROLLUP_STAGGERED=false",
+    ),
     TODAY,
-    Variant("the tally paced over the hour (a per-partition rate, staggered starts)", tally_minutes=60),
-    Variant("daily reports within an hour (a roll-up every hour)", rollup_every_hour=True),
-    Variant("both: paced, and a roll-up every hour", tally_minutes=60, rollup_every_hour=True),
+    Variant("+ daily reports within an hour (every user's day at every pass)", rollup=EVERY_HOUR),
+    Variant("+ the tally's report reads one user a query (no fan-out)", in_partition=True),
+    Variant("+ each check sweep's work over its 5 minutes", sweep_minutes=5),
+    Variant("+ both of the last two: every feature kept", in_partition=True, sweep_minutes=5),
+    Variant(
+        "+ both, and a heartbeat inserted with a TTL, the heartbeat document's update kept",
+        in_partition=True,
+        sweep_minutes=5,
+        heartbeat_insert=True,
+    ),
+    Variant(
+        "+ both, and a heartbeat inserted with a TTL, no update (the silent check lost)",
+        in_partition=True,
+        sweep_minutes=5,
+        heartbeat_insert=True,
+        keep_last_heard=False,
+    ),
 )
 
 HEARTBEATS, EVENTS, FEED, TALLY, CHECKS, FLOOR = (
@@ -150,27 +214,36 @@ def minute_load(
     variant: Variant = TODAY,
 ) -> Load:
     """The work under way in one minute of the day, as units per second."""
+    heartbeat = measured.heartbeat
+    if variant.heartbeat_insert:
+        kept = measured.heartbeat.base.get(schema.BOTTLE_HEARTBEATS, 0.0) if variant.keep_last_heard else 0.0
+        heartbeat = UnitCost({schema.BOTTLE_HEARTBEATS: HEARTBEAT_INSERT_RU + kept})
     load: Load = [
-        (HEARTBEATS, measured.heartbeat, HEARTBEATS_PER_SECOND),
+        (HEARTBEATS, heartbeat, HEARTBEATS_PER_SECOND),
         (EVENTS, measured.opened, OPENED_PER_SECOND),
         (EVENTS, measured.closed, CLOSED_PER_SECOND),
         (FEED, measured.actions_feed, CHANGES_PER_SECOND),
         # The actions feed: a run per physical partition every minute; the tally: a run per partition an hour.
         (FEED, measured.consumer_run, actions_partitions / 60 + REPORTS_PARTITIONS / 3600),
     ]
-    if measured.tally and (minute - TALLY_FIRST_MINUTE) % 60 < variant.tally_minutes:
-        tally = tally_at_scale(tally_of_hour(measured.tally, hour, every_hour=variant.rollup_every_hour), settings)
-        load.append((TALLY, tally, CHANGES_PER_SECOND * 60 / variant.tally_minutes))
-    spread = ASSUMED_RATES["minutes a sweep's work takes"] * 60
+    minutes = variant.minutes(settings)
+    if measured.tally and (minute - TALLY_FIRST_MINUTE) % 60 < minutes:
+        of_hour = tally_of_hour(measured.tally, hour, rollup=variant.rollups(settings))
+        tally = tally_at_scale(of_hour, settings, in_partition=variant.in_partition)
+        load.append((TALLY, tally, CHANGES_PER_SECOND * 60 / minutes))
+        if variant.heartbeat_insert:  # each heartbeat read by the tally, not each bottle's ring once an hour
+            reads = UnitCost({schema.BOTTLE_HEARTBEATS: HEARTBEATS_PER_SECOND * 3600 - BOTTLES})
+            load.append((TALLY, reads, 1 / (minutes * 60)))
     for kind in KINDS:
         every = SWEEP_MINUTES[kind]
-        if minute % every:
+        span = min(variant.sweep_minutes, every)  # a sweep's work, within its schedule
+        if minute % every >= span:
             continue
         found = _found_per_sweep(kind, hour)
         if kind in measured.swept:
-            load.append((CHECKS, swept_at_scale(measured, kind, settings), found / spread))
+            load.append((CHECKS, swept_at_scale(measured, kind, settings), found / (span * 60)))
         if kind in measured.sweep_run:
-            load.append((CHECKS, measured.sweep_run[kind], 1 / spread))
+            load.append((CHECKS, measured.sweep_run[kind], 1 / (span * 60)))
     return load
 
 
@@ -184,12 +257,13 @@ def _found_per_sweep(kind: str, hour: int) -> float:
     return per_second * SWEEP_MINUTES[kind] * 60
 
 
-def tally_at_scale(measured: UnitCost, settings: Settings) -> UnitCost:
+def tally_at_scale(measured: UnitCost, settings: Settings, *, in_partition: bool = False) -> UnitCost:
     """The tally's RU per change with its queries counted as the design scale pages them (the benchmark's fleet
     fills a page or two a pass, so its query count per change says little): a pass reads every heartbeat document
     in full pages of REPORTS_PAGE_SIZE, each page one sorted query over every physical partition, and two more to
     end each of REPORTS_PARTITIONS ranges; each page reads and writes its users' reports with one `$in` per
-    CLAUSES_PER_QUERY users (and the daily reports' likewise, in a roll-up hour)."""
+    CLAUSES_PER_QUERY users (and the daily reports' likewise, in a roll-up hour); `in_partition`: one user a
+    query instead, none fanning out (a query that returns documents costs no more than their reads)."""
     pages_per_hour = BOTTLES / settings.reports_page_size + 2 * REPORTS_PARTITIONS
     per_change = pages_per_hour / (CHANGES_PER_SECOND * 3600)
     users_per_page = settings.reports_page_size * USERS / BOTTLES
@@ -198,7 +272,7 @@ def tally_at_scale(measured: UnitCost, settings: Settings) -> UnitCost:
     for name, by_reach in measured.queries.items():
         if ALL in by_reach:
             queries[name] = {ALL: per_change}
-        elif by_reach:
+        elif by_reach and not in_partition:
             queries[name] = {round(users_per_page / chunks): per_change * chunks}
     return UnitCost(dict(measured.base), queries)
 
@@ -226,11 +300,32 @@ def unit_costs(measured: Measured, settings: Settings) -> dict[str, UnitCost]:
     }
 
 
-def tally_of_hour(tally: Sequence[UnitCost], hour: int, *, every_hour: bool = False) -> UnitCost:
-    """The measured tally hour standing for `hour` (UTC): the block's roll-up hour (the one that writes the most
-    daily reports) at the hours that end a block (00, 06, 12, 18 with six-hour blocks), or at every hour."""
-    rollup = max(range(len(tally)), key=lambda i: tally[i].base.get(schema.USER_DAILY_REPORTS, 0.0))
-    return tally[rollup if every_hour else (rollup + hour) % len(tally)]
+def tally_of_hour(tally: Sequence[UnitCost], hour: int, *, rollup: str = BLOCK) -> UnitCost:
+    """The tally's cost per change in the pass that runs in `hour` (UTC), from the measured hours of a block
+    (benchmarks/costs.py measures them with every user's roll-up at the block's end, MEASURED_ROLLUP_HOUR):
+
+    - BLOCK: the block's roll-up hour (the one that writes the most daily reports) at the hours that end a block
+      (00, 06, 12, 18 with six-hour blocks), the others in turn;
+    - EVERY_HOUR: the roll-up hour at every hour;
+    - STAGGERED: every hour the block's average (each pass rolls up a block's share of the users), and in the
+      hours whose users' blocks straddle midnight (1 to DAILY_ROLLUP_HOURS - 1) their share of a second roll-up,
+      of today's first hours: a daily report written, and that many hourly reports read (the measured roll-up
+      read MEASURED_ROLLUP_HOUR of them)."""
+    rollup_hour = max(range(len(tally)), key=lambda i: tally[i].base.get(schema.USER_DAILY_REPORTS, 0.0))
+    if rollup == EVERY_HOUR:
+        return tally[rollup_hour]
+    if rollup == BLOCK:
+        return tally[(rollup_hour + hour) % len(tally)]
+    share = 1 / len(tally)
+    average = combine([(cost, share) for cost in tally])
+    if not 0 < hour < len(tally):
+        return average
+    plain = min(tally, key=lambda cost: cost.base.get(schema.USER_DAILY_REPORTS, 0.0))
+    extra = combine([(tally[rollup_hour], 1.0), (plain, -1.0)], floor_at_zero=True)
+    hourly_reads = extra.base.get(schema.USER_HOURLY_REPORTS, 0.0) * hour / MEASURED_ROLLUP_HOUR
+    daily_write = extra.base.get(schema.USER_DAILY_REPORTS, 0.0)
+    second = UnitCost({schema.USER_HOURLY_REPORTS: hourly_reads, schema.USER_DAILY_REPORTS: daily_write})
+    return combine([(average, 1.0), (second, share)])
 
 
 def table(measured: Measured, settings: Settings | None = None, variant: Variant = TODAY) -> list[Row]:
@@ -343,7 +438,8 @@ def markdown(rows: list[Row]) -> str:
             f"{kind} {split[kind]:,.0f} RU/s ({split[kind] / total(rows):.0%})" for kind in WORK if kind in split
         )
         + ". TTL deletes are not billed (they use leftover RUs). Two regions bill the throughput and the storage "
-        f"twice. Price: autoscale ${PRICE.autoscale_per_100_ru_hour:.3f} per 100 RU/s per hour, storage "
+        f"twice. Price: the public list price in a US region (optimize-cost-regions, page dated 2021-08-26; check "
+        f"today's): autoscale ${PRICE.autoscale_per_100_ru_hour:.3f} per 100 RU/s per hour, storage "
         f"${PRICE.storage_per_gb_month:.2f} per GB-month, each hour billed at its peak."
     )
     return "\n".join(lines)
@@ -372,34 +468,43 @@ def partitions_of(rows: list[Row]) -> dict[str, int]:
 
 
 def alternatives(measured: Measured, settings: Settings | None = None) -> list[list[str]]:
-    """The same work run each way of ALTERNATIVES, side by side, as the model bills it: the billed RU/s, what
-    it is against today's, the monthly price in one and two regions, and the two report collections' bills."""
+    """The same work run each way of ALTERNATIVES, side by side, as the model bills it: whether the app runs it
+    so, the billed RU/s, what it is against the app's, the monthly price in one and two regions, and the
+    collections the alternatives move."""
     found = []
-    today = 0.0
+    today = total(table(measured, settings, TODAY))
     for variant in ALTERNATIVES:
         rows = table(measured, settings, variant)
         billed = total(rows)
-        today = today or billed
         by_name = {row.collection: row for row in rows}
-        reports = [by_name[name].billed for name in (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS)]
+        moved = [by_name[name].billed if name in by_name else 0.0 for name in MOVED]
         found.append(
             [
                 variant.name,
+                variant.status,
                 f"{billed:,.0f}",
                 f"{billed / today:.2f}x",
                 f"{monthly(rows, 1):,.0f}",
                 f"{monthly(rows, 2):,.0f}",
-                " / ".join(f"{ru:,.0f}" for ru in reports),
+                " / ".join(f"{ru:,.0f}" for ru in moved),
             ]
         )
     return found
 
 
+MOVED = (
+    schema.BOTTLE_HEARTBEATS,
+    schema.BOTTLES,
+    schema.USER_HOURLY_REPORTS,
+    schema.USER_DAILY_REPORTS,
+    schema.NOTIFICATIONS,
+)
 ALTERNATIVES_HEADER = [
     "how",
+    "in the app",
     "billed RU/s",
-    "vs today",
+    "vs the app",
     "$/month, 1 region",
     "$/month, 2 regions",
-    "hourly / daily reports RU/s",
+    "heartbeats / bottles / hourly / daily reports / notifications RU/s",
 ]

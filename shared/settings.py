@@ -131,6 +131,15 @@ class Settings(BaseSettings):
     reports_page_size: int = Field(
         default=500, ge=1, le=10_000, description="Changes per page; a page is aggregated, then checkpointed."
     )
+    reports_tally_spread_minutes: int = Field(
+        default=40,
+        ge=0,
+        le=45,
+        description="Minutes over which the heartbeat tally spreads each partition's hourly pass (roll-ups "
+        "included), paced by the last pass's pages, instead of reading as fast as it can: autoscale bills each "
+        "hour at its peak. 0 turns pacing off. At most 45: a pass begins about 10 minutes into the hour and must "
+        "end before the next hour is due.",
+    )
     reports_poll_overlap_seconds: int = Field(
         default=300,
         ge=0,
@@ -145,6 +154,14 @@ class Settings(BaseSettings):
         description="Hours between the roll-ups of a day's daily reports (a divisor of 24, counted from midnight "
         "UTC): the heartbeat tally rolls each user's day up when it counts the hour that ends a block of them, "
         "so a day's report lags its hours by up to this plus an hour; a closed day's is complete.",
+    )
+
+    daily_rollup_staggered: bool = Field(
+        default=True,
+        description="Spread the daily roll-ups over each block's hours, each user at its own hour (by its bucket), "
+        "instead of every user's at the block's end: each pass rolls up a block's share of the users, so no hour "
+        "bills a burst. A day's report still lags its hours by up to DAILY_ROLLUP_HOURS plus an hour; a closed "
+        "day's is complete within DAILY_ROLLUP_HOURS of midnight UTC (at once when off).",
     )
 
     # Notification checks: the dispatcher timers and the partition workers `run_check_partition`

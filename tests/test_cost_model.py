@@ -210,7 +210,7 @@ def _measured(**given: Any) -> design_scale.Measured:
 def test_steady_work_bills_its_rate_and_a_burst_bills_its_peak_for_the_hour():
     measured = _measured(
         heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 5.0}),
-        tally=[UnitCost({schema.USER_HOURLY_REPORTS: 1.0})],  # per change, its pages in 15 minutes of the hour
+        tally=[UnitCost({schema.USER_HOURLY_REPORTS: 1.0})],  # per change, its pages paced over 40 minutes
     )
     rows = {row.collection: row for row in design_scale.table(measured, Settings())}
 
@@ -219,7 +219,7 @@ def test_steady_work_bills_its_rate_and_a_burst_bills_its_peak_for_the_hour():
     assert beats.average == pytest.approx(beats.billed)
     hourly = rows[schema.USER_HOURLY_REPORTS]
     assert hourly.average == pytest.approx(design_scale.CHANGES_PER_SECOND)
-    assert hourly.billed == pytest.approx(4 * design_scale.CHANGES_PER_SECOND)  # 60 / 15 minutes
+    assert hourly.billed == pytest.approx(1.5 * design_scale.CHANGES_PER_SECOND)  # 60 / 40 minutes
     assert design_scale.total(list(rows.values())) == pytest.approx(sum(r.billed for r in rows.values()))
 
 
@@ -247,25 +247,54 @@ def test_the_morning_sweep_bills_its_minute_in_the_morning_hour():
     assert notifications.hourly_billed[design_scale.MORNING_HOUR + 1] == pytest.approx(max(other, morning * 1.2 / 10))
 
 
-def test_the_alternatives_bill_a_paced_tally_at_its_average_and_hourly_roll_ups_every_hour():
+def test_the_alternatives_bill_a_burst_at_its_peak_a_paced_tally_over_its_spread_and_staggered_roll_ups_evenly():
     ordinary = UnitCost({schema.USER_HOURLY_REPORTS: 1.0})
     rollup = UnitCost({schema.USER_HOURLY_REPORTS: 3.0, schema.USER_DAILY_REPORTS: 2.0})
     measured = _measured(tally=[ordinary] * 5 + [rollup])
     hourly = schema.USER_HOURLY_REPORTS
+    changes = design_scale.CHANGES_PER_SECOND
 
     def row(variant: design_scale.Variant) -> design_scale.Row:
         return {r.collection: r for r in design_scale.table(measured, Settings(), variant)}[hourly]
 
-    today = row(design_scale.TODAY)
-    assert today.billed == pytest.approx(4 * 3.0 * design_scale.CHANGES_PER_SECOND)  # the roll-up hour's burst
-    paced = row(design_scale.Variant("paced", tally_minutes=60))
-    assert paced.billed == pytest.approx(3.0 * design_scale.CHANGES_PER_SECOND)
-    every_hour = row(design_scale.Variant("hourly roll-ups", rollup_every_hour=True))
-    assert every_hour.hourly_billed == pytest.approx([today.billed] * 24)
-    assert every_hour.monthly() > today.monthly()
+    before = row(design_scale.Variant("unpaced", tally_minutes=15, rollup=design_scale.BLOCK))
+    assert before.billed == pytest.approx(4 * 3.0 * changes)  # the roll-up hour's pages in 15 minutes
+    paced = row(design_scale.Variant("paced", rollup=design_scale.BLOCK))
+    assert paced.billed == pytest.approx(1.5 * 3.0 * changes)  # over REPORTS_TALLY_SPREAD_MINUTES (40)
+    today = row(design_scale.TODAY)  # staggered: every hour a sixth of the roll-ups
+    # and in hours 1-5 a sixth of the users roll up a second day, of today's first hours (the measured roll-up
+    # read 18 hours): a daily write (2.0) and that many hours' reads (2.0 x hour / 18) each
+    second = [2.0 * hour / 18 / 6 if 0 < hour < 6 else 0.0 for hour in range(24)]
+    assert today.hourly_billed == pytest.approx([1.5 * ((5 * 1.0 + 3.0) / 6 + extra) * changes for extra in second])
+    every_hour = row(design_scale.Variant("hourly roll-ups", rollup=design_scale.EVERY_HOUR))
+    assert every_hour.hourly_billed == pytest.approx([paced.billed] * 24)
+    assert every_hour.monthly() > paced.monthly()
+    assert today.monthly() > paced.monthly()  # the second roll-ups of the hours that straddle midnight
+    assert today.billed < paced.billed  # but no burst
     printed = design_scale.alternatives(measured, Settings())
     assert [line[0] for line in printed] == [variant.name for variant in design_scale.ALTERNATIVES]
-    assert printed[0][2] == "1.00x"
+    assert [line[3] for line in printed if line[1] == "yes"] == ["1.00x"]
+
+
+def test_a_sweeps_work_spread_over_its_minutes_bills_a_fifth_and_a_heartbeat_insert_is_priced_by_the_rules():
+    measured = _measured(
+        swept={"late_dose": UnitCost({schema.NOTIFICATIONS: 10.0})},
+        heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 10.3}),
+    )
+
+    def rows(variant: design_scale.Variant) -> dict[str, design_scale.Row]:
+        return {r.collection: r for r in design_scale.table(measured, Settings(), variant)}
+
+    in_a_minute = rows(design_scale.TODAY)[schema.NOTIFICATIONS].billed
+    assert rows(design_scale.Variant("5", sweep_minutes=5))[schema.NOTIFICATIONS].billed == pytest.approx(
+        in_a_minute / 5
+    )
+    assert pytest.approx(4.95 + 0.2 * 4) == design_scale.HEARTBEAT_INSERT_RU  # RULES: create, under 1 KB
+    beats = design_scale.HEARTBEATS_PER_SECOND
+    lost = rows(design_scale.Variant("insert", heartbeat_insert=True, keep_last_heard=False))
+    assert lost[schema.BOTTLE_HEARTBEATS].billed == pytest.approx(beats * 5.75)
+    kept = rows(design_scale.Variant("insert and update", heartbeat_insert=True))
+    assert kept[schema.BOTTLE_HEARTBEATS].billed == pytest.approx(beats * (5.75 + 10.3))
 
 
 @pytest.mark.integration

@@ -498,7 +498,9 @@ def test_heartbeat_counts_are_exact_through_partition_counts_changed_back_and_fo
         )
         if rng.random() < 0.8:  # a pass lost now and then
             tally_passes(mock_db, settings, start + HOUR + 10 * MINUTE, cut_short=lambda: rng.random() < 0.3)
-    for extra in range(1, 4):  # the layout rests: passes run to the end
+    # The layout rests: passes run to the end, for a block and an hour (a staggered user's day rolls up at its own
+    # hour of the block).
+    for extra in range(1, Settings().daily_rollup_hours + 2):
         tally_passes(mock_db, settings, TALLY_DAY + (hours + extra) * HOUR + 10 * MINUTE)
 
     assert {user: fleet.hourly(user) for user in users} == expected

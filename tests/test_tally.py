@@ -152,8 +152,9 @@ def opened(at: datetime) -> dict[str, Any]:
 def test_a_tally_that_fell_behind_by_more_than_the_window_still_rolls_up_the_days_it_passed(mock_db: Any) -> None:
     """An action counted while its day was open is rolled up into the day by the tally's pass over the day's
     last block; a tally that comes back after a long stop must still roll those days up (a day of them a pass,
-    oldest first, beside its last window's, so that no page's work grows with the stop)."""
-    fleet = Fleet(mock_db, Settings())
+    oldest first, beside its last window's, so that no page's work grows with the stop). Every user's roll-up at
+    the block's end (not staggered), so the passes that roll each day up are known."""
+    fleet = Fleet(mock_db, Settings(daily_rollup_staggered=False))
     fleet.provision("b1", "u1", DAY)
     fleet.beat("b1", DAY + timedelta(hours=5, minutes=2))
     fleet.tally(DAY + timedelta(hours=6, minutes=10))  # counts up to 06:00, rolls the day's first block up

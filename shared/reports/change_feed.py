@@ -69,7 +69,7 @@ from shared.reports.leases import (
     new_owner,
     release,
 )
-from shared.reports.tally import hours_due, rolled_up_before, run_tally
+from shared.reports.tally import CLOCK_MARGIN, hours_due, rolled_up_before, run_tally
 from shared.settings import Settings
 from shared.store.cosmos import FeedRange, is_cosmos_uri
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
@@ -431,8 +431,15 @@ def dispatch(
     due += leases_to_dispatch(db, tallies, now=now, hold_for=hold, policy=policy, behind=hours_due(now))
     send([_json(p.message()) for p in due])
     run.sent = [p.lease_id for p in due]
+    pacing = timedelta(minutes=settings.reports_tally_spread_minutes) + CLOCK_MARGIN
     run.lag_seconds = feed_lags(
-        db, [p for p, _ in partitions], now=now, policy=policy, tally_due=hours_due(now), also=stranded
+        db,
+        [p for p, _ in partitions],
+        now=now,
+        policy=policy,
+        tally_due=hours_due(now),
+        tally_pacing=pacing,
+        also=stranded,
     )
     for feed, lag in run.lag_seconds.items():
         metrics.report_lag(feed, lag)
@@ -572,6 +579,7 @@ class _Worker:
             wall_clock=self.wall_clock,
             out_of_time=lambda: self._clock() >= deadline,
             save=lambda lease: self._save(lease, "tally"),
+            pause=lambda seconds: self._pause(seconds, deadline),
         )
         self.run.pages += tallied.pages
         self.run.changes += tallied.documents
@@ -579,6 +587,13 @@ class _Worker:
         self.run.daily_written += tallied.daily_written
         self.run.caught_up = tallied.caught_up
         return held
+
+    def _pause(self, seconds: float, deadline: float) -> bool:
+        """Wait `seconds` for a paced tally's next page if the budget leaves time for it; False: it does not."""
+        if self._clock() + seconds >= deadline:
+            return False
+        self._sleep(seconds)
+        return True
 
     def read_and_aggregate(self, held: Lease, watch: Watch | None) -> Lease:
         """Pages until caught up or out of budget; the position reached (saved unless the lease was lost)."""

@@ -510,6 +510,17 @@ def _fenced(db: Database[Any], partition: Partition, lease: Lease, update: dict[
     return with_retries(lambda: db[schema.LEASES].update_one(guard, update), policy).matched_count == 1
 
 
+_LAG_FIELDS = {"feed": 1, "checkpoint_time": 1, "created_at": 1, "token": 1}
+
+
+def _paced_pass_end(token: Any, now: datetime, pacing: timedelta) -> datetime | None:
+    """The end of the hours a tally lease's pass under way counts, if it began less than `pacing` ago."""
+    if not isinstance(token, Mapping) or token.get("end") is None or token.get("began") is None:
+        return None
+    end: datetime = token["end"]
+    return end if now - token["began"] < pacing else None
+
+
 def feed_lags(
     db: Database[Any],
     partitions: Iterable[Partition],
@@ -517,22 +528,29 @@ def feed_lags(
     now: datetime,
     policy: RetryPolicy,
     tally_due: datetime | None = None,
+    tally_pacing: timedelta = timedelta(0),
     also: Iterable[str] = (),
 ) -> dict[str, float]:
     """Per feed, how far its furthest-behind partition is: `now` minus its checkpoint time (or, before its
     first checkpoint, minus when its lease was made), in seconds. The tally is behind by the closed hours it
-    has yet to count: `tally_due` (the end of the hours due) minus its checkpoint time, 0 when caught up. `also`:
+    has yet to count: `tally_due` (the end of the hours due) minus its checkpoint time, 0 when caught up; a pass
+    under way that began less than `tally_pacing` ago counts as having counted its hours (it is paced over
+    REPORTS_TALLY_SPREAD_MINUTES, so the lag and its alert do not fire every hour while it is on time). `also`:
     lease ids of no current partition to count as well (a range the token reply left out, unread meanwhile)."""
     ids = sorted({p.lease_id for p in partitions} | set(also))
     leases = with_retries(
-        lambda: list(db[schema.LEASES].find({"_id": {"$in": ids}}, {"feed": 1, "checkpoint_time": 1, "created_at": 1})),
+        lambda: list(db[schema.LEASES].find({"_id": {"$in": ids}}, _LAG_FIELDS)),
         policy,
     )
     lags: dict[str, float] = {}
     for lease in leases:
         since = lease.get("checkpoint_time") or lease.get("created_at")
         feed = FEED_BY_KEY.get(lease["feed"])
-        until = tally_due if feed is not None and feed.tally and tally_due is not None else now
+        tally = feed is not None and feed.tally
+        until = tally_due if tally and tally_due is not None else now
+        on_time = _paced_pass_end(lease.get("token"), now, tally_pacing) if tally else None
+        if on_time is not None:  # a paced pass on time: its hours as good as counted
+            since = on_time if since is None else max(since, on_time)
         if since is not None:
             lag = max(0.0, (until - since).total_seconds())
             lags[lease["feed"]] = max(lags.get(lease["feed"], lag), lag)

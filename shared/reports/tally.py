@@ -8,7 +8,9 @@ its users once an hour (each ring holds the whole window) and writes each user-h
 since the last pass (due SETTLE after they end), the earlier hours a late heartbeat reached (LATE_FLAG, `la`), and
 every hour of a reassigned bottle. Counts are recomputed from the ring, never added, so a pass run twice writes
 the same reports. At the hour that ends a block of DAILY_ROLLUP_HOURS a pass rolls up the day of every user it
-visits. The lease's token holds the pass under way. Details: docs/reports.md, "The heartbeat tally".
+visits. The lease's token holds the pass under way. A pass as large as the last one is paced (Pace): its pages,
+roll-ups included, are spread over REPORTS_TALLY_SPREAD_MINUTES instead of landing in a burst, because autoscale
+bills each hour at its highest RU/s. Details: docs/reports.md, "The heartbeat tally".
 """
 
 from collections import defaultdict
@@ -28,7 +30,7 @@ from shared.reports.documents import HOUR, heartbeat_parts, tally_hours
 from shared.reports.leases import ROLLUPS_FROM, Lease
 from shared.settings import Settings
 from shared.store import schema
-from shared.store.partitioning import BucketRange
+from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, with_retries
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -39,6 +41,7 @@ SETTLE = LATE_AFTER + CLOCK_MARGIN
 _FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
 _ORDER = [(USER_BUCKET, 1), ("user_id", 1)]
 LAST_BEGAN = "last_began"  # in a lease's token between passes: when the last pass began
+LAST_PAGES = "last_pages"  # beside it: how many pages the last pass read (the next one is paced by it)
 # ROLLUPS_FROM, beside it: where the roll-ups a pass left to the next ones start (a new layout's leases take it over)
 CATCH_UP = timedelta(days=1)  # the roll-ups a pass that fell behind catches up on, beside its own
 
@@ -76,6 +79,9 @@ class Pass:
     late_since: datetime | None
     after: UserKey | None = None
     rollups_from: datetime | None = None
+    pages: int = 0  # pages read so far
+    paged_at: datetime | None = None  # when the last of them was done
+    last_pages: int | None = None  # the last pass's pages (None: not known, the pass is not paced)
 
     def token(self) -> dict[str, Any]:
         after = None if self.after is None else list(self.after)
@@ -86,6 +92,9 @@ class Pass:
             "late_since": self.late_since,
             "after": after,
             ROLLUPS_FROM: self.rollups_from,
+            "pages": self.pages,
+            "paged_at": self.paged_at,
+            LAST_PAGES: self.last_pages,
         }
 
     @classmethod
@@ -101,16 +110,20 @@ class Pass:
             late_since=token.get("late_since"),
             after=None if after is None else (int(after[0]), str(after[1])),
             rollups_from=token.get(ROLLUPS_FROM),
+            pages=int(token.get("pages") or 0),
+            paged_at=token.get("paged_at"),
+            last_pages=token.get(LAST_PAGES),
         )
 
-    def rollup_days(self, block_hours: int, window: timedelta) -> set[datetime]:
-        """The days a block of whose hours ends within this pass's last `window` of hours, and within the next
-        CATCH_UP of the roll-ups it is behind (`rollups_from`: a pass that fell behind by more than a window, or a
-        first pass): a few days a user at most, whatever the lag, so a page's work stays bounded."""
+    def rollup_days(self, block_hours: int, window: timedelta, shift: int = 0) -> set[datetime]:
+        """The days a block of whose hours (shifted by `shift` hours: rollup_shift) ends within this pass's last
+        `window` of hours, and within the next CATCH_UP of the roll-ups it is behind (`rollups_from`: a pass that
+        fell behind by more than a window, or a first pass): a few days a user at most, whatever the lag, so a
+        page's work stays bounded."""
         recent = max(self.start, self.end - window)
-        days = block_days(recent, self.end, block_hours)
+        days = block_days(recent, self.end, block_hours, shift)
         if self.rollups_from is not None and self.rollups_from < recent:
-            days |= block_days(self.rollups_from, min(self.rollups_from + CATCH_UP, recent), block_hours)
+            days |= block_days(self.rollups_from, min(self.rollups_from + CATCH_UP, recent), block_hours, shift)
         return days
 
     def rollups_left(self, window: timedelta) -> datetime | None:
@@ -121,15 +134,27 @@ class Pass:
         return self.rollups_from + CATCH_UP
 
 
-def block_days(after: datetime, until: datetime, block_hours: int) -> set[datetime]:
-    """The days of the blocks of DAILY_ROLLUP_HOURS that end in (after, until]."""
+def block_days(after: datetime, until: datetime, block_hours: int, shift: int = 0) -> set[datetime]:
+    """The days whose hours are in the blocks of DAILY_ROLLUP_HOURS that end in (after, until]; blocks counted
+    from `shift` hours after midnight UTC (a staggered user's: rollup_shift), so a block may hold the end of one
+    day and the start of the next, and rolls both up."""
     days = set()
     hour = hour_of(after) + HOUR
     while hour <= until:
-        if hour.hour % block_hours == 0:
-            days.add(day_of(hour - HOUR))
+        if (hour.hour - shift) % block_hours == 0:
+            days |= {day_of(hour - HOUR), day_of(hour - block_hours * HOUR)}
         hour += HOUR
     return days
+
+
+def rollup_shift(user_id: str, settings: Settings) -> int:
+    """The hour of each block at which a user's day is rolled up: 0 (the block's end, every user at once) unless
+    DAILY_ROLLUP_STAGGERED, then the user's bucket spreads the users evenly over the block's hours, so each pass
+    rolls up a block's share of them rather than every pass at a block's end rolling up all (autoscale bills
+    each hour at its peak). Each user's day still rolls up once a block."""
+    if not settings.daily_rollup_staggered:
+        return 0
+    return bucket_of(user_id) % settings.daily_rollup_hours
 
 
 def next_pass(lease: Lease, *, now: datetime, overlap: timedelta, oldest: timedelta) -> Pass | None:
@@ -156,7 +181,51 @@ def next_pass(lease: Lease, *, now: datetime, overlap: timedelta, oldest: timede
     late_since = None if last_began is None else last_began - overlap
     left = token.get(ROLLUPS_FROM) or (lease.created_at if lease.checkpoint_time is None else start)
     rollups_from = None if left is None else max(left, end - oldest)
-    return Pass(start=start, end=end, began=now, late_since=late_since, rollups_from=rollups_from)
+    last_pages = token.get(LAST_PAGES)
+    return Pass(
+        start=start,
+        end=end,
+        began=now,
+        late_since=late_since,
+        rollups_from=rollups_from,
+        last_pages=None if last_pages is None else int(last_pages),
+    )
+
+
+@dataclass(frozen=True)
+class Pace:
+    """When a pass's next page is due: its pages spread evenly from its last page to `until` (the pass's start
+    plus REPORTS_TALLY_SPREAD_MINUTES), counting on as many as the last pass read. Each partition paces its own
+    pass from when it began, so the partitions' pages add up to an even rate over the spread, and a run cut off
+    by its budget leaves no backlog to burst through when the next one starts (the next page stays due where it
+    was). Autoscale bills each hour's highest RU/s ("billed for the highest RU/s the system scaled to in the
+    hour", https://learn.microsoft.com/azure/cosmos-db/provision-throughput-autoscale), so a pass in a burst
+    bills its burst for the hour, and paced it bills its average."""
+
+    until: datetime
+    expected_pages: int
+
+    @classmethod
+    def of(cls, current: Pass, *, now: datetime, spread: timedelta) -> "Pace | None":
+        """The pace of `current`, or None when it runs unpaced: pacing is off (a spread of 0), the last pass's
+        size is not known (a first pass, a new partition layout), it had fewer pages than the spread has minutes
+        (no burst worth spreading), or a later hour is already due (the pass is behind: it catches up at once)."""
+        minutes = spread / timedelta(minutes=1)
+        if not minutes or current.last_pages is None or current.last_pages < minutes:
+            return None
+        if hours_due(now) > current.end:
+            return None
+        return cls(until=current.began + spread, expected_pages=current.last_pages)
+
+    def wait(self, current: Pass, now: datetime) -> float:
+        """Seconds from `now` until the next page is due (0: now). Past `until`, or past the pages expected (a
+        grown fleet), the pages that are left are due at once."""
+        left = self.expected_pages - current.pages
+        since = current.paged_at or current.began
+        if left <= 0 or now >= self.until:
+            return 0.0
+        due = since + (self.until - since) / left
+        return max((due - now).total_seconds(), 0.0)
 
 
 class UserPages:
@@ -221,6 +290,7 @@ class TallyRun:
     daily_written: int = 0
     caught_up: bool = False
     lost_lease: bool = False
+    paced: bool = False  # the run ended waiting for its pass's next page to be due (Pace)
 
 
 def run_tally(
@@ -233,10 +303,12 @@ def run_tally(
     wall_clock: Callable[[], datetime],
     out_of_time: Callable[[], bool],
     save: Callable[[Lease], bool],
+    pause: Callable[[float], bool] = lambda seconds: False,
 ) -> tuple[Lease, TallyRun]:
     """Count the partition's due hours, page by page, saving the pass's progress after each page and its end
     (the checkpoint time) once every user is done; until caught up, out of time, or the lease is lost (`save`
-    returns False). Returns the position reached."""
+    returns False). A paced pass (Pace) waits for each page to be due: `pause(seconds)` waits if the run's
+    budget allows (True), else the run ends there and a later run carries on. Returns the position reached."""
     run = TallyRun()
     started = wall_clock()
     overlap = timedelta(seconds=settings.reports_poll_overlap_seconds)
@@ -249,10 +321,16 @@ def run_tally(
         db[schema.BOTTLE_HEARTBEATS], buckets, after=current.after, size=settings.reports_page_size, policy=policy
     )
     stamper = Stamper(started)
+    spread = timedelta(minutes=settings.reports_tally_spread_minutes)
+    pace = Pace.of(current, now=started, spread=spread)
     while not out_of_time():
+        wait = 0.0 if pace is None else pace.wait(current, wall_clock())
+        if wait > 0 and not pause(wait):
+            run.paced = True
+            return held, run
         page = pages.next_page()
         if page is None:
-            token: dict[str, Any] = {LAST_BEGAN: current.began}
+            token: dict[str, Any] = {LAST_BEGAN: current.began, LAST_PAGES: current.pages}
             left = current.rollups_left(window)
             if left is not None:
                 token[ROLLUPS_FROM] = left
@@ -267,7 +345,7 @@ def run_tally(
         run.documents += len(page)
         run.hourly_written += hourly
         run.daily_written += daily
-        current = replace(current, after=pages.after)
+        current = replace(current, after=pages.after, pages=current.pages + 1, paged_at=wall_clock())
         held = replace(held, token=current.token())
         if not save(held):
             run.lost_lease = True
@@ -299,14 +377,19 @@ def count_page(
     window = timedelta(hours=settings.heartbeat_window_hours)
     oldest = rollup_horizon(settings)
     block = settings.daily_rollup_hours
-    days = {(user_id, day) for user_id in users for day in current.rollup_days(block, window)}
+    shifts = {user_id: rollup_shift(user_id, settings) for user_id in users | {user_id for user_id, _ in changed}}
+    by_shift = {shift: current.rollup_days(block, window, shift) for shift in set(shifts.values())}
+    days = {(user_id, day) for user_id in users for day in by_shift[shifts[user_id]]}
     # An hour this pass changed whose day's block has ended: a late heartbeat's, a reassigned bottle's, or one
     # the first pass found in a ring older than its roll-ups: its day is rolled up again now.
     days |= {
         (user_id, day_of(hour))
         for user_id, hour in changed
-        if (hour < current.start or block_end(hour, block) <= current.end) and hour >= current.end - oldest
+        if (hour < current.start or block_end(hour, block, shifts[user_id]) <= current.end)
+        and hour >= current.end - oldest
     }
+    # Never a day older than the roll-ups' horizon (a staggered block's first day may be): its hours may expire.
+    days = {(user_id, day) for user_id, day in days if day >= day_of(current.end - oldest)}
     daily = refresh_daily(db, days, policy) if days else 0
     return hourly, daily
 
@@ -317,7 +400,7 @@ def rollup_horizon(settings: Settings) -> timedelta:
     return timedelta(days=settings.max_event_age_days + 1)
 
 
-def block_end(hour: datetime, block_hours: int) -> datetime:
-    """The end of the block of DAILY_ROLLUP_HOURS that holds `hour` (the pass counting up to it rolls the day
-    up)."""
-    return day_of(hour) + timedelta(hours=(hour.hour // block_hours + 1) * block_hours)
+def block_end(hour: datetime, block_hours: int, shift: int = 0) -> datetime:
+    """The end of the block of DAILY_ROLLUP_HOURS (counted from `shift` hours after midnight) that holds `hour`
+    (the pass counting up to it rolls the day up)."""
+    return hour_of(hour) + HOUR * ((shift - hour.hour - 1) % block_hours + 1)
