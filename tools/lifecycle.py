@@ -110,9 +110,17 @@ class LifecyclePlan:
 
 class LifecycleLife(BottleLife):
     """A bottle's days as tools/fleet.py plans them, with longer spells offline (the silent limit is longer) and
-    more late doses in the morning (the daily peak), left open for longer (the open-bottle check is less often)."""
+    more late doses in the morning (the daily peak), left open for longer (the open-bottle check is less often),
+    refilled when empty."""
 
     left_open_minutes = LEFT_OPEN_FOR
+
+    def _dose_at(self, opened_at: datetime, slot: datetime) -> datetime | None:
+        """A dose; a bottle about to run out is refilled first (tools/fleet.py plans a few days, this 60: an empty
+        bottle's counts would go negative, and the app refuses those)."""
+        if self.pills < 2:
+            self.pills = self.rng.randint(40, 90)
+        return super()._dose_at(opened_at, slot)
 
     def _take_or_skip(self, slot: datetime) -> tuple[datetime | None, bool]:
         local = slot.astimezone(ZoneInfo(self.bottle.schedule["timezone"]))

@@ -63,6 +63,7 @@ class Watch:
     kills: int = 0
     reads: Counter[Any] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _feed_cursors: set[Any] = field(default_factory=set)
     _hooked: threading.local = field(default_factory=threading.local)  # inside before_read: its own reads pass
 
     def before(self, command: Mapping[str, Any]) -> None:
@@ -82,10 +83,19 @@ class Watch:
             raise WorkerKilled(f"{threading.current_thread().name} killed before its {next(iter(command))}")
 
     def after(self, command: Mapping[str, Any], replies: list[dict[str, Any]]) -> None:
+        """Count what the feed's reads returned: change streams and polling by `received_at` (not the actions the
+        aggregation loads to recompute an hour, which it reads whole by design)."""
         if not is_worker() or getattr(self._hooked, "inside", False) or _collection_of(command) != self.read_collection:
             return
-        ids = [_document_id(doc) for reply in replies for doc in _batch(reply)]
         with self._lock:
+            if next(iter(command)) == "getMore":
+                if command["getMore"] not in self._feed_cursors:
+                    return
+            elif _is_feed_read(command):
+                self._feed_cursors.update(_cursor_id(reply) for reply in replies)
+            else:
+                return
+            ids = [_document_id(doc) for reply in replies for doc in _batch(reply)]
             self.reads.update(i for i in ids if i is not None)
 
     @property
@@ -124,6 +134,19 @@ def _collection_of(command: Mapping[str, Any]) -> str | None:
 
 def _is_read(command: Mapping[str, Any]) -> bool:
     return next(iter(command), "") in ("find", "aggregate", "getMore")
+
+
+def _is_feed_read(command: Mapping[str, Any]) -> bool:
+    """A change stream's aggregate, or a find polling by the server's receive time."""
+    if "aggregate" in command:
+        stages = command.get("pipeline") or []
+        return bool(stages) and isinstance(stages[0], Mapping) and "$changeStream" in stages[0]
+    return "received_at" in str(command.get("filter", ""))
+
+
+def _cursor_id(reply: Mapping[str, Any]) -> Any:
+    cursor = reply.get("cursor")
+    return cursor.get("id") if isinstance(cursor, Mapping) else None
 
 
 def _batch(reply: Mapping[str, Any]) -> list[Any]:
