@@ -23,12 +23,13 @@ from shared.reports import rebuild
 from shared.settings import get_settings
 from shared.store import setup
 from shared.store.command_line import run_command
-from tools import serve, simulate
+from tools import lifecycle, serve, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 
-COMMANDS: dict[str, Callable[[list[str] | None], None]] = {
+COMMANDS: dict[str, Callable[[list[str] | None], int | None]] = {
     "./dev simulate": simulate.main,
+    "./dev lifecycle": lifecycle.main,
     "./dev serve": serve.main,
     "./dev bench": suite.main,
     "./dev setup-store": setup.main,
@@ -46,6 +47,10 @@ BAD_SIZES = [
     ("./dev simulate", ["--users", "-1"], "--users"),
     ("./dev simulate", ["--bottles", "10", "--users", "40"], "--users 40 is more than --bottles 10"),
     ("./dev simulate", ["--users", "31", "--bottles", "30"], "--users 31 is more than --bottles 30"),
+    ("./dev lifecycle", ["--days", "0"], "--days"),
+    ("./dev lifecycle", ["--days", "1.5"], "--days"),
+    ("./dev lifecycle", ["--workers", "2"], "--workers"),
+    ("./dev lifecycle", ["--bottles", "1"], "--bottles"),
     ("./dev simulate", ["--days", "0"], "--days"),
     ("./dev simulate", ["--days", "-2"], "--days"),
     ("./dev simulate", ["--days", "nan"], "--days"),
@@ -138,7 +143,7 @@ def test_help_prints_the_usage_and_succeeds(tmp_path, argv):
     assert done.returncode == 0
     assert done.stderr == ""
     commands = [line.split()[1] for line in done.stdout.splitlines() if line.strip().startswith("./dev ")]
-    assert commands == ["simulate", "test", "test-clocks", "serve", "setup-store", "bench", "help"]
+    assert commands == ["simulate", "lifecycle", "test", "test-clocks", "serve", "setup-store", "bench", "help"]
 
 
 # --- no tracebacks: what the user got wrong, in one line ------------------------------------------

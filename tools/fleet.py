@@ -129,6 +129,8 @@ def dose_slots(bottle: Bottle, start: datetime, end: datetime) -> list[datetime]
 class BottleLife:
     """One bottle's days: heartbeats, doses with jitter, and now and then trouble."""
 
+    left_open_minutes = (10.0, 20.0)  # how long a bottle left open stays open (past the app's LEFT_OPEN_MINUTES)
+
     def __init__(self, rng: random.Random, bottle: Bottle, plan: Plan) -> None:
         self.rng = rng
         self.bottle = bottle
@@ -188,7 +190,9 @@ class BottleLife:
         if opened_at >= self.plan.end:
             return None
         left_open = self.rng.random() < 0.03 and self._trouble_allowed(opened_at + LEFT_OPEN)
-        open_for = timedelta(minutes=self.rng.uniform(10, 20) if left_open else self.rng.uniform(0.15, 1.5))
+        open_for = timedelta(
+            minutes=self.rng.uniform(*self.left_open_minutes) if left_open else self.rng.uniform(0.15, 1.5)
+        )
         closed_at = opened_at + open_for
         if closed_at - slot > self.bottle.grace:  # keep a left-open dose inside its slot's grace
             closed_at = opened_at + timedelta(seconds=60)

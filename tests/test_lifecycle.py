@@ -1,0 +1,121 @@
+"""`./dev lifecycle`: a tiny run (one day, a few bottles, splits forced by the small partitions) prints its
+screen and passes on a clean run; a report planted wrong or a notification sent twice makes it exit 1."""
+
+import dataclasses
+import functools
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from shared.settings import get_settings
+from shared.store import schema
+from tools import lifecycle
+from tools.lifecycle_result import LifecycleResult
+from tools.simulate import KINDS
+from tools.simulation_result import ReportCheck, Score, Tally
+
+pytestmark = pytest.mark.integration
+
+TINY = ["--days", "1", "--bottles", "4", "--seed", "3"]
+
+
+def run_main(monkeypatch, registered_functions, tmp_path, tamper=None) -> int:
+    """`./dev lifecycle` on a tiny plan, with the app's functions this process already has."""
+    runner = functools.partial(
+        lifecycle.run_lifecycle, functions=registered_functions.values(), progress=False, tamper=tamper
+    )
+    monkeypatch.setattr(lifecycle, "run_lifecycle", runner)
+    return lifecycle.main([*TINY, "--chart", str(tmp_path / "lifecycle.png")])
+
+
+def plant_a_wrong_report_and_a_second_send(db: Any, host: Any) -> None:
+    """The latest hourly report counts a dose more than the source; one notification goes to the queue twice."""
+    latest = max(db[schema.USER_HOURLY_REPORTS].find(), key=lambda report: report["hour"])
+    db[schema.USER_HOURLY_REPORTS].update_one({"_id": latest["_id"]}, {"$inc": {"doses": 1}})
+    queue = get_settings().notifications_queue
+    message = json.dumps(
+        {"notification_id": "n", "user_id": "u", "bottle_id": "b", "kind": "silent", "episode_start": "x"}
+    )
+    for _ in range(2):
+        host.service.send(queue, message)
+
+
+def test_a_clean_tiny_run_prints_its_screen_and_passes(monkeypatch, registered_functions, tmp_path, capsys):
+    status = run_main(monkeypatch, registered_functions, tmp_path)
+
+    out = capsys.readouterr().out
+    assert "Lifecycle: 1 days, 4 bottles" in out
+    assert "splits: " in out
+    assert "bottle_actions" in out
+    assert "throttled operations:" in out
+    assert "hourly reports against the source" in out
+    assert "all match" in out
+    assert "duplicate notifications sent: 0" in out
+    assert "verdict: PASS" in out, out
+    assert status == 0
+    assert (tmp_path / "lifecycle.png").stat().st_size > 10_000
+
+
+def test_a_planted_report_mismatch_and_a_second_send_fail_the_run(monkeypatch, registered_functions, tmp_path, capsys):
+    status = run_main(monkeypatch, registered_functions, tmp_path, tamper=plant_a_wrong_report_and_a_second_send)
+
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "1 hourly reports differ from the source" in out
+    assert "1 notifications sent more than once" in out
+    assert "verdict: FAIL" in out
+
+
+PERFECT = {kind: Score(2, 2, 2) for kind in KINDS}
+
+
+def clean_result() -> LifecycleResult:
+    check = ReportCheck(24, None, [])
+    return LifecycleResult(
+        days=1,
+        bottles=4,
+        users=2,
+        workers=3,
+        tally=Tally(),
+        splits=[],
+        partitions={},
+        throttled=0,
+        throttle_episodes=0,
+        hourly_check=check,
+        daily_check=check,
+        scores=PERFECT,
+        misses=[],
+        extras=[],
+        notifications_sent=Counter(),
+        peak_late_doses=0,
+        duplicates=[],
+        kills=0,
+        redeliveries=0,
+        poisoned=0,
+        re_reads=0,
+        re_read_floor=0,
+        request_units={},
+        samples=[],
+        changes=Counter(),
+        throttle_windows=[],
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"daily_check": ReportCheck(1, None, ["user-000 2026-03-28: ..."])}, "1 daily reports differ from the source"),
+        ({"duplicates": ["silent bottle-0001 episode x x2"]}, "1 notifications sent more than once"),
+        ({"scores": {**PERFECT, "silent": Score(2, 3, 2)}}, "silent: precision 0.667, recall 1.000"),
+        ({"scores": {**PERFECT, "left_open": Score(2, 1, 1)}}, "left_open: precision 1.000, recall 0.500"),
+    ],
+)
+def test_each_failure_alone_fails_the_verdict(change, reason):
+    assert clean_result().failures() == []
+
+    failed = dataclasses.replace(clean_result(), **change)
+
+    assert failed.failures() == [reason]
+    assert "verdict: FAIL: " + reason in lifecycle.describe(failed)

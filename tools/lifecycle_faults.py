@@ -1,0 +1,170 @@
+"""What the lifecycle run does to the app from the outside, while it runs: each queue worker's clock skewed by
+its own offset, workers killed at random in the middle of their store calls, splits landing while a report
+worker reads a partition, and a count of every document the report workers read (to measure re-reads).
+
+The store calls are caught where pymongo 4.20 (requirements.txt pins it) sends every command and cursor read:
+`pymongo.synchronous.command_runner._run_command`. A command listener sees them too, but pymongo swallows what
+a listener raises, so a kill could not be thrown from one. `store_calls_watched` replaces the function for the
+block's duration and puts it back after."""
+
+import contextlib
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from pymongo.synchronous import command_runner
+
+WORKER_PREFIX = "queue-worker-"  # tools/local_host.py names its delivery threads so
+
+
+class WorkerKilled(Exception):
+    """A queue worker's instance died mid-run (raised from inside one of its store calls). Not a PyMongoError,
+    so the app's handlers for store errors do not release its lease: as after a real crash, the lease expires
+    and the host delivers the message again."""
+
+
+def is_worker() -> bool:
+    return threading.current_thread().name.startswith(WORKER_PREFIX)
+
+
+@dataclass
+class SkewedClock:
+    """The app's server clock (`shared.instants.set_clock`): the simulated instant, plus each queue worker's own
+    offset (up to `max_skew` either way, fixed per worker), as instances of one app disagree on the time."""
+
+    now: datetime
+    offsets: dict[str, timedelta] = field(default_factory=dict)
+
+    @classmethod
+    def for_workers(cls, start: datetime, workers: int, rng: random.Random, max_skew: timedelta) -> "SkewedClock":
+        seconds = max_skew.total_seconds()
+        offsets = {f"{WORKER_PREFIX}{i}": timedelta(seconds=rng.uniform(-seconds, seconds)) for i in range(workers)}
+        return cls(start, offsets)
+
+    def __call__(self) -> datetime:
+        return self.now + self.offsets.get(threading.current_thread().name, timedelta(0))
+
+
+@dataclass
+class Watch:
+    """What the watched store calls do and saw. `kill_rate`: the chance that a queue worker's store call kills
+    it; `before_read`: called on a worker's thread before each of its reads of a collection (with its name), where
+    a split can land mid-page. `reads`: how often each document of `read_collection` reached a worker."""
+
+    rng: random.Random
+    kill_rate: float = 0.0
+    read_collection: str = "bottle_actions"
+    before_read: Callable[[str], None] | None = None
+    killing: bool = True
+    kills: int = 0
+    reads: Counter[Any] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _feed_cursors: set[Any] = field(default_factory=set)
+    _hooked: threading.local = field(default_factory=threading.local)  # inside before_read: its own reads pass
+
+    def before(self, command: Mapping[str, Any]) -> None:
+        if not is_worker() or getattr(self._hooked, "inside", False):
+            return
+        name = _collection_of(command)
+        if name is not None and self.before_read is not None and _is_read(command):
+            self._hooked.inside = True
+            try:
+                self.before_read(name)
+            finally:
+                self._hooked.inside = False
+        with self._lock:
+            killed = self.killing and self.rng.random() < self.kill_rate
+            self.kills += killed
+        if killed:
+            raise WorkerKilled(f"{threading.current_thread().name} killed before its {next(iter(command))}")
+
+    def after(self, command: Mapping[str, Any], replies: list[dict[str, Any]]) -> None:
+        """Count what the feed's reads returned: change streams and polling by `received_at` (not the actions the
+        aggregation loads to recompute an hour, which it reads whole by design)."""
+        if not is_worker() or getattr(self._hooked, "inside", False) or _collection_of(command) != self.read_collection:
+            return
+        with self._lock:
+            if next(iter(command)) == "getMore":
+                if command["getMore"] not in self._feed_cursors:
+                    return
+            elif _is_feed_read(command):
+                self._feed_cursors.update(_cursor_id(reply) for reply in replies)
+            else:
+                return
+            ids = [_document_id(doc) for reply in replies for doc in _batch(reply)]
+            self.reads.update(i for i in ids if i is not None)
+
+    @property
+    def re_reads(self) -> int:
+        """Documents read again after their first read (by any worker, for any reason)."""
+        return sum(count - 1 for count in self.reads.values())
+
+
+@contextlib.contextmanager
+def store_calls_watched(watch: Watch) -> Iterator[Watch]:
+    original = command_runner._run_command
+
+    def watched(conn: Any, cmd: Any, *args: Any, **kwargs: Any) -> Any:
+        watch.before(cmd)
+        result = original(conn, cmd, *args, **kwargs)
+        watch.after(cmd, result[0])
+        return result
+
+    command_runner._run_command = watched
+    try:
+        yield watch
+    finally:
+        command_runner._run_command = original
+
+
+def _collection_of(command: Mapping[str, Any]) -> str | None:
+    name = next(iter(command), "")
+    if name == "getMore":
+        value = command.get("collection")
+    elif name in ("find", "aggregate"):
+        value = command.get(name)
+    else:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _is_read(command: Mapping[str, Any]) -> bool:
+    return next(iter(command), "") in ("find", "aggregate", "getMore")
+
+
+def _is_feed_read(command: Mapping[str, Any]) -> bool:
+    """A change stream's aggregate, or a find polling by the server's receive time."""
+    if "aggregate" in command:
+        stages = command.get("pipeline") or []
+        return bool(stages) and isinstance(stages[0], Mapping) and "$changeStream" in stages[0]
+    return "received_at" in str(command.get("filter", ""))
+
+
+def _cursor_id(reply: Mapping[str, Any]) -> Any:
+    cursor = reply.get("cursor")
+    return cursor.get("id") if isinstance(cursor, Mapping) else None
+
+
+def _batch(reply: Mapping[str, Any]) -> list[Any]:
+    cursor = reply.get("cursor")
+    if not isinstance(cursor, Mapping):
+        return []
+    batch = cursor.get("firstBatch", cursor.get("nextBatch", []))
+    return batch if isinstance(batch, list) else []
+
+
+def _document_id(document: Any) -> Any:
+    """A change event's document key, or a found document's `_id`."""
+    if not isinstance(document, Mapping):
+        return None
+    key = document.get("documentKey")
+    if isinstance(key, Mapping):
+        return key.get("_id")
+    full = document.get("fullDocument")
+    if isinstance(full, Mapping):
+        return full.get("_id")
+    return document.get("_id")

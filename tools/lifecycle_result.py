@@ -1,0 +1,72 @@
+"""What a lifecycle run found (tools/lifecycle.py): shared by the run that fills it, the screen and the chart."""
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tools.fleet import Expected
+from tools.simulation_result import ReportCheck, Score, Tally
+
+
+@dataclass
+class SplitDone:
+    at: datetime
+    collection: str
+    parent: int
+    children: tuple[int, int]
+    mid_page: bool  # landed inside a report worker's read of the collection
+
+
+@dataclass
+class Sample:
+    """The state at one report dispatch: the reports' lag and the request units metered so far."""
+
+    at: datetime
+    report_lag_minutes: float
+    request_units: dict[str, float]
+
+
+@dataclass
+class LifecycleResult:
+    days: float
+    bottles: int
+    users: int
+    workers: int
+    tally: Tally
+    splits: list[SplitDone]
+    partitions: dict[str, int]
+    throttled: int
+    throttle_episodes: int
+    hourly_check: ReportCheck
+    daily_check: ReportCheck
+    scores: dict[str, Score]
+    misses: list[Expected]
+    extras: list[Expected]
+    notifications_sent: Counter[str]
+    peak_late_doses: int
+    duplicates: list[str]
+    kills: int
+    redeliveries: int
+    poisoned: int
+    re_reads: int
+    re_read_floor: int
+    request_units: dict[str, float]
+    samples: list[Sample]
+    changes: Counter[str]
+    throttle_windows: list[tuple[datetime, datetime]]
+    seconds: float = 0.0
+    step_seconds: dict[str, float] = field(default_factory=dict)
+
+    def failures(self) -> list[str]:
+        """Why the run fails, if it does: the verdict's reasons."""
+        reasons = []
+        if self.hourly_check.mismatches:
+            reasons.append(f"{len(self.hourly_check.mismatches)} hourly reports differ from the source")
+        if self.daily_check.mismatches:
+            reasons.append(f"{len(self.daily_check.mismatches)} daily reports differ from the source")
+        for kind, s in self.scores.items():
+            if s.precision < 1 or s.recall < 1:
+                reasons.append(f"{kind}: precision {s.precision:.3f}, recall {s.recall:.3f}")
+        if self.duplicates:
+            reasons.append(f"{len(self.duplicates)} notifications sent more than once")
+        return reasons
