@@ -39,3 +39,16 @@ def test_another_bottles_event_under_the_same_id_does_not_make_a_retry_a_reuse(m
 
     assert post_events("bottle-1", keys["bottle-1"], event).body == {"stored": 0, "duplicates": 1}
     assert get_bottle("bottle-1").body["status"]["last_action"] == "closed"
+
+
+def test_a_retried_request_with_a_dose_changes_nothing_stored(mock_db: Any) -> None:
+    """The dose was counted by the first request: its retry finds it in the bottle's doses and writes nothing
+    (the next dose due is not moved twice, the check is not asked to look again)."""
+    key = provisioned()
+    request = {"events": [opened(ago(minutes=6), event_id="o-1"), closed(ago(minutes=5), taken=1, event_id="c-1")]}
+    assert post_events("bottle-1", key, request).status == 202
+    before = mock_db[schema.BOTTLES].find_one({"_id": "bottle-1"})
+
+    assert post_events("bottle-1", key, request).body == {"stored": 0, "duplicates": 2}
+
+    assert mock_db[schema.BOTTLES].find_one({"_id": "bottle-1"}) == before

@@ -54,3 +54,13 @@ def test_an_open_of_the_same_instant_as_the_stored_close_arriving_with_a_dose_le
 
     assert (status()["last_action"], status()["open_since"]) == ("closed", None)
     assert status()["last_action_time"] == stored_instant(moment)
+
+
+def test_an_older_dose_arriving_later_never_moves_the_last_dose_back(mock_db: Any) -> None:
+    key = provisioned()
+    newer, older = ago(minutes=5), ago(minutes=50)
+    assert post_events("bottle-1", key, closed(newer, taken=1, event_id="new")).status == 202
+
+    assert post_events("bottle-1", key, closed(older, taken=1, event_id="old")).status == 202
+
+    assert status()["last_dose_time"] == stored_instant(newer)
