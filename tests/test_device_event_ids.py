@@ -52,3 +52,28 @@ def test_a_retried_request_with_a_dose_changes_nothing_stored(mock_db: Any) -> N
     assert post_events("bottle-1", key, request).body == {"stored": 0, "duplicates": 2}
 
     assert mock_db[schema.BOTTLES].find_one({"_id": "bottle-1"}) == before
+
+
+def test_a_retried_dose_is_known_after_more_doses_than_the_history_holds(mock_db: Any) -> None:
+    """The bottle keeps its newest doses: a retry of the latest is known however many came before."""
+    key = provisioned()
+    requests = [{"events": [closed(ago(minutes=200 - 5 * n), taken=1, event_id=f"c-{n}")]} for n in range(36)]
+    for request in requests:
+        assert post_events("bottle-1", key, request).status == 202
+    before = mock_db[schema.BOTTLES].find_one({"_id": "bottle-1"})
+
+    assert post_events("bottle-1", key, requests[-1]).body == {"stored": 0, "duplicates": 1}
+
+    assert mock_db[schema.BOTTLES].find_one({"_id": "bottle-1"}) == before
+
+
+def test_a_dose_is_written_to_its_own_bottle_when_another_has_the_same_schedule_and_times(mock_db: Any) -> None:
+    keys = {bottle_id: provisioned(bottle_id) for bottle_id in ("bottle-1", "bottle-2")}
+    twin = mock_db[schema.BOTTLES].find_one({"_id": "bottle-1"})
+    fields = ("schedule_from", "dose_due", "dose_late_at")
+    mock_db[schema.BOTTLES].update_one({"_id": "bottle-2"}, {"$set": {name: twin.get(name) for name in fields}})
+
+    assert post_events("bottle-2", keys["bottle-2"], closed(ago(minutes=5), taken=1, event_id="c")).status == 202
+
+    assert get_bottle("bottle-1").body["status"]["last_dose_time"] is None
+    assert get_bottle("bottle-2").body["status"]["last_dose_time"] is not None
