@@ -6,6 +6,8 @@ actions' consumer and the tally (tests/test_tally.py's Fleet)."""
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from shared.settings import Settings
 from shared.store import schema
 from tests.test_tally import DAY, HOUR, Fleet, opened
@@ -13,7 +15,11 @@ from tests.test_tally import DAY, HOUR, Fleet, opened
 MINUTE = timedelta(minutes=1)
 
 
-def test_a_late_action_received_just_after_midnight_reaches_yesterdays_daily_report(mock_db: Any) -> None:
+@pytest.mark.parametrize("received_minute", [12, 30])
+def test_a_late_action_received_just_after_midnight_reaches_yesterdays_daily_report(
+    mock_db: Any, received_minute: int
+) -> None:
+    """Received at 00:12 or 00:30, after the midnight pass (00:10) and before the tally's next: at once."""
     fleet = Fleet(mock_db, Settings())
     fleet.provision("b1", "u1", DAY)
     fleet.send("b1", opened(DAY + 8 * HOUR), now=DAY + 8 * HOUR)
@@ -23,8 +29,8 @@ def test_a_late_action_received_just_after_midnight_reaches_yesterdays_daily_rep
     assert day is not None
     assert day["opened"] == 1
 
-    # Sent at 22:00, buffered by the bottle while offline, received at 00:30: before the tally's next roll-up.
-    fleet.send("b1", opened(DAY + 22 * HOUR), now=DAY + 24 * HOUR + 30 * MINUTE)
+    # Sent at 22:00, buffered by the bottle while offline, received after midnight.
+    fleet.send("b1", opened(DAY + 22 * HOUR), now=DAY + 24 * HOUR + received_minute * MINUTE)
 
     day = fleet.daily("u1", DAY)
     assert day is not None
