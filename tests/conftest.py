@@ -57,6 +57,15 @@ def pytest_configure(config: pytest.Config) -> None:
         instants._wall_clock = _placed
 
 
+# Under mutmut (`./dev mutate`, which sets MUTANT_UNDER_TEST) the property tests run traced, two at a time on busy
+# cores: no per-example deadline, and the same examples every run, so that a mutant's verdict is not luck.
+if "MUTANT_UNDER_TEST" in os.environ:
+    from hypothesis import settings as hypothesis_settings
+
+    hypothesis_settings.register_profile("mutmut", deadline=None, derandomize=True)
+    hypothesis_settings.load_profile("mutmut")
+
+
 def pytest_report_header(config: pytest.Config) -> str | None:
     return None if _placed is None else f"{CLOCK_START}: each test starts at {instants.format_instant(_placed.start)}"
 

@@ -143,7 +143,17 @@ def test_help_prints_the_usage_and_succeeds(tmp_path, argv):
     assert done.returncode == 0
     assert done.stderr == ""
     commands = [line.split()[1] for line in done.stdout.splitlines() if line.strip().startswith("./dev ")]
-    assert commands == ["simulate", "lifecycle", "test", "test-clocks", "serve", "setup-store", "bench", "help"]
+    assert commands == [
+        "simulate",
+        "lifecycle",
+        "test",
+        "test-clocks",
+        "serve",
+        "setup-store",
+        "bench",
+        "mutate",
+        "help",
+    ]
 
 
 # --- no tracebacks: what the user got wrong, in one line ------------------------------------------
