@@ -10,7 +10,7 @@ import pytest
 
 from shared.heartbeat_document import FIELD_NAMES, HOURS_PER_FIELD, MAX_GAP_HOURS, RING_TIME, slot_start
 from shared.ingestion import storing
-from shared.store import retries, schema
+from shared.store import optimistic, retries, schema
 from shared.store.retries import StoreUnavailable
 from tests.test_heartbeat_ring import T0, Bottle
 
@@ -30,7 +30,7 @@ def test_a_bottle_heard_every_7_hours_for_weeks_counts_no_heartbeat_it_never_sen
     assert set(recent) <= set(bottle.counted)
 
 
-def test_a_ring_write_after_a_long_silence_that_loses_every_round_is_a_503_to_retry_in_a_second(
+def test_a_ring_write_after_a_long_silence_that_loses_every_round_is_a_503_to_retry_soon(
     mock_db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bottle = Bottle(mock_db)
@@ -52,5 +52,6 @@ def test_a_ring_write_after_a_long_silence_that_loses_every_round_is_a_503_to_re
     with pytest.raises(StoreUnavailable) as gave_up:
         bottle.send(back, now=back)
 
-    assert len(rounds) == storing.MAX_RING_ROUNDS
-    assert gave_up.value.retry_after_s == 1
+    assert len(rounds) == optimistic.MAX_ROUNDS
+    # A conflict's Retry-After is jittered (shared/store/retries.py): a second, plus up to the spread.
+    assert 1 <= gave_up.value.retry_after_s <= 1 + retries.THROTTLED_SPREAD_S
