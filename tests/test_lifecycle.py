@@ -1,10 +1,14 @@
 """`./dev lifecycle`: a tiny run (one day, a few bottles, splits forced by the small partitions) prints its
 screen and passes on a clean run; a report planted wrong or a notification sent twice makes it exit 1."""
 
+import contextlib
 import dataclasses
 import functools
 import json
+import random
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +16,8 @@ import pytest
 from shared.settings import get_settings
 from shared.store import schema
 from tools import lifecycle
-from tools.lifecycle_result import LifecycleResult
+from tools.lifecycle_faults import WORKER_PREFIX, Watch, WorkerKilled
+from tools.lifecycle_result import LifecycleResult, PeakDrain
 from tools.simulate import KINDS
 from tools.simulation_result import ReportCheck, Score, Tally
 
@@ -53,6 +58,8 @@ def test_a_clean_tiny_run_prints_its_screen_and_passes(monkeypatch, registered_f
     assert "hourly reports against the source" in out
     assert "all match" in out
     assert "duplicate notifications sent: 0" in out
+    assert "late-dose notifications: sent once " in out
+    assert "never sent 0" in out
     assert "verdict: PASS" in out, out
     assert status == 0
     assert (tmp_path / "lifecycle.png").stat().st_size > 10_000
@@ -110,6 +117,12 @@ def clean_result() -> LifecycleResult:
         ({"duplicates": ["silent bottle-0001 episode x x2"]}, "1 notifications sent more than once"),
         ({"scores": {**PERFECT, "silent": Score(2, 3, 2)}}, "silent: precision 0.667, recall 1.000"),
         ({"scores": {**PERFECT, "left_open": Score(2, 1, 1)}}, "left_open: precision 1.000, recall 0.500"),
+        ({"peak": PeakDrain(cap=2, sent_once=3, never_sent=1)}, "1 late-dose notifications never sent"),
+        (
+            {"re_reads": 35, "re_read_floor": 34},
+            "bottle actions re-read 35 times, over the bound of 34 (written since the split parents' last"
+            " checkpoints, plus the overlap)",
+        ),
     ],
 )
 def test_each_failure_alone_fails_the_verdict(change, reason):
@@ -119,3 +132,78 @@ def test_each_failure_alone_fails_the_verdict(change, reason):
 
     assert failed.failures() == [reason]
     assert "verdict: FAIL: " + reason in lifecycle.describe(failed)
+
+
+def test_re_reads_at_the_bound_pass():
+    assert dataclasses.replace(clean_result(), re_reads=34, re_read_floor=34).failures() == []
+
+
+class Queued:
+    """A host whose notifications queue holds `messages` (what tools/lifecycle.py reads of it)."""
+
+    def __init__(self, *messages: tuple[str, str]) -> None:
+        self.queues = {
+            get_settings().notifications_queue: [
+                json.dumps(
+                    {"notification_id": nid, "bottle_id": "bottle-1", "kind": "late_dose", "episode_start": episode}
+                )
+                for nid, episode in messages
+            ]
+        }
+
+
+def test_a_resend_after_a_killed_mark_is_no_duplicate_but_any_other_second_send_is():
+    resent = Queued(("n1", "e1"), ("n1", "e1"))
+    twice_under_two_ids = Queued(("n1", "e1"), ("n2", "e1"))
+
+    assert lifecycle.notifications_sent(resent, Counter({"n1": 1}))[1] == []
+    assert lifecycle.notifications_sent(resent, Counter()) == (
+        Counter({"late_dose": 2}),
+        ["late_dose bottle-1 episode e1 x2"],
+    )
+    assert lifecycle.notifications_sent(twice_under_two_ids, Counter({"n1": 1, "n2": 1}))[1] == [
+        "late_dose bottle-1 episode e1 x2"
+    ]
+
+
+def test_the_peak_counts_its_backlog_its_runs_and_each_notification_s_sends():
+    host = Queued(("n1", "e1"), ("n2", "e2"), ("n2", "e2"), ("n3", "e3"))
+    notifications = [
+        {"_id": nid, "kind": "late_dose", "delivery": delivery}
+        for nid, delivery in (("n1", "queued"), ("n2", "queued"), ("n3", "queued"), ("n4", "pending"))
+    ]
+    runs = [(0, 0), (2, 5), (2, 3), (2, 1), (1, 0), (0, 0), (1, 0)]  # a backlog of 7 drained in 4 runs
+
+    drain = lifecycle.peak_drain(runs, notifications, host, Counter({"n2": 1}))
+
+    assert drain == PeakDrain(cap=2, largest_backlog=7, runs_to_drain=4, sent_once=2, resent_after_kill=1, never_sent=1)
+
+
+def test_a_worker_killed_marking_a_sent_batch_records_the_batch_s_ids():
+    watch = Watch(random.Random(1), mark_kill_rate=1.0)
+    mark = {
+        "update": "notifications",
+        "updates": [
+            {"q": {"_id": nid, "delivery": "pending"}, "u": {"$set": {"delivery": "queued"}}} for nid in ("a", "b")
+        ],
+    }
+    other = {"update": "notifications", "updates": [{"q": {"_id": "c"}, "u": {"$set": {"resolved_at": 1}}}]}
+
+    with worker_thread():
+        watch.before(other)  # kill_rate 0: not a mark, not killed
+        with pytest.raises(WorkerKilled):
+            watch.before(mark)
+
+    assert watch.killed_marks == Counter({"a": 1, "b": 1})
+    assert watch.kills == 1
+
+
+@contextlib.contextmanager
+def worker_thread() -> Iterator[None]:
+    """Run the block as a queue worker would (tools/local_host.py names its delivery threads so)."""
+    thread = threading.current_thread()
+    name, thread.name = thread.name, f"{WORKER_PREFIX}0"
+    try:
+        yield
+    finally:
+        thread.name = name

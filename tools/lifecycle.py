@@ -39,7 +39,7 @@ from tools.arguments import int_between, writable_file
 from tools.cosmos_store.partitions import parse_bound
 from tools.fleet import Bottle, BottleLife, Expected, Plan, Request, make_fleet
 from tools.lifecycle_faults import SkewedClock, Watch, store_calls_watched
-from tools.lifecycle_result import LifecycleResult, Sample, SplitDone
+from tools.lifecycle_result import LifecycleResult, PeakDrain, Sample, SplitDone
 from tools.progress import Progress
 from tools.report_truth import COUNTED, complete_from, reported_totals, source_totals
 from tools.simulate import KINDS, REPORTS_TIMER, SIMULATION_START, score
@@ -63,8 +63,15 @@ SETTINGS = {
     "HEARTBEAT_WINDOW_HOURS": "48",  # the rings keep two days: the daily comparison sees every hour and day
     "CHECK_PARTITIONS": "1",
     "REPORTS_PARTITIONS": "1",
-    "QUEUE_MESSAGES_PER_PARTITION": "1",  # scaled down with the fleet: a morning peak outgrows one run's sends
+    "QUEUE_MESSAGES_PER_PARTITION": "2",  # scaled down with the fleet: a morning peak takes several runs to send
 }
+LATE_DOSES_TIMER = "check_late_doses"
+# The morning peak (docs/lifecycle.md): every bottle on a times schedule takes its first dose at 08:00 Rome time,
+# and misses or is late with a large share of those, so that one late-dose check finds several times what a run
+# may send (the design: ~100 K late bottles at the peak against 5,000 sends per partition and run).
+PEAK_ZONE, PEAK_TIME = "Europe/Rome", "08:00"
+PEAK_LATE_RATE = 0.6
+MARK_KILL_RATE = 0.1  # per mark of a sent batch: a worker dies between its sends and their mark
 OFFLINE_HOURS = (5.0, 6.5)
 MORNING_LATE_RATE = 0.25  # of doses due before 10:00 local time: the daily late-dose peak
 MAX_SKEW = timedelta(minutes=2)
@@ -125,11 +132,12 @@ class LifecycleLife(BottleLife):
     def _take_or_skip(self, slot: datetime) -> tuple[datetime | None, bool]:
         local = slot.astimezone(ZoneInfo(self.bottle.schedule["timezone"]))
         if local.hour < 10 and self._trouble_allowed(slot + self.bottle.grace):
+            rate = PEAK_LATE_RATE if f"{local:%H:%M}" == PEAK_TIME else MORNING_LATE_RATE
             roll = self.rng.random()
-            if roll < MORNING_LATE_RATE:
+            if roll < rate:
                 self.plan.expected.add(Expected(self.bottle.bottle_id, "late_dose", slot))
                 late = slot + self.bottle.grace + timedelta(minutes=self.rng.uniform(15, 40))
-                return (None if roll < MORNING_LATE_RATE / 3 else self._dose_at(late, slot)), True
+                return (None if roll < rate / 3 else self._dose_at(late, slot)), True
         return super()._take_or_skip(slot)
 
     def _plan_offline_window(self) -> None:
@@ -150,7 +158,7 @@ def plan_lifecycle(rng: random.Random, bottles: int, days: float) -> LifecyclePl
     """A fleet that starts with a quarter of its bottles and grows to all of them by 85% of the run; a key
     rotation a day, a reassignment every third day, a throttling episode every fourth morning."""
     users = max(2, bottles // 3)
-    fleet = make_fleet(rng, bottles, users)
+    fleet = [aligned_for_peak(bottle) for bottle in make_fleet(rng, bottles, users)]
     start, end = SIMULATION_START, SIMULATION_START + timedelta(days=days)
     plan = Plan(start=start, end=end, bottles=fleet, heartbeat=HEARTBEAT)
     initial = max(2, bottles // 4)
@@ -179,6 +187,15 @@ def plan_lifecycle(rng: random.Random, bottles: int, days: float) -> LifecyclePl
             if morning + THROTTLE_FOR < end:
                 changes += [Change(morning, "throttle"), Change(morning + THROTTLE_FOR, "unthrottle")]
     return LifecyclePlan(plan, sorted(changes, key=lambda c: c.at), joined)
+
+
+def aligned_for_peak(bottle: Bottle) -> Bottle:
+    """A bottle on a times schedule takes its first dose of the day at PEAK_TIME in PEAK_ZONE (tools/fleet.py's
+    first times are all 07:30-09:00): the fleet's morning doses fall due together, the morning peak."""
+    if "times" not in bottle.schedule:
+        return bottle
+    times = [PEAK_TIME, *bottle.schedule["times"][1:]]
+    return replace(bottle, schedule={**bottle.schedule, "times": times, "timezone": PEAK_ZONE})
 
 
 def planned_documents(life: LifecyclePlan) -> dict[str, int]:
@@ -301,7 +318,7 @@ def run_lifecycle(
     life = plan_lifecycle(rng, bottles, days)
     plan = life.plan
     clock = SkewedClock.for_workers(plan.start, workers, rng, MAX_SKEW)
-    watch = Watch(random.Random(seed + 1), kill_rate=KILL_RATE)
+    watch = Watch(random.Random(seed + 1), kill_rate=KILL_RATE, mark_kill_rate=MARK_KILL_RATE)
     set_clock(clock)
     logging.disable(logging.CRITICAL)  # the host logs every killed worker's traceback; the summary counts them
     try:
@@ -358,6 +375,7 @@ class _Player:
         self.seconds: dict[str, float] = defaultdict(float)  # wall time per kind of step
         self.throttle_windows: list[tuple[datetime, datetime]] = []
         self.poisoned = 0
+        self.late_runs: list[tuple[int, int]] = []  # per late-dose timer run: late-dose messages sent, left pending
         self._normal_ru = proxy.partitions.ru_per_second
         self._queue: list[tuple[datetime, int, int, Any]] = []
         self._order = itertools.count()
@@ -395,8 +413,11 @@ class _Player:
         elif isinstance(item, Change):
             self._change(item)
         else:
+            sent_before = len(self._queued())
             self.host.run_timer(item)
             report = self.host.deliver(now=at, workers=self.workers)
+            if item == LATE_DOSES_TIMER:
+                self.late_runs.append((self._late_messages(sent_before), self._late_pending()))
             self.redeliveries += report.failed
             self.poisoned += report.poisoned
             if item == REPORTS_TIMER:
@@ -446,6 +467,15 @@ class _Player:
         response = self.host.handle(method, route, headers=headers, params=params, body=body)
         raw = response.get_body()
         return response.status_code, json.loads(raw) if raw else None
+
+    def _queued(self) -> list[str]:
+        return list(self.host.queues.get(get_settings().notifications_queue, []))
+
+    def _late_messages(self, since: int) -> int:
+        return sum(json.loads(body)["kind"] == "late_dose" for body in self._queued()[since:])
+
+    def _late_pending(self) -> int:
+        return self.backend[schema.NOTIFICATIONS].count_documents({"kind": "late_dose", "delivery": "pending"})
 
     def _metered(self) -> dict[str, float]:
         database = get_settings().mongodb_database
@@ -501,7 +531,7 @@ def _result(
     hourly_check, daily_check = player.ledger.checks()
     notifications = list(backend[schema.NOTIFICATIONS].find())
     scores, misses, extras = score(plan.expected, notifications)
-    sent, duplicates = notifications_sent(player.host)
+    sent, duplicates = notifications_sent(player.host, watch.killed_marks)
     proxy = player.proxy
     partitions = {c.name.split(".", 1)[1]: len(c.partitions) for c in proxy.partitions.collections()}
     return LifecycleResult(
@@ -533,6 +563,7 @@ def _result(
         throttle_windows=player.throttle_windows,
         seconds=time.perf_counter() - started,
         step_seconds=player.seconds,
+        peak=peak_drain(player.late_runs, notifications, player.host, watch.killed_marks),
     )
 
 
@@ -546,17 +577,48 @@ def peak_late_doses(plan: Plan) -> int:
     return max(due.values(), default=0)
 
 
-def notifications_sent(host: Any) -> tuple[Counter[str], list[str]]:
-    """Notifications sent to the queue by kind, and those sent more than once (bottle, kind, episode)."""
-    bodies = host.queues.get(get_settings().notifications_queue, [])
+def notifications_sent(host: Any, killed_marks: Counter[Any]) -> tuple[Counter[str], list[str]]:
+    """Notifications sent to the queue by kind, and the episodes (bottle, kind, episode) notified more than once:
+    under two notification ids, or one id sent again more often than kills between its send and its mark
+    explain (`killed_marks`: at least once by design, the consumer drops a repeated notification_id)."""
     by_kind: Counter[str] = Counter()
-    seen: Counter[tuple[str, str, str]] = Counter()
-    for body in bodies:
-        message = json.loads(body)
+    seen: dict[tuple[str, str, str], Counter[Any]] = defaultdict(Counter)
+    for message in _messages(host):
         by_kind[message["kind"]] += 1
-        seen[(message["bottle_id"], message["kind"], message["episode_start"])] += 1
-    duplicates = [f"{kind} {bottle} episode {episode} x{n}" for (bottle, kind, episode), n in seen.items() if n > 1]
+        seen[(message["bottle_id"], message["kind"], message["episode_start"])][message["notification_id"]] += 1
+    duplicates = [
+        f"{kind} {bottle} episode {episode} x{sum(ids.values())}"
+        for (bottle, kind, episode), ids in seen.items()
+        if len(ids) > 1 or any(n - 1 > killed_marks[i] for i, n in ids.items())
+    ]
     return by_kind, sorted(duplicates)
+
+
+def _messages(host: Any) -> list[dict[str, Any]]:
+    return [json.loads(body) for body in host.queues.get(get_settings().notifications_queue, [])]
+
+
+def peak_drain(
+    late_runs: list[tuple[int, int]], notifications: list[dict[str, Any]], host: Any, killed_marks: Counter[Any]
+) -> PeakDrain:
+    """The morning peaks as the late-dose check runs met them (`late_runs`: per run, the late-dose messages it
+    sent and the late-dose notifications it left pending), and each pushed late-dose notification's sends."""
+    largest = max((sent + left for sent, left in late_runs), default=0)
+    longest = streak = 0  # a backlog's runs: from the first that sends or leaves some, to the first that leaves none
+    for sent, left in late_runs:
+        streak = streak + 1 if sent or left else 0
+        longest = max(longest, streak)
+        streak = streak if left else 0
+    sends = Counter(m["notification_id"] for m in _messages(host) if m["kind"] == "late_dose")
+    pushed = [n["_id"] for n in notifications if n["kind"] == "late_dose" and n.get("delivery") != "withheld"]
+    return PeakDrain(
+        cap=int(SETTINGS["QUEUE_MESSAGES_PER_PARTITION"]),
+        largest_backlog=largest,
+        runs_to_drain=longest,
+        sent_once=sum(1 for i in pushed if sends[i] == 1),
+        resent_after_kill=sum(1 for i in pushed if 1 < sends[i] <= 1 + killed_marks[i]),
+        never_sent=sum(1 for i in pushed if sends[i] == 0),
+    )
 
 
 class ReportLedger:
@@ -635,8 +697,9 @@ def describe(result: LifecycleResult) -> str:
         )
     lines.append(f"throttled operations: {result.throttled} (in {result.throttle_episodes} episodes)")
     lines.append(
-        f"bottle actions re-read by report workers: {result.re_reads} (after splits and kills; written since the "
-        f"split parents' last checkpoints, the least the splits cost: {result.re_read_floor})"
+        f"bottle actions re-read: {result.re_reads} (documents the actions' feed readers received more than once,"
+        f" after splits and kills); bound: {result.re_read_floor} (written since each split parent's last"
+        " checkpoint, plus the overlap)"
     )
     lines.append("")
     for label, unit, check in (("hourly", "hour", result.hourly_check), ("daily", "day", result.daily_check)):
@@ -654,9 +717,15 @@ def describe(result: LifecycleResult) -> str:
         )
     for label, items in (("missed", result.misses), ("unexpected", result.extras)):
         lines += [f"  {label}: {e.kind} {e.bottle_id} episode {e.episode_start:%Y-%m-%d %H:%M:%S}" for e in items[:5]]
+    drain = result.peak
     lines.append(
-        f"morning peak: up to {result.peak_late_doses} late doses due between two checks (a run sends "
-        f"{SETTINGS['QUEUE_MESSAGES_PER_PARTITION']}, the rest wait for the next runs)"
+        f"morning peak: up to {result.peak_late_doses} late doses due between two checks; the largest backlog a"
+        f" check run met: {drain.largest_backlog} (a run may send {drain.cap}), drained in up to {drain.runs_to_drain}"
+        " runs"
+    )
+    lines.append(
+        f"late-dose notifications: sent once {drain.sent_once}, sent again after a kill between send and mark (same"
+        f" notification_id, the consumer drops it) {drain.resent_after_kill}, never sent {drain.never_sent}"
     )
     lines.append(f"duplicate notifications sent: {len(result.duplicates)}")
     lines += [f"  {d}" for d in result.duplicates[:5]]

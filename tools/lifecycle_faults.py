@@ -61,6 +61,8 @@ class Watch:
     before_read: Callable[[str], None] | None = None
     killing: bool = True
     kills: int = 0
+    mark_kill_rate: float = 0.0  # the chance that a worker dies sending a batch's "queued" marks (after its sends)
+    killed_marks: Counter[Any] = field(default_factory=Counter)  # notification ids whose mark a kill prevented
     reads: Counter[Any] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _feed_cursors: set[Any] = field(default_factory=set)
@@ -76,9 +78,13 @@ class Watch:
                 self.before_read(name)
             finally:
                 self._hooked.inside = False
+        marked = _queued_marks(command)
         with self._lock:
-            killed = self.killing and self.rng.random() < self.kill_rate
+            rate = self.mark_kill_rate if marked else self.kill_rate
+            killed = self.killing and self.rng.random() < rate
             self.kills += killed
+            if killed:
+                self.killed_marks.update(marked)
         if killed:
             raise WorkerKilled(f"{threading.current_thread().name} killed before its {next(iter(command))}")
 
@@ -119,6 +125,19 @@ def store_calls_watched(watch: Watch) -> Iterator[Watch]:
         yield watch
     finally:
         command_runner._run_command = original
+
+
+def _queued_marks(command: Mapping[str, Any]) -> list[Any]:
+    """The notification ids a command marks queued (shared/notifications/delivery.py marks a batch once its
+    messages were sent): a kill here is a kill between the sends and their mark."""
+    if command.get("update") != "notifications":
+        return []
+    updates = command.get("updates") or []
+    return [
+        u["q"].get("_id")
+        for u in updates
+        if isinstance(u, Mapping) and str(u.get("u", {}).get("$set", {}).get("delivery")) == "queued"
+    ]
 
 
 def _collection_of(command: Mapping[str, Any]) -> str | None:

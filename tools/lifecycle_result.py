@@ -27,6 +27,21 @@ class Sample:
 
 
 @dataclass
+class PeakDrain:
+    """The late-dose notifications through the morning peaks: the most one check run had to send (what it sent
+    plus what it left pending), the most consecutive runs one backlog took to drain, and each late-dose
+    notification's sends: once, sent again after a kill between its send and its mark (same notification_id:
+    the consumer drops it), or never (still pending at the end)."""
+
+    cap: int = 0
+    largest_backlog: int = 0
+    runs_to_drain: int = 0
+    sent_once: int = 0
+    resent_after_kill: int = 0
+    never_sent: int = 0
+
+
+@dataclass
 class LifecycleResult:
     days: float
     bottles: int
@@ -56,6 +71,7 @@ class LifecycleResult:
     throttle_windows: list[tuple[datetime, datetime]]
     seconds: float = 0.0
     step_seconds: dict[str, float] = field(default_factory=dict)
+    peak: PeakDrain = field(default_factory=PeakDrain)
 
     def failures(self) -> list[str]:
         """Why the run fails, if it does: the verdict's reasons."""
@@ -69,4 +85,11 @@ class LifecycleResult:
                 reasons.append(f"{kind}: precision {s.precision:.3f}, recall {s.recall:.3f}")
         if self.duplicates:
             reasons.append(f"{len(self.duplicates)} notifications sent more than once")
+        if self.peak.never_sent:
+            reasons.append(f"{self.peak.never_sent} late-dose notifications never sent")
+        if self.re_reads > self.re_read_floor:
+            reasons.append(
+                f"bottle actions re-read {self.re_reads} times, over the bound of {self.re_read_floor} (written since"
+                " the split parents' last checkpoints, plus the overlap)"
+            )
         return reasons
