@@ -4,7 +4,7 @@ worker whose lease was taken over must never leave a report behind its source, w
 import json
 import threading
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -125,12 +125,7 @@ def test_a_worker_whose_lease_was_taken_over_cannot_put_its_older_counts_over_ne
     paused.resume.set()
     a.join(timeout=30)
 
-    assert b_run.claimed  # the interleaving the test means
-    assert a_run
-    assert a_run[0].lost_lease
-    stored = db[schema.USER_HOURLY_REPORTS].find_one({"_id": hourly_id(USER, hour)})
-    assert stored["opened"] == 5
-    assert reported_totals(db) == source_totals(db)
+    assert_the_overtaken_worker_left_the_newer_count(db, a_run, b_run, hour, counted="opened", expected=5)
 
 
 @pytest.mark.parametrize("skew_s", [121, 300])
@@ -168,11 +163,19 @@ def test_a_tally_worker_whose_lease_was_taken_over_cannot_put_its_older_heartbea
     resume.set()
     a.join(timeout=30)
 
-    assert b_run.claimed  # the interleaving the test means
+    assert_the_overtaken_worker_left_the_newer_count(db, a_run, b_run, hour, counted="heartbeats", expected=5)
+
+
+def assert_the_overtaken_worker_left_the_newer_count(
+    db: Any, a_run: list[Any], b_run: Any, hour: datetime, *, counted: str, expected: int
+) -> None:
+    """B took A's lease (the interleaving the test means), A found its lease lost, and the user-hour keeps B's
+    newer count: every report still equals its source."""
+    assert b_run.claimed
     assert a_run
     assert a_run[0].lost_lease
     stored = db[schema.USER_HOURLY_REPORTS].find_one({"_id": hourly_id(USER, hour)})
-    assert stored["heartbeats"] == 5
+    assert stored[counted] == expected
     assert reported_totals(db) == source_totals(db)
 
 
