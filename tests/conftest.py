@@ -119,6 +119,33 @@ def _teach_mongomock_bit() -> None:
 _teach_mongomock_bit()
 
 
+def _teach_mongomock_push_sort_values() -> None:
+    """mongomock 4.3 sorts a `$push` by any number's sign; MongoDB (and SecantusDB) accept only 1 or -1 ("specify
+    1 for ascending or -1 for descending": https://www.mongodb.com/docs/manual/reference/operator/update/sort/)
+    and refuse the update otherwise (code 2, "The $sort element value must be either 1 or -1"). Refuse it here
+    too, so the unit tests (and the mutation run, which has only them) catch a wrong sort value."""
+    from mongomock.collection import Collection
+    from pymongo.errors import WriteError
+
+    def allowed(spec: Any) -> bool:
+        if isinstance(spec, dict):
+            return all(allowed(direction) for direction in spec.values())
+        return type(spec) is int and spec in (1, -1)
+
+    original = Collection._update
+
+    def refusing_bad_sorts(self: Any, spec: Any, document: Any, *args: Any, **kwargs: Any) -> Any:
+        for value in (document.get("$push") or {}).values() if isinstance(document, dict) else ():
+            if isinstance(value, dict) and "$sort" in value and not allowed(value["$sort"]):
+                raise WriteError("The $sort element value must be either 1 or -1", code=2)
+        return original(self, spec, document, *args, **kwargs)
+
+    setattr(Collection, "_update", refusing_bad_sorts)  # noqa: B010 - a private method of an untyped class
+
+
+_teach_mongomock_push_sort_values()
+
+
 def _mongomock_expires_by_the_app_clock() -> None:
     """mongomock applies TTL indexes (retention) on every read, by its own `utcnow`: make that the app's server
     clock, so a test that sets the clock (shared.instants.set_clock) sees documents expire by it, and a test
