@@ -75,7 +75,9 @@ class Variant:
       day at every pass: within an hour of its hours); None: as the app's DAILY_ROLLUP_STAGGERED has it;
     - in_partition: the tally's reads of the report collections one user (one shard key value) a query instead
       of `$in` of a page's users, so no query fans out (their documents still cost their reads);
-    - sweep_minutes: how long a check sweep's work takes (today about a minute: ASSUMED_RATES);
+    - sweep_spread: the minutes a partition's late-dose sweep spreads its work over (None: the app's
+      CHECK_LATE_DOSES_SPREAD_MINUTES; 0: unpaced), when it fills a batch a minute (shared/notifications/checks.py
+      pace_of); an unpaced sweep's work takes about a minute (ASSUMED_RATES), the other checks' too;
     - heartbeat_insert: each heartbeat inserted as its own document with a TTL (HEARTBEAT_INSERT_RU), the tally
       reading each of them instead of each bottle's ring once an hour; with `keep_last_heard` the heartbeat
       document is still updated at each heartbeat (the silent check needs the last time within its 60 minutes),
@@ -85,7 +87,7 @@ class Variant:
     tally_minutes: int | None = None
     rollup: str | None = None
     in_partition: bool = False
-    sweep_minutes: float = ASSUMED_RATES["minutes a sweep's work takes"]
+    sweep_spread: int | None = None
     heartbeat_insert: bool = False
     keep_last_heard: bool = True
     status: str = "modelled"
@@ -100,42 +102,56 @@ class Variant:
             return self.rollup
         return STAGGERED if settings.daily_rollup_staggered else BLOCK
 
+    def sweep_minutes(self, kind: str, found: float, settings: Settings) -> float:
+        """How long a sweep that finds `found` bottles spreads its work: a paced late-dose sweep over its spread
+        (each check partition counts its batches and paces them when they fill one a minute), anything else
+        about a minute."""
+        work = ASSUMED_RATES["minutes a sweep's work takes"]
+        spread = settings.check_late_doses_spread_minutes if self.sweep_spread is None else self.sweep_spread
+        batches = math.ceil(found / settings.check_partitions / settings.check_batch_size)
+        if kind != "late_dose" or not spread or batches < spread:
+            return work
+        return max(float(spread), work)
+
 
 # An insert of a heartbeat under 1 KB: 4.95 RU and 0.2 a term for `_id`, the shard key, `_ts` (its TTL) and the
 # tally's (ub, user_id) index (cost_model.RULES: write, by size; create).
 HEARTBEAT_INSERT_RU = DocumentWrite(None, 300, terms_inserted=4).ru()
 
 TODAY = Variant(
-    "the app: the tally paced (REPORTS_TALLY_SPREAD_MINUTES), roll-ups staggered (DAILY_ROLLUP_STAGGERED)",
+    "the app: the tally paced (REPORTS_TALLY_SPREAD_MINUTES), roll-ups staggered (DAILY_ROLLUP_STAGGERED), the "
+    "late-dose sweep paced (CHECK_LATE_DOSES_SPREAD_MINUTES)",
     status="yes",
 )
 ALTERNATIVES = (
     Variant(
-        "before: the tally unpaced (~15 minutes), every user's roll-up at the block's end",
+        "before: the tally unpaced (~15 minutes), every user's roll-up at the block's end, the sweeps unpaced",
         TALLY_MINUTES,
         BLOCK,
-        status="REPORTS_TALLY_SPREAD_MINUTES=0, DAILY_ROLLUP_STAGGERED=false",
+        sweep_spread=0,
+        status="REPORTS_TALLY_SPREAD_MINUTES=0, DAILY_ROLLUP_STAGGERED=false, CHECK_LATE_DOSES_SPREAD_MINUTES=0",
     ),
     Variant(
         "the tally paced, every user's roll-up at the block's end",
         rollup=BLOCK,
         status="DAILY_ROLLUP_STAGGERED=false",
     ),
+    Variant(
+        "the late-dose sweep unpaced (its morning peak in a minute)",
+        sweep_spread=0,
+        status="CHECK_LATE_DOSES_SPREAD_MINUTES=0",
+    ),
     TODAY,
     Variant("+ daily reports within an hour (every user's day at every pass)", rollup=EVERY_HOUR),
     Variant("+ the tally's report reads one user a query (no fan-out)", in_partition=True),
-    Variant("+ each check sweep's work over its 5 minutes", sweep_minutes=5),
-    Variant("+ both of the last two: every feature kept", in_partition=True, sweep_minutes=5),
     Variant(
-        "+ both, and a heartbeat inserted with a TTL, the heartbeat document's update kept",
+        "+ that, and a heartbeat inserted with a TTL, the heartbeat document's update kept",
         in_partition=True,
-        sweep_minutes=5,
         heartbeat_insert=True,
     ),
     Variant(
-        "+ both, and a heartbeat inserted with a TTL, no update (the silent check lost)",
+        "+ that, and a heartbeat inserted with a TTL, no update (the silent check lost)",
         in_partition=True,
-        sweep_minutes=5,
         heartbeat_insert=True,
         keep_last_heard=False,
     ),
@@ -236,10 +252,10 @@ def minute_load(
             load.append((TALLY, reads, 1 / (minutes * 60)))
     for kind in KINDS:
         every = SWEEP_MINUTES[kind]
-        span = min(variant.sweep_minutes, every)  # a sweep's work, within its schedule
+        found = _found_per_sweep(kind, hour)
+        span = min(variant.sweep_minutes(kind, found, settings), every)  # a sweep's work, within its schedule
         if minute % every >= span:
             continue
-        found = _found_per_sweep(kind, hour)
         if kind in measured.swept:
             load.append((CHECKS, swept_at_scale(measured, kind, settings), found / (span * 60)))
         if kind in measured.sweep_run:

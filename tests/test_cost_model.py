@@ -236,9 +236,11 @@ def test_a_collection_with_no_requests_bills_a_tenth_of_its_storage_floor_and_it
     assert actions.monthly(2) == pytest.approx(2 * actions.monthly(1))
 
 
-def test_the_morning_sweep_bills_its_minute_in_the_morning_hour():
+def test_the_morning_sweep_unpaced_bills_its_minute_in_the_morning_hour():
     measured = _measured(swept={"late_dose": UnitCost({schema.NOTIFICATIONS: 10.0})})
-    [notifications] = [r for r in design_scale.table(measured, Settings()) if r.collection == schema.NOTIFICATIONS]
+    unpaced = design_scale.Variant("unpaced", sweep_spread=0)
+    rows = design_scale.table(measured, Settings(), unpaced)
+    [notifications] = [r for r in rows if r.collection == schema.NOTIFICATIONS]
 
     morning = design_scale.ASSUMED_RATES["late doses found by a sweep in the morning hour"] / 60 * 10.0
     other = design_scale.ASSUMED_RATES["late doses found by a sweep in any other hour"] / 60 * 10.0
@@ -276,19 +278,23 @@ def test_the_alternatives_bill_a_burst_at_its_peak_a_paced_tally_over_its_spread
     assert [line[3] for line in printed if line[1] == "yes"] == ["1.00x"]
 
 
-def test_a_sweeps_work_spread_over_its_minutes_bills_a_fifth_and_a_heartbeat_insert_is_priced_by_the_rules():
+def test_the_paced_late_dose_sweep_bills_a_quarter_and_a_heartbeat_insert_is_priced_by_the_rules():
     measured = _measured(
         swept={"late_dose": UnitCost({schema.NOTIFICATIONS: 10.0})},
         heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 10.3}),
     )
 
-    def rows(variant: design_scale.Variant) -> dict[str, design_scale.Row]:
-        return {r.collection: r for r in design_scale.table(measured, Settings(), variant)}
+    def rows(variant: design_scale.Variant, settings: Settings | None = None) -> dict[str, design_scale.Row]:
+        return {r.collection: r for r in design_scale.table(measured, settings or Settings(), variant)}
 
-    in_a_minute = rows(design_scale.TODAY)[schema.NOTIFICATIONS].billed
-    assert rows(design_scale.Variant("5", sweep_minutes=5))[schema.NOTIFICATIONS].billed == pytest.approx(
-        in_a_minute / 5
-    )
+    unpaced = design_scale.Variant("unpaced", sweep_spread=0)
+    in_a_minute = rows(unpaced)[schema.NOTIFICATIONS].billed
+    # The app's: each partition's 25,000 morning late doses (100,000 over 4 partitions) fill 50 batches of 500,
+    # paced over CHECK_LATE_DOSES_SPREAD_MINUTES (4).
+    assert rows(design_scale.TODAY)[schema.NOTIFICATIONS].billed == pytest.approx(in_a_minute / 4)
+    # Batches of 10,000 fill 3 a partition, fewer than the spread's minutes: unpaced, as the app runs them.
+    big_batches = Settings(check_batch_size=10_000)
+    assert rows(design_scale.TODAY, big_batches)[schema.NOTIFICATIONS].billed == pytest.approx(in_a_minute)
     assert pytest.approx(4.95 + 0.2 * 4) == design_scale.HEARTBEAT_INSERT_RU  # RULES: create, under 1 KB
     beats = design_scale.HEARTBEATS_PER_SECOND
     lost = rows(design_scale.Variant("insert", heartbeat_insert=True, keep_last_heard=False))
