@@ -73,8 +73,9 @@ class Variant:
     - rollup: BLOCK (every user's day at the hours that end a block of DAILY_ROLLUP_HOURS), STAGGERED (each user
       at its own hour of the block: a block's share of the users a pass, the same lag), EVERY_HOUR (every user's
       day at every pass: within an hour of its hours); None: as the app's DAILY_ROLLUP_STAGGERED has it;
-    - in_partition: the tally's reads of the report collections one user (one shard key value) a query instead
-      of `$in` of a page's users, so no query fans out (their documents still cost their reads);
+    - reports_by_in: the tally's reads of the report collections by `_id` an `$in` of a page's users (the code
+      before issue 21: each query fans out over the partitions of its users) instead of one user (one shard key
+      value) a query, as the app reads them (shared/reports/aggregation.py);
     - sweep_spread: the minutes a partition's late-dose sweep spreads its work over (None: the app's
       CHECK_LATE_DOSES_SPREAD_MINUTES; 0: unpaced), when it fills a batch a minute (shared/notifications/checks.py
       pace_of); an unpaced sweep's work takes about a minute (ASSUMED_RATES), the other checks' too;
@@ -86,7 +87,7 @@ class Variant:
     name: str
     tally_minutes: int | None = None
     rollup: str | None = None
-    in_partition: bool = False
+    reports_by_in: bool = False
     sweep_spread: int | None = None
     heartbeat_insert: bool = False
     keep_last_heard: bool = True
@@ -119,17 +120,19 @@ class Variant:
 HEARTBEAT_INSERT_RU = DocumentWrite(None, 300, terms_inserted=4).ru()
 
 TODAY = Variant(
-    "the app: the tally paced (REPORTS_TALLY_SPREAD_MINUTES), roll-ups staggered (DAILY_ROLLUP_STAGGERED), the "
-    "late-dose sweep paced (CHECK_LATE_DOSES_SPREAD_MINUTES)",
+    "the app: the tally paced (REPORTS_TALLY_SPREAD_MINUTES) reading reports one user a query, roll-ups "
+    "staggered (DAILY_ROLLUP_STAGGERED), the late-dose sweep paced (CHECK_LATE_DOSES_SPREAD_MINUTES)",
     status="yes",
 )
 ALTERNATIVES = (
     Variant(
-        "before: the tally unpaced (~15 minutes), every user's roll-up at the block's end, the sweeps unpaced",
+        "before: the tally unpaced (~15 minutes) reading reports by `$in` of a page's users, every user's roll-up "
+        "at the block's end, the sweeps unpaced",
         TALLY_MINUTES,
         BLOCK,
+        reports_by_in=True,
         sweep_spread=0,
-        status="REPORTS_TALLY_SPREAD_MINUTES=0, DAILY_ROLLUP_STAGGERED=false, CHECK_LATE_DOSES_SPREAD_MINUTES=0",
+        status="no (the code before issue 21's part 3)",
     ),
     Variant(
         "the tally paced, every user's roll-up at the block's end",
@@ -141,17 +144,19 @@ ALTERNATIVES = (
         sweep_spread=0,
         status="CHECK_LATE_DOSES_SPREAD_MINUTES=0",
     ),
+    Variant(
+        "the tally's report reads an `$in` of a page's users (fanning out)",
+        reports_by_in=True,
+        status="no (the code before)",
+    ),
     TODAY,
     Variant("+ daily reports within an hour (every user's day at every pass)", rollup=EVERY_HOUR),
-    Variant("+ the tally's report reads one user a query (no fan-out)", in_partition=True),
     Variant(
-        "+ that, and a heartbeat inserted with a TTL, the heartbeat document's update kept",
-        in_partition=True,
+        "+ a heartbeat inserted with a TTL, the heartbeat document's update kept",
         heartbeat_insert=True,
     ),
     Variant(
-        "+ that, and a heartbeat inserted with a TTL, no update (the silent check lost)",
-        in_partition=True,
+        "+ a heartbeat inserted with a TTL, no update (the silent check lost)",
         heartbeat_insert=True,
         keep_last_heard=False,
     ),
@@ -245,7 +250,7 @@ def minute_load(
     minutes = variant.minutes(settings)
     if measured.tally and (minute - TALLY_FIRST_MINUTE) % 60 < minutes:
         of_hour = tally_of_hour(measured.tally, hour, rollup=variant.rollups(settings))
-        tally = tally_at_scale(of_hour, settings, in_partition=variant.in_partition)
+        tally = tally_at_scale(of_hour, settings, by_in=variant.reports_by_in)
         load.append((TALLY, tally, CHANGES_PER_SECOND * 60 / minutes))
         if variant.heartbeat_insert:  # each heartbeat read by the tally, not each bottle's ring once an hour
             reads = UnitCost({schema.BOTTLE_HEARTBEATS: HEARTBEATS_PER_SECOND * 3600 - BOTTLES})
@@ -273,13 +278,13 @@ def _found_per_sweep(kind: str, hour: int) -> float:
     return per_second * SWEEP_MINUTES[kind] * 60
 
 
-def tally_at_scale(measured: UnitCost, settings: Settings, *, in_partition: bool = False) -> UnitCost:
+def tally_at_scale(measured: UnitCost, settings: Settings, *, by_in: bool = False) -> UnitCost:
     """The tally's RU per change with its queries counted as the design scale pages them (the benchmark's fleet
     fills a page or two a pass, so its query count per change says little): a pass reads every heartbeat document
     in full pages of REPORTS_PAGE_SIZE, each page one sorted query over every physical partition, and two more to
-    end each of REPORTS_PARTITIONS ranges; each page reads and writes its users' reports with one `$in` per
-    CLAUSES_PER_QUERY users (and the daily reports' likewise, in a roll-up hour); `in_partition`: one user a
-    query instead, none fanning out (a query that returns documents costs no more than their reads)."""
+    end each of REPORTS_PARTITIONS ranges; each page reads its users' reports one user a query (in the measured
+    base: no fan-out), or with `by_in` one `$in` per CLAUSES_PER_QUERY of the page's users on each report
+    collection the pass reads (the hourly reports', and the daily reports' in a roll-up hour)."""
     pages_per_hour = BOTTLES / settings.reports_page_size + 2 * REPORTS_PARTITIONS
     per_change = pages_per_hour / (CHANGES_PER_SECOND * 3600)
     users_per_page = settings.reports_page_size * USERS / BOTTLES
@@ -288,9 +293,16 @@ def tally_at_scale(measured: UnitCost, settings: Settings, *, in_partition: bool
     for name, by_reach in measured.queries.items():
         if ALL in by_reach:
             queries[name] = {ALL: per_change}
-        elif by_reach and not in_partition:
+    if by_in:
+        read = {name for name in REPORTS if measured.base.get(name)} | {
+            name for name, by_reach in measured.queries.items() if by_reach and ALL not in by_reach
+        }
+        for name in read:
             queries[name] = {round(users_per_page / chunks): per_change * chunks}
     return UnitCost(dict(measured.base), queries)
+
+
+REPORTS = (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS)
 
 
 def swept_at_scale(measured: Measured, kind: str, settings: Settings) -> UnitCost:

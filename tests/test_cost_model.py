@@ -320,3 +320,22 @@ def test_the_meter_carries_a_querys_reach_to_its_get_mores(secantus_uri: str) ->
         client.drop_database("meter_reach")
         client.close()
         meter.close()
+
+
+def test_the_tally_reads_reports_one_user_a_query_and_the_in_of_before_fans_out_over_the_pages_users_partitions():
+    measured = UnitCost({schema.USER_HOURLY_REPORTS: 1.0, schema.BOTTLE_HEARTBEATS: 1.0})
+    settings = Settings()
+    pages_per_hour = 30_000_000 / 500 + 2 * design_scale.REPORTS_PARTITIONS
+    per_change = pages_per_hour / (design_scale.CHANGES_PER_SECOND * 3600)
+
+    today = design_scale.tally_at_scale(measured, settings)
+    before = design_scale.tally_at_scale(measured, settings, by_in=True)
+
+    assert today.queries == {}  # one user a query: each pins its shard key value
+    # A page of 500 heartbeat documents holds ~167 users (3 bottles each): one `$in` of them, under 200 a query.
+    assert before.queries == {schema.USER_HOURLY_REPORTS: {167: pytest.approx(per_change)}}
+    # At 234 partitions it reaches 234 x (1 - (1 - 1/234)^167) = 119.7 of them: ~299 RU a page more.
+    assert before.ru(schema.USER_HOURLY_REPORTS, 234) - today.ru(schema.USER_HOURLY_REPORTS, 234) == pytest.approx(
+        per_change * 2.5 * 234 * (1 - (1 - 1 / 234) ** 167)
+    )
+    assert pytest.approx(299, abs=1) == 2.5 * 234 * (1 - (1 - 1 / 234) ** 167)
