@@ -18,6 +18,7 @@ The design-scale table of docs/costs.md is this module's output for the last ful
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from benchmarks.cost_model import (
     ALL,
@@ -82,7 +83,13 @@ class Variant:
     - heartbeat_insert: each heartbeat inserted as its own document with a TTL (HEARTBEAT_INSERT_RU), the tally
       reading each of them instead of each bottle's ring once an hour; with `keep_last_heard` the heartbeat
       document is still updated at each heartbeat (the silent check needs the last time within its 60 minutes),
-      without it the silent check has nothing to sweep (a feature lost). Their storage is left out."""
+      without it the silent check has nothing to sweep (a feature lost). Their storage is left out;
+    - heartbeats_per_write: each device uploads this many heartbeats in one request (the API takes a batch, and a
+      batch's heartbeats are one write of the heartbeat document): a device contract change, and SILENT_MINUTES
+      must then exceed the upload interval;
+    - settings: the app's settings this way changes (a row the app runs by a setting);
+    - keeps_every_feature: False for a row that loses a feature or changes the device contract (the floor,
+      `floor`, is the cheapest row that keeps them all)."""
 
     name: str
     tally_minutes: int | None = None
@@ -91,7 +98,14 @@ class Variant:
     sweep_spread: int | None = None
     heartbeat_insert: bool = False
     keep_last_heard: bool = True
+    heartbeats_per_write: int = 1
+    settings: tuple[tuple[str, Any], ...] = ()
+    keeps_every_feature: bool = True
     status: str = "modelled"
+
+    def applied(self, settings: Settings) -> Settings:
+        """The settings this way runs with: the app's, with this row's own."""
+        return settings.model_copy(update=dict(self.settings)) if self.settings else settings
 
     def minutes(self, settings: Settings) -> int:
         if self.tally_minutes is not None:
@@ -152,6 +166,21 @@ ALTERNATIVES = (
     TODAY,
     Variant("+ daily reports within an hour (every user's day at every pass)", rollup=EVERY_HOUR),
     Variant(
+        "+ the tally paced over 45 minutes of each hour (its most)",
+        settings=(("reports_tally_spread_minutes", 45),),
+        status="REPORTS_TALLY_SPREAD_MINUTES=45",
+    ),
+    Variant(
+        "+ the tally's pages of 2,000 heartbeat documents (fewer sorted queries over every partition)",
+        settings=(("reports_page_size", 2000),),
+        status="REPORTS_PAGE_SIZE=2000",
+    ),
+    Variant(
+        "+ both of the last two",
+        settings=(("reports_tally_spread_minutes", 45), ("reports_page_size", 2000)),
+        status="REPORTS_TALLY_SPREAD_MINUTES=45, REPORTS_PAGE_SIZE=2000",
+    ),
+    Variant(
         "+ a heartbeat inserted with a TTL, the heartbeat document's update kept",
         heartbeat_insert=True,
     ),
@@ -159,6 +188,19 @@ ALTERNATIVES = (
         "+ a heartbeat inserted with a TTL, no update (the silent check lost)",
         heartbeat_insert=True,
         keep_last_heard=False,
+        keeps_every_feature=False,
+    ),
+    Variant(
+        "+ heartbeats uploaded two at a time, every hour (a device contract change; SILENT_MINUTES above 60)",
+        heartbeats_per_write=2,
+        keeps_every_feature=False,
+        status="no (the devices' contract)",
+    ),
+    Variant(
+        "+ heartbeats uploaded three at a time, every 90 minutes (likewise; SILENT_MINUTES above 90)",
+        heartbeats_per_write=3,
+        keeps_every_feature=False,
+        status="no (the devices' contract)",
     ),
 )
 
@@ -240,7 +282,7 @@ def minute_load(
         kept = measured.heartbeat.base.get(schema.BOTTLE_HEARTBEATS, 0.0) if variant.keep_last_heard else 0.0
         heartbeat = UnitCost({schema.BOTTLE_HEARTBEATS: HEARTBEAT_INSERT_RU + kept})
     load: Load = [
-        (HEARTBEATS, heartbeat, HEARTBEATS_PER_SECOND),
+        (HEARTBEATS, heartbeat, HEARTBEATS_PER_SECOND / variant.heartbeats_per_write),
         (EVENTS, measured.opened, OPENED_PER_SECOND),
         (EVENTS, measured.closed, CLOSED_PER_SECOND),
         (FEED, measured.actions_feed, CHANGES_PER_SECOND),
@@ -357,7 +399,7 @@ def tally_of_hour(tally: Sequence[UnitCost], hour: int, *, rollup: str = BLOCK) 
 
 
 def table(measured: Measured, settings: Settings | None = None, variant: Variant = TODAY) -> list[Row]:
-    settings = settings or Settings()
+    settings = variant.applied(settings or Settings())
     rows = {name: Row(name) for name in _ORDER}
     _storage(rows, measured, settings)
     partitions = {name: physical_partitions(row.storage_gb, 0) for name, row in rows.items()}
@@ -536,3 +578,70 @@ ALTERNATIVES_HEADER = [
     "$/month, 2 regions",
     "heartbeats / bottles / hourly / daily reports / notifications RU/s",
 ]
+
+
+GOAL = 200_000  # issue 21's goal: billed RU/s at the design scale, one region
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The floor of the bill with every feature kept, by the model: what the heartbeats alone bill (one replace
+    of the heartbeat document each, DESIGN.md's one write a heartbeat), what the rest of the app's bill is, the
+    cheapest way of ALTERNATIVES that keeps every feature, and how many heartbeats a device would have to upload
+    in one request (a contract change) for the app's bill to meet GOAL."""
+
+    heartbeat_ru: float  # RU of one heartbeat's write
+    heartbeats: float  # RU/s the heartbeats alone bill (steady all day)
+    today: float  # the app's bill
+    cheapest: str  # the cheapest way that keeps every feature
+    cheapest_billed: float
+    per_write_for_goal: int | None  # heartbeats a write the app needs to bill at most GOAL (None: not within 6)
+
+    @property
+    def rest(self) -> float:
+        """The app's bill beside its heartbeats."""
+        return self.today - self.heartbeats
+
+    def lines(self) -> list[list[str]]:
+        needed = "more than 6" if self.per_write_for_goal is None else f"{self.per_write_for_goal}"
+        return [
+            [
+                "RU of a heartbeat (a replace of a document under 1 KB: 2 x 4.95, and its changed index term)",
+                f"{self.heartbeat_ru:.2f}",
+            ],
+            ["heartbeats a second", f"{HEARTBEATS_PER_SECOND:,.0f}"],
+            ["RU/s the heartbeats alone bill", f"{self.heartbeats:,.0f}"],
+            ["RU/s the app bills", f"{self.today:,.0f}"],
+            ["RU/s the rest of the app bills", f"{self.rest:,.0f}"],
+            [f"RU/s the goal leaves beside the heartbeats (goal {GOAL:,})", f"{GOAL - self.heartbeats:,.0f}"],
+            [f"the cheapest way keeping every feature: {self.cheapest}", f"{self.cheapest_billed:,.0f}"],
+            ["heartbeats a device uploads in one request for the app to bill at most the goal", needed],
+        ]
+
+
+def floor(measured: Measured, settings: Settings | None = None) -> Floor:
+    """The floor with every feature kept, from the model (see Floor)."""
+    settings = settings or Settings()
+    heartbeat_ru = measured.heartbeat.total()
+    kept = [variant for variant in ALTERNATIVES if variant.keeps_every_feature]
+    billed = {variant.name: total(table(measured, settings, variant)) for variant in kept}
+    cheapest = min(billed, key=billed.__getitem__)
+    needed = next(
+        (
+            k
+            for k in range(1, 7)
+            if total(table(measured, settings, Variant("per write", heartbeats_per_write=k))) <= GOAL
+        ),
+        None,
+    )
+    return Floor(
+        heartbeat_ru=heartbeat_ru,
+        heartbeats=heartbeat_ru * HEARTBEATS_PER_SECOND,
+        today=billed[TODAY.name],
+        cheapest=cheapest,
+        cheapest_billed=billed[cheapest],
+        per_write_for_goal=needed,
+    )
+
+
+FLOOR_HEADER = ["the floor with every feature kept (benchmarks/design_scale.py floor)", "value"]

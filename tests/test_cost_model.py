@@ -339,3 +339,38 @@ def test_the_tally_reads_reports_one_user_a_query_and_the_in_of_before_fans_out_
         per_change * 2.5 * 234 * (1 - (1 - 1 / 234) ** 167)
     )
     assert pytest.approx(299, abs=1) == 2.5 * 234 * (1 - (1 - 1 / 234) ** 167)
+
+
+def test_a_row_by_a_setting_bills_with_it_and_heartbeats_uploaded_k_at_a_time_bill_a_kth():
+    measured = _measured(
+        heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 10.3}),
+        tally=[UnitCost({schema.USER_HOURLY_REPORTS: 1.0})],
+    )
+
+    def rows(variant: design_scale.Variant) -> dict[str, design_scale.Row]:
+        return {r.collection: r for r in design_scale.table(measured, Settings(), variant)}
+
+    spread = design_scale.Variant("45", settings=(("reports_tally_spread_minutes", 45),))
+    changes = design_scale.CHANGES_PER_SECOND
+    assert rows(spread)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(60 / 45 * changes)
+    assert rows(design_scale.TODAY)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(60 / 40 * changes)
+    pairs = design_scale.Variant("pairs", heartbeats_per_write=2)
+    beats = design_scale.HEARTBEATS_PER_SECOND
+    assert rows(pairs)[schema.BOTTLE_HEARTBEATS].billed == pytest.approx(beats / 2 * 10.3)
+
+
+def test_the_floor_is_the_heartbeats_write_times_their_rate_and_says_how_many_a_write_would_meet_the_goal():
+    measured = _measured(heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 13.0}))  # nothing else billed
+
+    found = design_scale.floor(measured, Settings())
+
+    beats = 30_000_000 / 1800
+    assert found.heartbeats == pytest.approx(beats * 13.0)  # 216,667: over the goal alone
+    assert found.today == pytest.approx(beats * 13.0)
+    assert found.rest == pytest.approx(0.0)
+    assert found.per_write_for_goal == 2  # 108,333 RU/s
+    # The insert without the update would bill less, but it loses the silent check: never the floor.
+    kept = {v.name for v in design_scale.ALTERNATIVES if v.keeps_every_feature}
+    assert found.cheapest in kept
+    assert found.cheapest_billed == pytest.approx(beats * 13.0)
+    assert [line[1] for line in found.lines()][:3] == ["13.00", "16,667", "216,667"]
