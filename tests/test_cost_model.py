@@ -374,3 +374,5 @@ def test_the_floor_is_the_heartbeats_write_times_their_rate_and_says_how_many_a_
     assert found.cheapest in kept
     assert found.cheapest_billed == pytest.approx(beats * 13.0)
     assert [line[1] for line in found.lines()][:3] == ["13.00", "16,667", "216,667"]
+    assert found.storage_tenths == pytest.approx(100)  # the one collection billed, at its least maximum: 1,000
+    assert found.update_as_insert == pytest.approx(beats * (13.0 - 4.95))  # no delete of the old document
