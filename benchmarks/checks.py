@@ -188,10 +188,22 @@ def sweep(db: Database[Any], kind: Kind) -> int:
     after the other; in Azure side by side)."""
     sent: list[str] = []
     runs = [
-        checks.run_check(db, kind, partition=partition.buckets, now=NOW, settings=SETTINGS, send=sent.extend)
+        checks.run_check(
+            db,
+            kind,
+            partition=partition.buckets,
+            now=NOW,
+            settings=SETTINGS,
+            send=sent.extend,
+            sleep=_no_wait,  # as the function runs it: a late-dose run counts its batches to pace them
+        )
         for partition in checks.partitions(kind, SETTINGS)
     ]
     return sum(run.notified for run in runs)
+
+
+def _no_wait(seconds: float) -> None:
+    """A paced sweep's wait, not waited: the benchmark measures the work (a sweep this small is not paced)."""
 
 
 def per_bottle(db: Database[Any], kind: Kind) -> int:

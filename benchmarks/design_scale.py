@@ -18,9 +18,12 @@ The design-scale table of docs/costs.md is this module's output for the last ful
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from benchmarks.cost_model import (
     ALL,
+    BILLED_FLOOR,
+    KB,
     PRICE,
     DocumentWrite,
     UnitCost,
@@ -30,6 +33,7 @@ from benchmarks.cost_model import (
     monthly_cost,
     physical_partitions,
     storage_floor,
+    write_ru,
 )
 from shared.notifications.documents import KINDS
 from shared.reports.aggregation import CLAUSES_PER_QUERY
@@ -73,22 +77,38 @@ class Variant:
     - rollup: BLOCK (every user's day at the hours that end a block of DAILY_ROLLUP_HOURS), STAGGERED (each user
       at its own hour of the block: a block's share of the users a pass, the same lag), EVERY_HOUR (every user's
       day at every pass: within an hour of its hours); None: as the app's DAILY_ROLLUP_STAGGERED has it;
-    - in_partition: the tally's reads of the report collections one user (one shard key value) a query instead
-      of `$in` of a page's users, so no query fans out (their documents still cost their reads);
-    - sweep_minutes: how long a check sweep's work takes (today about a minute: ASSUMED_RATES);
+    - reports_by_in: the tally's reads of the report collections by `_id` an `$in` of a page's users (the code
+      before issue 21: each query fans out over the partitions of its users) instead of one user (one shard key
+      value) a query, as the app reads them (shared/reports/aggregation.py);
+    - sweep_spread: the minutes a partition's late-dose sweep spreads its work over (None: the app's
+      CHECK_LATE_DOSES_SPREAD_MINUTES; 0: unpaced), when it fills a batch a minute (shared/notifications/checks.py
+      pace_of); an unpaced sweep's work takes about a minute (ASSUMED_RATES), the other checks' too;
     - heartbeat_insert: each heartbeat inserted as its own document with a TTL (HEARTBEAT_INSERT_RU), the tally
       reading each of them instead of each bottle's ring once an hour; with `keep_last_heard` the heartbeat
       document is still updated at each heartbeat (the silent check needs the last time within its 60 minutes),
-      without it the silent check has nothing to sweep (a feature lost). Their storage is left out."""
+      without it the silent check has nothing to sweep (a feature lost). Their storage is left out;
+    - heartbeats_per_write: each device uploads this many heartbeats in one request (the API takes a batch, and a
+      batch's heartbeats are one write of the heartbeat document): a device contract change, and SILENT_MINUTES
+      must then exceed the upload interval;
+    - settings: the app's settings this way changes (a row the app runs by a setting);
+    - keeps_every_feature: False for a row that loses a feature or changes the device contract (the floor,
+      `floor`, is the cheapest row that keeps them all)."""
 
     name: str
     tally_minutes: int | None = None
     rollup: str | None = None
-    in_partition: bool = False
-    sweep_minutes: float = ASSUMED_RATES["minutes a sweep's work takes"]
+    reports_by_in: bool = False
+    sweep_spread: int | None = None
     heartbeat_insert: bool = False
     keep_last_heard: bool = True
+    heartbeats_per_write: int = 1
+    settings: tuple[tuple[str, Any], ...] = ()
+    keeps_every_feature: bool = True
     status: str = "modelled"
+
+    def applied(self, settings: Settings) -> Settings:
+        """The settings this way runs with: the app's, with this row's own."""
+        return settings.model_copy(update=dict(self.settings)) if self.settings else settings
 
     def minutes(self, settings: Settings) -> int:
         if self.tally_minutes is not None:
@@ -100,44 +120,90 @@ class Variant:
             return self.rollup
         return STAGGERED if settings.daily_rollup_staggered else BLOCK
 
+    def sweep_minutes(self, kind: str, found: float, settings: Settings) -> float:
+        """How long a sweep that finds `found` bottles spreads its work: a paced late-dose sweep over its spread
+        (each check partition counts its batches and paces them when they fill one a minute), anything else
+        about a minute."""
+        work = ASSUMED_RATES["minutes a sweep's work takes"]
+        spread = settings.check_late_doses_spread_minutes if self.sweep_spread is None else self.sweep_spread
+        batches = math.ceil(found / settings.check_partitions / settings.check_batch_size)
+        if kind != "late_dose" or not spread or batches < spread:
+            return work
+        return max(float(spread), work)
+
 
 # An insert of a heartbeat under 1 KB: 4.95 RU and 0.2 a term for `_id`, the shard key, `_ts` (its TTL) and the
 # tally's (ub, user_id) index (cost_model.RULES: write, by size; create).
 HEARTBEAT_INSERT_RU = DocumentWrite(None, 300, terms_inserted=4).ru()
 
 TODAY = Variant(
-    "the app: the tally paced (REPORTS_TALLY_SPREAD_MINUTES), roll-ups staggered (DAILY_ROLLUP_STAGGERED)",
+    "the app: the tally paced (REPORTS_TALLY_SPREAD_MINUTES) reading reports one user a query, roll-ups "
+    "staggered (DAILY_ROLLUP_STAGGERED), the late-dose sweep paced (CHECK_LATE_DOSES_SPREAD_MINUTES)",
     status="yes",
 )
 ALTERNATIVES = (
     Variant(
-        "before: the tally unpaced (~15 minutes), every user's roll-up at the block's end",
+        "before: the tally unpaced (~15 minutes) reading reports by `$in` of a page's users, every user's roll-up "
+        "at the block's end, the sweeps unpaced",
         TALLY_MINUTES,
         BLOCK,
-        status="REPORTS_TALLY_SPREAD_MINUTES=0, DAILY_ROLLUP_STAGGERED=false",
+        reports_by_in=True,
+        sweep_spread=0,
+        status="no (the code before issue 21's part 3)",
     ),
     Variant(
         "the tally paced, every user's roll-up at the block's end",
         rollup=BLOCK,
         status="DAILY_ROLLUP_STAGGERED=false",
     ),
+    Variant(
+        "the late-dose sweep unpaced (its morning peak in a minute)",
+        sweep_spread=0,
+        status="CHECK_LATE_DOSES_SPREAD_MINUTES=0",
+    ),
+    Variant(
+        "the tally's report reads an `$in` of a page's users (fanning out)",
+        reports_by_in=True,
+        status="no (the code before)",
+    ),
     TODAY,
     Variant("+ daily reports within an hour (every user's day at every pass)", rollup=EVERY_HOUR),
-    Variant("+ the tally's report reads one user a query (no fan-out)", in_partition=True),
-    Variant("+ each check sweep's work over its 5 minutes", sweep_minutes=5),
-    Variant("+ both of the last two: every feature kept", in_partition=True, sweep_minutes=5),
     Variant(
-        "+ both, and a heartbeat inserted with a TTL, the heartbeat document's update kept",
-        in_partition=True,
-        sweep_minutes=5,
+        "+ the tally paced over 45 minutes of each hour (its most)",
+        settings=(("reports_tally_spread_minutes", 45),),
+        status="REPORTS_TALLY_SPREAD_MINUTES=45",
+    ),
+    Variant(
+        "+ the tally's pages of 2,000 heartbeat documents (fewer sorted queries over every partition)",
+        settings=(("reports_page_size", 2000),),
+        status="REPORTS_PAGE_SIZE=2000",
+    ),
+    Variant(
+        "+ the tally paced over 45 minutes in pages of 2,000",
+        settings=(("reports_tally_spread_minutes", 45), ("reports_page_size", 2000)),
+        status="REPORTS_TALLY_SPREAD_MINUTES=45, REPORTS_PAGE_SIZE=2000",
+    ),
+    Variant(
+        "+ a heartbeat inserted with a TTL, the heartbeat document's update kept",
         heartbeat_insert=True,
     ),
     Variant(
-        "+ both, and a heartbeat inserted with a TTL, no update (the silent check lost)",
-        in_partition=True,
-        sweep_minutes=5,
+        "+ a heartbeat inserted with a TTL, no update (the silent check lost)",
         heartbeat_insert=True,
         keep_last_heard=False,
+        keeps_every_feature=False,
+    ),
+    Variant(
+        "+ heartbeats uploaded two at a time, every hour (a device contract change; SILENT_MINUTES above 60)",
+        heartbeats_per_write=2,
+        keeps_every_feature=False,
+        status="no (the devices' contract)",
+    ),
+    Variant(
+        "+ heartbeats uploaded three at a time, every 90 minutes (likewise; SILENT_MINUTES above 90)",
+        heartbeats_per_write=3,
+        keeps_every_feature=False,
+        status="no (the devices' contract)",
     ),
 )
 
@@ -219,7 +285,7 @@ def minute_load(
         kept = measured.heartbeat.base.get(schema.BOTTLE_HEARTBEATS, 0.0) if variant.keep_last_heard else 0.0
         heartbeat = UnitCost({schema.BOTTLE_HEARTBEATS: HEARTBEAT_INSERT_RU + kept})
     load: Load = [
-        (HEARTBEATS, heartbeat, HEARTBEATS_PER_SECOND),
+        (HEARTBEATS, heartbeat, HEARTBEATS_PER_SECOND / variant.heartbeats_per_write),
         (EVENTS, measured.opened, OPENED_PER_SECOND),
         (EVENTS, measured.closed, CLOSED_PER_SECOND),
         (FEED, measured.actions_feed, CHANGES_PER_SECOND),
@@ -229,17 +295,17 @@ def minute_load(
     minutes = variant.minutes(settings)
     if measured.tally and (minute - TALLY_FIRST_MINUTE) % 60 < minutes:
         of_hour = tally_of_hour(measured.tally, hour, rollup=variant.rollups(settings))
-        tally = tally_at_scale(of_hour, settings, in_partition=variant.in_partition)
+        tally = tally_at_scale(of_hour, settings, by_in=variant.reports_by_in)
         load.append((TALLY, tally, CHANGES_PER_SECOND * 60 / minutes))
         if variant.heartbeat_insert:  # each heartbeat read by the tally, not each bottle's ring once an hour
             reads = UnitCost({schema.BOTTLE_HEARTBEATS: HEARTBEATS_PER_SECOND * 3600 - BOTTLES})
             load.append((TALLY, reads, 1 / (minutes * 60)))
     for kind in KINDS:
         every = SWEEP_MINUTES[kind]
-        span = min(variant.sweep_minutes, every)  # a sweep's work, within its schedule
+        found = _found_per_sweep(kind, hour)
+        span = min(variant.sweep_minutes(kind, found, settings), every)  # a sweep's work, within its schedule
         if minute % every >= span:
             continue
-        found = _found_per_sweep(kind, hour)
         if kind in measured.swept:
             load.append((CHECKS, swept_at_scale(measured, kind, settings), found / (span * 60)))
         if kind in measured.sweep_run:
@@ -257,13 +323,13 @@ def _found_per_sweep(kind: str, hour: int) -> float:
     return per_second * SWEEP_MINUTES[kind] * 60
 
 
-def tally_at_scale(measured: UnitCost, settings: Settings, *, in_partition: bool = False) -> UnitCost:
+def tally_at_scale(measured: UnitCost, settings: Settings, *, by_in: bool = False) -> UnitCost:
     """The tally's RU per change with its queries counted as the design scale pages them (the benchmark's fleet
     fills a page or two a pass, so its query count per change says little): a pass reads every heartbeat document
     in full pages of REPORTS_PAGE_SIZE, each page one sorted query over every physical partition, and two more to
-    end each of REPORTS_PARTITIONS ranges; each page reads and writes its users' reports with one `$in` per
-    CLAUSES_PER_QUERY users (and the daily reports' likewise, in a roll-up hour); `in_partition`: one user a
-    query instead, none fanning out (a query that returns documents costs no more than their reads)."""
+    end each of REPORTS_PARTITIONS ranges; each page reads its users' reports one user a query (in the measured
+    base: no fan-out), or with `by_in` one `$in` per CLAUSES_PER_QUERY of the page's users on each report
+    collection the pass reads (the hourly reports', and the daily reports' in a roll-up hour)."""
     pages_per_hour = BOTTLES / settings.reports_page_size + 2 * REPORTS_PARTITIONS
     per_change = pages_per_hour / (CHANGES_PER_SECOND * 3600)
     users_per_page = settings.reports_page_size * USERS / BOTTLES
@@ -272,9 +338,16 @@ def tally_at_scale(measured: UnitCost, settings: Settings, *, in_partition: bool
     for name, by_reach in measured.queries.items():
         if ALL in by_reach:
             queries[name] = {ALL: per_change}
-        elif by_reach and not in_partition:
+    if by_in:
+        read = {name for name in REPORTS if measured.base.get(name)} | {
+            name for name, by_reach in measured.queries.items() if by_reach and ALL not in by_reach
+        }
+        for name in read:
             queries[name] = {round(users_per_page / chunks): per_change * chunks}
     return UnitCost(dict(measured.base), queries)
+
+
+REPORTS = (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS)
 
 
 def swept_at_scale(measured: Measured, kind: str, settings: Settings) -> UnitCost:
@@ -329,7 +402,7 @@ def tally_of_hour(tally: Sequence[UnitCost], hour: int, *, rollup: str = BLOCK) 
 
 
 def table(measured: Measured, settings: Settings | None = None, variant: Variant = TODAY) -> list[Row]:
-    settings = settings or Settings()
+    settings = variant.applied(settings or Settings())
     rows = {name: Row(name) for name in _ORDER}
     _storage(rows, measured, settings)
     partitions = {name: physical_partitions(row.storage_gb, 0) for name, row in rows.items()}
@@ -508,3 +581,87 @@ ALTERNATIVES_HEADER = [
     "$/month, 2 regions",
     "heartbeats / bottles / hourly / daily reports / notifications RU/s",
 ]
+
+
+GOAL = 200_000  # issue 21's goal: billed RU/s at the design scale, one region
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The floor of the bill with every feature kept, by the model: what the heartbeats alone bill (one replace
+    of the heartbeat document each, DESIGN.md's one write a heartbeat), what the rest of the app's bill is, the
+    cheapest way of ALTERNATIVES that keeps every feature, and how many heartbeats a device would have to upload
+    in one request (a contract change) for the app's bill to meet GOAL."""
+
+    heartbeat_ru: float  # RU of one heartbeat's write
+    heartbeats: float  # RU/s the heartbeats alone bill (steady all day)
+    today: float  # the app's bill
+    cheapest: str  # the cheapest way that keeps every feature
+    cheapest_billed: float
+    per_write_for_goal: int | None  # heartbeats a write the app needs to bill at most GOAL (None: not within 6)
+    storage_tenths: float  # RU/s the storage floors alone bill: a tenth of each collection's least maximum
+
+    @property
+    def update_as_insert(self) -> float:
+        """The app's bill if a real account charged the heartbeat's update as its insert half alone (no delete
+        of the old document: ASSUMPTIONS, calibrate it)."""
+        return self.rest + (self.heartbeat_ru - write_ru(KB)) * HEARTBEATS_PER_SECOND
+
+    @property
+    def rest(self) -> float:
+        """The app's bill beside its heartbeats."""
+        return self.today - self.heartbeats
+
+    def lines(self) -> list[list[str]]:
+        needed = "more than 6" if self.per_write_for_goal is None else f"{self.per_write_for_goal}"
+        return [
+            [
+                "RU of a heartbeat (a replace of a document under 1 KB: 2 x 4.95, and its changed index term)",
+                f"{self.heartbeat_ru:.2f}",
+            ],
+            ["heartbeats a second", f"{HEARTBEATS_PER_SECOND:,.0f}"],
+            ["RU/s the heartbeats alone bill", f"{self.heartbeats:,.0f}"],
+            ["RU/s the app bills", f"{self.today:,.0f}"],
+            ["RU/s the rest of the app bills", f"{self.rest:,.0f}"],
+            [f"RU/s the goal leaves beside the heartbeats (goal {GOAL:,})", f"{GOAL - self.heartbeats:,.0f}"],
+            [f"the cheapest way keeping every feature: {self.cheapest}", f"{self.cheapest_billed:,.0f}"],
+            [
+                "RU/s the storage floors alone bill (a tenth of each collection's least maximum)",
+                f"{self.storage_tenths:,.0f}",
+            ],
+            [
+                "RU/s the app would bill if an update cost its insert half alone (calibrate)",
+                f"{self.update_as_insert:,.0f}",
+            ],
+            ["heartbeats a device uploads in one request for the app to bill at most the goal", needed],
+        ]
+
+
+def floor(measured: Measured, settings: Settings | None = None) -> Floor:
+    """The floor with every feature kept, from the model (see Floor)."""
+    settings = settings or Settings()
+    heartbeat_ru = measured.heartbeat.total()
+    kept = [variant for variant in ALTERNATIVES if variant.keeps_every_feature]
+    billed = {variant.name: total(table(measured, settings, variant)) for variant in kept}
+    cheapest = min(billed, key=billed.__getitem__)
+    needed = next(
+        (
+            k
+            for k in range(1, 7)
+            if total(table(measured, settings, Variant("per write", heartbeats_per_write=k))) <= GOAL
+        ),
+        None,
+    )
+    rows = table(measured, settings, TODAY)
+    return Floor(
+        storage_tenths=sum(BILLED_FLOOR * row.floor for row in rows),
+        heartbeat_ru=heartbeat_ru,
+        heartbeats=heartbeat_ru * HEARTBEATS_PER_SECOND,
+        today=billed[TODAY.name],
+        cheapest=cheapest,
+        cheapest_billed=billed[cheapest],
+        per_write_for_goal=needed,
+    )
+
+
+FLOOR_HEADER = ["the floor with every feature kept (benchmarks/design_scale.py floor)", "value"]

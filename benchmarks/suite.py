@@ -175,12 +175,17 @@ def cost_section(measured: costs.Costs) -> tuple[str, str]:
         design_scale.alternatives(measured.measured(), get_settings()),
         design_scale.ALTERNATIVES_HEADER,
     )
+    floor = print_table(
+        "Design scale: the floor, every feature kept",
+        design_scale.floor(measured.measured(), get_settings()).lines(),
+        design_scale.FLOOR_HEADER,
+    )
     rules = "\n".join(f"- {rule.name}: {rule.statement}. Example: {rule.example} ({rule.source})" for rule in RULES)
     assumptions = "\n".join(f"- {text}" for text in ASSUMPTIONS)
     rates = "\n".join(f"- {name}: {value:,.2f}" for name, value in design_scale.ASSUMED_RATES.items())
     text = (
         f"{per_unit}\n\n{heartbeat}\n\nDesign scale ({design_scale.BOTTLES:,} bottles, {design_scale.USERS:,} users), "
-        f"from the RU above:\n\n{TABLE_START}\n{bill}\n{TABLE_END}\n\n{alternatives}\n\n"
+        f"from the RU above:\n\n{TABLE_START}\n{bill}\n{TABLE_END}\n\n{alternatives}\n\n{floor}\n\n"
         f"Rules (benchmarks/cost_model.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
         f"Rates the design does not give (benchmarks/design_scale.py):\n{rates}"
     )

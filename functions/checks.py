@@ -72,6 +72,7 @@ def run_check_partition(message: func.QueueMessage) -> None:
         now=utc_now(),
         settings=settings,
         send=get_sender(settings),
+        sleep=time.sleep,  # a late-dose sweep waits for its paced batches (CHECK_LATE_DOSES_SPREAD_MINUTES)
     )
     log_invocation(
         log,
@@ -85,6 +86,7 @@ def run_check_partition(message: func.QueueMessage) -> None:
         queued=run.queued,
         send_failed=run.send_failed,
         complete=run.complete,
+        paced=run.paced,
         dequeue_count=message.dequeue_count,
         duration_ms=round((time.perf_counter() - started) * 1000),
     )

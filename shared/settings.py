@@ -175,6 +175,15 @@ class Settings(BaseSettings):
     check_late_doses_schedule: str = Field(
         default="0 */5 * * * *", min_length=1, description="NCRONTAB schedule of check_late_doses."
     )
+    check_late_doses_spread_minutes: int = Field(
+        default=4,
+        ge=0,
+        le=8,  # with the run's budget and its sends, below host.json's functionTimeout (10 minutes)
+        description="Minutes over which each partition's late-dose sweep spreads its batches (and sends the "
+        "notifications of each as it goes) when it has at least one a minute, instead of writing as fast as it "
+        "can: autoscale bills each hour at its peak, and the morning peak lands in one sweep. 0 turns pacing off. "
+        "Keep it below the check's interval (CHECK_LATE_DOSES_SCHEDULE, 5 minutes).",
+    )
     check_partitions: int = Field(
         default=4,
         ge=1,

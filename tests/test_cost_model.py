@@ -236,9 +236,11 @@ def test_a_collection_with_no_requests_bills_a_tenth_of_its_storage_floor_and_it
     assert actions.monthly(2) == pytest.approx(2 * actions.monthly(1))
 
 
-def test_the_morning_sweep_bills_its_minute_in_the_morning_hour():
+def test_the_morning_sweep_unpaced_bills_its_minute_in_the_morning_hour():
     measured = _measured(swept={"late_dose": UnitCost({schema.NOTIFICATIONS: 10.0})})
-    [notifications] = [r for r in design_scale.table(measured, Settings()) if r.collection == schema.NOTIFICATIONS]
+    unpaced = design_scale.Variant("unpaced", sweep_spread=0)
+    rows = design_scale.table(measured, Settings(), unpaced)
+    [notifications] = [r for r in rows if r.collection == schema.NOTIFICATIONS]
 
     morning = design_scale.ASSUMED_RATES["late doses found by a sweep in the morning hour"] / 60 * 10.0
     other = design_scale.ASSUMED_RATES["late doses found by a sweep in any other hour"] / 60 * 10.0
@@ -276,19 +278,23 @@ def test_the_alternatives_bill_a_burst_at_its_peak_a_paced_tally_over_its_spread
     assert [line[3] for line in printed if line[1] == "yes"] == ["1.00x"]
 
 
-def test_a_sweeps_work_spread_over_its_minutes_bills_a_fifth_and_a_heartbeat_insert_is_priced_by_the_rules():
+def test_the_paced_late_dose_sweep_bills_a_quarter_and_a_heartbeat_insert_is_priced_by_the_rules():
     measured = _measured(
         swept={"late_dose": UnitCost({schema.NOTIFICATIONS: 10.0})},
         heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 10.3}),
     )
 
-    def rows(variant: design_scale.Variant) -> dict[str, design_scale.Row]:
-        return {r.collection: r for r in design_scale.table(measured, Settings(), variant)}
+    def rows(variant: design_scale.Variant, settings: Settings | None = None) -> dict[str, design_scale.Row]:
+        return {r.collection: r for r in design_scale.table(measured, settings or Settings(), variant)}
 
-    in_a_minute = rows(design_scale.TODAY)[schema.NOTIFICATIONS].billed
-    assert rows(design_scale.Variant("5", sweep_minutes=5))[schema.NOTIFICATIONS].billed == pytest.approx(
-        in_a_minute / 5
-    )
+    unpaced = design_scale.Variant("unpaced", sweep_spread=0)
+    in_a_minute = rows(unpaced)[schema.NOTIFICATIONS].billed
+    # The app's: each partition's 25,000 morning late doses (100,000 over 4 partitions) fill 50 batches of 500,
+    # paced over CHECK_LATE_DOSES_SPREAD_MINUTES (4).
+    assert rows(design_scale.TODAY)[schema.NOTIFICATIONS].billed == pytest.approx(in_a_minute / 4)
+    # Batches of 10,000 fill 3 a partition, fewer than the spread's minutes: unpaced, as the app runs them.
+    big_batches = Settings(check_batch_size=10_000)
+    assert rows(design_scale.TODAY, big_batches)[schema.NOTIFICATIONS].billed == pytest.approx(in_a_minute)
     assert pytest.approx(4.95 + 0.2 * 4) == design_scale.HEARTBEAT_INSERT_RU  # RULES: create, under 1 KB
     beats = design_scale.HEARTBEATS_PER_SECOND
     lost = rows(design_scale.Variant("insert", heartbeat_insert=True, keep_last_heard=False))
@@ -314,3 +320,59 @@ def test_the_meter_carries_a_querys_reach_to_its_get_mores(secantus_uri: str) ->
         client.drop_database("meter_reach")
         client.close()
         meter.close()
+
+
+def test_the_tally_reads_reports_one_user_a_query_and_the_in_of_before_fans_out_over_the_pages_users_partitions():
+    measured = UnitCost({schema.USER_HOURLY_REPORTS: 1.0, schema.BOTTLE_HEARTBEATS: 1.0})
+    settings = Settings()
+    pages_per_hour = 30_000_000 / 500 + 2 * design_scale.REPORTS_PARTITIONS
+    per_change = pages_per_hour / (design_scale.CHANGES_PER_SECOND * 3600)
+
+    today = design_scale.tally_at_scale(measured, settings)
+    before = design_scale.tally_at_scale(measured, settings, by_in=True)
+
+    assert today.queries == {}  # one user a query: each pins its shard key value
+    # A page of 500 heartbeat documents holds ~167 users (3 bottles each): one `$in` of them, under 200 a query.
+    assert before.queries == {schema.USER_HOURLY_REPORTS: {167: pytest.approx(per_change)}}
+    # At 234 partitions it reaches 234 x (1 - (1 - 1/234)^167) = 119.7 of them: ~299 RU a page more.
+    assert before.ru(schema.USER_HOURLY_REPORTS, 234) - today.ru(schema.USER_HOURLY_REPORTS, 234) == pytest.approx(
+        per_change * 2.5 * 234 * (1 - (1 - 1 / 234) ** 167)
+    )
+    assert pytest.approx(299, abs=1) == 2.5 * 234 * (1 - (1 - 1 / 234) ** 167)
+
+
+def test_a_row_by_a_setting_bills_with_it_and_heartbeats_uploaded_k_at_a_time_bill_a_kth():
+    measured = _measured(
+        heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 10.3}),
+        tally=[UnitCost({schema.USER_HOURLY_REPORTS: 1.0})],
+    )
+
+    def rows(variant: design_scale.Variant) -> dict[str, design_scale.Row]:
+        return {r.collection: r for r in design_scale.table(measured, Settings(), variant)}
+
+    spread = design_scale.Variant("45", settings=(("reports_tally_spread_minutes", 45),))
+    changes = design_scale.CHANGES_PER_SECOND
+    assert rows(spread)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(60 / 45 * changes)
+    assert rows(design_scale.TODAY)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(60 / 40 * changes)
+    pairs = design_scale.Variant("pairs", heartbeats_per_write=2)
+    beats = design_scale.HEARTBEATS_PER_SECOND
+    assert rows(pairs)[schema.BOTTLE_HEARTBEATS].billed == pytest.approx(beats / 2 * 10.3)
+
+
+def test_the_floor_is_the_heartbeats_write_times_their_rate_and_says_how_many_a_write_would_meet_the_goal():
+    measured = _measured(heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 13.0}))  # nothing else billed
+
+    found = design_scale.floor(measured, Settings())
+
+    beats = 30_000_000 / 1800
+    assert found.heartbeats == pytest.approx(beats * 13.0)  # 216,667: over the goal alone
+    assert found.today == pytest.approx(beats * 13.0)
+    assert found.rest == pytest.approx(0.0)
+    assert found.per_write_for_goal == 2  # 108,333 RU/s
+    # The insert without the update would bill less, but it loses the silent check: never the floor.
+    kept = {v.name for v in design_scale.ALTERNATIVES if v.keeps_every_feature}
+    assert found.cheapest in kept
+    assert found.cheapest_billed == pytest.approx(beats * 13.0)
+    assert [line[1] for line in found.lines()][:3] == ["13.00", "16,667", "216,667"]
+    assert found.storage_tenths == pytest.approx(100)  # the one collection billed, at its least maximum: 1,000
+    assert found.update_as_insert == pytest.approx(beats * (13.0 - 4.95))  # no delete of the old document

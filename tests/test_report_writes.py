@@ -228,3 +228,32 @@ def test_a_smaller_heartbeat_count_is_merged_only_where_the_hour_changed_owner(s
     merged = merged_entry("bottle-1", stale_entry("bottle-1", 5), None, HeartbeatPart(3, "Cordrazine", sole_owner))
     assert merged is not None
     assert merged["heartbeats"] == heartbeats
+
+
+def test_report_documents_are_read_one_user_a_query_never_an_in_of_users(db, monkeypatch):
+    """The merges read the reports they write by `_id`, each query naming one user (the shard key), so on Cosmos
+    DB none fans out over the report collections' partitions; every document is still found."""
+    hour = hour_of(ago(hours=2))
+    reports = db[schema.USER_HOURLY_REPORTS]
+    users = ["user-a", "user-b", "user-c"]
+    for user_id in users:
+        for hours_back in (0, 1):
+            at = hour - timedelta(hours=hours_back)
+            reports.insert_one(hourly_document(user_id, at, [stale_entry("bottle-9", 1)], utc_now()))
+    queries: list[dict[str, Any]] = []
+    real_find_all = aggregation.find_all
+
+    def recorded(collection: Any, query: Any, policy: Any, projection: Any = None) -> Any:
+        queries.append(query)
+        return real_find_all(collection, query, policy, projection)
+
+    monkeypatch.setattr(aggregation, "find_all", recorded)
+    wanted = [hourly_id(u, hour - timedelta(hours=h)) for u in [*users, "user-d"] for h in (0, 1)]
+
+    found = aggregation._load_by_id(reports, wanted, POLICY)
+
+    assert sorted(found) == sorted(wanted[:6])  # user-d has none
+    assert sorted(q["user_id"] for q in queries) == ["user-a", "user-b", "user-c", "user-d"]
+    assert all(
+        sorted(q["_id"]["$in"]) == [hourly_id(q["user_id"], hour - timedelta(hours=h)) for h in (1, 0)] for q in queries
+    )

@@ -122,7 +122,11 @@ def run_simulation(
         # The checks keep their default schedules; the report consumer runs every 10 simulated minutes (its
         # cost is per run, and nothing here reads reports sooner). The environment can override both.
         with contextlib.ExitStack() as stack:
-            stack.enter_context(setting_defaults(REPORTS_SCHEDULE=SIMULATION_REPORTS_SCHEDULE))
+            # A paced late-dose sweep waits in real time (CHECK_LATE_DOSES_SPREAD_MINUTES): in simulated time it
+            # would stall a large fleet's morning peak for minutes, so it runs unpaced here.
+            stack.enter_context(
+                setting_defaults(REPORTS_SCHEDULE=SIMULATION_REPORTS_SCHEDULE, CHECK_LATE_DOSES_SPREAD_MINUTES="0")
+            )
             # The simulated clock is months from the real one, which the embedded store's expiry runs on.
             if cosmos is None:
                 db = stack.enter_context(local_store(mongodb_uri, listeners=[commands], expire=False))

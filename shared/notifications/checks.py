@@ -15,6 +15,7 @@ duplicate-key no-op. Why the queries have this shape, and which fields each chec
 import itertools
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from shared.notifications import documents as notifications
 from shared.notifications.documents import KINDS, Episode, Kind
 from shared.settings import Settings
 from shared.store import schema
+from shared.store.pacing import Pace
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries, write_idempotent
 
@@ -137,6 +139,7 @@ class CheckRun:
     send_failed: bool = False  # a queue send failed: the rest stays pending for the next run
     send_out_of_time: bool = False  # the send deadline passed: the rest stays pending for the next run
     complete: bool = True  # False: the time budget ran out; the next run carries on
+    paced: bool = False  # its detect sweep waited for batches to be due (pace_of)
 
 
 def run_check(
@@ -148,40 +151,147 @@ def run_check(
     settings: Settings,
     send: delivery.Send,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] | None = None,
 ) -> CheckRun:
     """One run of a check on one partition at `now`: its sweeps within the partition's buckets (for at most
-    CHECKS_TIME_BUDGET_SECONDS), then the partition's pending notifications of the kind (at most
-    QUEUE_MESSAGES_PER_PARTITION), sent one `send` each. Nothing outside the partition is read or written."""
+    CHECKS_TIME_BUDGET_SECONDS of work), then the partition's pending notifications of the kind (at most
+    QUEUE_MESSAGES_PER_PARTITION), sent one `send` each. Nothing outside the partition is read or written.
+
+    With `sleep` (the function's), a sweep with a spread (pace_of) waits for each batch to be due, sending the
+    notifications recorded so far before it waits, so its writes and sends spread over the spread instead of
+    landing in its first minute; the waits do not count against the budget. Without it (tools, tests) it runs
+    unpaced."""
     check = CHECKS[kind]
     policy = RetryPolicy.for_run(settings, settings.checks_time_budget_seconds)
     run = CheckRun(kind, partition)
     within = partition.selector(BUCKET_FIELD)
-    deadline = clock() + settings.checks_time_budget_seconds
+    started = clock()
+    deadline = started + settings.checks_time_budget_seconds
+    sending = _Delivering(db, kind, partition, now, send, settings.queue_messages_per_partition)
+    pace = None if sleep is None else pace_of(db, kind, within, now=now, settings=settings, policy=policy)
+    pacer = None if pace is None or sleep is None else _Pacer(pace, now, started, clock, sleep)
+    batches_done = 0
     for sweep in check.sweeps(now, settings):
         # The partition's range first: a store that bounds one range per query (SecantusDB) plans by the first.
         selector = {**within, **sweep.selector}
         for batch in _batches(db[check.collection], selector, check.projection, settings.check_batch_size, policy):
+            if pacer is not None and sweep.name == DETECT:
+                waited = pacer.wait_for_batch(batches_done, sending, _sending(settings, deadline, clock))
+                deadline += waited
+                run.paced = run.paced or waited > 0
             writes = Writes()
             for document in batch:
                 sweep.handle(document, writes)
             _apply(db, check.collection, writes, now=now, policy=policy, run=run)
             run.examined += len(batch)
+            batches_done += sweep.name == DETECT
             if clock() > deadline:
                 run.complete = False
                 break
         if not run.complete:
             break
-    limit = settings.queue_messages_per_partition
-    sending = _sending(settings, deadline, clock)
-    sent = delivery.send_pending(db, kind, partition=partition, now=now, limit=limit, send=send, sending=sending)
-    run.queued, run.send_failed, run.send_out_of_time = sent.queued, sent.failed, sent.out_of_time
-    all_sent = not (sent.failed or sent.out_of_time)
+    sending.send(_sending(settings, deadline, clock))
+    run.queued, run.send_failed, run.send_out_of_time = sending.queued, sending.failed, sending.out_of_time
     pending = _still_pending(
-        db, kind, partition, found=sent.found, all_sent=all_sent, limit=limit, policy=sending.request_policy()
+        db,
+        kind,
+        partition,
+        found=sending.found,
+        all_sent=not (sending.failed or sending.out_of_time),
+        limit=sending.limit,
+        policy=_sending(settings, deadline, clock).request_policy(),
     )
-    exhausted = not run.complete or sent.out_of_time
+    exhausted = not run.complete or sending.out_of_time
     metrics.check_run(kind, partition=_label(partition), budget_exhausted=exhausted, pending=pending)
     return run
+
+
+DETECT = "detect"
+
+
+def spread_of(kind: Kind, settings: Settings) -> timedelta:
+    """How long a check's sweep spreads its batches over: CHECK_LATE_DOSES_SPREAD_MINUTES for the late-dose
+    check, whose morning peak lands in one sweep; the others find a few bottles a sweep and run unpaced."""
+    return timedelta(minutes=settings.check_late_doses_spread_minutes if kind == "late_dose" else 0)
+
+
+def pace_of(
+    db: Database[Any], kind: Kind, within: Document, *, now: datetime, settings: Settings, policy: RetryPolicy
+) -> Pace | None:
+    """The pace of a partition's detect sweep (shared/store/pacing.py: its batches spread evenly from `now` over the
+    check's spread), counting on the batches its bottles in trouble fill now (one indexed count, only when the
+    check has a spread); None: unpaced (no spread, or fewer batches than the spread has minutes)."""
+    spread = spread_of(kind, settings)
+    if not spread:
+        return None
+    check = CHECKS[kind]
+    [detect] = [sweep for sweep in check.sweeps(now, settings) if sweep.name == DETECT]
+    selector = {**within, **detect.selector}
+    found = with_retries(lambda: db[check.collection].count_documents(selector), policy)
+    return Pace.over(now, spread, math.ceil(found / settings.check_batch_size))
+
+
+@dataclass(frozen=True)
+class _Pacer:
+    """How a paced run waits for its detect batches: its pace, when it began (`now`, and `started` on `clock`)."""
+
+    pace: Pace
+    now: datetime
+    started: float
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+
+    def wait_for_batch(self, done: int, sending: "_Delivering", by: delivery.Sending) -> float:
+        """Wait until the detect batch after `done` ones is due, first sending what those recorded (so each
+        notification goes out about when its batch was due, not at the end of the spread); the seconds waited.
+        The first batch is due at once."""
+        wall = self.now + timedelta(seconds=self.clock() - self.started)
+        due_in = 0.0 if done == 0 else self.pace.wait(done, wall, wall)  # the batches so far just done
+        if due_in <= 0:
+            return 0.0
+        before = self.clock()
+        sending.send(by)
+        if (left := before + due_in - self.clock()) > 0:
+            self.sleep(left)
+        return self.clock() - before
+
+
+@dataclass
+class _Delivering:
+    """A run's sending, once at its end or also between paced batches: what it queued, and how the last send
+    ended (`found` of at most `limit` pending; `limit` 0: the cap was used up, so more may be pending)."""
+
+    db: Database[Any]
+    kind: Kind
+    partition: BucketRange
+    now: datetime
+    send_one: delivery.Send
+    cap: int
+    queued: int = 0
+    found: int = 0
+    limit: int = 0
+    failed: bool = False
+    out_of_time: bool = False
+
+    def send(self, sending: delivery.Sending) -> None:
+        """Send the partition's pending notifications, up to what is left of the run's cap; nothing more once a
+        send failed or the deadline passed (the rest stays pending for the partition's next run)."""
+        left = self.cap - self.queued
+        if self.failed or self.out_of_time or left <= 0:
+            self.found = self.limit = 0
+            return
+        sent = delivery.send_pending(
+            self.db,
+            self.kind,
+            partition=self.partition,
+            now=self.now,
+            limit=left,
+            send=self.send_one,
+            sending=sending,
+        )
+        self.queued += sent.queued
+        self.found, self.limit = sent.found, left
+        self.failed, self.out_of_time = sent.failed, sent.out_of_time
 
 
 def _sending(settings: Settings, deadline: float, clock: Callable[[], float]) -> delivery.Sending:

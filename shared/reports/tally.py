@@ -30,6 +30,7 @@ from shared.reports.documents import HOUR, heartbeat_parts, tally_hours
 from shared.reports.leases import ROLLUPS_FROM, Lease
 from shared.settings import Settings
 from shared.store import schema
+from shared.store.pacing import Pace
 from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, with_retries
 
@@ -192,40 +193,14 @@ def next_pass(lease: Lease, *, now: datetime, overlap: timedelta, oldest: timede
     )
 
 
-@dataclass(frozen=True)
-class Pace:
-    """When a pass's next page is due: its pages spread evenly from its last page to `until` (the pass's start
-    plus REPORTS_TALLY_SPREAD_MINUTES), counting on as many as the last pass read. Each partition paces its own
-    pass from when it began, so the partitions' pages add up to an even rate over the spread, and a run cut off
-    by its budget leaves no backlog to burst through when the next one starts (the next page stays due where it
-    was). Autoscale bills each hour's highest RU/s ("billed for the highest RU/s the system scaled to in the
-    hour", https://learn.microsoft.com/azure/cosmos-db/provision-throughput-autoscale), so a pass in a burst
-    bills its burst for the hour, and paced it bills its average."""
-
-    until: datetime
-    expected_pages: int
-
-    @classmethod
-    def of(cls, current: Pass, *, now: datetime, spread: timedelta) -> "Pace | None":
-        """The pace of `current`, or None when it runs unpaced: pacing is off (a spread of 0), the last pass's
-        size is not known (a first pass, a new partition layout), it had fewer pages than the spread has minutes
-        (no burst worth spreading), or a later hour is already due (the pass is behind: it catches up at once)."""
-        minutes = spread / timedelta(minutes=1)
-        if not minutes or current.last_pages is None or current.last_pages < minutes:
-            return None
-        if hours_due(now) > current.end:
-            return None
-        return cls(until=current.began + spread, expected_pages=current.last_pages)
-
-    def wait(self, current: Pass, now: datetime) -> float:
-        """Seconds from `now` until the next page is due (0: now). Past `until`, or past the pages expected (a
-        grown fleet), the pages that are left are due at once."""
-        left = self.expected_pages - current.pages
-        since = current.paged_at or current.began
-        if left <= 0 or now >= self.until:
-            return 0.0
-        due = since + (self.until - since) / left
-        return max((due - now).total_seconds(), 0.0)
+def pace_of(current: Pass, *, now: datetime, spread: timedelta) -> Pace | None:
+    """The pace of `current` (shared/store/pacing.py: its pages spread evenly to its start plus
+    REPORTS_TALLY_SPREAD_MINUTES, counting on as many as the last pass read), or None when it runs unpaced: as
+    Pace.over has it (off, a first pass or a new partition layout, a small pass), or a later hour is already due
+    (the pass is behind: it catches up at once)."""
+    if hours_due(now) > current.end:
+        return None
+    return Pace.over(current.began, spread, current.last_pages)
 
 
 class UserPages:
@@ -322,9 +297,9 @@ def run_tally(
     )
     stamper = Stamper(started)
     spread = timedelta(minutes=settings.reports_tally_spread_minutes)
-    pace = Pace.of(current, now=started, spread=spread)
+    pace = pace_of(current, now=started, spread=spread)
     while not out_of_time():
-        wait = 0.0 if pace is None else pace.wait(current, wall_clock())
+        wait = 0.0 if pace is None else pace.wait(current.pages, current.paged_at or current.began, wall_clock())
         if wait > 0 and not pause(wait):
             run.paced = True
             return held, run
