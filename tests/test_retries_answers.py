@@ -3,7 +3,6 @@ the range the settings give), the log line naming the attempts made and the erro
 transient. The random draws are pinned to the ends of their ranges so each end can be checked exactly."""
 
 import logging
-import random
 import time
 from typing import Any
 
@@ -14,27 +13,8 @@ from functions import device_events
 from shared.store import retries, schema
 from tests.api import ago, closed, heartbeat, opened, post_events, provisioned
 from tests.cosmos_fakes import ThrottlingDatabase
+from tests.draws import Highest, Lowest
 from tests.report_client import set_setting
-
-
-class Lowest(random.Random):
-    """Every draw at the bottom of its range: no jitter added."""
-
-    def uniform(self, a: float, b: float) -> float:
-        return a
-
-    def randint(self, a: int, b: int) -> int:
-        return a
-
-
-class Highest(random.Random):
-    """Every draw at the top of its range: the most jitter added."""
-
-    def uniform(self, a: float, b: float) -> float:
-        return b
-
-    def randint(self, a: int, b: int) -> int:
-        return b
 
 
 def failing(db: Any, monkeypatch: pytest.MonkeyPatch, error: Any) -> ThrottlingDatabase:
