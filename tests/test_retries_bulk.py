@@ -130,3 +130,24 @@ def test_a_refused_write_fails_naming_its_code_without_quoting_the_document(writ
     assert raised.value.code == INVALID
     assert str(raised.value) == "database rejected a write (code 121)"
     assert bulk.sent == [2]  # a fault: not sent again
+
+
+class WriteConcernOnly(CosmosBulk):
+    """A server that applies every op and then reports only a write-concern error (MongoDB can; a replica set
+    member that did not acknowledge in time): no op was refused."""
+
+    def bulk_write(self, ops: list[Any], ordered: bool = True) -> Any:
+        matched = self.collection.bulk_write(list(ops)).matched_count
+        raise BulkWriteError(
+            {
+                "writeErrors": [],
+                "writeConcernErrors": [{"code": 64, "errmsg": "waiting for replication timed out"}],
+                "nMatched": matched,
+            }
+        )
+
+
+def test_a_guarded_bulk_write_with_only_a_write_concern_error_counts_what_it_matched():
+    fake = WriteConcernOnly()
+    assert count_matched(fake, marks(3), policy()) == 3
+    assert fake.collection.count_documents({"marked": True}) == 3

@@ -282,6 +282,9 @@ def count_matched(
         except BulkWriteError as error:
             matched += error.details.get("nMatched", 0)
             failures = error.details.get("writeErrors", [])
+            if not failures:  # only a write-concern error (MongoDB): every op was applied and counted
+                pending = []
+                return
             for failure in failures:
                 if not is_throttling_code(failure.get("code")):
                     raise _rejected(failure) from error
