@@ -143,3 +143,19 @@ def test_a_pass_with_fewer_pages_than_the_spread_has_minutes_is_read_at_once(moc
     assert (run.pages, run.caught_up, partition.waits) == (6, True, [])
     assert partition.page_times == [BEGAN] * 6
     assert every_user_counted(fleet, 6)
+
+
+def test_a_run_that_starts_after_its_next_page_was_due_reads_it_at_once_and_spreads_the_rest(mock_db: Any) -> None:
+    """A run that ended after three pages, and a next run that starts 20 s after the fourth was due (runs are
+    started a minute apart): the fourth page at once, the eight left evenly over what is left of the spread."""
+    users = 12
+    fleet, partition = fleet_of(mock_db, users)
+    interval = SPREAD_MINUTES * MINUTE / users
+    partition.run(BEGAN, pages=3)
+    started = BEGAN + 4 * interval + timedelta(seconds=20)
+
+    assert partition.run(started).caught_up
+
+    rest = (BEGAN + SPREAD_MINUTES * MINUTE - started) / (users - 4)
+    assert partition.page_times[3:] == [started + k * rest for k in range(users - 3)]
+    assert every_user_counted(fleet, users)
