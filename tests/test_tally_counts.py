@@ -48,3 +48,24 @@ def test_a_tally_run_counts_the_pages_documents_and_reports_it_wrote_and_no_dail
 
     # Each pass: two pages of one document, each user's last hour; the pass at 06:10 rolls both days up.
     assert counts == [(2, 2, 2, 0)] * 5 + [(2, 2, 2, 2)]
+
+
+def test_a_tally_run_with_no_hour_due_reads_nothing_and_says_it_is_caught_up(mock_db: Any) -> None:
+    """Between the hours (the dispatcher sends the tally's work every few minutes): no page, caught up."""
+    config = Settings()
+    fleet = Fleet(mock_db, config)
+    fleet.provision("b1", "u1", DAY)
+    assert fleet.tally(DAY + HOUR + 10 * MINUTE)
+
+    _, done = run_tally(
+        mock_db,
+        BucketRange(0, 1),
+        fleet.partition.lease,
+        settings=config,
+        policy=POLICY,
+        wall_clock=lambda: DAY + HOUR + 40 * MINUTE,
+        out_of_time=lambda: False,
+        save=lambda saved: True,
+    )
+
+    assert (done.pages, done.caught_up) == (0, True)
