@@ -4,12 +4,13 @@ whether or not its runs end between pages; a pass with fewer pages than the spre
 and a grown fleet's pages past the expected ones are read at once, even by an instance whose clock is behind.
 Autoscale bills each hour's peak RU/s, so these times are what the bill follows (docs/reports.md)."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.reports.leases import Lease
 from shared.reports.tally import LAST_BEGAN, TallyRun, run_tally
 from shared.settings import Settings
+from shared.store import schema
 from shared.store.partitioning import BucketRange
 from tests.tally_runner import POLICY
 from tests.test_tally import DAY, HOUR, Fleet
@@ -159,3 +160,15 @@ def test_a_run_that_starts_after_its_next_page_was_due_reads_it_at_once_and_spre
     rest = (BEGAN + SPREAD_MINUTES * MINUTE - started) / (users - 4)
     assert partition.page_times[3:] == [started + k * rest for k in range(users - 3)]
     assert every_user_counted(fleet, users)
+
+
+def test_each_pages_hourly_reports_are_stamped_when_the_page_is_written_not_when_the_run_began(mock_db: Any) -> None:
+    """A paced run takes most of the spread: a reader polling the reports by `updated_at` from where it last read
+    must find each page's reports dated when they were written, not back at the run's start."""
+    _, partition = fleet_of(mock_db, SPREAD_MINUTES)
+
+    partition.run(BEGAN)
+
+    found = mock_db[schema.USER_HOURLY_REPORTS].find({"hour": DAY + HOUR}, {"updated_at": 1})
+    stamps = sorted(r["updated_at"].replace(tzinfo=UTC) for r in found)  # a user a page, in the sweep's order
+    assert stamps == partition.page_times == [BEGAN + k * MINUTE for k in range(1, SPREAD_MINUTES + 1)]

@@ -6,8 +6,8 @@ provisioning, ingestion and the tally on one store with chosen server clocks (te
 from datetime import timedelta
 from typing import Any
 
-from shared.reports.tally import rollup_horizon
 from shared.settings import Settings
+from shared.store import schema
 from tests.test_tally import DAY, HOUR, Fleet, opened
 
 MINUTE = timedelta(minutes=1)
@@ -55,8 +55,26 @@ def test_a_first_pass_rolls_up_the_day_of_a_silent_rings_hour_right_at_the_rollu
     hour = DAY + 10 * HOUR
     fleet.beat("b1", hour + 20 * MINUTE)
 
-    fleet.tally(hour + rollup_horizon(config) + 15 * MINUTE)  # counts the hours up to hour + the horizon
+    fleet.tally(hour + timedelta(days=2, minutes=15))  # counts the hours up to `hour` + the horizon (1 + 1 days)
 
     day = fleet.daily("u1", DAY)
     assert day is not None
     assert day["heartbeats"] == 1
+
+
+def test_a_first_pass_leaves_the_daily_report_of_a_silent_rings_day_older_than_the_rollup_horizon(
+    mock_db: Any,
+) -> None:
+    """A day that ended more than MAX_EVENT_AGE_DAYS + 1 days before the hours a first pass counts: its hourly
+    reports may have expired, so the pass that counts a silent ring's hour of it leaves its daily report as is."""
+    config = Settings(max_event_age_days=1, daily_rollup_staggered=False)
+    fleet = Fleet(mock_db, config)
+    history = {"_id": f"u1|{DAY:%Y-%m-%d}", "user_id": "u1", "day": DAY, "opened": 3, "bottles": []}
+    mock_db[schema.USER_DAILY_REPORTS].insert_one(history | {"updated_at": DAY + 23 * HOUR})
+    fleet.provision("b1", "u1", DAY)
+    fleet.beat("b1", DAY + 22 * HOUR + 20 * MINUTE)
+
+    fleet.tally(DAY + timedelta(days=3, hours=10, minutes=15))  # the horizon: 2 days before 10:00 three days on
+
+    assert fleet.hourly("u1") == {DAY + 22 * HOUR: 1}
+    assert fleet.daily("u1", DAY) == {k: v for k, v in history.items() if k != "_id"}
