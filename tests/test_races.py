@@ -155,9 +155,10 @@ def test_an_open_and_a_close_at_one_instant_end_closed_in_either_order(db, order
 # --- a bottle that keeps changing -------------------------------------------------------------------------------
 
 
-def test_a_bottle_that_keeps_changing_answers_503_with_a_jittered_retry_after(db, monkeypatch):
+def test_a_bottle_that_keeps_changing_answers_503_with_a_jittered_retry_after(db, monkeypatch, caplog):
     """Every read of the bottle is followed by another writer's change, so each dose's guarded status write loses
-    every round: 503, and the devices that met it are not all told to come back in the same second."""
+    every round: 503, and the devices that met it are not all told to come back in the same second; the log says
+    which write kept losing."""
     key = provisioned()
     real = authentication.read_bottle  # type: ignore[attr-defined]
 
@@ -174,6 +175,7 @@ def test_a_bottle_that_keeps_changing_answers_503_with_a_jittered_retry_after(db
     waits = {int(a.headers["Retry-After"]) for a in answers}
     assert min(waits) >= 1
     assert len(waits) > 1
+    assert "the bottle's status kept changing during the write" in caplog.text
 
 
 # --- unknown bottle versus wrong key ----------------------------------------------------------------------------
