@@ -1,6 +1,7 @@
 """The heartbeat tally's one partition (all the buckets), driven straight through run_tally with its lease kept
 here: passes at chosen server times, maybe cut short after some pages."""
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +14,19 @@ from shared.store.retries import RetryPolicy
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 
 
+def out_of_time_after(pages: int | None) -> Callable[[], bool]:
+    """A run's `out_of_time` that lets `pages` pages be read (None: any number)."""
+    left = [pages]
+
+    def out_of_time() -> bool:
+        if left[0] is None:
+            return False
+        left[0] -= 1
+        return left[0] < 0
+
+    return out_of_time
+
+
 class TallyPartition:
     def __init__(self, db: Any, settings: Settings) -> None:
         self.db, self.settings = db, settings
@@ -20,13 +34,6 @@ class TallyPartition:
 
     def run(self, now: datetime, pages: int | None = None) -> bool:
         """A worker's run at `now`, out of time after `pages` pages (None: never); whether it caught up."""
-        left = [pages]
-
-        def out_of_time() -> bool:
-            if left[0] is None:
-                return False
-            left[0] -= 1
-            return left[0] < 0
 
         def save(lease: Lease) -> bool:
             self.lease = lease
@@ -39,7 +46,7 @@ class TallyPartition:
             settings=self.settings,
             policy=POLICY,
             wall_clock=lambda: now,
-            out_of_time=out_of_time,
+            out_of_time=out_of_time_after(pages),
             save=save,
         )
         return run.caught_up

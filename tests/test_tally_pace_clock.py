@@ -12,7 +12,7 @@ from shared.reports.tally import LAST_BEGAN, TallyRun, run_tally
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange
-from tests.tally_runner import POLICY
+from tests.tally_runner import POLICY, out_of_time_after
 from tests.test_tally import DAY, HOUR, Fleet
 
 MINUTE = timedelta(minutes=1)
@@ -34,13 +34,6 @@ class ClockedPartition:
     def run(self, now: datetime, pages: int | None = None) -> TallyRun:
         """A run starting at `now`, out of time after `pages` pages (None: never)."""
         self.clock = now
-        left = [pages]
-
-        def out_of_time() -> bool:
-            if left[0] is None:
-                return False
-            left[0] -= 1
-            return left[0] < 0
 
         def pause(seconds: float) -> bool:
             self.waits.append(seconds)
@@ -60,7 +53,7 @@ class ClockedPartition:
             settings=self.settings,
             policy=POLICY,
             wall_clock=lambda: self.clock,
-            out_of_time=out_of_time,
+            out_of_time=out_of_time_after(pages),
             save=save,
             pause=pause,
         )
