@@ -19,26 +19,12 @@ from shared.store import schema
 from shared.store.partitioning import BucketRange
 from tests.checking import World, work
 from tests.report_client import set_setting
+from tests.test_report_partitions import FakeTime
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
 HOURLY = {"schedule": {"every_hours": 1}, "grace_minutes": 1}  # late 61 minutes after provisioning
 WHOLE = BucketRange(0, 1)
 BOTTLES = [f"bottle-{i}" for i in range(6)]
-
-
-class FakeTime:
-    """A monotonic clock that only moves when the run sleeps (its work takes no time)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 @pytest.fixture

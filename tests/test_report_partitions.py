@@ -466,7 +466,8 @@ def test_a_worker_on_a_throttled_cosmos_stream_checkpoints_no_later_than_what_it
 
 
 class FakeTime:
-    """A monotonic clock that moves only when the worker sleeps (its back-off) or a test says so."""
+    """A monotonic clock that moves only when the code under test sleeps (a back-off, a paced wait) or a test
+    says so."""
 
     def __init__(self) -> None:
         self.now = 0.0
