@@ -75,3 +75,14 @@ def test_a_day_of_two_bottles_reports_each_bottle() -> None:
         ("bottle-1", "aspirin", 2),
         ("bottle-2", "ibuprofen", 1),
     ]
+
+
+def test_a_recount_of_an_hour_of_heartbeats_only_names_the_medication_the_bottle_has_then() -> None:
+    # Counted under "aspirin"; the bottle's medication changed, and the hour is counted again (same count).
+    stored = merged_entry("bottle-1", None, None, heartbeat_parts(heartbeat_doc(HOUR))[("user-1", HOUR)])
+    recount = heartbeat_parts(heartbeat_doc(HOUR, medication="ibuprofen"))[("user-1", HOUR)]
+
+    entry = merged_entry("bottle-1", stored, None, recount)
+
+    assert entry is not None
+    assert (entry["medication"], entry["heartbeats"]) == ("ibuprofen", 1)
