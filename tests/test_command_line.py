@@ -339,10 +339,20 @@ def test_a_bad_value_is_a_usage_error_before_anything_runs(prog, argv, named, ca
 
 
 def start_dev(*argv: str) -> subprocess.Popen[str]:
-    """`./dev COMMAND ...` in its own process group, as a terminal runs it (Ctrl-C reaches the whole group)."""
-    return subprocess.Popen(
-        [ROOT / "dev", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    """`./dev COMMAND ...` in its own process group, as a terminal runs it (Ctrl-C reaches the whole group), with
+    Ctrl-C's default action even when the suite itself was started in the background of a script: a shell without
+    job control starts those with SIGINT ignored, and an ignored signal stays ignored across fork and exec (a
+    handled one is reset to its default)."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(
+            [ROOT / "dev", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def interrupt(process: subprocess.Popen[str]) -> tuple[int, str]:
