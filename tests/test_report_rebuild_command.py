@@ -78,10 +78,14 @@ def test_without_either_end_of_the_range_it_is_a_usage_error_naming_it(missing, 
     assert lines[-1] == f"{PROG}: error: the following arguments are required: {missing}"
 
 
-def test_an_end_that_is_not_a_date_time_is_a_usage_error_saying_what_is_wrong(capsys):
-    lines = usage_error(["--all", "--from", "2026-11-01T00:00:00", "--to", RANGE[3], *URI], capsys)
+@pytest.mark.parametrize("option", ["--from", "--to"])
+def test_an_end_that_is_not_a_date_time_is_a_usage_error_naming_it_and_saying_what_is_wrong(option, capsys):
+    argv = list(RANGE)
+    argv[argv.index(option) + 1] = "2026-11-01T00:00:00"
 
-    assert lines[-1] == f"{PROG}: error: '2026-11-01T00:00:00' has no UTC offset; add 'Z' or '+hh:mm'"
+    lines = usage_error(["--all", *argv, *URI], capsys)
+
+    assert lines[-1] == f"{PROG}: error: {option}: '2026-11-01T00:00:00' has no UTC offset; add 'Z' or '+hh:mm'"
 
 
 @pytest.mark.parametrize("to", [RANGE[1], iso(DAY - timedelta(hours=1))])

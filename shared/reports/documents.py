@@ -100,9 +100,6 @@ class Ownership:
     since: datetime | None  # None: from the start
     until: datetime | None  # None: still the owner
 
-    def holds(self, moment: datetime) -> bool:
-        return (self.since is None or self.since <= moment) and (self.until is None or moment < self.until)
-
     def overlaps(self, start: datetime, end: datetime) -> bool:
         return (self.since is None or self.since < end) and (self.until is None or start < self.until)
 
@@ -180,7 +177,7 @@ def heartbeat_parts(
             hours.add(hour)
             for minute in minutes_of(value):
                 owner = owner_of_minute(spans, hour + minute * MINUTE)
-                if owner is not None:  # None only if reassignment instants ever went backwards
+                if owner is not None:  # never None: the spans cover every instant (the type allows it)
                     counts[(owner, hour)] += 1
     medication = str(heartbeat_doc.get("medication", ""))
     parts = {}

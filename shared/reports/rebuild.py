@@ -34,7 +34,6 @@ Document = dict[str, Any]
 @dataclass
 class RebuildSummary:
     source_documents: int = 0
-    user_hours: int = 0
     hourly_written: int = 0
     daily_written: int = 0
 
@@ -63,7 +62,6 @@ def rebuild(
                 db, changes, stamp=stamper.next(), policy=policy, within=(first, end), only_user=user_id
             )
             summary.source_documents += len(page)
-            summary.user_hours += len(result.user_hours)
             summary.hourly_written += result.written
             user_days |= {(user, day_of(hour)) for user, hour in result.user_hours}
     ordered = sorted(user_days)
@@ -130,10 +128,7 @@ def _rebuild(argv: list[str] | None) -> None:
     parser.add_argument("--to", dest="end", required=True, help="ISO-8601 with offset (exclusive)")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        start, end = parse_instant(args.start), parse_instant(args.end)
-    except ValueError as error:
-        parser.error(str(error))
+    start, end = _instant(parser, "--from", args.start), _instant(parser, "--to", args.end)
     if end <= start:
         parser.error("--to must be later than --from")
     with command_line_database(parser, args) as (db, _uri):
@@ -142,6 +137,14 @@ def _rebuild(argv: list[str] | None) -> None:
         f"read {summary.source_documents} source documents; {summary.hourly_written} hourly and "
         f"{summary.daily_written} daily report writes"
     )
+
+
+def _instant(parser: argparse.ArgumentParser, option: str, text: str) -> datetime:
+    """`text` as an instant, or a usage error that names the option it came from."""
+    try:
+        return parse_instant(text)
+    except ValueError as error:
+        parser.error(f"{option}: {error}")
 
 
 if __name__ == "__main__":

@@ -264,8 +264,6 @@ class TallyRun:
     hourly_written: int = 0
     daily_written: int = 0
     caught_up: bool = False
-    lost_lease: bool = False
-    paced: bool = False  # the run ended waiting for its pass's next page to be due (Pace)
 
 
 def run_tally(
@@ -301,7 +299,6 @@ def run_tally(
     while not out_of_time():
         wait = 0.0 if pace is None else pace.wait(current.pages, current.paged_at or current.began, wall_clock())
         if wait > 0 and not pause(wait):
-            run.paced = True
             return held, run
         page = pages.next_page()
         if page is None:
@@ -311,7 +308,7 @@ def run_tally(
                 token[ROLLUPS_FROM] = left
             held = replace(held, checkpoint_time=current.end, token=token)
             run.caught_up = hours_due(wall_clock()) <= current.end
-            run.lost_lease = not save(held)
+            save(held)  # a lost lease ends the run either way; the worker records it (`save`)
             return held, run
         hourly, daily = count_page(
             db, page, current, stamp=stamper.next(wall_clock()), settings=settings, policy=policy
@@ -323,7 +320,6 @@ def run_tally(
         current = replace(current, after=pages.after, pages=current.pages + 1, paged_at=wall_clock())
         held = replace(held, token=current.token())
         if not save(held):
-            run.lost_lease = True
             return held, run
     return held, run
 
