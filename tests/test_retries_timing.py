@@ -4,8 +4,9 @@ the deadline (no call starts at it, no wait ends at it), and how the worker's re
 
 import pytest
 from pymongo import _csot
-from pymongo.errors import AutoReconnect, OperationFailure
+from pymongo.errors import AutoReconnect, ExecutionTimeout, OperationFailure
 
+from shared import metrics
 from shared.settings import get_settings
 from shared.store import retries
 from shared.store.retries import RecentThrottling, RetryPolicy, StoreUnavailable, with_retries
@@ -151,3 +152,58 @@ def test_recent_throttling_starts_at_none_and_halves_every_30_s():
 
     clock.now += 30
     assert seen.rate() == pytest.approx(50 / 150, abs=1e-4)  # what was seen weighs half
+
+
+def would_exceed() -> ExecutionTimeout:
+    """What pymongo raises, code 50, when its timeout leaves less than a round trip to send a command in."""
+    message = "operation would exceed time limit, remaining timeout:0.00100 <= network round trip time:0.00200"
+    return ExecutionTimeout(message, 50, {"ok": 0, "errmsg": message, "code": 50})
+
+
+@pytest.mark.parametrize(
+    ("what", "left_after_s"), [("too near to send", 0.001), ("the reply came after the deadline", -0.5)]
+)
+def test_pymongos_own_timeout_is_the_deadline_an_outage_503_not_throttling(what, left_after_s, monkeypatch):
+    """pymongo's timeout raises code 50 as Cosmos DB's server-side retry does; when it is the app's own deadline
+    that ran out, the 503 is an outage's, at once, and the throttling metric and Retry-After are untouched."""
+    clock = FakeClock()
+    policy = RetryPolicy(
+        max_retries=5, deadline=clock() + 2, clock=clock, throttling=RecentThrottling(clock=clock), rng=Lowest()
+    )
+    counted: list[int] = []
+    monkeypatch.setattr(metrics, "store_throttled", counted.append)
+    calls: list[float] = []
+
+    def operation() -> None:
+        calls.append(clock())
+        clock.now = policy.deadline - left_after_s
+        error = would_exceed() if left_after_s > 0 else ExecutionTimeout("timed out", 50, {"ok": 0, "code": 50})
+        raise error
+
+    with pytest.raises(StoreUnavailable) as raised:
+        with_retries(operation, policy, sleep=clock.sleep)
+
+    assert (len(calls), str(raised.value), raised.value.retry_after_s) == (
+        1,
+        "database did not answer within the deadline",
+        30,
+    ), what
+    assert (counted, policy.throttling.rate()) == ([], 0.0)
+
+
+def test_a_servers_code_50_with_time_left_is_still_throttling_retried_and_counted(monkeypatch):
+    clock = FakeClock()
+    policy = RetryPolicy(
+        max_retries=5, deadline=clock() + 20, clock=clock, throttling=RecentThrottling(clock=clock), rng=Lowest()
+    )
+    counted: list[int] = []
+    monkeypatch.setattr(metrics, "store_throttled", counted.append)
+    failures = [ExecutionTimeout("Request timed out. RetryAfterMs=500", 50, {"ok": 0, "code": 50})]
+
+    def operation() -> str:
+        if failures:
+            raise failures.pop()
+        return "done"
+
+    assert with_retries(operation, policy, sleep=clock.sleep) == "done"
+    assert (counted, clock()) == ([50], 1000.5)  # counted as code 50, and the server's hint was waited

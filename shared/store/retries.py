@@ -204,6 +204,11 @@ def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callabl
             with _client_timeout(remaining):
                 result = operation()
         except PyMongoError as error:
+            if _own_deadline_ran_out(error, policy):
+                policy.throttling.record(False)
+                raise StoreUnavailable(
+                    "database did not answer within the deadline", policy.outage_retry_after()
+                ) from error
             code = throttle_code(error)
             policy.throttling.record(code is not None)
             if code is not None:
@@ -221,6 +226,22 @@ def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callabl
             policy.throttling.record(False)
             return result
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _own_deadline_ran_out(error: PyMongoError, policy: RetryPolicy) -> bool:
+    """pymongo's own timeout (`_client_timeout`) ended the call: it raises ExecutionTimeout, code 50 like Cosmos
+    DB's server-side retry running out, when the deadline is too near to send the command (less than a round
+    trip left) or has passed while it waited for the reply. That is the app's deadline, not throttling: it is
+    neither counted as code 50 nor answered with a throttled Retry-After."""
+    if not isinstance(error, ExecutionTimeout):
+        return False
+    left = policy.remaining_s()
+    return left is not None and (left <= 0 or str(error).startswith(_WOULD_EXCEED))
+
+
+# How pymongo's ExecutionTimeout starts when it refuses to send a command its deadline cannot wait for
+# (pymongo/pool_shared.py).
+_WOULD_EXCEED = "operation would exceed time limit"
 
 
 def _client_timeout(remaining_s: float | None) -> contextlib.AbstractContextManager[Any]:
