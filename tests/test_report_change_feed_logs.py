@@ -169,3 +169,94 @@ def test_a_failed_run_releases_its_lease_at_the_time_it_gave_it_up(
 
     lease = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
     assert (lease["owner"], lease["released_at"]) == (None, now)
+
+
+class RejectingWatch:
+    """A store that rejects the lease's saved token when the stream opens (expired), and opens any other."""
+
+    def __init__(self, refusal: OperationFailure) -> None:
+        self._refusal = refusal
+
+    def __call__(self, partition: Any, token: Any) -> Any:
+        if token == {"_data": "saved"}:
+            raise self._refusal
+        return RecoveredStream()
+
+
+class RecoveredStream(RefusingStream):
+    def __init__(self) -> None:
+        super().__init__(OperationFailure("unused"))
+        self.resume_token = {"_data": "fresh"}
+
+    def next_change(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["with-checkpoint-and-errmsg", "from-the-start"])
+def test_a_rejected_resume_token_is_logged_with_the_partition_the_answer_and_where_it_recovers_from(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, known: bool
+) -> None:
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    checkpoint = (utc_now() - 5 * MINUTE).replace(microsecond=0)
+    if known:
+        mock_db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"checkpoint_time": checkpoint}})
+    details = {"errmsg": "resume token expired", "code": 286} if known else None
+    refusal = OperationFailure("resume token expired", code=286, details=details)
+
+    with caplog.at_level(logging.INFO):
+        run = process_partition(
+            mock_db, partition, now=utc_now(), settings=get_settings(), watch=RejectingWatch(refusal)
+        )
+
+    assert run.recovered
+    answer = "resume token expired" if known else str(refusal)
+    since = format_instant(checkpoint) if known else "(none: from the start)"
+    overlap = get_settings().reports_poll_overlap_seconds
+    assert messages(caplog, logging.WARNING) == [
+        f"reports: the resume token of {partition.lease_id} was rejected (code 286: {answer}); recovering from its "
+        f"checkpoint time {since} minus {overlap}s, then continuing on a new change stream"
+    ]
+    assert messages(caplog, logging.INFO) == []  # it had a saved position
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["after-a-checkpoint", "first-run"])
+def test_a_store_without_change_streams_is_logged_as_needing_polling(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, known: bool
+) -> None:
+    """A first run says it builds from the start; a store that cannot open a change stream at all says what to
+    set (the run fails)."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    position = {"token": None, "checkpoint_time": utc_now() - MINUTE if known else None}
+    mock_db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": position})
+    unsupported = OperationFailure("The $changeStream stage is only supported on replica sets", code=40573)
+
+    def watch(p: Any, token: Any) -> Any:
+        raise unsupported
+
+    with caplog.at_level(logging.INFO), pytest.raises(OperationFailure):
+        process_partition(mock_db, partition, now=utc_now(), settings=get_settings(), watch=watch)
+
+    first = f"reports: {partition.lease_id} has no saved position; building from the start of its source"
+    assert messages(caplog, logging.INFO) == ([] if known else [first])
+    assert messages(caplog, logging.ERROR) == [
+        f"reports: {partition.lease_id} has no change stream here ({unsupported}); a store without change streams "
+        "(a standalone mongod, a Cosmos DB account with them off) needs CHANGE_SOURCE=polling"
+    ]
+
+
+def test_a_throttled_recovery_stream_fails_the_run_without_calling_the_store_unable_to_stream(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    mock_db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"token": None}})
+
+    def watch(p: Any, token: Any) -> Any:
+        raise OperationFailure("Request rate is large", code=16500)
+
+    with caplog.at_level(logging.ERROR), pytest.raises(OperationFailure):
+        process_partition(mock_db, partition, now=utc_now(), settings=get_settings(), watch=watch)
+
+    assert messages(caplog, logging.ERROR) == []

@@ -6,6 +6,9 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import pytest
+from pymongo.errors import OperationFailure
+
 from shared.instants import utc_now
 from shared.reports.change_feed import ChangeStreamSource, PollingSource, PyMongoReader, process_partition
 from shared.reports.leases import ACTIONS_FEED, Partition
@@ -26,8 +29,8 @@ def action(key: str, received: Any, bucket: int) -> dict[str, Any]:
 
 def polled_pages(db: Any, buckets: BucketRange, page_size: int) -> list[list[str]]:
     source = PollingSource(db, ACTIONS_FEED, buckets, since=None, page_size=page_size, policy=POLICY)
-    pages = []
-    while (page := source.next_page()) is not None:
+    pages: list[list[str]] = []
+    while (page := source.next_page()) is not None and len(pages) < 10:  # a source that goes back never ends
         pages.append(sorted(c.key for c in page.changes))  # the order within an instant is the store's
     return pages
 
@@ -72,6 +75,12 @@ class Cursor:
         return bool(self._stream.batch)
 
 
+def after(token: dict[str, Any]) -> int:
+    """The batch a stream opened at `token` reads first: the one after `after-<i>`'s batch, else the first."""
+    data = token["_data"]
+    return int(data.removeprefix("after-")) if isinstance(data, str) and data.startswith("after-") else 0
+
+
 class ServerStream:
     """A pymongo ChangeStream over Cosmos DB's server batches: every change of a batch carries the batch's token,
     pymongo keeps the rest of a batch in its cursor (`_cursor._has_next()`), and a stream opened without a token
@@ -79,7 +88,7 @@ class ServerStream:
 
     def __init__(self, batches: list[list[dict[str, Any]]], token: dict[str, Any] | None) -> None:
         self._batches = batches
-        self._next = len(batches) if token is None else int(token["_data"].split("-")[1])
+        self._next = len(batches) if token is None else after(token)
         self.batch: list[dict[str, Any]] = []
         self.resume_token = token
         self.alive = True
@@ -200,3 +209,33 @@ def test_a_recovery_reads_on_from_its_stream_once_the_polling_caught_up(mock_db:
     saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
     assert saved["token"] == {"_data": "after-batch-1"}
     assert saved["checkpoint_time"] == late["fullDocument"][ACTIONS_FEED.time_field]
+
+
+class FailingAfterAPage(CosmosStream):
+    """A stream that serves one page, then fails with an error that is no refusal of its first read."""
+
+    def next_change(self) -> dict[str, Any] | None:
+        if self._served and not self._current:
+            raise OperationFailure("cursor killed", code=237)
+        return super().next_change()
+
+
+def test_a_stream_failing_after_a_page_fails_the_run_and_keeps_the_position_of_that_page(
+    mock_db: Any, monkeypatch: Any
+) -> None:
+    """Only a refusal at the first read drops the saved position (the next run recovers by polling); an error
+    after a page fails the run, which the host retries from that page's token."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
+    partition = actions_partition_with_token(mock_db, utc_now())
+
+    with pytest.raises(OperationFailure):
+        process_partition(
+            mock_db,
+            partition,
+            now=utc_now(),
+            settings=get_settings(),
+            watch=lambda p, t: FailingAfterAPage([[change("b0", 30)], [change("b1", 20)]]),
+        )
+
+    assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["token"] == {"_data": "after-batch-1"}

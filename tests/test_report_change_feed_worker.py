@@ -193,3 +193,21 @@ def test_a_throttled_stream_is_asked_again_up_to_the_very_end_of_the_budget(mock
 
     assert time_.slept == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 0.9])  # 0.1 s doubling; then the 0.9 s left
     assert (run.empty_retries, run.caught_up) == (6, False)
+
+
+def test_a_first_run_on_cosmos_recovers_from_a_fresh_token_and_reads_on_from_the_stream(
+    mock_db: Any, monkeypatch: Any
+) -> None:
+    """A Cosmos DB partition without a saved position polls from the start, then reads on from the change stream
+    it opened (as Cosmos DB requires) at its range's present token."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    now = utc_now()
+    cosmos = CosmosTokens(mock_db, partitions=1)
+    (partition,) = actions_partitions(cosmos, now, on_cosmos=True)
+    late = change("b1", 10)
+
+    run = process_partition(CosmosWatch(cosmos, [[late]]), partition, now=now, settings=get_settings())
+
+    assert (run.recovered, run.changes, run.caught_up) == (True, 1, True)
+    saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
+    assert saved["token"] == {"_data": "after-1"}
