@@ -13,9 +13,16 @@ from shared.instants import format_instant, utc_now
 from shared.reports.change_feed import process_partition
 from shared.settings import get_settings
 from shared.store import schema
+from tests.cosmos_fakes import CosmosTokens
 from tests.report_client import set_setting
-from tests.test_report_partitions import actions_partition_with_token
-from tests.test_report_splits import ReplyLeavingOut, dispatch_run
+from tests.test_report_partitions import (
+    FakeTime,
+    a_run_out_of_budget_after_a_full_page,
+    actions_partition_with_token,
+    change,
+    run_on_stream,
+)
+from tests.test_report_splits import ReplyLeavingOut, dispatch_run, dispatched
 
 MINUTE = timedelta(minutes=1)
 
@@ -260,3 +267,52 @@ def test_a_throttled_recovery_stream_fails_the_run_without_calling_the_store_una
         process_partition(mock_db, partition, now=utc_now(), settings=get_settings(), watch=watch)
 
     assert messages(caplog, logging.ERROR) == []
+
+
+def test_a_partition_of_an_old_layout_is_logged_with_the_range_cosmos_db_no_longer_has(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    cosmos = CosmosTokens(mock_db, partitions=2)
+    now = utc_now()
+    partition = dispatched(cosmos, now)[0]
+    cosmos.partitions = 3  # Cosmos DB split a physical partition: the old ranges are gone
+
+    with caplog.at_level(logging.INFO):
+        run = process_partition(cosmos, partition, now=now, settings=get_settings(), watch=lambda p, t: None)
+
+    assert run.layout_changed
+    assert messages(caplog, logging.INFO)[-1] == (
+        f"reports: {partition.lease_id} belongs to an old partition layout (bottle_actions has no physical "
+        f"partition {partition.feed_range} now); leaving it"
+    )
+
+
+def test_a_stream_throttled_past_the_budget_is_logged_with_the_partition_and_how_often_it_was_asked_again(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    set_setting(monkeypatch, "REPORTS_TIME_BUDGET_SECONDS", "4")
+    partition = actions_partition_with_token(mock_db, utc_now())
+
+    with caplog.at_level(logging.WARNING):
+        run_on_stream(mock_db, partition, [[change("b0", 30), change("b1", 29)], *[None] * 100], FakeTime())
+
+    assert messages(caplog, logging.WARNING) == [
+        f"reports: {partition.lease_id}: the change stream kept answering empty pages after a full one (6 asked "
+        "again, throttled?); the run ends with its budget and the next run carries on"
+    ]
+
+
+def test_a_run_out_of_budget_mid_backlog_without_empty_pages_logs_no_throttling(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+
+    with caplog.at_level(logging.WARNING):
+        a_run_out_of_budget_after_a_full_page(mock_db, partition, [change("b0", 30), change("b1", 29)])
+
+    assert messages(caplog, logging.WARNING) == []

@@ -211,3 +211,16 @@ def test_a_first_run_on_cosmos_recovers_from_a_fresh_token_and_reads_on_from_the
     assert (run.recovered, run.changes, run.caught_up) == (True, 1, True)
     saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
     assert saved["token"] == {"_data": "after-1"}
+
+
+def test_polling_on_cosmos_db_partitions_by_buckets_without_asking_for_change_stream_tokens(
+    mock_db: Any, monkeypatch: Any
+) -> None:
+    """An account with change streams off has no GetChangeStreamTokens to name physical partitions by: polling
+    reads bucket ranges on any store, and its dispatch must not fail asking."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+
+    partitions = actions_partitions(mock_db, utc_now(), on_cosmos=True)  # mongomock: no such command
+
+    assert partitions
+    assert not any(p.cosmos for p in partitions)
