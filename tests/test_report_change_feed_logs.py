@@ -279,7 +279,9 @@ def test_a_partition_of_an_old_layout_is_logged_with_the_range_cosmos_db_no_long
     cosmos.partitions = 3  # Cosmos DB split a physical partition: the old ranges are gone
 
     with caplog.at_level(logging.INFO):
-        run = process_partition(cosmos, partition, now=now, settings=get_settings(), watch=lambda p, t: None)
+        run = process_partition(
+            cosmos, partition, now=now, settings=get_settings(), watch=lambda p, t: RecoveredStream()
+        )
 
     assert run.layout_changed
     assert messages(caplog, logging.INFO)[-1] == (
