@@ -10,6 +10,7 @@ import pytest
 from pymongo.errors import AutoReconnect, OperationFailure
 
 from shared.instants import format_instant, utc_now
+from shared.reports import change_feed
 from shared.reports.change_feed import process_partition
 from shared.settings import get_settings
 from shared.store import schema
@@ -318,3 +319,19 @@ def test_a_run_out_of_budget_mid_backlog_without_empty_pages_logs_no_throttling(
         a_run_out_of_budget_after_a_full_page(mock_db, partition, [change("b0", 30), change("b1", 29)])
 
     assert messages(caplog, logging.WARNING) == []
+
+
+def test_a_run_that_lost_its_lease_logs_which_one(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    monkeypatch.setattr(change_feed, "checkpoint", lambda *args, **kwargs: False)  # taken over: the fence fails
+
+    with caplog.at_level(logging.WARNING):
+        run = run_on_stream(mock_db, partition, [[change("b0", 30)]], FakeTime())
+
+    assert run.lost_lease
+    assert messages(caplog, logging.WARNING) == [
+        f"reports: lost the lease of {partition.lease_id} to another worker; stopping unsaved"
+    ]
