@@ -161,7 +161,8 @@ def would_exceed() -> ExecutionTimeout:
 
 
 @pytest.mark.parametrize(
-    ("what", "left_after_s"), [("too near to send", 0.001), ("the reply came after the deadline", -0.5)]
+    ("what", "left_after_s"),
+    [("too near to send", 0.001), ("the reply came after the deadline", -0.5), ("the reply came at it", 0.0)],
 )
 def test_pymongos_own_timeout_is_the_deadline_an_outage_503_not_throttling(what, left_after_s, monkeypatch):
     """pymongo's timeout raises code 50 as Cosmos DB's server-side retry does; when it is the app's own deadline
@@ -191,10 +192,11 @@ def test_pymongos_own_timeout_is_the_deadline_an_outage_503_not_throttling(what,
     assert (counted, policy.throttling.rate()) == ([], 0.0)
 
 
-def test_a_servers_code_50_with_time_left_is_still_throttling_retried_and_counted(monkeypatch):
+@pytest.mark.parametrize("left_s", [20, 0.9])
+def test_a_servers_code_50_with_time_left_is_still_throttling_retried_and_counted(left_s, monkeypatch):
     clock = FakeClock()
     policy = RetryPolicy(
-        max_retries=5, deadline=clock() + 20, clock=clock, throttling=RecentThrottling(clock=clock), rng=Lowest()
+        max_retries=5, deadline=clock() + left_s, clock=clock, throttling=RecentThrottling(clock=clock), rng=Lowest()
     )
     counted: list[int] = []
     monkeypatch.setattr(metrics, "store_throttled", counted.append)
