@@ -477,9 +477,10 @@ def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
     def resolve(bottle: Document, writes: Writes) -> None:
         """A late slot's notification is resolved by a dose the schedule counts for that slot or a later one (the
         late dose, one uploaded late that was in time), or by a dose taken after the slot's grace ran out (the
-        next dose), never by a dose counted for an earlier slot: every slot up to the later of the latest slot
-        counted for a dose and the last dose minus grace. (A dose at exactly a slot plus grace is within that
-        slot's grace, so it cannot be counted for an earlier slot: the two bounds may both be inclusive.)"""
+        next dose), never by a dose counted for an earlier slot (docs/checks.md). That is every slot up to the later
+        of the latest slot counted for a dose and the last dose minus grace: on `times` a dose counted for a later
+        slot is past the grace of every earlier slot left unsatisfied (within it, it would have taken that slot),
+        and a dose at exactly a slot plus grace is within that slot's grace, so both bounds are inclusive."""
         last_dose = bottle.get("last_dose_time")
         notified = bottle["late_episode"]
         # Guarded by the doses it read too: one uploaded late moves `dose_seq`, not always `last_dose_time`.
