@@ -1,10 +1,12 @@
 """Property: for random device event streams (some events buffered and delivered hours late) and random check
 instants, running the three checks any number of times at any of those instants records exactly one notification
-per true episode, and sends each (unless withheld) exactly once.
+per true episode, and sends each (unless withheld) exactly once; a late dose's is resolved at the first check,
+from the one that found it on, at which the doses delivered by then resolve it.
 
 The true episodes come from an oracle written from the spec, independently of the app: at each check instant, the
 episodes the events delivered by then show (a late slot stays an episode even if a dose delivered later turns out
-to have been in time: the user was notified)."""
+to have been in time: the user was notified). A late slot is resolved by a dose counted for it or a later slot, or
+by a dose after its grace (docs/checks.md)."""
 
 import itertools
 from datetime import UTC, date, datetime, time, timedelta
@@ -29,6 +31,8 @@ SCHEDULES: list[dict[str, Any]] = [
     {"times": ["08:00", "20:00"], "timezone": "Europe/Rome"},
     {"times": ["07:30", "13:00", "19:30"], "timezone": "Europe/Rome"},
     {"times": ["09:00"], "timezone": "America/New_York"},
+    {"times": ["08:00", "09:00", "20:00"], "timezone": "Europe/Rome"},  # 08:00 and 09:00 share doses' grace
+    {"every_hours": 2},
     {"every_hours": 4},
     {"every_hours": 8},
     {"every_hours": 12},
@@ -77,20 +81,27 @@ def times_slots(schedule: dict[str, Any], end: datetime) -> list[datetime]:
 def late_episodes(schedule: dict[str, Any], grace: timedelta, events: list[Event], checks: list[datetime]) -> Episodes:
     found: Episodes = set()
     for check in checks:
-        doses = sorted(at for at, kind, got in events if kind == "dose" and got <= check)
-        found |= {("late_dose", slot) for slot in late_slots(schedule, grace, doses, check)}
+        late, _ = matching(schedule, grace, delivered_doses(events, check), check)
+        found |= {("late_dose", slot) for slot in late}
     return found
 
 
-def late_slots(schedule: dict[str, Any], grace: timedelta, doses: list[datetime], now: datetime) -> list[datetime]:
-    """The slots late at `now` given these doses."""
-    late = []
+def delivered_doses(events: list[Event], check: datetime) -> list[datetime]:
+    return sorted(at for at, kind, got in events if kind == "dose" and got <= check)
+
+
+def matching(
+    schedule: dict[str, Any], grace: timedelta, doses: list[datetime], now: datetime
+) -> tuple[list[datetime], dict[datetime, datetime]]:
+    """The slots late at `now` given these doses, and the slot each dose counts for."""
+    late, counted = [], {}
     if "times" in schedule:
-        slots, satisfied = times_slots(schedule, now), set()
+        slots, satisfied = times_slots(schedule, now + grace), set()
         for dose in doses:  # each dose, in time order, takes the earliest free slot within grace either side
             free = [s for s in slots if s not in satisfied and abs(dose - s) <= grace]
             if free:
                 satisfied.add(free[0])
+                counted[dose] = free[0]
         late = [s for s in slots if s + grace <= now and s not in satisfied]
     else:
         every, due = timedelta(hours=schedule["every_hours"]), START + timedelta(hours=schedule["every_hours"])
@@ -98,11 +109,28 @@ def late_slots(schedule: dict[str, Any], grace: timedelta, doses: list[datetime]
             while due + grace < dose:
                 late.append(due)
                 due += every
+            counted[dose] = due  # however early
             due = dose + every
         while due + grace <= now:
             late.append(due)
             due += every
-    return late
+    return late, counted
+
+
+def late_resolutions(
+    schedule: dict[str, Any], grace: timedelta, events: list[Event], checks: list[datetime]
+) -> dict[datetime, datetime | None]:
+    """Each late slot and the check that resolves its notification: the first, from the one that found the slot
+    late on, at which a delivered dose is counted for the slot or a later one, or was taken after its grace."""
+    resolved: dict[datetime, datetime | None] = {}
+    for check in checks:
+        doses = delivered_doses(events, check)
+        late, counted = matching(schedule, grace, doses, check)
+        resolved |= {slot: None for slot in late if slot not in resolved}
+        for slot in [s for s, at in resolved.items() if at is None]:
+            if any(dose > slot + grace or (dose in counted and counted[dose] >= slot) for dose in doses):
+                resolved[slot] = check
+    return resolved
 
 
 # --- the app -------------------------------------------------------------------------------------------------
@@ -174,6 +202,8 @@ def test_one_notification_per_true_episode_however_often_the_checks_run(schedule
     sent = sorted(m["notification_id"] for m in world.sent)
     assert sent == sorted(n["_id"] for n in recorded if n["delivery"] != "withheld")
     assert all(n["resolved_at"] is None or n["resolved_at"] >= n["created_at"] for n in recorded)
+    late = {n["episode_start"]: n["resolved_at"] for n in recorded if n["kind"] == "late_dose"}
+    assert late == late_resolutions(schedule, timedelta(minutes=grace_minutes), timed_events, check_instants)
 
 
 def test_the_oracle_knows_a_dst_free_may_day_in_rome() -> None:

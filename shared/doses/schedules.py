@@ -163,11 +163,13 @@ def satisfied_slots(slots: Sequence[datetime], doses: Iterable[datetime], grace:
 
 @dataclass(frozen=True)
 class Review:
-    """What a bottle's doses say from its stored due slot on: the slots that went late (in order) and the
-    slot due next (not late yet)."""
+    """What a bottle's doses say from its stored due slot on: the slots that went late (in order), the slot
+    due next (not late yet), and the latest slot the schedule counts a dose for (None: none), by which the
+    check resolves late-dose notifications (a dose counted for an earlier slot never resolves a later one)."""
 
     late: list[datetime]
     next_due: datetime
+    latest_counted: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,8 @@ class DosePlan:
         satisfied = satisfied_slots(slots, doses, self.grace)
         pending = [s for s in slots if s >= due and s not in satisfied]
         late = [s for s in pending if s + self.grace <= now]
-        return Review(late=late, next_due=next(s for s in pending if s + self.grace > now))
+        next_due = next(s for s in pending if s + self.grace > now)
+        return Review(late=late, next_due=next_due, latest_counted=max(satisfied, default=None))
 
     def _review_interval(
         self, every: timedelta, doses: list[datetime], now: datetime, history_full: bool, lowest: datetime
@@ -237,12 +240,15 @@ class DosePlan:
                     due = dose + every
             doses = [d for d in doses if d >= self.start]
         late: list[datetime] = []
+        counted = None
         for dose in doses:
-            # Slots whose grace ran out before this dose are late; the dose restarts the count.
-            self._late_slots(every, due, _ceil_div(dose - self.grace - due, every), lowest, late)
+            # Slots whose grace ran out before this dose are late; the dose counts for the slot after them (however
+            # early) and restarts the count.
+            counted = self._late_slots(every, due, _ceil_div(dose - self.grace - due, every), lowest, late)
             due = dose + every
         count = (now - self.grace - due) // every + 1 if due + self.grace <= now else 0
-        return Review(late=late, next_due=self._late_slots(every, due, count, lowest, late))
+        next_due = self._late_slots(every, due, count, lowest, late)
+        return Review(late=late, next_due=next_due, latest_counted=counted)
 
     @staticmethod
     def _late_slots(every: timedelta, due: datetime, count: int, lowest: datetime, late: list[datetime]) -> datetime:

@@ -30,6 +30,7 @@ from pymongo.errors import PyMongoError
 
 from shared import metrics
 from shared.doses.due_tracking import plan_of, review_update
+from shared.doses.schedules import DosePlan, Review
 from shared.notifications import delivery
 from shared.notifications import documents as notifications
 from shared.notifications.documents import KINDS, Episode, Kind
@@ -456,29 +457,40 @@ def _silent_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
 
 
 def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
-    def detect(bottle: Document, writes: Writes) -> None:
-        plan, doses = plan_of(bottle), bottle.get("doses", [])
-        review = plan.review(
+    def review_of(bottle: Document, plan: DosePlan) -> Review:
+        doses = bottle.get("doses", [])
+        return plan.review(
             bottle["dose_due"],
             doses,
             now,
             since=bottle.get("dose_review_from"),
             history_full=len(doses) >= settings.dose_history,
         )
+
+    def detect(bottle: Document, writes: Writes) -> None:
+        plan = plan_of(bottle)
+        review = review_of(bottle, plan)
         for slot in review.late:
             writes.episodes.append(_episode(bottle, "late_dose", slot, push=now - (slot + plan.grace) <= PUSH_WITHIN))
         writes.status.append(review_update(bottle, plan, review))
 
     def resolve(bottle: Document, writes: Writes) -> None:
-        """A dose taken at or after a late slot's due time minus grace (the late dose itself, a dose that
-        arrived after its slot was found late, or the next dose) resolves the slot's notification."""
+        """A late slot's notification is resolved by a dose the schedule counts for that slot or a later one (the
+        late dose, one uploaded late that was in time), or by a dose taken after the slot's grace ran out (the
+        next dose), never by a dose counted for an earlier slot (docs/checks.md). That is every slot up to the later
+        of the latest slot counted for a dose and the last dose minus grace: on `times` a dose counted for a later
+        slot is past the grace of every earlier slot left unsatisfied (within it, it would have taken that slot),
+        and a dose at exactly a slot plus grace is within that slot's grace, so both bounds are inclusive."""
         last_dose = bottle.get("last_dose_time")
         notified = bottle["late_episode"]
-        guard = {**_key(bottle), "last_dose_time": last_dose}
+        # Guarded by the doses it read too: one uploaded late moves `dose_seq`, not always `last_dose_time`.
+        guard = {**_key(bottle), "last_dose_time": last_dose, "dose_seq": bottle.get("dose_seq")}
         if last_dose is None:
             writes.status.append(UpdateOne(guard, {"$set": {"dose_pending": False}}))
             return
-        reach = last_dose + plan_of(bottle).grace
+        plan = plan_of(bottle)
+        counted = review_of(bottle, plan).latest_counted
+        reach = last_dose - plan.grace if counted is None else max(counted, last_dose - plan.grace)
         writes.resolutions.append(
             notifications.resolve_up_to(bottle["user_id"], bottle["_id"], "late_dose", reach, now)
         )
