@@ -72,3 +72,11 @@ def test_a_work_message_names_the_partition_it_was_made_for(partition: Partition
 def test_a_malformed_work_message_is_refused_saying_what_is_wrong(message: dict[str, Any], why: str) -> None:
     with pytest.raises(ValueError, match=why):
         Partition.from_message({"feed": ACTIONS_FEED.key, **message})
+
+
+def test_a_partition_is_cosmos_exactly_when_it_has_a_feed_range() -> None:
+    why = "a Cosmos DB partition is named by its feed range, and only it has one"
+    with pytest.raises(ValueError, match=why):
+        Partition(ACTIONS_FEED, 0, 2, cosmos=True)
+    with pytest.raises(ValueError, match=why):
+        Partition(ACTIONS_FEED, 0, 2, feed_range=("", "FF"))
