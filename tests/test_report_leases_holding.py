@@ -75,7 +75,7 @@ def test_a_malformed_work_message_is_refused_saying_what_is_wrong(message: dict[
 
 
 def test_a_partition_is_cosmos_exactly_when_it_has_a_feed_range() -> None:
-    why = "a Cosmos DB partition is named by its feed range, and only it has one"
+    why = "^a Cosmos DB partition is named by its feed range, and only it has one$"
     with pytest.raises(ValueError, match=why):
         Partition(ACTIONS_FEED, 0, 2, cosmos=True)
     with pytest.raises(ValueError, match=why):
