@@ -7,6 +7,8 @@ are longer than the roll-up window of a pass, which would otherwise bring the da
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from shared.reports.change_feed import dispatch
 from shared.settings import Settings
 from tests.test_report_splits_review import tally_passes
@@ -17,13 +19,16 @@ TWO = Settings(reports_partitions=2, change_source="polling")
 MINUTE = timedelta(minutes=1)
 
 
-def test_a_first_pass_that_never_ran_leaves_the_days_since_its_lease_to_the_next_layout(mock_db: Any) -> None:
+@pytest.mark.parametrize("later", [ONE, TWO], ids=["same layout", "next layout"])
+def test_a_first_pass_rolls_up_the_days_since_its_lease_was_made_in_its_layout_or_the_next(
+    mock_db: Any, later: Settings
+) -> None:
     fleet = Fleet(mock_db, ONE)
     dispatch(mock_db, now=DAY, settings=ONE, send=lambda _: None)  # the tally's lease; its passes fail
     fleet.provision("b1", "u1", DAY)
     fleet.send("b1", opened(DAY + 8 * HOUR), now=DAY + 8 * HOUR)
 
-    tally_passes(mock_db, TWO, DAY + timedelta(days=4, minutes=70))
+    tally_passes(mock_db, later, DAY + timedelta(days=4, minutes=70))
 
     day = fleet.daily("u1", DAY)
     assert day is not None

@@ -11,7 +11,7 @@ import pytest
 
 from shared.instants import utc_now
 from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.reports.leases import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.settings import Settings
 from shared.store import schema
 
@@ -22,11 +22,14 @@ FOUR = Settings(reports_partitions=4, change_source="polling")
 ACTIVITY = ("created_at", "claimed_at", "updated_at", "released_at")
 
 
-def legacy_lease(partition: int, of: int, checkpoint_time: datetime, **times: datetime) -> dict[str, Any]:
-    """An actions lease as the code before feed ranges wrote it on MongoDB: no kind, range or retired_at."""
+def legacy_lease(
+    partition: int, of: int, checkpoint_time: datetime, feed: str = ACTIONS_FEED.key, **times: datetime
+) -> dict[str, Any]:
+    """A lease (of the actions feed unless told) as the code before feed ranges wrote it on MongoDB: no kind,
+    range or retired_at."""
     return {
-        "_id": f"reports:{ACTIONS_FEED.key}:buckets:{partition}/{of}",
-        "feed": ACTIONS_FEED.key,
+        "_id": f"reports:{feed}:buckets:{partition}/{of}",
+        "feed": feed,
         "partition": partition,
         "of": of,
         "start_token": None,
@@ -51,9 +54,9 @@ def dispatch_four(db: Any, now: datetime) -> list[Partition]:
     return [p for p in (Partition.from_message(json.loads(m)) for m in sent) if p.feed == ACTIONS_FEED]
 
 
-def retired_at(db: Any, partition: int, of: int) -> datetime | None:
+def retired_at(db: Any, partition: int, of: int, feed: str = ACTIONS_FEED.key) -> datetime | None:
     """When a legacy lease was retired (None: it is live)."""
-    return lease(db, legacy_lease(partition, of, utc_now())["_id"]).get("retired_at")
+    return lease(db, legacy_lease(partition, of, utc_now(), feed)["_id"]).get("retired_at")
 
 
 def lease(db: Any, lease_id: str) -> dict[str, Any]:
@@ -69,7 +72,8 @@ def new_checkpoints(db: Any) -> list[datetime | None]:
 def test_a_new_partition_count_starts_each_range_from_the_legacy_leases_over_it(mock_db: Any) -> None:
     """Legacy layout 1 froze a month ago; layout 2 ran until lately, its halves at different positions. Each new
     quarter starts from the half it lies in: from the oldest of all (or of the frozen layout) it re-reads far more,
-    and a legacy lease whose range is not known would be every new lease's parent."""
+    and a legacy lease whose range is not known would be every new lease's parent. The tally's one legacy lease,
+    the latest to run, is its own feed's layout: it neither keeps nor retires the actions' layouts."""
     now = utc_now()
     frozen, low_half, high_half = now - 30 * DAY, now - 40 * MINUTE, now - 10 * MINUTE
     mock_db[schema.LEASES].insert_many(
@@ -77,6 +81,7 @@ def test_a_new_partition_count_starts_each_range_from_the_legacy_leases_over_it(
             legacy_lease(0, 1, frozen, **all_times(frozen)),
             legacy_lease(0, 2, low_half, **all_times(low_half)),
             legacy_lease(1, 2, high_half, **all_times(high_half)),
+            legacy_lease(0, 1, now - 5 * MINUTE, HEARTBEAT_TALLY.key, **all_times(now - 5 * MINUTE)),
         ]
     )
 
@@ -85,6 +90,7 @@ def test_a_new_partition_count_starts_each_range_from_the_legacy_leases_over_it(
     assert new_checkpoints(mock_db) == [low_half, low_half, high_half, high_half]
     assert retired_at(mock_db, 0, 1) == now  # an earlier layout: at once
     assert [retired_at(mock_db, i, 2) for i in range(2)] == [None, None]
+    assert retired_at(mock_db, 0, 1, HEARTBEAT_TALLY.key) is None
 
     for partition in sent:  # the new leases run once (nothing to read), then the last legacy layout retires
         assert process_partition(mock_db, partition, now=now + MINUTE, settings=FOUR).claimed
