@@ -14,6 +14,7 @@ from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.leases import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.settings import Settings
 from shared.store import schema
+from tests.cosmos_fakes import CosmosTokens
 
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
@@ -23,12 +24,17 @@ ACTIVITY = ("created_at", "claimed_at", "updated_at", "released_at")
 
 
 def legacy_lease(
-    partition: int, of: int, checkpoint_time: datetime, feed: str = ACTIONS_FEED.key, **times: datetime
+    partition: int,
+    of: int,
+    checkpoint_time: datetime,
+    feed: str = ACTIONS_FEED.key,
+    kind: str = "buckets",
+    **times: datetime,
 ) -> dict[str, Any]:
-    """A lease (of the actions feed unless told) as the code before feed ranges wrote it on MongoDB: no kind,
-    range or retired_at."""
+    """A lease (of the actions feed unless told) as the code before feed ranges wrote it: no kind, range or
+    retired_at; `cosmos` in its id for a Cosmos DB physical partition (by its place in the token list)."""
     return {
-        "_id": f"reports:{feed}:buckets:{partition}/{of}",
+        "_id": f"reports:{feed}:{kind}:{partition}/{of}",
         "feed": feed,
         "partition": partition,
         "of": of,
@@ -119,3 +125,26 @@ def test_the_legacy_layout_that_stays_is_the_one_last_made_claimed_checkpointed_
     assert new_checkpoints(mock_db) == [now - 40 * MINUTE] * 4
     assert retired_at(mock_db, 0, 1) == now
     assert [retired_at(mock_db, i, 2) for i in range(2)] == [None, None]
+
+
+def test_on_cosmos_a_bucket_layout_the_old_code_fell_back_to_is_an_earlier_layout_too(mock_db: Any) -> None:
+    """The code before ranges read a Cosmos DB feed by bucket ranges whenever GetChangeStreamTokens gave no tokens
+    (and its first versions always did): such a bucket layout, frozen a month ago, is as much an earlier layout as
+    a frozen physical-partition one. Kept live beside the physical partitions' layout that ran since, it would be
+    every new feed-range lease's parent (another kind: it read the whole key space), and each would re-read the
+    month from its frozen checkpoint."""
+    now = utc_now()
+    frozen, lately = now - 30 * DAY, now - 40 * MINUTE
+    mock_db[schema.LEASES].insert_many(
+        [
+            *(legacy_lease(i, 4, frozen, **all_times(frozen)) for i in range(4)),
+            *(legacy_lease(i, 2, lately, kind="cosmos", **all_times(lately)) for i in range(2)),
+        ]
+    )
+    streams = Settings(reports_partitions=4, change_source="change_stream")
+
+    dispatch(CosmosTokens(mock_db, partitions=2), now=now, settings=streams, send=lambda _: None, on_cosmos=True)
+
+    ranges = mock_db[schema.LEASES].find({"feed": ACTIONS_FEED.key, "range": {"$exists": True}})
+    assert [doc["checkpoint_time"] for doc in ranges] == [lately, lately]
+    assert [retired_at(mock_db, i, 4) for i in range(4)] == [now] * 4
