@@ -296,11 +296,13 @@ def _without_earlier_legacy_layouts(
     are retired now. That code never retired a lease, so every layout it ever ran is live, the earlier ones frozen
     where their layout ended (on Cosmos DB the first one, weeks back), and their ranges are unknown (they overlap
     everything): as parents, they would start each new lease from the feed's oldest checkpoint ever. Of each feed's
-    and kind's legacy layouts (by `of`), the last one to run stays: it started from all the earlier ones."""
-    layouts: dict[tuple[str, str], dict[Any, list[Mapping[str, Any]]]] = {}
+    legacy layouts (by kind and `of`), the last one to run stays: it started from all the earlier ones. Kinds count
+    as layouts of one feed: on Cosmos DB that code read a feed by bucket ranges whenever GetChangeStreamTokens gave
+    no tokens, and a frozen bucket layout kept beside the physical partitions' would be every new lease's parent."""
+    layouts: dict[str, dict[tuple[str, Any], list[Mapping[str, Any]]]] = {}
     for doc in live:
         if "range" not in doc:
-            layouts.setdefault((doc["feed"], _span_of(doc)[0]), {}).setdefault(doc.get("of"), []).append(doc)
+            layouts.setdefault(doc["feed"], {}).setdefault((_span_of(doc)[0], doc.get("of")), []).append(doc)
     earlier: set[Any] = set()
     for by_count in layouts.values():
         last = max(by_count.values(), key=_last_active)
