@@ -93,3 +93,20 @@ def test_a_paced_sweep_s_budget_leaves_out_its_waits_but_not_its_work(
     assert len(time_.slept) == 4
     assert time_.now - sum(time_.slept) == pytest.approx(50)  # the work: five batches of 10 s
     assert (done.paced, done.complete, done.examined, done.notified) == (True, False, 5, 5)
+
+
+def test_a_sweep_that_used_its_budget_up_still_sends_what_it_recorded(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unpaced, and the first batch takes 50 s of a 45 s budget: the run stops there, and still has a request
+    deadline's time to send that batch's notification."""
+    set_setting(monkeypatch, "CHECK_LATE_DOSES_SPREAD_MINUTES", "0")
+    set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "45")
+    late(world, BOTTLES)
+    time_ = FakeTime()
+    slow_store(monkeypatch, time_, 50)
+
+    done = run(world, "late_dose", time_, [])
+
+    assert (done.complete, done.examined, done.notified) == (False, 1, 1)
+    assert (done.queued, done.send_out_of_time) == (1, False)
