@@ -20,15 +20,17 @@ def world(mock_db: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     bench.stop()
 
 
-def test_doses_on_time_are_never_late_though_the_checks_ran_only_after_the_history_rolled_over(
-    world: World,
-) -> None:
+def test_a_buffered_dose_older_than_the_history_kept_makes_no_slot_late(world: World) -> None:
+    """Every slot's dose on time; the first one (+8 h) was buffered and arrives only after two newer ones, when
+    the bottle keeps just those two: the check reviews from that dose (the earliest that arrived), finds it
+    gone from the history, and counts from the oldest dose kept."""
     start = world.now
     world.provision(schedule={"every_hours": 8})
-    for hours in (8, 16, 24):  # each slot's dose on time; the bottle keeps only the last two
+    for hours in (16, 24):
         world.at(start + h(hours)).dose()
+    world.at(start + h(25)).dose(at=start + h(8))  # uploaded at +25 h: older than both doses kept
 
-    assert world.at(start + h(25)).check("late_dose") == []  # the checks were down until now
+    assert world.after(minutes=30).check("late_dose") == []  # the checks were down until now
 
     assert world.notifications("late_dose") == []
     assert world.status()["next_dose_due"] == "2026-05-05T13:00:00.000Z"  # 8 hours after the last dose
