@@ -26,7 +26,9 @@ def counted_for_user_a(db: Database[Any]) -> None:
     db[schema.BOTTLE_HEARTBEATS].insert_one(doc | {"bottle_id": "bottle-1"})
     refresh_hourly(db, CHANGES, stamp=at(12, 1), policy=POLICY)
     refresh_daily(db, {("user-a", DAY)}, POLICY)
-    assert db[schema.USER_DAILY_REPORTS].find_one({"_id": daily_id("user-a", DAY)})["heartbeats"] == 1
+    day = db[schema.USER_DAILY_REPORTS].find_one({"_id": daily_id("user-a", DAY)})
+    assert day is not None
+    assert day["heartbeats"] == 1
 
 
 def reassigned_to_user_b(db: Database[Any]) -> None:
