@@ -5,6 +5,7 @@ nothing else."""
 from datetime import timedelta
 from typing import Any
 
+from shared.heartbeat_document import KEY, OWNERS, RING, RING_TIME
 from shared.instants import hour_of
 from shared.reports import aggregation
 from shared.reports.aggregation import CLAUSES_PER_QUERY, Change, refresh_hourly
@@ -58,3 +59,30 @@ def test_a_page_of_more_bottles_than_one_query_names_counts_the_heartbeats_of_ev
     reports = list(mock_db[schema.USER_HOURLY_REPORTS].find({"hour": at(10)}))
     assert sorted(r["user_id"] for r in reports) == [f"user-{b}" for b in bottles]
     assert all(r["heartbeats"] == 1 for r in reports)
+
+
+def test_a_recompute_reads_the_named_heartbeat_documents_and_of_them_only_what_it_counts(mock_db):
+    """The heartbeat documents of the bottles a page names, no other bottle's; and of each only the fields the
+    counts need (not, say, the device key's digest): a smaller reply for every document of every page."""
+    for b in ("bottle-1", "bottle-2"):
+        doc = heartbeat_doc([(at(10, 3), False)], user_id="user-a", owners=[], written=at(12))
+        mock_db[schema.BOTTLE_HEARTBEATS].insert_one(doc | {"_id": b, "bottle_id": b, KEY: b"digest"})
+
+    found = aggregation.load_heartbeat_documents(mock_db, {"bottle-1"}, POLICY)
+
+    assert [d["_id"] for d in found] == ["bottle-1"]
+    assert KEY not in found[0]
+    assert set(found[0]) == {"_id", "bottle_id", "user_id", "medication", OWNERS, RING, RING_TIME}
+
+
+def test_a_recompute_reads_of_each_action_only_what_it_counts(mock_db):
+    key = provisioned("bottle-1")
+    hour = hour_of(ago(hours=3))
+    assert post_events("bottle-1", key, opened(hour, event_id="e1")).status == 202
+    stored = mock_db[schema.BOTTLE_ACTIONS].find_one({"bottle_id": "bottle-1"})
+
+    found = aggregation.load_actions(mock_db, {("bottle-1", hour)}, POLICY)
+
+    [action] = found[("bottle-1", hour)]
+    assert set(stored) - set(action)  # the stored action has fields the counts do not read
+    assert set(action) <= {"_id", *aggregation._ACTION_FIELDS}
