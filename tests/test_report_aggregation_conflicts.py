@@ -8,7 +8,7 @@ from typing import Any
 
 from pymongo.database import Database
 
-from shared.instants import hour_of, utc_now
+from shared.instants import hour_of, to_stored, utc_now
 from shared.reports import aggregation
 from shared.reports.aggregation import Change, refresh_hourly
 from shared.reports.documents import hourly_document, hourly_id
@@ -121,3 +121,5 @@ def test_a_write_that_lost_to_another_of_the_same_millisecond_is_merged_again(mo
 
     found = entries(mock_db, hour)
     assert (found["bottle-1"]["opened"], found["bottle-2"]["heartbeats"]) == (1, 4)
+    # Stamped past the other writer's version, so a reader that polled by `updated_at` after it sees this one.
+    assert reports.find_one({"_id": hourly_id(USER, hour)})["updated_at"] > to_stored(stamp)
