@@ -37,18 +37,28 @@ def reassigned_to_user_b(db: Database[Any]) -> None:
     db[schema.BOTTLE_HEARTBEATS].update_one({"_id": "bottle-1"}, {"$set": moved})
 
 
-def test_a_user_hour_left_counting_nothing_is_deleted_and_its_rolled_up_day_with_it(mock_db):
+def test_user_hours_left_counting_nothing_are_deleted_and_their_rolled_up_days_with_them(mock_db):
+    """bottle-1 (user-a's) and bottle-3 (user-c's) both went to user-b within their 10:00-10:05 heartbeat's slot:
+    user-a's and user-c's hours are deleted and their days rolled up again at once; user-b's hour and day written."""
     counted_for_user_a(mock_db)
+    doc = heartbeat_doc([(at(10, 3), False)], user_id="user-c", owners=[], written=at(12))
+    mock_db[schema.BOTTLE_HEARTBEATS].insert_one(doc | {"_id": "bottle-3", "bottle_id": "bottle-3"})
+    changes = [*CHANGES, Change(schema.BOTTLE_HEARTBEATS, "bottle-3", None)]
+    refresh_hourly(mock_db, changes, stamp=at(12, 2), policy=POLICY)
+    refresh_daily(mock_db, {("user-c", DAY)}, POLICY)
     reassigned_to_user_b(mock_db)
+    moved = {"user_id": "user-b", OWNERS: [{"user_id": "user-c", "until": at(10, 2)}]}
+    mock_db[schema.BOTTLE_HEARTBEATS].update_one({"_id": "bottle-3"}, {"$set": moved})
 
-    result = refresh_hourly(mock_db, CHANGES, stamp=at(12, 10), policy=POLICY, rolled_up_before=DAY + timedelta(days=2))
+    result = refresh_hourly(mock_db, changes, stamp=at(12, 10), policy=POLICY, rolled_up_before=DAY + timedelta(days=2))
 
     hourly, daily = mock_db[schema.USER_HOURLY_REPORTS], mock_db[schema.USER_DAILY_REPORTS]
-    assert hourly.find_one({"_id": hourly_id("user-a", at(10))}) is None
-    assert daily.find_one({"_id": daily_id("user-a", DAY)}) is None
-    assert hourly.find_one({"_id": hourly_id("user-b", at(10))})["heartbeats"] == 1
-    assert daily.find_one({"_id": daily_id("user-b", DAY)})["heartbeats"] == 1
-    assert result.written == 2  # user-a's hour deleted, user-b's written
+    for user_id in ("user-a", "user-c"):
+        assert hourly.find_one({"_id": hourly_id(user_id, at(10))}) is None
+        assert daily.find_one({"_id": daily_id(user_id, DAY)}) is None
+    assert hourly.find_one({"_id": hourly_id("user-b", at(10))})["heartbeats"] == 2
+    assert daily.find_one({"_id": daily_id("user-b", DAY)})["heartbeats"] == 2
+    assert result.written == 3  # user-a's and user-c's hours deleted, user-b's written
 
 
 def test_a_user_hour_another_writer_changed_after_it_was_read_is_not_deleted(mock_db, monkeypatch):
