@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from pymongo.database import Database
 
 from shared.instants import hour_of, to_stored, utc_now
@@ -13,7 +14,7 @@ from shared.reports import aggregation
 from shared.reports.aggregation import Change, refresh_hourly
 from shared.reports.documents import hourly_document, hourly_id
 from shared.store import schema
-from shared.store.retries import RetryPolicy
+from shared.store.retries import RetryPolicy, StoreUnavailable
 from tests.api import SPEC, ago, heartbeat, opened, post_events, provisioned
 from tests.test_report_writes import stale_entry
 
@@ -123,3 +124,15 @@ def test_a_write_that_lost_to_another_of_the_same_millisecond_is_merged_again(mo
     assert (found["bottle-1"]["opened"], found["bottle-2"]["heartbeats"]) == (1, 4)
     # Stamped past the other writer's version, so a reader that polled by `updated_at` after it sees this one.
     assert reports.find_one({"_id": hourly_id(USER, hour)})["updated_at"] > to_stored(stamp)
+
+
+def test_a_user_hour_that_keeps_changing_under_the_merge_is_a_store_unavailable_naming_the_hourly_reports(
+    mock_db, monkeypatch
+):
+    key = provisioned("bottle-1")
+    hour = hour_of(ago(hours=3))
+    assert post_events("bottle-1", key, opened(hour + timedelta(minutes=1), event_id="e1")).status == 202
+    monkeypatch.setattr(aggregation, "write_guarded", lambda _collection, writes, _policy: [False] * len(writes))
+
+    with pytest.raises(StoreUnavailable, match=r"^hourly reports kept changing"):
+        refresh_hourly(mock_db, action_changes(mock_db, "bottle-1"), stamp=utc_now(), policy=POLICY)
