@@ -224,3 +224,25 @@ def test_polling_on_cosmos_db_partitions_by_buckets_without_asking_for_change_st
 
     assert partitions
     assert not any(p.cosmos for p in partitions)
+
+
+@pytest.mark.parametrize(
+    ("uri", "by_feed_range"),
+    [
+        ("mongodb://pillbottle:secret@pillbottle.mongo.cosmos.azure.com:10255/?ssl=true&replicaSet=globaldb", True),
+        ("mongodb://localhost:27017/", False),
+    ],
+)
+def test_the_timer_s_dispatch_tells_cosmos_db_by_its_connection_string(
+    uri: str, by_feed_range: bool, mock_db: Any, monkeypatch: Any
+) -> None:
+    """The timer function passes no `on_cosmos`: a Cosmos DB account, known by its endpoint, is read by its
+    physical partitions (one lease per feed range its GetChangeStreamTokens names), any other store by buckets."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "MONGODB_CONNECTION_STRING", uri)
+
+    partitions = actions_partitions(CosmosTokens(mock_db, partitions=3), utc_now())
+
+    assert [p.cosmos for p in partitions] == [by_feed_range] * (
+        3 if by_feed_range else get_settings().reports_partitions
+    )
