@@ -5,6 +5,7 @@ rolled up is rolled up again at once; one another writer changed after it was re
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from pymongo.database import Database
 
 from shared.heartbeat_document import OWNERS
@@ -13,6 +14,7 @@ from shared.reports.aggregation import Change, refresh_daily, refresh_hourly
 from shared.reports.documents import daily_id, hourly_id
 from shared.store import schema
 from shared.store.retries import RetryPolicy
+from tests.test_report_aggregation_daily import clock_after_day  # noqa: F401 - the fixture, used below
 from tests.test_report_documents_owners import DAY, at, heartbeat_doc
 from tests.test_report_writes import stale_entry
 
@@ -35,6 +37,9 @@ def reassigned_to_user_b(db: Database[Any]) -> None:
     """bottle-1 went to user-b at 10:02, within the heartbeat's 5-minute slot: the heartbeat is user-b's now."""
     moved = {"user_id": "user-b", OWNERS: [{"user_id": "user-a", "until": at(10, 2)}]}
     db[schema.BOTTLE_HEARTBEATS].update_one({"_id": "bottle-1"}, {"$set": moved})
+
+
+pytestmark = pytest.mark.usefixtures("clock_after_day")
 
 
 def test_user_hours_left_counting_nothing_are_deleted_and_their_rolled_up_days_with_them(mock_db):
