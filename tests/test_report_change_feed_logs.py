@@ -3,7 +3,7 @@ to act: which partition, what the store answered, from where it carries on; whic
 were left out or named twice, and which leases are left over them; a lease a failed run could not release."""
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,6 +12,7 @@ from pymongo.errors import AutoReconnect, OperationFailure
 from shared.instants import format_instant, utc_now
 from shared.reports import change_feed
 from shared.reports.change_feed import process_partition
+from shared.reports.leases import Partition
 from shared.settings import get_settings
 from shared.store import schema
 from tests.cosmos_fakes import CosmosTokens
@@ -49,26 +50,37 @@ class RefusingStream:
         pass
 
 
+def refused_position(mock_db: Any, known: bool, errmsg: str, code: int) -> tuple[Partition, datetime, OperationFailure]:
+    """A change-stream partition with a saved token (and, if `known`, a checkpoint time 5 minutes back), and the
+    refusal its stream answers: carrying the server's errmsg if `known`, else bare."""
+    partition = actions_partition_with_token(mock_db, utc_now())
+    checkpoint = (utc_now() - 5 * MINUTE).replace(microsecond=0)
+    if known:
+        mock_db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"checkpoint_time": checkpoint}})
+    details = {"errmsg": errmsg, "code": code} if known else None
+    return partition, checkpoint, OperationFailure(errmsg, code=code, details=details)
+
+
+def recovery_words(known: bool, refusal: OperationFailure, checkpoint: datetime) -> tuple[str, str, int]:
+    """What a refused position's warning says: the server's answer, the checkpoint it recovers from, the overlap."""
+    answer = str(refusal.details["errmsg"]) if known and refusal.details else str(refusal)
+    since = format_instant(checkpoint) if known else "(none: from the start)"
+    return answer, since, get_settings().reports_poll_overlap_seconds
+
+
 @pytest.mark.parametrize("known", [True, False], ids=["with-checkpoint-and-errmsg", "from-the-start"])
 def test_a_position_refused_at_the_first_read_is_logged_with_the_partition_the_answer_and_where_it_recovers_from(
     mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, known: bool
 ) -> None:
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
-    partition = actions_partition_with_token(mock_db, utc_now())
-    checkpoint = (utc_now() - 5 * MINUTE).replace(microsecond=0)
-    if known:
-        mock_db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"checkpoint_time": checkpoint}})
-    details = {"errmsg": "PartitionKeyRangeGone", "code": 280} if known else None
-    refusal = OperationFailure("PartitionKeyRangeGone", code=280, details=details)
+    partition, checkpoint, refusal = refused_position(mock_db, known, "PartitionKeyRangeGone", 280)
 
     with caplog.at_level(logging.WARNING):
         process_partition(
             mock_db, partition, now=utc_now(), settings=get_settings(), watch=lambda p, t: RefusingStream(refusal)
         )
 
-    answer = "PartitionKeyRangeGone" if known else str(refusal)
-    since = format_instant(checkpoint) if known else "(none: from the start)"
-    overlap = get_settings().reports_poll_overlap_seconds
+    answer, since, overlap = recovery_words(known, refusal, checkpoint)
     assert messages(caplog, logging.WARNING) == [
         f"reports: {partition.lease_id}: the change stream refused its saved position at its first read (code 280: "
         f"{answer}); the next run recovers from the checkpoint time {since} minus {overlap}s"
@@ -205,12 +217,7 @@ def test_a_rejected_resume_token_is_logged_with_the_partition_the_answer_and_whe
     mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, known: bool
 ) -> None:
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
-    partition = actions_partition_with_token(mock_db, utc_now())
-    checkpoint = (utc_now() - 5 * MINUTE).replace(microsecond=0)
-    if known:
-        mock_db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"checkpoint_time": checkpoint}})
-    details = {"errmsg": "resume token expired", "code": 286} if known else None
-    refusal = OperationFailure("resume token expired", code=286, details=details)
+    partition, checkpoint, refusal = refused_position(mock_db, known, "resume token expired", 286)
 
     with caplog.at_level(logging.INFO):
         run = process_partition(
@@ -218,9 +225,7 @@ def test_a_rejected_resume_token_is_logged_with_the_partition_the_answer_and_whe
         )
 
     assert run.recovered
-    answer = "resume token expired" if known else str(refusal)
-    since = format_instant(checkpoint) if known else "(none: from the start)"
-    overlap = get_settings().reports_poll_overlap_seconds
+    answer, since, overlap = recovery_words(known, refusal, checkpoint)
     assert messages(caplog, logging.WARNING) == [
         f"reports: the resume token of {partition.lease_id} was rejected (code 286: {answer}); recovering from its "
         f"checkpoint time {since} minus {overlap}s, then continuing on a new change stream"
