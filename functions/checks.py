@@ -9,6 +9,7 @@ import time
 
 import azure.functions as func
 
+from functions.bindings import QueueMessages
 from shared.instants import utc_now
 from shared.notifications.checks import CheckPartition, dispatch, run_check
 from shared.notifications.documents import Kind
@@ -24,7 +25,7 @@ QUEUE = "%CHECKS_QUEUE%"
 CONNECTION = "AzureWebJobsStorage"
 
 
-def _dispatch(function: str, kind: Kind, timer: func.TimerRequest, work: func.Out[list[str]]) -> None:
+def _dispatch(function: str, kind: Kind, timer: func.TimerRequest, work: func.Out[QueueMessages]) -> None:
     """A past-due run (the host was down or busy) is an ordinary run: the partitions' sweeps catch up."""
     started = time.perf_counter()
     dispatched = dispatch(kind, settings=get_settings(), send=work.set)
@@ -40,21 +41,21 @@ def _dispatch(function: str, kind: Kind, timer: func.TimerRequest, work: func.Ou
 @bp.function_name("check_open_bottles")
 @bp.timer_trigger(arg_name="timer", schedule="%CHECK_OPEN_BOTTLES_SCHEDULE%", run_on_startup=False, use_monitor=True)
 @bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
-def check_open_bottles(timer: func.TimerRequest, work: func.Out[list[str]]) -> None:
+def check_open_bottles(timer: func.TimerRequest, work: func.Out[QueueMessages]) -> None:
     _dispatch("check_open_bottles", "left_open", timer, work)
 
 
 @bp.function_name("check_silent_bottles")
 @bp.timer_trigger(arg_name="timer", schedule="%CHECK_SILENT_BOTTLES_SCHEDULE%", run_on_startup=False, use_monitor=True)
 @bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
-def check_silent_bottles(timer: func.TimerRequest, work: func.Out[list[str]]) -> None:
+def check_silent_bottles(timer: func.TimerRequest, work: func.Out[QueueMessages]) -> None:
     _dispatch("check_silent_bottles", "silent", timer, work)
 
 
 @bp.function_name("check_late_doses")
 @bp.timer_trigger(arg_name="timer", schedule="%CHECK_LATE_DOSES_SCHEDULE%", run_on_startup=False, use_monitor=True)
 @bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
-def check_late_doses(timer: func.TimerRequest, work: func.Out[list[str]]) -> None:
+def check_late_doses(timer: func.TimerRequest, work: func.Out[QueueMessages]) -> None:
     _dispatch("check_late_doses", "late_dose", timer, work)
 
 

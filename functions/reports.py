@@ -8,6 +8,7 @@ import time
 
 import azure.functions as func
 
+from functions.bindings import QueueMessages
 from functions.responses import handles_errors, json_response
 from shared.ids import check_id
 from shared.instants import utc_now
@@ -28,7 +29,7 @@ CONNECTION = "AzureWebJobsStorage"
 @bp.function_name("aggregate_reports")
 @bp.timer_trigger(arg_name="timer", schedule="%REPORTS_SCHEDULE%", run_on_startup=False, use_monitor=True)
 @bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
-def aggregate_reports(timer: func.TimerRequest, work: func.Out[list[str]]) -> None:
+def aggregate_reports(timer: func.TimerRequest, work: func.Out[QueueMessages]) -> None:
     started = time.perf_counter()
     run = dispatch(get_database(), now=utc_now(), settings=get_settings(), send=work.set)
     log_invocation(

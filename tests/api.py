@@ -5,14 +5,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import azure.functions as func
-
 from functions import bottles, device_events
 from shared.instants import utc_now
+from tests import invoke
 
-_provision = bottles.provision_bottle.build().get_user_function()
-_get_bottle = bottles.get_bottle.build().get_user_function()
-_post_events = device_events.post_events.build().get_user_function()
+_provision = bottles.provision_bottle
+_get_bottle = bottles.get_bottle
+_post_events = device_events.post_events
 
 SPEC: dict[str, Any] = {
     "user_id": "willcross1024",
@@ -39,10 +38,9 @@ def _call(
     headers: dict[str, str] | None = None,
     params: dict[str, str] | None = None,
 ) -> Response:
-    request = func.HttpRequest(
-        method=method, url=url, headers=headers or {}, params=params or {}, route_params=route, body=body
+    response = invoke.http(
+        handler, method=method, url=url, headers=headers, params=params, route_params=route, body=body
     )
-    response = handler(request)
     raw = response.get_body()
     return Response(response.status_code, json.loads(raw) if raw else None, dict(response.headers))
 

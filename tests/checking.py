@@ -5,14 +5,11 @@ queue trigger would), and a fake notifications queue in place of the Storage que
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from azure.functions.queue import QueueMessage as HostQueueMessage
-
-from functions import checks as check_functions
 from shared.instants import set_clock
 from shared.notifications import delivery
 from shared.notifications.checks import CheckPartition, CheckRun, dispatch, run_check
@@ -21,28 +18,26 @@ from shared.notifications.documents import Kind
 from shared.notifications.queue import use_sender
 from shared.settings import Settings, get_settings
 from shared.store import schema
+from tests import invoke
 from tests.api import SPEC, closed, get_bottle, heartbeat, opened, post_events, put_bottle
-from tools.local_host import CollectingOut
 
-TIMERS: dict[Kind, Callable[..., None]] = {
-    "left_open": check_functions.check_open_bottles.build().get_user_function(),
-    "silent": check_functions.check_silent_bottles.build().get_user_function(),
-    "late_dose": check_functions.check_late_doses.build().get_user_function(),
+TIMERS: dict[Kind, str] = {
+    "left_open": "check_open_bottles",
+    "silent": "check_silent_bottles",
+    "late_dose": "check_late_doses",
 }
-WORKER: Callable[..., None] = check_functions.run_check_partition.build().get_user_function()
+WORKER = "run_check_partition"
 
 
 def dispatched(kind: Kind, *, past_due: bool = False) -> list[str]:
-    """One run of the check's timer function: the work messages it output."""
-    work = CollectingOut()
-    TIMERS[kind](timer=FakeTimer(past_due=past_due), work=work)
-    return list(work.get() or [])
+    """One run of the check's timer function, through the runtime: the work messages it output."""
+    return invoke.timer(TIMERS[kind], past_due=past_due)
 
 
 def work(message: str | bytes, *, dequeue_count: int = 1) -> None:
-    """One delivery of a work message to the partition worker function, as the host hands it over."""
-    body = message.encode() if isinstance(message, str) else message
-    WORKER(message=HostQueueMessage(id="message-1", body=body, dequeue_count=dequeue_count))
+    """One delivery of a work message to the partition worker function, through the runtime as the host hands
+    it over (a failing run raises `InvocationFailed` with the runtime's message)."""
+    invoke.queue(WORKER, message, dequeue_count=dequeue_count)
 
 
 def sweep(kind: Kind, *, past_due: bool = False) -> list[str]:
@@ -122,11 +117,6 @@ class FakeQueue:
                     raise SendFailed("queue unreachable")
                 self.accepting -= 1
             self.messages.append(message)
-
-
-@dataclass
-class FakeTimer:
-    past_due: bool = False
 
 
 class World:

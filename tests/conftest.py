@@ -271,7 +271,9 @@ def azurite_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 @pytest.fixture(scope="session")
 def registered_functions() -> dict[str, Any]:
-    """The app's functions by name (app.get_functions() may be called only once per process)."""
-    import function_app
+    """The app's functions by name, as the Functions runtime indexed them and reported them to the host (its
+    `RpcFunctionMetadata`: name, bindings, raw bindings); loaded once per process."""
+    from tools.host.worker import load_app
+    from tools.local_host import APP_ROOT
 
-    return {str(fn.get_function_name()): fn for fn in function_app.app.get_functions()}
+    return {function.name: function for function in load_app(APP_ROOT).functions}

@@ -8,12 +8,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import azure.functions as func
 import mongomock
 import pytest
 from pymongo.errors import PyMongoError
 
-from functions import reports
 from shared import instants
 from shared.instants import set_clock, utc_now
 from shared.reports.change_feed import PartitionRun, dispatch, process_partition
@@ -21,29 +19,18 @@ from shared.reports.leases import FEEDS, Partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import StoreUnavailable
+from tests import invoke
 from tests.api import Response
-from tools.local_host import CollectingOut
-
-_dispatch = reports.aggregate_reports.build().get_user_function()
-_work = reports.aggregate_report_partition.build().get_user_function()
-_get_reports = reports.get_user_reports.build().get_user_function()
-
-
-@dataclass
-class Timer:
-    past_due: bool = False
 
 
 def dispatched() -> list[str]:
-    """One run of the dispatcher timer function: the work messages it sent."""
-    sent = CollectingOut()
-    _dispatch(Timer(), sent)
-    return list(sent.get() or [])
+    """One run of the dispatcher timer function, through the runtime: the work messages it sent."""
+    return invoke.timer("aggregate_reports")
 
 
 def work(message: str) -> None:
-    """One delivery of a work message to the worker function."""
-    _work(func.QueueMessage(body=message.encode()))
+    """One delivery of a work message to the worker function, through the runtime."""
+    invoke.queue("aggregate_report_partition", message)
 
 
 def aggregate(*, hours_later: float = 0) -> list[str]:
@@ -126,15 +113,9 @@ def run_round(db: Any, *, clock: Callable[[], float] | None = None, hours_later:
 
 
 def get_reports(user_id: str, **params: str) -> Response:
-    request = func.HttpRequest(
-        method="GET",
-        url=f"/api/users/{user_id}/reports",
-        headers={},
-        params=params,
-        route_params={"user_id": user_id},
-        body=b"",
+    response = invoke.http(
+        "get_user_reports", url=f"/api/users/{user_id}/reports", params=params, route_params={"user_id": user_id}
     )
-    response = _get_reports(request)
     return Response(response.status_code, json.loads(response.get_body()), dict(response.headers))
 
 

@@ -2,7 +2,8 @@
 HTTP routes, methods and auth levels; timer schedules and queue names from app settings (`%SETTING%`); queue
 output bindings only for work queues that a function of the app consumes (the host writes outputs after the
 function returns, so what must be sent at least once, the notifications, goes with the SDK), and every queue is
-one the infra creates. Written over whatever functions are registered, so new ones are checked as they land."""
+one the infra creates. Written over the functions the pinned Functions runtime indexed and reported to the host
+(tests/conftest.py `registered_functions`), so new ones are checked as they land."""
 
 import json
 import re
@@ -24,7 +25,12 @@ Binding = dict[str, Any]
 
 
 def bindings_of(function: Any) -> list[Binding]:
-    found: list[Binding] = json.loads(function.get_function_json())["bindings"]
+    """A function's bindings from the runtime's metadata (`RpcFunctionMetadata.raw_bindings`), as the host reads
+    them; checked against the typed `bindings` the runtime reported beside them."""
+    found: list[Binding] = [json.loads(raw) for raw in function.raw_bindings]
+    directions = {"IN": 0, "OUT": 1}
+    typed = {name: (info.type, info.direction) for name, info in function.bindings.items()}
+    assert typed == {b["name"]: (b["type"], directions[b["direction"]]) for b in found}, function.name
     return found
 
 

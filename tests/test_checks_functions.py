@@ -26,7 +26,7 @@ DEFAULT_SCHEDULES = {
 
 
 def bindings(registered_functions: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return list(json.loads(registered_functions[name].get_function_json())["bindings"])
+    return [json.loads(raw) for raw in registered_functions[name].raw_bindings]
 
 
 def logged(caplog: pytest.LogCaptureFixture, function: str) -> list[dict[str, Any]]:
@@ -138,7 +138,7 @@ def test_the_local_host_runs_the_checks_and_queues_their_messages_by_the_setting
     monkeypatch.setenv("CHECKS_QUEUE", "sweeps-test")
     monkeypatch.setenv("CHECK_PARTITIONS", "3")
     get_settings.cache_clear()
-    host = LocalHost.from_functions(registered_functions.values())
+    host = LocalHost.load()
     world = World(mock_db, datetime(2026, 5, 4, 9, 0, tzinfo=UTC))
     try:
         world.provision()

@@ -108,7 +108,7 @@ def test_a_malformed_work_message_fails_the_invocation_and_sweeps_nothing(world:
 def test_the_host_retries_a_malformed_work_message_then_moves_it_to_the_poison_queue(
     registered_functions: dict[str, Any], world: World
 ) -> None:
-    host = LocalHost.from_functions(registered_functions.values())
+    host = LocalHost.load()
     checks_queue = get_settings().checks_queue
     host.service.send(checks_queue, '{"kind": "left_open", "partition": 9, "of": 4}', now=START)
 
@@ -242,7 +242,7 @@ def test_partitions_side_by_side_each_swept_twice_at_once_notify_each_episode_on
 def test_a_timer_run_twice_with_its_messages_delivered_to_four_workers_notifies_each_episode_once(
     real_db: Any, registered_functions: dict[str, Any]
 ) -> None:
-    host = LocalHost.from_functions(registered_functions.values())
+    host = LocalHost.load()
     world = World(real_db, START)
     bottles = [f"bottle-{i}" for i in range(8)]
     try:

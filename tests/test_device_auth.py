@@ -11,6 +11,7 @@ from shared.ingestion import authentication
 from shared.store import schema
 from tests.api import ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
 from tests.heartbeats import counted
+from tools.local_host import invoking_thread_name
 
 UNAUTHORIZED = {"error": "unknown bottle or wrong device key", "details": []}
 
@@ -108,7 +109,7 @@ def test_a_request_in_flight_during_a_rotation_leaves_the_revoked_key_refused(db
 
     def read_bottle(*args: Any) -> Any:
         found = real_read(*args)
-        if threading.current_thread().name == "in flight":
+        if invoking_thread_name() == "in flight":
             read.set()
             assert go.wait(timeout=30)
         return found

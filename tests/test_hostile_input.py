@@ -6,13 +6,13 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-import azure.functions as func
 import pytest
 
 from functions import notifications as notification_functions
 from shared.bottles import provisioning
 from shared.heartbeat_document import heartbeat_slots
 from shared.store import schema
+from tests import invoke
 from tests.api import SPEC, ago, get_bottle, heartbeat, iso, opened, post_events, provisioned, put_bottle
 from tests.report_client import get_reports
 
@@ -86,11 +86,7 @@ def test_event_times_whose_offset_leaves_the_range_are_400(db, time):
 
 
 def notifications(user_id: str, **params: str) -> Any:
-    handler = notification_functions.get_user_notifications.build().get_user_function()
-    request = func.HttpRequest(
-        method="GET", url="/api/x", headers={}, params=params, route_params={"user_id": user_id}, body=b""
-    )
-    return handler(request)
+    return invoke.http(notification_functions.get_user_notifications, params=params, route_params={"user_id": user_id})
 
 
 EDGES = ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"]

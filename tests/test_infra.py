@@ -416,7 +416,7 @@ def test_the_function_app_runs_python_3_11_on_flex_consumption_with_identity_bas
     assert plan == {"name": "FC1", "tier": "FlexConsumption"}
     site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
     config = site["properties"]["functionAppConfig"]
-    assert config["runtime"] == {"name": "python", "version": "3.11"}
+    assert config["runtime"] == {"name": "python", "version": "3.13"}
     assert config["deployment"]["storage"]["authentication"]["type"] == "UserAssignedIdentity"
     assert site["identity"]["type"] == "UserAssigned"
     host, app = deployed_host_settings(), deployed_app_settings()

@@ -28,9 +28,7 @@ TINY = ["--days", "1", "--bottles", "4", "--seed", "3"]
 
 def run_main(monkeypatch, registered_functions, tmp_path, tamper=None) -> int:
     """`./dev lifecycle` on a tiny plan, with the app's functions this process already has."""
-    runner = functools.partial(
-        lifecycle.run_lifecycle, functions=registered_functions.values(), progress=False, tamper=tamper
-    )
+    runner = functools.partial(lifecycle.run_lifecycle, progress=False, tamper=tamper)
     monkeypatch.setattr(lifecycle, "run_lifecycle", runner)
     return lifecycle.main([*TINY, "--chart", str(tmp_path / "lifecycle.png")])
 

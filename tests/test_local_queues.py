@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import azure.functions as func
 import pytest
 
+from functions.bindings import QueueMessages
 from shared.instants import set_clock
 from shared.settings import get_settings
 from tools.local_host import PROCESSING_LEASE, LocalHost, QueueTally
@@ -52,7 +52,7 @@ class Recorder:
         return body
 
 
-def fake_functions(rec: Recorder) -> list[Any]:
+def fake_functions(rec: Recorder) -> func.FunctionApp:
     bp = func.Blueprint()
 
     @bp.function_name("tick")
@@ -72,7 +72,7 @@ def fake_functions(rec: Recorder) -> list[Any]:
     @bp.queue_trigger(arg_name="msg", queue_name="relay", connection="AzureWebJobsStorage")
     @bp.queue_output(arg_name="forward", queue_name="%NOTIFICATIONS_QUEUE%", connection="AzureWebJobsStorage")
     @bp.queue_output(arg_name="outbox", queue_name="outbox", connection="AzureWebJobsStorage")
-    def relay(msg: func.QueueMessage, forward: func.Out[list[str]], outbox: func.Out[str]) -> None:
+    def relay(msg: func.QueueMessage, forward: func.Out[QueueMessages], outbox: func.Out[str]) -> None:
         body = rec.saw("relay", msg)
         forward.set([f"{body}-a", f"{body}-b"])
         outbox.set(f"{body}-out")
@@ -111,7 +111,7 @@ def fake_functions(rec: Recorder) -> list[Any]:
 
     app = func.FunctionApp()
     app.register_functions(bp)
-    return list(app.get_functions())
+    return app
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def clock() -> list[datetime]:
 
 
 def make_host(rec: Recorder, clock: list[datetime], options: QueueOptions = OPTIONS) -> LocalHost:
-    host = LocalHost.from_functions(fake_functions(rec), clock=lambda: clock[0], options=options)
+    host = LocalHost.for_app_object(fake_functions(rec), clock=lambda: clock[0], options=options)
     rec.host = host
     return host
 
@@ -313,7 +313,7 @@ def test_a_visibility_delay_holds_a_message_back(rec, clock):
 def test_by_default_the_queues_keep_the_apps_clock(rec):
     set_clock(lambda: T0)
     try:
-        host = LocalHost.from_functions(fake_functions(rec))
+        host = LocalHost.for_app_object(fake_functions(rec))
         host.run_timer("tick")
         assert host.deliver().delivered == 1
     finally:
@@ -350,7 +350,7 @@ def test_the_queue_settings_come_from_host_json(rec, clock, tmp_path: Path):
         visibility_timeout=timedelta(seconds=30),
         max_polling_interval=timedelta(seconds=2),
     )
-    assert LocalHost.from_functions(fake_functions(rec)).options == QueueOptions.from_host_json()
+    assert LocalHost.for_app_object(fake_functions(rec)).options == QueueOptions.from_host_json()
     bare = tmp_path / "host.json"
     bare.write_text(json.dumps({"version": "2.0", "extensions": {"queues": {"batchSize": 8}}}))
     assert QueueOptions.from_host_json(bare) == QueueOptions(batch_size=8, new_batch_threshold=4)  # host defaults
@@ -371,7 +371,7 @@ def test_a_queue_name_storage_refuses_fails_at_indexing():
         pass
 
     with pytest.raises(ValueError, match="Bad_Queue"):
-        LocalHost.from_app(app)
+        LocalHost.for_app_object(app)
 
 
 # --- ./dev serve -----------------------------------------------------------------------------------
@@ -379,7 +379,7 @@ def test_a_queue_name_storage_refuses_fails_at_indexing():
 
 @pytest.fixture
 def serving(rec: Recorder) -> Iterator[LocalServer]:
-    host = LocalHost.from_functions(fake_functions(rec))  # the real clock and host.json
+    host = LocalHost.for_app_object(fake_functions(rec))  # the real clock and host.json
     rec.host = host
     running = LocalServer(host, ("127.0.0.1", 0), queue_workers=2)
     running.start()

@@ -28,7 +28,7 @@ TIMEOUT = 1  # seconds a stalled client keeps its connection in these tests
 
 @pytest.fixture
 def server(real_db, registered_functions):
-    running = LocalServer(LocalHost.from_functions(registered_functions.values()), ("127.0.0.1", 0), timers=False)
+    running = LocalServer(LocalHost.load(), ("127.0.0.1", 0), timers=False)
     running.start()
     yield running
     running.stop()
@@ -119,7 +119,7 @@ def recording_host(calls: list[Call]) -> LocalHost:
         )
         return func.HttpResponse('{"ok":true}', mimetype="application/json")
 
-    return LocalHost.from_app(app)
+    return LocalHost.for_app_object(app)
 
 
 @pytest.fixture
@@ -422,7 +422,7 @@ def ticking_host() -> LocalHost:
     def tick(timer: func.TimerRequest, outbox: func.Out[str]) -> None:
         outbox.set('{"tick":1}')
 
-    return LocalHost.from_app(app)
+    return LocalHost.for_app_object(app)
 
 
 def test_timers_run_on_their_schedules_and_their_queue_messages_are_logged(caplog):
@@ -453,7 +453,7 @@ def test_every_message_a_function_sends_is_logged_as_sent(caplog):
         get_sender(get_settings())(json.dumps({"notified": message.get_body().decode()}))
         outbox.set('{"relayed":1}')
 
-    host = LocalHost.from_app(app)
+    host = LocalHost.for_app_object(app)
     running = LocalServer(host, ("127.0.0.1", 0), timers=False, queue_workers=1)
     with caplog.at_level(logging.INFO, logger="serve"):
         running.start()

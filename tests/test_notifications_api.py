@@ -12,7 +12,7 @@ from shared.notifications.documents import Episode, record
 from shared.store.retries import RetryPolicy
 from tests.api import Response, _call
 
-_get = notification_functions.get_user_notifications.build().get_user_function()
+_get = notification_functions.get_user_notifications
 T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
 
 

@@ -218,11 +218,10 @@ def test_a_device_gets_503_within_10_s_when_the_store_is_unreachable(unreachable
 
 
 def _request(handler: Any, route: dict[str, str], params: dict[str, str] | None = None) -> Any:
-    import azure.functions as func
 
-    return handler.build().get_user_function()(
-        func.HttpRequest(method="GET", url="/api/x", headers={}, params=params or {}, route_params=route, body=b"")
-    )
+    from tests import invoke
+
+    return invoke.http(handler, route_params=route, params=params)
 
 
 @pytest.mark.parametrize(

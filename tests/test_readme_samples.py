@@ -232,9 +232,7 @@ def five_minute_mark_at_or_after(moment: datetime) -> datetime:
 @pytest.fixture
 def server(mock_db, registered_functions, monkeypatch) -> Iterator[LocalServer]:
     use_change_source_of(mock_db, monkeypatch)
-    running = LocalServer(
-        LocalHost.from_functions(registered_functions.values()), ("127.0.0.1", 0), timers=False, queue_workers=0
-    )
+    running = LocalServer(LocalHost.load(), ("127.0.0.1", 0), timers=False, queue_workers=0)
     running.start()
     yield running
     running.stop()

@@ -21,6 +21,7 @@ from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy
 from tests.api import SPEC, ago, heartbeat, opened, post_events, provisioned
 from tests.report_client import set_setting
+from tools.local_host import invoking_thread_name
 from tools.report_truth import reported_totals, source_totals
 
 USER = SPEC["user_id"]
@@ -74,7 +75,7 @@ class Paused:
 
         def recomputed(*args: Any, **kwargs: Any) -> Any:
             parts = real(*args, **kwargs)
-            if threading.current_thread().name == self.name and parts and not self.reached.is_set():
+            if invoking_thread_name() == self.name and parts and not self.reached.is_set():
                 self.reached.set()
                 assert self.resume.wait(timeout=30)
             return parts
@@ -148,7 +149,7 @@ def test_a_tally_worker_whose_lease_was_taken_over_cannot_put_its_older_heartbea
     real_write = aggregation.write_hourly  # what the tally calls (it imports it by name)
 
     def stalling(*args: Any) -> Any:
-        if threading.current_thread().name == "A" and not reached.is_set():
+        if invoking_thread_name() == "A" and not reached.is_set():
             reached.set()
             assert resume.wait(timeout=30)
         return real_write(*args)

@@ -37,7 +37,6 @@ def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions
         seed=11,
         mongodb_uri=None,
         progress=False,
-        functions=registered_functions.values(),
     )
 
     assert sum(s.expected for s in result.scores.values()) > 0, "the plan injected no trouble"
@@ -56,7 +55,7 @@ def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions
 
 
 def test_device_traffic_over_http_against_the_local_server(real_db, registered_functions):
-    server = LocalServer(LocalHost.from_functions(registered_functions.values()), ("127.0.0.1", 0), timers=False)
+    server = LocalServer(LocalHost.load(), ("127.0.0.1", 0), timers=False)
     server.start()
     try:
         tally = run_over_http(
@@ -79,7 +78,6 @@ def test_a_run_too_short_for_any_traffic_still_ends_with_its_report(registered_f
         seed=1,
         mongodb_uri=None,
         progress=False,
-        functions=registered_functions.values(),
     )
 
     assert result.tally.requests == 0

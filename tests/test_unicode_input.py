@@ -5,12 +5,12 @@ caller hands the function, it is a 400 naming the field, and nothing is stored."
 import json
 from typing import Any
 
-import azure.functions as func
 import pytest
 
 from functions import bottles, device_events, notifications, reports
 from shared.heartbeat_document import heartbeat_slots
 from shared.store import schema
+from tests import invoke
 from tests.api import SPEC, Response, ago, heartbeat, iso, opened, post_events, provisioned, put_bottle
 
 LONE = "\ud800"
@@ -74,16 +74,14 @@ def test_a_lone_surrogate_anywhere_in_an_event_is_400_naming_the_field_and_store
 
 
 def call(function: Any, *, route: dict[str, str], params: dict[str, str] | None = None, **options: Any) -> Response:
-    handler = function.build().get_user_function()
-    request = func.HttpRequest(
+    answer = invoke.http(
+        function,
         method=options.get("method", "GET"),
-        url="/api/x",
         headers=options.get("headers", {}),
-        params=params or {},
+        params=params,
         route_params=route,
         body=options.get("body", b""),
     )
-    answer = handler(request)
     return Response(answer.status_code, json.loads(answer.get_body()), dict(answer.headers))
 
 

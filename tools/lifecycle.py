@@ -20,7 +20,7 @@ import random
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -300,14 +300,12 @@ def run_lifecycle(
     bottles: int,
     seed: int,
     workers: int,
-    functions: Iterable[Any] | None = None,
     progress: bool = True,
     tamper: Tamper | None = None,
 ) -> LifecycleResult:
-    """Play the plan through the app's functions (`functions`: the app's registered functions, when the caller
-    already asked the app for them, which it may do only once per process) on the Cosmos-faithful store.
+    """Play the plan through the app's functions, loaded and invoked through the Functions runtime, on the
+    Cosmos-faithful store.
     `tamper(backend_db, host)` runs after the last step and before the checks (the tests plant faults with it)."""
-    import function_app
     from tools.cosmos_store.local import cosmos_local_store
     from tools.cosmos_store.proxy import Options
     from tools.local_host import LocalHost
@@ -333,7 +331,7 @@ def run_lifecycle(
             backend = observer[settings.mongodb_database]
             splitter = Splitter(proxy, backend, planned_documents(life), clock)
             watch.before_read = splitter.in_read
-            host = LocalHost.from_app(function_app.app) if functions is None else LocalHost.from_functions(functions)
+            host = LocalHost.load()
             player = _Player(
                 host=host, clock=clock, splitter=splitter, proxy=proxy, backend=backend, workers=workers, life=life
             )

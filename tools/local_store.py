@@ -92,7 +92,7 @@ def local_store(
             source = "the embedded store"
             stack.enter_context(setting_defaults(CHANGE_SOURCE="polling", REPORTS_POLL_OVERLAP_SECONDS="10"))
             if data_dir:
-                _make_data_dir(data_dir)
+                make_data_dir(data_dir)
             uri = stack.enter_context(secantus_process(data_dir or ":memory:", expire=expire))
         client = open_client(uri, source, event_listeners=listeners or [])
         stack.callback(client.close)
@@ -104,7 +104,7 @@ def local_store(
         yield db
 
 
-def _make_data_dir(path: str) -> None:
+def make_data_dir(path: str) -> None:
     if os.path.exists(path) and not os.path.isdir(path):
         raise CommandFailed(f"--data-dir {path}: not a directory")
     try:

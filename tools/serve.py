@@ -313,12 +313,11 @@ def _serve_until_interrupted(argv: list[str] | None) -> None:
     # Listen first: a port in use is known before the store starts, and the socket is ours meanwhile.
     listening = listen(args.host, args.port)
 
-    import function_app
     from tools.local_store import local_store
 
     with listening, local_store(args.mongodb_uri, data_dir=args.data_dir):  # closed if the store does not start
         server = LocalServer(
-            LocalHost.from_app(function_app.app),
+            LocalHost.load(),
             (args.host, args.port),
             timers=not args.no_timers,
             queue_workers=args.queue_workers,

@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -98,15 +98,12 @@ def run_simulation(
     seed: int,
     mongodb_uri: str | None,
     progress: bool = True,
-    functions: Iterable[Any] | None = None,
     workers: int = 2,
     cosmos: Options | None = None,
 ) -> SimulationResult:
-    """Play the plan through the app's functions (`functions`: the app's registered functions, when the
-    caller already asked the app for them, which it may do only once per process), with `workers` queue
+    """Play the plan through the app's functions, loaded and invoked through the Functions runtime, with `workers` queue
     workers side by side for the queue-triggered functions. `cosmos`: on the Cosmos-faithful store
     (docs/cosmos-store.md) in front of the store, with these options."""
-    import function_app
     from tools.cosmos_store.local import cosmos_local_store, describe_store
     from tools.local_host import LocalHost
     from tools.local_store import local_store, setting_defaults
@@ -137,7 +134,7 @@ def run_simulation(
             settings_used = describe_settings(embedded=mongodb_uri is None)
             if mongodb_uri:
                 _clear(db)
-            host = LocalHost.from_app(function_app.app) if functions is None else LocalHost.from_functions(functions)
+            host = LocalHost.load()
 
             def send(method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
                 route, _, query = path.partition("?")

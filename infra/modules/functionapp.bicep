@@ -1,4 +1,4 @@
-// The Function App on the Flex Consumption plan: Python 3.11, the user-assigned identity for everything (storage,
+// The Function App on the Flex Consumption plan: Python 3.13, the user-assigned identity for everything (storage,
 // the deployment package, Key Vault references, telemetry), and its app settings: the host's own settings below
 // plus every setting of shared/settings.py (appSettings from main.bicep).
 
@@ -106,7 +106,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       }
       runtime: {
         name: 'python'
-        version: '3.11'
+        version: '3.13'
       }
     }
   }

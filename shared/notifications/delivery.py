@@ -14,6 +14,7 @@ run's deadline had passed would fail the run, and its retry would send the whole
 past its send deadline (the check run's budget, or one request deadline after the sending began if the sweep used
 the budget up); the rest stays pending for the partition's next run."""
 
+import contextvars
 import json
 import logging
 import time
@@ -125,7 +126,10 @@ def send_pending(
                 )
                 return Delivery(queued, len(pending), failed=False, out_of_time=True)
             batch = pending[start : start + MARK_BATCH]
-            errors = list(pool.map(lambda n: _send_one(send, n), batch))
+            # Each send in a copy of the invocation's context: the trace context (and the runtime's invocation
+            # id) follow it onto the pool's thread, so its logs and telemetry stay the invocation's.
+            contexts = [contextvars.copy_context() for _ in batch]
+            errors = list(pool.map(lambda n, context: context.run(_send_one, send, n), batch, contexts))
             accepted = [n for n, error in zip(batch, errors, strict=True) if error is None]
             queued += _mark_queued(db, accepted, now=now, policy=sending.request_policy())
             if len(accepted) < len(batch):

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pymongo import InsertOne, UpdateOne
 from pymongo.collection import Collection
@@ -48,7 +48,6 @@ from shared.store import schema
 from shared.store.optimistic import AGAIN, Round, until_landed
 from shared.store.retries import RetryPolicy, count_matched, with_retries, write_idempotent
 
-T = TypeVar("T")
 UserHour = tuple[str, datetime]
 UserDay = tuple[str, datetime]
 Window = tuple[datetime, datetime]
@@ -445,6 +444,6 @@ def find_all(
     return with_retries(lambda: list(collection.find(query, projection)), policy)
 
 
-def _chunks(items: Sequence[T], size: int) -> Iterator[list[T]]:
+def _chunks[T](items: Sequence[T], size: int) -> Iterator[list[T]]:
     for start in range(0, len(items), size):
         yield list(items[start : start + size])

@@ -7,11 +7,9 @@ round goes through `with_retries` itself (shared/store/retries.py); a round is n
 
 import enum
 from collections.abc import Callable
-from typing import Literal, TypeVar
+from typing import Literal
 
 from shared.store.retries import RetryPolicy, StoreUnavailable
-
-T = TypeVar("T")
 
 # Rounds before a write that keeps losing to concurrent writes gives up (a retry later is safe: every write is
 # idempotent).
@@ -26,7 +24,7 @@ AGAIN: Literal[Round.AGAIN] = Round.AGAIN
 """What a round answers when its guard failed: read again, compute again."""
 
 
-def until_landed(attempt: Callable[[], T | Literal[Round.AGAIN]], what: str, policy: RetryPolicy) -> T:
+def until_landed[T](attempt: Callable[[], T | Literal[Round.AGAIN]], what: str, policy: RetryPolicy) -> T:
     """Run `attempt` (read, compute, one guarded write) until it answers anything but AGAIN, at most MAX_ROUNDS
     times; StoreUnavailable (a 503 with a jittered Retry-After) if `what` kept changing all along."""
     for _round in range(MAX_ROUNDS):

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import pymongo
 from pymongo import InsertOne, UpdateOne
@@ -41,7 +41,6 @@ from shared.store.cosmos import (
     throttle_delay_ms,
 )
 
-T = TypeVar("T")
 WriteError = dict[str, Any]
 
 MAX_BACKOFF_S = 2.0
@@ -189,7 +188,7 @@ def _hint_s(error: BaseException) -> float:
     return min(MAX_HINT_S, (throttle_delay_ms(error) or 0) / 1000.0)
 
 
-def with_retries(operation: Callable[[], T], policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep) -> T:
+def with_retries[T](operation: Callable[[], T], policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep) -> T:
     """Run an idempotent database operation, retrying transient failures; StoreUnavailable when they persist
     or the policy's deadline passes.
 

@@ -45,7 +45,7 @@ class Device:
 
 
 def test_from_provisioning_through_ingestion_to_notifications_and_queue_messages(real_db, registered_functions):
-    host = LocalHost.from_functions(registered_functions.values())
+    host = LocalHost.load()
     clock = [START]
     set_clock(lambda: clock[0])
     try:

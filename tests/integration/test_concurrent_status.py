@@ -19,6 +19,7 @@ from shared.store import schema
 from tests.api import Response, closed, opened, post_events
 from tests.checking import FakeQueue, World, sweep_all
 from tests.threads import at_once
+from tools.host.worker import current_invocation_id
 
 pytestmark = pytest.mark.integration
 
@@ -38,26 +39,29 @@ def world(real_db) -> Iterator[World]:
 
 class Reads:
     """Counts the reads of bottles that ingestion makes, and makes each request's first read wait until
-    `parties` requests have read (then they all go on, each with the state it read)."""
+    `parties` requests have read (then they all go on, each with the state it read); `after_first` runs inside the
+    first request's first read (the request it makes itself reads through here too, as a request of its own)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, parties: int, after_first: Callable[[], None] | None = None):
         self.count = 0
         self._barrier = threading.Barrier(parties, timeout=30) if parties > 1 else None
-        self._first = threading.local()
+        self._first_done: set[str | None] = set()  # the invocations (requests) that have read once
         self._after_first = after_first
         self._lock = threading.Lock()
         real = authentication.read_bottle  # type: ignore[attr-defined]
 
         def reading(*args: Any) -> Any:
             found = real(*args)
+            invocation = current_invocation_id()  # a request runs on the runtime's pool: per request, not thread
             with self._lock:
                 self.count += 1
-            if not getattr(self._first, "done", False):
-                self._first.done = True
-                if self._barrier is not None:
-                    self._barrier.wait()
-                if self._after_first is not None:
-                    self._after_first()
+                first = invocation not in self._first_done
+                very_first = not self._first_done
+                self._first_done.add(invocation)
+            if first and self._barrier is not None:
+                self._barrier.wait()
+            if very_first and self._after_first is not None:  # the other request runs whole inside this one's read
+                self._after_first()
             return found
 
         monkeypatch.setattr(authentication, "read_bottle", reading)  # the registry read (authentication)

@@ -644,7 +644,6 @@ def test_simulated_hours_on_the_store_notify_exactly_and_report_truly_through_sp
         seed=5,
         mongodb_uri=None,
         progress=False,
-        functions=registered_functions.values(),
         workers=1,
         cosmos=Options(partition_bytes=5_000, seed=3, shuffle_tokens=shuffle_tokens),
     )

@@ -18,6 +18,7 @@ import pytest
 from shared.bottles import provisioning
 from tests.api import SPEC, Response, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
 from tests.threads import at_once
+from tools.local_host import invoking_thread_name
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +101,7 @@ def test_a_plain_put_that_read_the_bottle_before_a_rotation_cannot_put_the_old_k
     real_sync = provisioning._sync_heartbeat_document
 
     def sync(*args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread().name == "plain":
+        if invoking_thread_name() == "plain":
             paused.set()
             assert resume.wait(timeout=30)
         return real_sync(*args, **kwargs)

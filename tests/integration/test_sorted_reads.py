@@ -25,7 +25,7 @@ from tests.sort_audit import ID_INDEX, Query, SortAudit, serving_index
 
 SPECS = schema.collection_specs(Settings())
 USER = SPEC["user_id"]
-_get_notifications = notification_functions.get_user_notifications.build().get_user_function()
+_get_notifications = notification_functions.get_user_notifications
 
 
 def sorted_reads(audit: SortAudit) -> set[tuple[str, str | None]]:
