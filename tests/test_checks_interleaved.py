@@ -22,7 +22,7 @@ from shared.notifications.documents import Episode, Kind
 from shared.settings import get_settings
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy
-from tests.api import closed, heartbeat, opened
+from tests.api import closed, opened
 from tests.checking import World
 from tests.report_client import set_setting
 from tests.test_report_partitions import FakeTime
@@ -84,7 +84,7 @@ def sent_once(world: World) -> bool:
 def test_a_bottle_closed_while_the_check_marks_it_left_open_is_resolved(world, monkeypatch, place):
     opened_at = world.now
     world.open()
-    landed = during_the_next_run(monkeypatch, "left_open", place, lambda: world.close())
+    landed = during_the_next_run(monkeypatch, "left_open", place, world.close)
 
     raced = world.after(minutes=6).now
     [message] = world.check("left_open")
@@ -127,7 +127,7 @@ def test_a_bottle_closed_and_opened_again_while_the_check_marks_it_resolves_the_
 @pytest.mark.parametrize("place", PLACES)
 def test_a_bottle_heard_from_while_the_check_marks_it_silent_is_resolved(world, monkeypatch, place):
     world.heartbeat()
-    landed = during_the_next_run(monkeypatch, "silent", place, lambda: world.heartbeat())
+    landed = during_the_next_run(monkeypatch, "silent", place, world.heartbeat)
 
     raced = world.after(minutes=61).now
     [message] = world.check("silent")
@@ -144,7 +144,7 @@ def test_a_bottle_heard_from_while_the_check_marks_it_silent_is_a_new_episode_wh
     world, monkeypatch, place
 ):
     world.heartbeat()
-    during_the_next_run(monkeypatch, "silent", place, lambda: world.heartbeat())
+    during_the_next_run(monkeypatch, "silent", place, world.heartbeat)
     back = world.after(minutes=61).now
     world.check("silent")
 
@@ -178,7 +178,7 @@ def test_a_dose_taken_in_time_and_uploaded_while_the_check_marks_the_slot_late_r
 def test_a_bottle_opened_while_the_check_marks_the_slot_late_is_resolved_by_its_late_dose(world, monkeypatch, place):
     """An open without a dose makes the marker write miss too, but the slot is still late: the late dose, when it
     comes, resolves it."""
-    during_the_next_run(monkeypatch, "late_dose", place, lambda: world.open())
+    during_the_next_run(monkeypatch, "late_dose", place, world.open)
     world.at(MORNING + timedelta(minutes=65)).check("late_dose")
     world.after(minutes=5).check("late_dose")
     assert resolutions(world, "late_dose") == {MORNING: None}

@@ -9,7 +9,9 @@ sending only its own pending notifications. Per check, two sweeps: **detect** (b
 notified: a notification per episode, then a guarded write that marks the episode handled) and **resolve**
 (bottles whose notified trouble ended: `resolved_at`, and the marker goes). Every write is guarded by the state it
 read, so a run racing ingestion or another run never undoes either; a notification recorded twice is a
-duplicate-key no-op. Why the queries have this shape, and which fields each check reads and sets: docs/checks.md.
+duplicate-key no-op. A marker write that a device request made miss is settled in the same run (`_settle`), so
+a notification whose episode ended never stays unresolved. Why the queries have this shape, and which fields each
+check reads and sets: docs/checks.md.
 """
 
 import itertools
