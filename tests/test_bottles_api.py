@@ -210,6 +210,28 @@ def test_out_of_order_actions_never_move_status_backwards(db):
     assert db[schema.BOTTLE_ACTIONS].count_documents({}) == 3
 
 
+def test_the_last_dose_is_the_latest_of_a_request_carrying_several(db):
+    """A device uploading its buffer sends several doses in one request, in any order: the bottle shows the latest
+    as its last dose, and its next dose counts from it; a later request whose doses straddle the stored one moves
+    it to its own latest."""
+    key = provisioned("bottle-1", {**SPEC, "schedule": {"every_hours": 8}})
+    first, second = ago(minutes=50), ago(minutes=30)
+    buffered = [opened(second - timedelta(seconds=30)), closed(second, taken=1)]
+    buffered += [opened(first - timedelta(seconds=30)), closed(first, taken=1)]  # the later dose listed first
+    assert post_events("bottle-1", key, {"events": buffered}).status == 202
+
+    status = get_bottle("bottle-1").body["status"]
+    assert status["last_dose_time"] == format_instant(second)
+    assert status["next_dose_due"] == format_instant(second + timedelta(hours=8))
+
+    older, newest = ago(minutes=40), ago(minutes=10)  # one before the stored last dose, one after it
+    post_events("bottle-1", key, {"events": [closed(older, taken=1), closed(newest, taken=1)]})
+
+    status = get_bottle("bottle-1").body["status"]
+    assert status["last_dose_time"] == format_instant(newest)
+    assert status["next_dose_due"] == format_instant(newest + timedelta(hours=8))
+
+
 def test_a_close_without_pills_is_not_a_dose(db):
     key = provisioned()
     post_events("bottle-1", key, {"events": [opened(ago(minutes=3)), closed(ago(minutes=2), taken=0)]})

@@ -9,7 +9,9 @@ sending only its own pending notifications. Per check, two sweeps: **detect** (b
 notified: a notification per episode, then a guarded write that marks the episode handled) and **resolve**
 (bottles whose notified trouble ended: `resolved_at`, and the marker goes). Every write is guarded by the state it
 read, so a run racing ingestion or another run never undoes either; a notification recorded twice is a
-duplicate-key no-op. Why the queries have this shape, and which fields each check reads and sets: docs/checks.md.
+duplicate-key no-op. A marker write that a device request made miss is settled in the same run (`_settle`), so
+a notification whose episode ended never stays unresolved. Why the queries have this shape, and which fields each
+check reads and sets: docs/checks.md.
 """
 
 import itertools
@@ -20,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from pymongo import UpdateMany, UpdateOne
 from pymongo.collection import Collection
@@ -36,9 +38,10 @@ from shared.notifications import documents as notifications
 from shared.notifications.documents import KINDS, Episode, Kind
 from shared.settings import Settings
 from shared.store import schema
+from shared.store.optimistic import AGAIN, Round, until_landed
 from shared.store.pacing import Pace
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
-from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries, write_idempotent
+from shared.store.retries import RetryPolicy, StoreUnavailable, count_matched, with_retries
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,10 @@ class Writes:
 
 
 Handler = Callable[[Document, Writes], None]
+# What a check does for a bottle whose episodes it recorded when the marker write may have missed: given the bottle
+# as read again and those episodes (the same bottle's, oldest first), the writes that make the notifications
+# resolved now or seen by the resolve sweep (_settle).
+Settler = Callable[[Document, list[Episode], Writes], None]
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,7 @@ class Check:
     collection: str
     projection: Document
     sweeps: Callable[[datetime, Settings], list[Sweep]]
+    settler: Callable[[datetime, Settings], Settler]
 
 
 @dataclass(frozen=True)
@@ -183,7 +191,7 @@ def run_check(
             writes = Writes()
             for document in batch:
                 sweep.handle(document, writes)
-            _apply(db, check.collection, writes, now=now, policy=policy, run=run)
+            _apply(db, check, writes, now=now, settings=settings, policy=policy, run=run)
             run.examined += len(batch)
             batches_done += sweep.name == DETECT
             if clock() > deadline:
@@ -369,16 +377,69 @@ def _batches(
 
 
 def _apply(
-    db: Database[Any], collection: str, writes: Writes, *, now: datetime, policy: RetryPolicy, run: CheckRun
+    db: Database[Any],
+    check: Check,
+    writes: Writes,
+    *,
+    now: datetime,
+    settings: Settings,
+    policy: RetryPolicy,
+    run: CheckRun,
 ) -> None:
     """Notifications first, then resolutions, then the markers: a run that dies part-way leaves the bottle in
-    range for the next run, which finds the notification already there."""
+    range for the next run, which finds the notification already there. A marker write that missed (a device
+    request came between the sweep's read and the write) is settled at once (_settle)."""
     new = notifications.record(db, writes.episodes, now, policy)
     run.notified += len(new)
     run.withheld += sum(1 for e in new if not e.push)
     run.resolved += notifications.apply_resolutions(db, writes.resolutions, policy)
-    if writes.status:
-        write_idempotent(db[collection], list(writes.status), policy)
+    if not writes.status:
+        return
+    matched = count_matched(db[check.collection], writes.status, policy)
+    if matched < len(writes.status) and writes.episodes:
+        run.resolved += _settle(db, check, writes.episodes, now=now, settings=settings, policy=policy)
+
+
+def _settle(
+    db: Database[Any], check: Check, episodes: list[Episode], *, now: datetime, settings: Settings, policy: RetryPolicy
+) -> int:
+    """Make sure every episode just recorded is resolved or marked, after a batch's marker writes matched fewer
+    bottles than they were sent to; how many notifications this resolved.
+
+    A guarded marker write misses when a device request changed the bottle after the sweep read it (closed,
+    heard from, a dose uploaded), and that request usually takes the bottle out of the detect range; without its
+    marker the resolve sweep would never look at it again, and the notification would stay unresolved. So the
+    bottles that had an episode recorded are read again (one query, only after a miss, so a run without races
+    pays nothing), and each check's settler resolves an episode that has ended now, or marks it, guarded by the
+    marker alone (which only the checks write), so that the resolve sweep sees it. A marker write that loses to
+    another check run is read and settled again (at most MAX_ROUNDS rounds; then the run fails and its message
+    is retried)."""
+    by_bottle: dict[str, list[Episode]] = {}
+    for episode in sorted(episodes, key=lambda e: e.start):
+        by_bottle.setdefault(episode.bottle_id, []).append(episode)
+    settle = check.settler(now, settings)
+    collection = db[check.collection]
+    resolved = 0
+
+    def settle_round() -> Literal[Round.AGAIN] | None:
+        nonlocal by_bottle, resolved
+        ids = list(by_bottle)
+        selector = {"_id": {"$in": ids}, "bottle_id": {"$in": ids}}  # the shard key: routed to their partitions
+        found = with_retries(lambda: list(collection.find(selector, check.projection)), policy)
+        writes, marking = Writes(), {}
+        for document in found:
+            marked = len(writes.status)
+            settle(document, by_bottle[document["_id"]], writes)
+            if len(writes.status) > marked:
+                marking[document["_id"]] = by_bottle[document["_id"]]
+        resolved += notifications.apply_resolutions(db, writes.resolutions, policy)
+        if writes.status and count_matched(collection, writes.status, policy) < len(writes.status):
+            by_bottle = marking  # one of these lost to another run's marker write: read them again
+            return AGAIN
+        return None
+
+    until_landed(settle_round, f"the {check.kind} markers", policy)
+    return resolved
 
 
 def _key(document: Document) -> Document:
@@ -387,6 +448,39 @@ def _key(document: Document) -> Document:
 
 def _episode(document: Document, kind: Kind, start: datetime, push: bool = True) -> Episode:
     return Episode(document["_id"], document["user_id"], document["medication"], kind, start, push)
+
+
+def _one_marker_settler(
+    kind: Kind, marker: str, pending: str, ended: Callable[[Document, datetime], bool]
+) -> Callable[[datetime, Settings], Settler]:
+    """The settler of a check whose marker holds one episode and whose notifications are resolved one by one (left
+    open, silent). `ended(document, start)`: the bottle as read again shows that episode over.
+
+    The latest episode recorded: already marked, nothing to do; over, resolved now (by the owner it was recorded
+    for); else marked, guarded by the marker as read (which only the checks write, so a device request cannot make
+    it miss), with `pending` set so the resolve sweep looks at it: an earlier episode's marker found there is of an
+    episode over (this one began after it), resolved too. An earlier episode recorded for the bottle in the same
+    batch (a cursor that met it twice) is over for the same reason."""
+
+    def settler(now: datetime, settings: Settings) -> Settler:
+        def settle(document: Document, recorded: list[Episode], writes: Writes) -> None:
+            *earlier, latest = recorded
+            over = [(e.user_id, e.start) for e in earlier if e.start != latest.start]  # (owner, episode start)
+            notified = document.get(marker)
+            if notified != latest.start and ended(document, latest.start):
+                over.append((latest.user_id, latest.start))
+            elif notified != latest.start:
+                if notified is not None:
+                    over.append((document["user_id"], notified))
+                writes.status.append(
+                    UpdateOne({**_key(document), marker: notified}, {"$set": {marker: latest.start, pending: True}})
+                )
+            for user_id, start in over:
+                writes.resolutions.append(notifications.resolve_episode(user_id, document["_id"], kind, start, now))
+
+        return settle
+
+    return settler
 
 
 # --- left open ------------------------------------------------------------------------------------------------
@@ -421,6 +515,11 @@ def _open_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
     ]
 
 
+def _over_if_not_open_since(bottle: Document, start: datetime) -> bool:
+    """A left-open episode is over once the bottle was closed, or opened again, since `start`."""
+    return bottle.get("last_action") != "opened" or bottle.get("open_since") != start
+
+
 # --- silent ---------------------------------------------------------------------------------------------------
 
 
@@ -453,44 +552,61 @@ def _silent_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
     ]
 
 
+def _over_if_heard_since(beats: Document, start: datetime) -> bool:
+    """A silence is over once the bottle was heard from after `start` (its last heartbeat then)."""
+    return bool(beats["alive_at"] > start)
+
+
 # --- late doses -----------------------------------------------------------------------------------------------
 
 
-def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
-    def review_of(bottle: Document, plan: DosePlan) -> Review:
-        doses = bottle.get("doses", [])
-        return plan.review(
-            bottle["dose_due"],
-            doses,
-            now,
-            since=bottle.get("dose_review_from"),
-            history_full=len(doses) >= settings.dose_history,
-        )
+def _review(bottle: Document, plan: DosePlan, now: datetime, settings: Settings) -> Review:
+    """The bottle's due slot reviewed at `now` against the doses it holds (shared/doses/schedules.py)."""
+    doses = bottle.get("doses", [])
+    return plan.review(
+        bottle["dose_due"],
+        doses,
+        now,
+        since=bottle.get("dose_review_from"),
+        history_full=len(doses) >= settings.dose_history,
+    )
 
+
+def _reach(bottle: Document, now: datetime, settings: Settings) -> datetime | None:
+    """The latest slot whose late-dose notification the bottle's doses resolve (None: it has no dose). A late
+    slot's notification is resolved by a dose the schedule counts for that slot or a later one (the late dose, one
+    uploaded late that was in time), or by a dose taken after the slot's grace ran out (the next dose), never by a
+    dose counted for an earlier slot (docs/checks.md). That is every slot up to the later of the latest slot
+    counted for a dose and the last dose minus grace: on `times` a dose counted for a later slot is past the grace
+    of every earlier slot left unsatisfied (within it, it would have taken that slot), and a dose at exactly a
+    slot plus grace is within that slot's grace, so both bounds are inclusive."""
+    last_dose: datetime | None = bottle.get("last_dose_time")
+    if last_dose is None:
+        return None
+    plan = plan_of(bottle)
+    counted = _review(bottle, plan, now, settings).latest_counted
+    return last_dose - plan.grace if counted is None else max(counted, last_dose - plan.grace)
+
+
+def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
     def detect(bottle: Document, writes: Writes) -> None:
         plan = plan_of(bottle)
-        review = review_of(bottle, plan)
+        review = _review(bottle, plan, now, settings)
         for slot in review.late:
             writes.episodes.append(_episode(bottle, "late_dose", slot, push=now - (slot + plan.grace) <= PUSH_WITHIN))
         writes.status.append(review_update(bottle, plan, review))
 
     def resolve(bottle: Document, writes: Writes) -> None:
-        """A late slot's notification is resolved by a dose the schedule counts for that slot or a later one (the
-        late dose, one uploaded late that was in time), or by a dose taken after the slot's grace ran out (the
-        next dose), never by a dose counted for an earlier slot (docs/checks.md). That is every slot up to the later
-        of the latest slot counted for a dose and the last dose minus grace: on `times` a dose counted for a later
-        slot is past the grace of every earlier slot left unsatisfied (within it, it would have taken that slot),
-        and a dose at exactly a slot plus grace is within that slot's grace, so both bounds are inclusive."""
+        """Resolve the bottle's late-dose notifications up to the slot its doses reach (_reach); the marker goes
+        once that covers it."""
         last_dose = bottle.get("last_dose_time")
         notified = bottle["late_episode"]
         # Guarded by the doses it read too: one uploaded late moves `dose_seq`, not always `last_dose_time`.
         guard = {**_key(bottle), "last_dose_time": last_dose, "dose_seq": bottle.get("dose_seq")}
-        if last_dose is None:
+        reach = _reach(bottle, now, settings)
+        if reach is None:
             writes.status.append(UpdateOne(guard, {"$set": {"dose_pending": False}}))
             return
-        plan = plan_of(bottle)
-        counted = review_of(bottle, plan).latest_counted
-        reach = last_dose - plan.grace if counted is None else max(counted, last_dose - plan.grace)
         writes.resolutions.append(
             notifications.resolve_up_to(bottle["user_id"], bottle["_id"], "late_dose", reach, now)
         )
@@ -510,6 +626,31 @@ def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
     ]
 
 
+def _late_settler(now: datetime, settings: Settings) -> Settler:
+    """The late-dose check's settler. Its marker is the latest slot notified and not yet resolved (written with
+    `$max`) and its resolutions reach every slot up to one (_reach), so nothing needs a guard: the slots the
+    bottle's doses reach (as read again) are resolved now, and a later one recorded is marked with `$max` and
+    `dose_pending`, so the resolve sweep looks at it. Already marked (at or past the latest slot recorded):
+    nothing to do."""
+
+    def settle(bottle: Document, recorded: list[Episode], writes: Writes) -> None:
+        earliest, latest = recorded[0], recorded[-1]
+        notified = bottle.get("late_episode")
+        if notified is not None and notified >= latest.start:
+            return
+        reach = _reach(bottle, now, settings)
+        if reach is not None and reach >= earliest.start:
+            writes.resolutions.append(
+                notifications.resolve_up_to(earliest.user_id, bottle["_id"], "late_dose", reach, now)
+            )
+        if reach is None or reach < latest.start:
+            writes.status.append(
+                UpdateOne(_key(bottle), {"$max": {"late_episode": latest.start}, "$set": {"dose_pending": True}})
+            )
+
+    return settle
+
+
 _BOTTLE_FIELDS = ("user_id", "medication")
 CHECKS: dict[Kind, Check] = {
     "left_open": Check(
@@ -517,12 +658,14 @@ CHECKS: dict[Kind, Check] = {
         schema.BOTTLES,
         dict.fromkeys((*_BOTTLE_FIELDS, "last_action", "open_since", "open_pending", "open_episode"), 1),
         _open_sweeps,
+        _one_marker_settler("left_open", "open_episode", "open_pending", _over_if_not_open_since),
     ),
     "silent": Check(
         "silent",
         schema.BOTTLE_HEARTBEATS,
         dict.fromkeys((*_BOTTLE_FIELDS, "alive_at", "silent_pending", "silent_episode"), 1),
         _silent_sweeps,
+        _one_marker_settler("silent", "silent_episode", "silent_pending", _over_if_heard_since),
     ),
     "late_dose": Check(
         "late_dose",
@@ -544,5 +687,6 @@ CHECKS: dict[Kind, Check] = {
             1,
         ),
         _late_sweeps,
+        _late_settler,
     ),
 }
