@@ -38,6 +38,9 @@ class ThrottlingDatabase:
     def __getitem__(self, name: str) -> "ThrottlingCollection":
         return ThrottlingCollection(self, self.db[name], name)
 
+    def __getattr__(self, name: str) -> Any:  # the rest (a command, the name) as the database has it
+        return getattr(self.db, name)
+
 
 class ThrottlingCollection:
     def __init__(self, owner: ThrottlingDatabase, collection: Any, name: str) -> None:
