@@ -30,8 +30,9 @@ Cosmos DB's change streams, as its documentation describes them, and what this m
 - a rejected resume token (expired, or its partition split): the partition polls from its checkpoint time
   minus the overlap, then carries on with a new change stream opened before the polling began. A token the
   stream takes when it opens but refuses at its first read is dropped, and the next run recovers so;
-- a split's child starts from its parent's token narrowed to its own feed range (shared/reports/leases.py), so
-  it re-reads only what its range received since the parent's last checkpoint;
+- a split's child starts from its own entry of its parent's token (a token holding one continuation per child),
+  or from the token narrowed to its own feed range (shared/reports/leases.py), so it re-reads only what its range
+  received since the parent's last checkpoint; each child logs which, and the dispatch counts them;
 - a getMore goes through the one retry loop like every store call (`PyMongoReader`).
 """
 
@@ -382,6 +383,8 @@ def _opener(db: Database[Any], partition: Partition, page_size: int) -> Callable
 class DispatchRun:
     partitions: int = 0  # of every feed
     leases_created: int = 0
+    # Per way a new Cosmos DB lease with parents (a split's child) starts: `own_entry`, `narrowed`, `by_time`.
+    child_starts: dict[str, int] = field(default_factory=dict)
     sent: list[str] = field(default_factory=list)  # lease ids a work message went out for
     lag_seconds: dict[str, float] = field(default_factory=dict)  # per feed, its furthest-behind partition
 
@@ -422,7 +425,8 @@ def dispatch(
         if by_feed_range and not source.tally:
             stranded += _check_coverage(db, source, [p for p, _ in found], policy)
     run = DispatchRun(partitions=len(partitions))
-    run.leases_created = ensure_leases(db, partitions, now=now, policy=policy)
+    made = ensure_leases(db, partitions, now=now, policy=policy)
+    run.leases_created, run.child_starts = made.count, made.child_starts
     hold = timedelta(seconds=settings.reports_lease_seconds)
     feeds = [p for p, _ in partitions if not p.feed.tally]
     tallies = [p for p, _ in partitions if p.feed.tally]
