@@ -38,6 +38,9 @@ class ThrottlingDatabase:
     def __getitem__(self, name: str) -> "ThrottlingCollection":
         return ThrottlingCollection(self, self.db[name], name)
 
+    def __getattr__(self, name: str) -> Any:  # the rest (a command, the name) as the database has it
+        return getattr(self.db, name)
+
 
 class ThrottlingCollection:
     def __init__(self, owner: ThrottlingDatabase, collection: Any, name: str) -> None:
@@ -256,6 +259,14 @@ def cosmos_token(low: int, high: int, position: str = "1") -> dict[str, Any]:
     """A resume token shaped as the documented sample of
     https://learn.microsoft.com/azure/cosmos-db/mongodb/custom-commands#parallel-change-stream: `_data` is BinData
     holding JSON whose continuation names the token's feed range."""
+    return composite_token([(low, high, position)])
+
+
+def composite_token(entries: list[tuple[int, int, str]]) -> dict[str, Any]:
+    """A resume token of the same shape holding one continuation per (low, high, position): what a stream whose
+    range split may hand out, as the NoSQL SDKs keep a composite continuation, an entry per range the split left
+    (Azure/azure-cosmos-dotnet-v3, FeedRangeCompositeContinuation: "FeedRangeContinuation using Composite
+    Continuation Tokens and split proof")."""
     data = {
         "V": 2,
         "Rid": "PxUaALn0SKE=",
@@ -264,6 +275,7 @@ def cosmos_token(low: int, high: int, position: str = "1") -> dict[str, Any]:
                 "FeedRange": {"type": "Effective Partition Key Range", "value": {"min": epk(low), "max": epk(high)}},
                 "State": {"type": "continuation", "value": f'"{position}"'},
             }
+            for low, high, position in entries
         ],
     }
     return {"_data": json.dumps(data).encode(), "_kind": 1}

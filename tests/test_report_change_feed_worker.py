@@ -5,6 +5,7 @@ a throttled stream asked again up to the budget's very end, and an empty first p
 DB."""
 
 import json
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +21,13 @@ from tests.api import SPEC, iso, opened, post_events, provisioned
 from tests.cosmos_fakes import CosmosTokens
 from tests.report_client import get_reports, set_setting
 from tests.test_report_change_feed_sources import ServerStream
-from tests.test_report_partitions import FakeTime, actions_partition_with_token, change, run_on_stream
+from tests.test_report_partitions import (
+    CosmosStream,
+    FakeTime,
+    actions_partition_with_token,
+    change,
+    run_on_stream,
+)
 
 MINUTE = timedelta(minutes=1)
 
@@ -246,3 +253,111 @@ def test_the_timer_s_dispatch_tells_cosmos_db_by_its_connection_string(
     assert [p.cosmos for p in partitions] == [by_feed_range] * (
         3 if by_feed_range else get_settings().reports_partitions
     )
+
+
+# --- an idle partition after a full page ---------------------------------------------------------------------------
+
+CHANGE_STREAMS = "https://learn.microsoft.com/azure/cosmos-db/mongodb/change-streams"
+
+
+class IdleStream(CosmosStream):
+    """A partition's stream that has nothing new and answers each empty batch with its position moved on: a stream
+    that answered (the store's, and MongoDB's, postBatchResumeToken moves past the writes the partition does not
+    hold). A throttled stream's empty page keeps its position (CosmosStream's)."""
+
+    def _next_batch(self) -> bool:
+        if super()._next_batch():
+            return True
+        self._served += 1
+        self._token = {"_data": f"idle-after-{self._served}"}
+        return False
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_an_idle_cosmos_partition_after_a_full_page_ends_its_run_at_its_first_answered_empty_page(
+    mock_db: Any, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CHANGE_STREAMS, Error handling: "HTTP error code 16500 - When the change stream is throttled, it returns an
+    empty page." An empty page is a throttled one only while the stream's position stands still: one that moved
+    it was answered, so nothing waits in the partition, however full its last page was. A physical partition with
+    nothing new, whose last run ended on a full page (`behind`), while other partitions are written to (the check
+    for documents after the checkpoint cannot name a physical partition): it spent its whole budget asking empty
+    pages again and logged "throttled?" every run; now it ends at once, caught up, and the lease forgets the full
+    page."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    now = utc_now()
+    (partition,) = actions_partitions(CosmosTokens(mock_db, partitions=1), now, on_cosmos=True)
+    position = {"token": {"_data": "saved"}, "checkpoint_time": now - 10 * MINUTE, "behind": True}
+    mock_db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": position})
+    mock_db[schema.BOTTLE_ACTIONS].insert_one(change("elsewhere", 1)["fullDocument"])  # written after the checkpoint
+    time_ = FakeTime()
+    stream = IdleStream([None] * 1000)
+
+    with caplog.at_level(logging.WARNING):
+        run = process_partition(
+            mock_db,
+            partition,
+            now=now,
+            settings=get_settings(),
+            clock=time_,
+            sleep=time_.sleep,
+            watch=lambda p, t: stream,
+        )
+
+    assert (run.changes, run.caught_up, run.empty_retries, time_.slept) == (0, True, 0, [])
+    assert warnings_of(caplog) == []
+    saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
+    assert (saved["behind"], saved["token"]) == (False, {"_data": "idle-after-1"})
+
+
+def test_a_partition_idle_after_a_full_page_within_a_run_stops_asking_at_its_first_answered_empty_page(
+    mock_db: Any, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same within a run: a full page that happened to end the partition's backlog, then empty pages that move
+    its position (CHANGE_STREAMS: a throttled stream "returns an empty page"; one that moves on was answered)."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    time_ = FakeTime()
+    stream = IdleStream([[change("b0", 30), change("b1", 29)], *[None] * 1000])
+
+    with caplog.at_level(logging.WARNING):
+        run = process_partition(
+            mock_db, partition, now=utc_now(), settings=get_settings(), clock=time_, sleep=time_.sleep,
+            watch=lambda p, t: stream,
+        )  # fmt: skip
+
+    assert (run.changes, run.caught_up, run.empty_retries, time_.slept) == (2, True, 0, [])
+    assert warnings_of(caplog) == []
+    assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["behind"] is False
+
+
+def test_empty_pages_that_never_move_after_a_full_one_are_asked_again_a_bounded_number_of_times_once(
+    mock_db: Any, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CHANGE_STREAMS: "When the change stream is throttled, it returns an empty page." Empty pages whose position
+    never moves may be throttling, or a partition with nothing new whose position stands still: asked again at most
+    THROTTLED_RETRIES times (0.1 s doubling to 2 s, about 9 s), not for the whole 45 s budget; the run then ends,
+    saying so, and the lease forgets the full page, so the next run does not wait again on its first empty page."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    time_ = FakeTime()
+
+    with caplog.at_level(logging.WARNING):
+        run = run_on_stream(mock_db, partition, [[change("b0", 30), change("b1", 29)], *[None] * 1000], time_)
+    saved = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
+    later = run_on_stream(mock_db, partition, [None] * 1000, later_time := FakeTime())
+
+    assert time_.slept == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0])
+    assert (run.changes, run.empty_retries, run.caught_up) == (2, 8, False)
+    assert warnings_of(caplog) == [
+        f"reports: {partition.lease_id}: the change stream answered 8 empty pages in a row after a full one, its "
+        "position unmoved (throttled, or nothing new and a position that stands still); the run ends and the next "
+        "run carries on"
+    ]
+    assert (saved["behind"], saved["token"]) == (False, {"_data": "after-batch-1"})
+    assert (later.caught_up, later.empty_retries, later_time.slept) == (True, 0, [])

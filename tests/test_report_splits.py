@@ -8,7 +8,7 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from pymongo.errors import OperationFailure
@@ -21,7 +21,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range
 from tests.api import opened, post_events, provisioned
-from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, cosmos_token
+from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, composite_token, cosmos_token, epk
 from tests.report_client import set_setting
 
 MINUTE = timedelta(minutes=1)
@@ -360,3 +360,97 @@ def test_a_split_child_starts_from_its_parents_token_narrowed_to_its_range_or_re
 
     again = process_partition(cosmos, children[0], now=now + MINUTE, settings=get_settings(), watch=RefusingInherited)
     assert (again.caught_up, again.recovered) == (True, True)
+
+
+class OpenedAt(QuietStream):
+    """A quiet stream that remembers the token each child's stream was opened at."""
+
+    opened: ClassVar[dict[tuple[str, str], Any]] = {}
+
+    def __init__(self, partition: Any, token: Any) -> None:
+        super().__init__(partition, token)
+        OpenedAt.opened[partition.span] = token
+
+
+def test_a_split_child_takes_its_own_entry_of_a_parent_token_holding_one_per_child_and_each_child_says_how_it_starts(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The NoSQL SDKs keep a composite continuation across a split, one entry per range it left
+    (Azure/azure-cosmos-dotnet-v3, FeedRangeCompositeContinuation: "FeedRangeContinuation using Composite
+    Continuation Tokens and split proof. It uses a breath-first approach to transverse Composite Continuation
+    Tokens."); https://learn.microsoft.com/azure/cosmos-db/nosql/change-feed-pull-model: "A continuation token is a
+    string value that keeps of track of your FeedIterator's last processed changes and allows the FeedIterator to
+    resume at this point later." The API for MongoDB documents its token's JSON only by its one-entry sample
+    (custom-commands). A parent whose token holds an entry per child: each child starts from its own entry's
+    position (narrowing the whole token to its range found no one entry holding it, and the child polled the whole
+    collection from the checkpoint time); a child inside one entry's range starts from that entry narrowed. Each
+    child logs which, and the dispatch counts them."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    cosmos = CosmosTokens(mock_db, partitions=1)
+    now = utc_now()
+    dispatched(cosmos, now)
+    middle, quarter = EPK_TOP // 2, EPK_TOP // 4
+    parent_token = composite_token([(0, middle, "left"), (middle, EPK_TOP, "right")])
+    mock_db[schema.LEASES].update_one(
+        {"range": ["", "FF"]}, {"$set": {"token": parent_token, "checkpoint_time": now - MINUTE}}
+    )
+    cosmos.split(0)  # [0, middle) and [middle, top): one entry each
+    cosmos.split(0)  # [0, quarter) and [quarter, middle): inside the left entry
+    messages: list[str] = []
+
+    with caplog.at_level(logging.INFO, logger="shared.reports.leases"):
+        run = dispatch(cosmos, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
+
+    live = actions_leases(mock_db)
+    spans = {"left": (epk(0), epk(quarter)), "inner": (epk(quarter), epk(middle)), "right": (epk(middle), "FF")}
+    starts = {name: (feed_range(live[span]["token"]), state_of(live[span]["token"])) for name, span in spans.items()}
+    assert starts == {
+        "left": (spans["left"], {"type": "continuation", "value": '"left"'}),
+        "inner": (spans["inner"], {"type": "continuation", "value": '"left"'}),
+        "right": (spans["right"], {"type": "continuation", "value": '"right"'}),
+    }
+    assert run.child_starts == {"narrowed": 2, "own_entry": 1}
+    parent_id = "reports:bottle_actions:cosmos:-FF"
+    assert sorted(r.getMessage() for r in caplog.records if "starts from" in r.getMessage()) == sorted(
+        [
+            f"reports: {partition_of(spans['left']).lease_id} starts from its parent {parent_id}'s token narrowed to "
+            "its range",
+            f"reports: {partition_of(spans['inner']).lease_id} starts from its parent {parent_id}'s token narrowed "
+            "to its range",
+            f"reports: {partition_of(spans['right']).lease_id} starts from its own entry of its parent {parent_id}'s "
+            "token",
+        ]
+    )
+    right = process_partition(cosmos, partition_of(spans["right"]), now=now, settings=get_settings(), watch=OpenedAt)
+    assert (right.recovered, right.caught_up) == (False, True)  # read from its own position, nothing polled
+    assert state_of(OpenedAt.opened[spans["right"]]) == {"type": "continuation", "value": '"right"'}
+
+
+def test_a_merged_partition_recovers_by_time_and_says_so(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two parents (a merge: https://learn.microsoft.com/azure/cosmos-db/merge) have two positions, and no token
+    names both: the new range recovers from their oldest checkpoint time, polling the whole collection, and the
+    dispatch logs and counts it."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    cosmos = CosmosTokens(mock_db, partitions=2)
+    now = utc_now()
+    dispatched(cosmos, now)
+    for low, high in ((0, EPK_TOP // 2), (EPK_TOP // 2, EPK_TOP)):
+        token = cosmos_token(low, high, position="parent")
+        mock_db[schema.LEASES].update_one(
+            {"range": [epk(low), epk(high)]}, {"$set": {"token": token, "checkpoint_time": now - MINUTE}}
+        )
+    cosmos.partitions = 1
+
+    with caplog.at_level(logging.INFO, logger="shared.reports.leases"):
+        run = dispatch(cosmos, now=now, settings=get_settings(), send=[].extend, on_cosmos=True)
+
+    merged = actions_leases(mock_db)[("", "FF")]
+    assert (merged["token"], merged["checkpoint_time"]) == (None, now - MINUTE)
+    assert run.child_starts == {"by_time": 1}
+    assert [r.getMessage() for r in caplog.records if "recovers by time" in r.getMessage()] == [
+        "reports: reports:bottle_actions:cosmos:-FF recovers by time from its parents' (reports:bottle_actions:cosmos:"
+        "-2000, reports:bottle_actions:cosmos:2000-FF) checkpoint less the overlap: no token of theirs holds its "
+        "range, so it polls the whole collection from there"
+    ]

@@ -30,8 +30,9 @@ Cosmos DB's change streams, as its documentation describes them, and what this m
 - a rejected resume token (expired, or its partition split): the partition polls from its checkpoint time
   minus the overlap, then carries on with a new change stream opened before the polling began. A token the
   stream takes when it opens but refuses at its first read is dropped, and the next run recovers so;
-- a split's child starts from its parent's token narrowed to its own feed range (shared/reports/leases.py), so
-  it re-reads only what its range received since the parent's last checkpoint;
+- a split's child starts from its own entry of its parent's token (a token holding one continuation per child),
+  or from the token narrowed to its own feed range (shared/reports/leases.py), so it re-reads only what its range
+  received since the parent's last checkpoint; each child logs which, and the dispatch counts them;
 - a getMore goes through the one retry loop like every store call (`PyMongoReader`).
 """
 
@@ -84,6 +85,9 @@ PIPELINE: list[dict[str, Any]] = [{"$match": OPERATIONS}, PROJECTION]
 MAX_AWAIT_MS = 20  # how long an empty getMore waits for changes before the page counts as the last
 # Back-off between empty pages after a full one (a throttled stream): doubles from the first to the last.
 THROTTLED_BACKOFF_S = (0.1, 2.0)
+# At most this many empty pages with the position unmoved are asked again after a full one (about 9 s of waits):
+# throttling, or a partition with nothing new whose position stands still; past it the run ends.
+THROTTLED_RETRIES = 8
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -382,6 +386,8 @@ def _opener(db: Database[Any], partition: Partition, page_size: int) -> Callable
 class DispatchRun:
     partitions: int = 0  # of every feed
     leases_created: int = 0
+    # Per way a new Cosmos DB lease with parents (a split's child) starts: `own_entry`, `narrowed`, `by_time`.
+    child_starts: dict[str, int] = field(default_factory=dict)
     sent: list[str] = field(default_factory=list)  # lease ids a work message went out for
     lag_seconds: dict[str, float] = field(default_factory=dict)  # per feed, its furthest-behind partition
 
@@ -422,7 +428,8 @@ def dispatch(
         if by_feed_range and not source.tally:
             stranded += _check_coverage(db, source, [p for p, _ in found], policy)
     run = DispatchRun(partitions=len(partitions))
-    run.leases_created = ensure_leases(db, partitions, now=now, policy=policy)
+    made = ensure_leases(db, partitions, now=now, policy=policy)
+    run.leases_created, run.child_starts = made.count, made.child_starts
     hold = timedelta(seconds=settings.reports_lease_seconds)
     feeds = [p for p, _ in partitions if not p.feed.tally]
     tallies = [p for p, _ in partitions if p.feed.tally]
@@ -620,9 +627,10 @@ class _Worker:
                     held = _advanced(held, page)
                 if page is None or not page.changes:
                     # Nothing new: caught up, unless the last page was full (a throttled stream answers empty
-                    # pages). Otherwise polling on would spin until the budget is spent: an empty getMore's
-                    # token moves with others' writes (MongoDB's postBatchResumeToken). Saved at the end.
-                    if unchecked and not self._written_after(held):
+                    # pages, its position unmoved). An empty page that moved the position was answered: the
+                    # partition is idle, and asking on would spin until the budget is spent (an empty getMore's
+                    # token moves with others' writes: MongoDB's postBatchResumeToken). Saved at the end.
+                    if page is not None or (unchecked and not self._written_after(held)):
                         held = replace(held, behind=False)
                         backoff.arm(False)
                     unchecked = False
@@ -638,7 +646,18 @@ class _Worker:
                 if not self._save(held, source.name):
                     return held
                 saved = held
-            if self.run.empty_retries and not self.run.caught_up:
+            if backoff.exhausted:
+                # Throttled for that long, or idle with a position that stands still: the next run does not wait
+                # again on its first empty page (`behind` forgotten), and carries on from the same position.
+                held = replace(held, behind=False)
+                log.warning(
+                    "reports: %s: the change stream answered %d empty pages in a row after a full one, its position "
+                    "unmoved (throttled, or nothing new and a position that stands still); the run ends and the "
+                    "next run carries on",
+                    self.partition.lease_id,
+                    self.run.empty_retries,
+                )
+            elif self.run.empty_retries and not self.run.caught_up:
                 log.warning(
                     "reports: %s: the change stream kept answering empty pages after a full one (%d asked again, "
                     "throttled?); the run ends with its budget and the next run carries on",
@@ -720,24 +739,31 @@ class _Worker:
 class _Backoff:
     """Waits between empty pages that follow a full page of a change stream: Cosmos DB's change stream answers
     empty batches while throttled, so more may be waiting. The wait doubles from THROTTLED_BACKOFF_S's first to
-    its last, never past the run's deadline. Armed by a full page, disarmed by a short one (an idle partition
-    ends its run at once)."""
+    its last, never past the run's deadline, THROTTLED_RETRIES times at most. Armed by a full page, disarmed by
+    a short one or an empty one that moved the position (an idle partition ends its run at once)."""
 
     def __init__(self, clock: Callable[[], float], sleep: Callable[[float], None], deadline: float) -> None:
         self._clock, self._sleep, self._deadline = clock, sleep, deadline
         self.armed = False
         self._delay = THROTTLED_BACKOFF_S[0]
+        self._waited = 0
+
+    @property
+    def exhausted(self) -> bool:
+        """The pages after the last full one were asked again THROTTLED_RETRIES times, all empty."""
+        return self.armed and self._waited >= THROTTLED_RETRIES
 
     def arm(self, full_page: bool) -> None:
-        self.armed, self._delay = full_page, THROTTLED_BACKOFF_S[0]
+        self.armed, self._delay, self._waited = full_page, THROTTLED_BACKOFF_S[0], 0
 
     def wait(self) -> bool:
-        """Wait before asking again; False when the budget leaves no time to."""
+        """Wait before asking again; False when the budget leaves no time to, or the retries are used up."""
         left = self._deadline - self._clock()
-        if left <= 0:
+        if left <= 0 or self._waited >= THROTTLED_RETRIES:
             return False
         self._sleep(min(self._delay, left))
         self._delay = min(self._delay * 2, THROTTLED_BACKOFF_S[1])
+        self._waited += 1
         return True
 
 

@@ -17,13 +17,14 @@ lease of the same kind, whose checkpoint time is the end of the closed hours it 
 Layouts change: Cosmos DB splits a physical partition as its collection grows, and REPORTS_PARTITIONS can be
 changed. As Cosmos DB's change feed processor does, a new partition starts from the position of the partitions
 it replaces (its parents: the live leases whose ranges overlap its own; a split's child on Cosmos DB also takes
-its one parent's token, narrowed to its range), and a replaced lease is retired once the leases overlapping it
-cover its range and have checkpointed; retired leases take part in nothing again.
+its one parent's token: its own entry of it, or the token narrowed to its range), and a replaced lease is retired
+once the leases overlapping it cover its range and have checkpointed; retired leases take part in nothing again.
 """
 
+import logging
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,10 +32,11 @@ from pymongo import ReturnDocument, UpdateOne
 from pymongo.database import Database
 
 from shared.store import cosmos, schema
-from shared.store.cosmos import WHOLE_RANGE, FeedRange, overlaps, ranges_overlap, uncovered
+from shared.store.cosmos import WHOLE_RANGE, ChildStart, FeedRange, overlaps, ranges_overlap, uncovered
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 
+log = logging.getLogger(__name__)
 Token = Mapping[str, Any]
 # In a tally lease's token (shared/reports/tally.py): where the roll-ups its passes have yet to do start.
 ROLLUPS_FROM = "rollups_from"
@@ -204,20 +206,32 @@ def _lease(document: Mapping[str, Any]) -> Lease:
     )
 
 
+@dataclass
+class LeasesMade:
+    """What `ensure_leases` made: how many leases, and per way a split child on Cosmos DB starts (`own_entry`,
+    `narrowed`, `by_time`: shared/store/cosmos.py `child_token`), how many children took it."""
+
+    count: int = 0
+    child_starts: dict[str, int] = field(default_factory=dict)
+
+
 def ensure_leases(
     db: Database[Any], partitions: Iterable[tuple[Partition, Token | None]], *, now: datetime, policy: RetryPolicy
-) -> int:
-    """Make a lease for every partition that has none, and retire the leases they replaced; how many were made.
+) -> LeasesMade:
+    """Make a lease for every partition that has none, and retire the leases they replaced; what was made.
 
     A new partition of a feed that has leases (Cosmos DB split a physical partition, or REPORTS_PARTITIONS
     changed) starts from its parents' position: the oldest checkpoint time of the live leases whose ranges
     overlap its own, as Cosmos DB's change feed processor hands a parent's position to its children. It then
     recovers from there (less the overlap), reading what was written since its parents' last checkpoint, and
     never what older, replaced layouts left behind. A parent that never saved a checkpoint time has aggregated
-    nothing known: its children build from the start. A feed's first partitions start from scratch."""
+    nothing known: its children build from the start. A feed's first partitions start from scratch. Each split
+    child on Cosmos DB logs, and counts, how it starts: from its own entry of its parent's token, from the parent's
+    token narrowed to its range, or by time (polling the whole collection from the checkpoint time)."""
     wanted = list(partitions)
+    made = LeasesMade()
     if not wanted:
-        return 0
+        return made
     feeds = sorted({p.feed.key for p, _ in wanted})
     live = with_retries(
         lambda: list(db[schema.LEASES].find({"feed": {"$in": feeds}, "retired_at": None})),
@@ -229,6 +243,13 @@ def ensure_leases(
     ops: list[Any] = []
     for partition, start in fresh:
         parents = [doc for doc in live if _overlaps(partition, doc)]
+        token: Mapping[str, Any] | None = None
+        if partition.feed.tally:
+            token = _inherited_rollups(parents)
+        elif partition.cosmos and parents:
+            token, how = _inherited_token(partition, parents)
+            made.child_starts[how] = made.child_starts.get(how, 0) + 1
+            _log_child_start(partition, parents, how)
         lease = {
             "feed": partition.feed.key,
             "kind": partition.kind,
@@ -236,7 +257,7 @@ def ensure_leases(
             "partition": partition.index,
             "of": partition.count,
             "start_token": start,
-            "token": _inherited_rollups(parents) if partition.feed.tally else _inherited_token(partition, parents),
+            "token": token,
             "checkpoint_time": _start_time(parents),
             "owner": None,
             "expires_at": None,
@@ -253,22 +274,40 @@ def ensure_leases(
     if ops:
         write_idempotent(db[schema.LEASES], ops, policy)
     _retire_replaced(db, [p for p, _ in wanted], live, now=now, policy=policy)
-    return len(fresh)
+    made.count = len(fresh)
+    return made
 
 
-def _inherited_token(partition: Partition, parents: list[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """A split child's first position on Cosmos DB: its one parent's token narrowed to the child's range, so it
-    reads its own range from where the parent stopped (a re-read of what its range received since the parent's
-    last checkpoint, no more). None (the child recovers from the checkpoint time) for a merge, a parent without a
-    token, or one whose range does not hold the child's."""
-    if not partition.cosmos or len(parents) != 1:
-        return None
+def _inherited_token(partition: Partition, parents: list[Mapping[str, Any]]) -> tuple[Token | None, ChildStart]:
+    """A split child's first position on Cosmos DB, from its one parent's token: its own entry where the token
+    holds one per child, else the token narrowed to the child's range, so it reads its own range from where the
+    parent stopped (a re-read of what its range received since the parent's last checkpoint, no more). None
+    (`by_time`: the child recovers from the checkpoint time) for a merge, a parent without a token, or one whose
+    token has no entry holding the child's range."""
+    if len(parents) != 1:
+        return None, "by_time"
     [parent] = parents
     kind, span = _span_of(parent)
     token = parent.get("token")
     if kind != "cosmos" or span is None or not isinstance(token, Mapping):
-        return None
-    return cosmos.narrowed_token(token, partition.span)
+        return None, "by_time"
+    return cosmos.child_token(token, partition.span)
+
+
+def _log_child_start(partition: Partition, parents: list[Mapping[str, Any]], how: ChildStart) -> None:
+    """One line per new Cosmos DB lease with parents: which way it starts, and from which parents."""
+    named = ", ".join(sorted(str(doc["_id"]) for doc in parents))
+    if how == "own_entry":
+        log.info("reports: %s starts from its own entry of its parent %s's token", partition.lease_id, named)
+    elif how == "narrowed":
+        log.info("reports: %s starts from its parent %s's token narrowed to its range", partition.lease_id, named)
+    else:
+        log.info(
+            "reports: %s recovers by time from its parents' (%s) checkpoint less the overlap: no token of theirs "
+            "holds its range, so it polls the whole collection from there",
+            partition.lease_id,
+            named,
+        )
 
 
 def _inherited_rollups(parents: list[Mapping[str, Any]]) -> dict[str, datetime] | None:

@@ -7,7 +7,7 @@ import binascii
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
@@ -118,26 +118,43 @@ def feed_range(token: Mapping[str, Any]) -> FeedRange:
     return low.upper(), high.upper()
 
 
-def narrowed_token(token: Mapping[str, Any], span: FeedRange) -> dict[str, Any] | None:
-    """A split parent's token narrowed to one child's feed range, its position (`State`) kept: where the child
-    starts, as Cosmos DB's own change feed clients carry a parent's continuation on to its children after a split
-    (the Azure SDKs' split tests: "a continuation token captured before a partition split must resume cleanly
-    across the split ... even on the post-split child partitions whose parent-partition token is reused"). The
-    API for MongoDB documents no such token: a store that refuses it at open leaves the child to recover by time
-    (shared/reports/change_feed.py). None for a token without one readable range, or a span outside it."""
+ChildStart = Literal["own_entry", "narrowed", "by_time"]
+
+
+def child_token(token: Mapping[str, Any], span: FeedRange) -> tuple[dict[str, Any] | None, ChildStart]:
+    """Where a split child starts in its one parent's token, and how: the token's continuation entry for exactly
+    the child's feed range where the token holds one per child (`own_entry`: the NoSQL SDKs' split handling keeps
+    a composite continuation, one entry per range the parent split into), else the one entry whose range holds the
+    child's, narrowed to it, its position (`State`) kept (`narrowed`: as Cosmos DB's own change feed clients carry
+    a parent's continuation on to its children); else none (`by_time`: the child recovers from the checkpoint time).
+    The API for MongoDB documents neither: a store that refuses the token at open leaves the child to recover by
+    time too (shared/reports/change_feed.py)."""
     data = token.get("_data")
     try:
         raw = bytes(data) if isinstance(data, bytes | bytearray) else base64.b64decode(str(data), validate=True)
         document = json.loads(raw)
-        [continuation] = document["Continuation"]
-        value = continuation["FeedRange"]["value"]
-        if not (str(value["min"]).upper() <= span[0] and span[1] <= str(value["max"]).upper()):
-            return None
-        value["min"], value["max"] = span
-    except (binascii.Error, ValueError, KeyError, TypeError):
-        return None
+        entries = [(_entry_range(entry), entry) for entry in document["Continuation"]]
+    except (binascii.Error, ValueError, KeyError, TypeError, AttributeError):
+        return None, "by_time"
+    own = [entry for found, entry in entries if found == span]
+    holding = [entry for (low, high), entry in entries if low <= span[0] and span[1] <= high]
+    start: ChildStart
+    if len(own) == 1:
+        document["Continuation"], start = own, "own_entry"
+    elif len(holding) == 1:
+        [entry] = holding
+        entry["FeedRange"]["value"]["min"], entry["FeedRange"]["value"]["max"] = span
+        document["Continuation"], start = holding, "narrowed"
+    else:
+        return None, "by_time"
     encoded = json.dumps(document, separators=(",", ":")).encode()
-    return {**token, "_data": encoded if isinstance(data, bytes | bytearray) else base64.b64encode(encoded).decode()}
+    data = encoded if isinstance(data, bytes | bytearray) else base64.b64encode(encoded).decode()
+    return {**token, "_data": data}, start
+
+
+def _entry_range(entry: Mapping[str, Any]) -> FeedRange:
+    value = entry["FeedRange"]["value"]
+    return str(value["min"]).upper(), str(value["max"]).upper()
 
 
 def ranges_overlap(a: FeedRange, b: FeedRange) -> bool:

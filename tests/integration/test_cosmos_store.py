@@ -989,3 +989,158 @@ def test_a_merge_keeps_the_partitions_storage_and_throughput_force(secantus_uri,
         with pytest.raises(ValueError, match="nothing to merge"):
             proxy.merge(db.name, schema.LEASES)
         assert len(proxy.partition_map(db.name, schema.BOTTLE_ACTIONS)) == 2
+
+
+# --- what Cosmos DB for MongoDB 6.0 does not support -----------------------------------------------------------
+
+FEATURES_60 = "https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-60"  # the server version deployed
+
+
+def refused_code(call: Any, says: str) -> int:
+    with pytest.raises(OperationFailure, match=says) as refused:
+        call()
+    return int(refused.value.code or 0)
+
+
+def test_query_operators_cosmos_db_does_not_support_are_refused_wherever_a_filter_is(cosmos, cosmos_db):
+    """FEATURES_60, "Azure Cosmos DB for MongoDB (6.0 server version): Supported features and syntax": "Bitwise
+    update operator | `bit` Yes | `bitsAllSet` No | `bitsAnySet` No | `bitsAllClear` No | `bitsAnyClear` No";
+    "Evaluation query operators | `jsonSchema` No | `text` No (Not supported. Use `$regex` instead.) | `where` No".
+    ERROR_CODES: "115 | CommandNotSupported | The request attempted isn't supported." A filter naming one is
+    refused in a find, a count, an aggregate's `$match`, an update and a delete alike; `$bit` (the heartbeat ring's
+    update) is fine."""
+    actions = cosmos_db[schema.BOTTLE_ACTIONS]
+    actions.insert_one(action("bottle-1", flags=5))
+    schema_filter = {"$jsonSchema": {"required": ["bottle_id"]}}
+    codes = [
+        refused_code(lambda: actions.find_one({"flags": {"$bitsAllSet": 1}}), r"\$bitsAllSet is not supported"),
+        refused_code(lambda: actions.count_documents({"flags": {"$bitsAnyClear": [1]}}), r"\$bitsAnyClear"),
+        refused_code(lambda: actions.find_one(schema_filter), r"\$jsonSchema is not supported"),
+        refused_code(lambda: list(actions.aggregate([{"$match": {"$or": [schema_filter]}}])), r"\$jsonSchema"),
+        refused_code(lambda: actions.update_many(schema_filter, {"$set": {"seen": 1}}), r"\$jsonSchema"),
+        refused_code(lambda: actions.delete_many({"$where": "this.flags > 1"}), r"\$where is not supported"),
+    ]
+    actions.update_one({"bottle_id": "bottle-1", "_id": "bottle-1|0"}, {"$bit": {"flags": {"or": 2}}})
+
+    assert codes == [115] * 6
+    assert actions.find_one({"bottle_id": "bottle-1"}, {"_id": 0, "flags": 1}) == {"flags": 7}  # nothing else ran
+
+
+def test_sparse_and_non_unique_partial_indexes_are_refused(cosmos, cosmos_db):
+    """FEATURES_60, "Index properties": "`Partial` | Supported only for unique indexes", "`Case Insensitive` | No",
+    "`Sparse` | No"; "Indexes": "`Text Index` | No", "`2d Index` | No", "`Hashed Index` | No". ERROR_CODES: "67 |
+    CannotCreateIndex | The request to create an index can't be completed." A unique partial index (on an empty
+    collection, led by the shard key: MONGO_INDEXING) is created."""
+    actions = cosmos_db[schema.BOTTLE_ACTIONS]
+    declared = set(actions.index_information())
+    codes = [
+        refused_code(lambda: actions.create_index([("note", 1)], sparse=True), "sparse indexes are not supported"),
+        refused_code(
+            lambda: actions.create_index([("note", 1)], partialFilterExpression={"note": {"$exists": True}}),
+            "partial indexes are supported only for unique indexes",
+        ),
+        refused_code(lambda: actions.create_index([("note", "text")]), "text indexes are not supported"),
+        refused_code(lambda: actions.create_index([("note", "hashed")]), "hashed indexes are not supported"),
+        refused_code(
+            lambda: actions.create_index([("note", 1)], collation={"locale": "en", "strength": 2}), "case insensitive"
+        ),
+    ]
+    actions.create_index(
+        [("bottle_id", 1), ("note", 1)],
+        unique=True,
+        partialFilterExpression={"note": {"$exists": True}},
+        name="unique_partial",
+    )
+
+    assert codes == [67] * 5
+    assert set(actions.index_information()) == {*declared, "unique_partial"}
+
+
+def test_commands_cosmos_db_does_not_support_are_refused_and_change_nothing(cosmos, cosmos_db):
+    """FEATURES_60, "Administration commands": "`collMod` | No", "`renameCollection` | No" (and "`killOp` | No",
+    "`convertToCapped` | No"); "Diagnostics commands": "`serverStatus` | No"; "Aggregation commands": "`mapReduce`
+    | No". ERROR_CODES: "115 | CommandNotSupported | The request attempted isn't supported.\""""
+    actions = cosmos_db[schema.BOTTLE_ACTIONS]
+    actions.insert_one(action("bottle-1"))
+    admin = cosmos_db.client.admin
+    full_name = f"{cosmos_db.name}.{schema.BOTTLE_ACTIONS}"
+    codes = [
+        refused_code(lambda: cosmos_db.command({"collMod": schema.BOTTLE_ACTIONS, "validator": {}}), "collMod"),
+        refused_code(
+            lambda: admin.command({"renameCollection": full_name, "to": f"{cosmos_db.name}.renamed"}),
+            "Command renameCollection is not supported",
+        ),
+        refused_code(lambda: actions.rename("renamed_too"), "renameCollection"),
+        refused_code(lambda: cosmos_db.command({"serverStatus": 1}), "serverStatus"),
+        refused_code(
+            lambda: cosmos_db.command(
+                {"mapReduce": schema.BOTTLE_ACTIONS, "map": "function(){}", "reduce": "function(){}", "out": "x"}
+            ),
+            "mapReduce",
+        ),
+    ]
+
+    assert codes == [115] * 5
+    assert schema.BOTTLE_ACTIONS in cosmos_db.list_collection_names()
+    assert {"renamed", "renamed_too"}.isdisjoint(cosmos_db.list_collection_names())
+    assert actions.count_documents({}) == 1
+
+
+def test_a_lookup_with_let_and_pipeline_is_refused_as_let_is_not_supported(cosmos, cosmos_db):
+    """FEATURES_60, "Aggregation stages": "`lookup` | Partial" ... "The `$lookup` aggregation does not yet support
+    the uncorrelated subqueries feature that's introduced in server version 3.6. If you attempt to use the
+    `$lookup` operator with the `let` and `pipeline` fields, an error message that indicates that *`let` is not
+    supported* appears." Its other stages marked No (`graphLookup`, `bucket`, ...) are refused too, inside a
+    `$facet` as well; a `$lookup` by `localField` and `foreignField` runs."""
+    actions = cosmos_db[schema.BOTTLE_ACTIONS]
+    actions.insert_one(action("bottle-1"))
+    cosmos_db[schema.BOTTLES].insert_one({"_id": "bottle-1", "bottle_id": "bottle-1", "user_id": USER})
+    uncorrelated = {"from": schema.BOTTLES, "let": {"b": "$bottle_id"}, "pipeline": [], "as": "bottle"}
+    by_field = {"from": schema.BOTTLES, "localField": "bottle_id", "foreignField": "_id", "as": "bottle"}
+    codes = [
+        refused_code(lambda: list(actions.aggregate([{"$lookup": uncorrelated}])), "let is not supported"),
+        refused_code(lambda: list(actions.aggregate([{"$lookup": {**by_field, "pipeline": [{"$match": {}}]}}])), "let"),
+        refused_code(
+            lambda: list(actions.aggregate([{"$facet": {"n": [{"$bucketAuto": {"groupBy": "$n", "buckets": 2}}]}}])),
+            r"\$bucketAuto is not supported",
+        ),
+    ]
+    [joined] = actions.aggregate([{"$lookup": by_field}])
+
+    assert codes == [115] * 3
+    assert [b["user_id"] for b in joined["bottle"]] == [USER]
+
+
+def test_a_document_over_2_mb_is_refused_and_stores_nothing_unless_the_16_mb_capability_is_on(
+    secantus_uri, clock, monkeypatch
+):
+    """FEATURES_60, "Data types": "16-MB document support raises the size limit for your documents from 2 MB to 16
+    MB ... To enable 16-MB document support, ... add the `EnableMongo16MBDocumentSupport` capability". LIMITS:
+    "Maximum size of an item | 2 MB (UTF-8 length of JSON representation)"; "Large document sizes up to 16 MB
+    require feature enablement in the Azure portal." The deployment does not enable it (infra/modules/cosmos.bicep):
+    a 3 MB insert, a replacement to 3 MB and an update growing a document past 2 MB are refused, nothing written;
+    with `large_documents` (the capability) the 3 MB insert is stored."""
+    big = "x" * (3 * 1024 * 1024)
+    with proxy_of(secantus_uri, clock=clock) as proxy:
+        db = next(app_database(proxy, monkeypatch))
+        actions = db[schema.BOTTLE_ACTIONS]
+        actions.insert_one(action("bottle-1", note="y" * (1536 * 1024)))  # 1.5 MB: under the limit
+        key = {"bottle_id": "bottle-1", "_id": "bottle-1|0"}
+        messages = []
+        for write in (
+            lambda: actions.insert_one(action("bottle-2", note=big)),
+            lambda: actions.replace_one(key, {**action("bottle-1"), "note": big}),
+            lambda: actions.update_one(key, {"$set": {"more": "z" * (768 * 1024)}}),
+        ):
+            with pytest.raises(OperationFailure, match="RequestEntityTooLarge") as refused:
+                write()
+            messages.append(str(refused.value))
+        stored = [len(d.get("note", "")) for d in actions.find({}, {"note": 1, "more": 1}) if "more" not in d]
+    with proxy_of(secantus_uri, clock=clock, large_documents=True) as proxy:
+        large = next(app_database(proxy, monkeypatch))
+        large[schema.BOTTLE_ACTIONS].insert_one(action("bottle-2", note=big))
+
+        assert large[schema.BOTTLE_ACTIONS].count_documents({}) == 1
+    assert stored == [1536 * 1024]  # the first document only, as it was
+    assert all("over the 2 MB a document may hold" in message for message in messages)
+    assert "document 0 of the insert would be 3,145,788 bytes" in messages[0]

@@ -30,7 +30,7 @@ from pymongo import MongoClient
 
 from shared.settings import Settings
 from shared.store.schema import collection_specs
-from tools.cosmos_store import charges, rules, streams, wire
+from tools.cosmos_store import charges, features, rules, streams, wire
 from tools.cosmos_store.indexes import BAD_VALUE, IndexCatalog, ttl_problem
 from tools.cosmos_store.partitions import (
     TOP,
@@ -65,7 +65,8 @@ class Options:
     account capability (16500 retried inside the server for up to `server_retry_seconds` of the proxy's clock,
     waiting with `sleep`, then code 50); `incomplete_during_index_drops`: a filter on a path whose index is
     being dropped misses what the removal has reached; `autoscale_max_ru_per_second` (scaled as
-    `partition_ru_per_second`) gives every collection an autoscale maximum, raised by the storage floor."""
+    `partition_ru_per_second`) gives every collection an autoscale maximum, raised by the storage floor;
+    `large_documents` is the account capability EnableMongo16MBDocumentSupport (documents up to 16 MB, not 2 MB)."""
 
     partition_bytes: int = 1_000_000
     partition_ru_per_second: float = 10_000.0
@@ -84,6 +85,7 @@ class Options:
     sleep: Callable[[float], None] = time.sleep  # waits `seconds` of the proxy's clock (server-side retry)
     incomplete_during_index_drops: bool = True
     autoscale_max_ru_per_second: float | None = None
+    large_documents: bool = False
 
 
 @dataclass
@@ -362,6 +364,10 @@ class CosmosProxy:
         """A command's charge and reply, or None when it was forwarded and answered already."""
         name = message.name
         target = command.get(name)
+        try:
+            features.check_command(name, command)
+        except features.Refusal as refusal:
+            return 0.0, wire.error_document(refusal.code, refusal.message, refusal.code_name)
         if name == "customAction":
             return 0.0, self._custom_action(command, database)
         if name == "currentOp":
@@ -594,6 +600,9 @@ class CosmosProxy:
             return refused
         database, target = collection.name.split(".", 1)
         effects = charges.look_before(self._observer[database][target], name, command)
+        too_large = self._document_too_large(name, command, effects)
+        if too_large is not None:
+            return too_large
         overflow = self._logical_overflow(collection, name, command, effects)
         if overflow is not None:
             return overflow
@@ -620,6 +629,19 @@ class CosmosProxy:
                 rules.IMMUTABLE_FIELD, f"{collection.name}: the write would change {changed}", "ImmutableField"
             )
         return None
+
+    def _document_too_large(self, name: str, command: Document, effects: charges.WriteEffects) -> Document | None:
+        """A write that would store a document past 2 MB (16 MB with `large_documents`): refused, nothing written
+        (features.py quotes the pages)."""
+        if name == "delete":
+            return None
+        limit = features.LARGE_DOCUMENT_LIMIT if self.options.large_documents else features.DOCUMENT_LIMIT
+        before = [t.before for t in effects.touched if t.before is not None]
+        size, which = features.largest_written(name, command, before)
+        if size <= limit:
+            return None
+        refusal = features.document_too_large(size, limit, which)
+        return wire.error_document(refusal.code, refusal.message, refusal.code_name)
 
     def _logical_overflow(
         self, collection: Collection, name: str, command: Document, effects: charges.WriteEffects
