@@ -1,6 +1,7 @@
 """A bad app setting stops the app at start-up, naming the setting (never its value)."""
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -338,6 +339,16 @@ def test_check_partitions_of_4_0_and_a_send_timeout_of_1e_300_are_refused(monkey
         "(the default is 4); QUEUE_SEND_TIMEOUT_SECONDS: must be a number from 0.1 to 60, written in digits with "
         "at most a decimal point, like 0.5 (the default is 5)"
     )
+
+
+def test_the_configuration_doc_gives_each_numeric_setting_s_bounds_as_the_code_has_them():
+    table = re.findall(
+        r"^\| `([A-Z_]+)` \| `[^`]+` \| ([^|]+) \|", (ROOT / "docs" / "configuration.md").read_text(), re.M
+    )
+    allowed = {name: cell.strip() for name, cell in table}
+    for name, field in NUMERIC.items():
+        low, high = bounds(field)
+        assert allowed[name.upper()].startswith(f"{low:g}–{high:g}"), f"docs/configuration.md: {name.upper()}"
 
 
 def test_the_defaults_start(monkeypatch):
