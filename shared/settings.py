@@ -1,13 +1,54 @@
 """All configuration, read from the environment (Azure app settings, or local.settings.json under func)."""
 
+import math
+import re
 from functools import lru_cache
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import unquote_plus
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pymongo import uri_parser
 from pymongo.errors import PyMongoError
+
+from shared.ncrontab import Schedule
+
+_DIGITS = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+
+
+def _whole_number(value: object) -> object:
+    """An int, or a string of plain digits: not `4.0`, `+4`, `1_000`, ` 4` or `true`, which pydantic would
+    read as 4 (or 1): a setting written so is a mistake to point out, not to guess at."""
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and _DIGITS.fullmatch(value))):
+        raise ValueError("not a whole number in plain digits")
+    return value
+
+
+def _decimal_number(value: object) -> object:
+    """A finite int or float, or a string of plain decimal digits (`8`, `0.5`): not `1e-300`, `nan`, `inf`."""
+    if isinstance(value, bool):
+        raise ValueError("not a number")
+    if isinstance(value, int | float) and math.isfinite(value):
+        return value
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+        return value
+    raise ValueError("not a number in plain decimal digits")
+
+
+# Every numeric setting has both bounds (ge, le); a value outside them, or not written plainly, is refused at
+# start-up naming the setting and its bounds (numeric_rule).
+WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
+Number = Annotated[float, BeforeValidator(_decimal_number)]
+
+QUEUE_SETTINGS = ("notifications_queue", "reports_queue", "checks_queue")
+SCHEDULE_SETTINGS = (
+    "reports_schedule",
+    "check_open_bottles_schedule",
+    "check_silent_bottles_schedule",
+    "check_late_doses_schedule",
+)
 
 
 class Settings(BaseSettings):
@@ -20,12 +61,16 @@ class Settings(BaseSettings):
         description="MongoDB or Cosmos DB for MongoDB connection string (required outside tests); checked at "
         "start-up as pymongo parses it, without connecting.",
     )
-    mongodb_database: str = Field(default="pillbottle", min_length=1, description="Database name.")
+    mongodb_database: str = Field(
+        default="pillbottle",
+        description="Database name, checked at start-up against MongoDB's and Cosmos DB's naming rules "
+        "(database_name_problem).",
+    )
 
-    max_event_age_days: int = Field(
+    max_event_age_days: WholeNumber = Field(
         default=30, ge=1, le=365, description="Oldest device event accepted (offline buffering), in days."
     )
-    heartbeat_window_hours: int = Field(
+    heartbeat_window_hours: WholeNumber = Field(
         default=24,
         # The heartbeat tally counts an hour from the ring some minutes after the hour closed (SETTLE, then its
         # pass), and a ring keeps an hour H only until server hour H + window - 1 ends: with 1, an hour that ends
@@ -36,28 +81,28 @@ class Settings(BaseSettings):
         "a heartbeat buffered for longer is accepted but not counted in the reports. At least 2: the heartbeat "
         "tally counts an hour after it has closed, and must find it in the ring then.",
     )
-    store_max_retries: int = Field(
+    store_max_retries: WholeNumber = Field(
         default=3, ge=0, le=10, description="Retries of a throttled or failed database call before a 503."
     )
-    store_retry_base_ms: int = Field(
-        default=100, ge=1, le=10_000, description="First back-off delay; doubles per retry (capped at 2 s)."
+    store_retry_base_ms: WholeNumber = Field(
+        default=100, ge=1, le=2000, description="First back-off delay; doubles per retry (capped at 2 s)."
     )
-    store_server_selection_timeout_ms: int = Field(
+    store_server_selection_timeout_ms: WholeNumber = Field(
         default=3000, ge=100, le=60_000, description="Longest wait for a reachable database server per attempt."
     )
-    store_connect_timeout_ms: int = Field(
+    store_connect_timeout_ms: WholeNumber = Field(
         default=3000, ge=100, le=60_000, description="Longest wait to open a connection to the database."
     )
-    store_socket_timeout_ms: int = Field(
+    store_socket_timeout_ms: WholeNumber = Field(
         default=8000, ge=100, le=300_000, description="Longest wait for a database reply on an open connection."
     )
-    request_deadline_seconds: float = Field(
+    request_deadline_seconds: Number = Field(
         default=8.0,
-        gt=0,
+        ge=0.01,  # 10 ms: less is a typo, not a deadline
         le=200,  # below the 230 s an HTTP trigger may take in Azure
         description="Longest an HTTP invocation spends on the database, retries included, before it answers 503.",
     )
-    outage_retry_after_seconds: int = Field(
+    outage_retry_after_seconds: WholeNumber = Field(
         default=30,
         ge=1,
         le=3600,
@@ -69,24 +114,24 @@ class Settings(BaseSettings):
     # Retention: how long each growing collection keeps a document after its last write (Cosmos DB's `_ts`
     # TTL in infra/, a TTL index on the document's own time elsewhere: shared/store/schema.py). Late events must
     # still find their hour and their day.
-    actions_retention_days: int = Field(
+    actions_retention_days: WholeNumber = Field(
         default=60,
         ge=2,
         le=36_500,
         description="Days an opened/closed event is kept (the reports keep their counts); longer than "
         "MAX_EVENT_AGE_DAYS, so an event buffered that long is counted with the rest of its hour.",
     )
-    hourly_reports_retention_days: int = Field(
+    hourly_reports_retention_days: WholeNumber = Field(
         default=60,
         ge=2,
         le=36_500,
         description="Days an hourly report is kept after its last change (the daily reports keep the totals); "
         "longer than MAX_EVENT_AGE_DAYS, so a late event's day is rolled up from all of its hours.",
     )
-    notifications_retention_days: int = Field(
+    notifications_retention_days: WholeNumber = Field(
         default=90, ge=1, le=36_500, description="Days a notification is kept after its last change."
     )
-    daily_reports_retention_days: int = Field(
+    daily_reports_retention_days: WholeNumber = Field(
         default=400,
         ge=2,
         le=36_500,
@@ -96,9 +141,9 @@ class Settings(BaseSettings):
 
     # Reports (the dispatcher `aggregate_reports` and the workers `aggregate_report_partition`).
     reports_schedule: str = Field(
-        default="0 */1 * * * *", min_length=1, description="NCRONTAB schedule of the report feeds' dispatcher."
+        default="0 */1 * * * *", description="NCRONTAB schedule of the report feeds' dispatcher."
     )
-    reports_partitions: int = Field(
+    reports_partitions: WholeNumber = Field(
         default=4,
         ge=1,
         le=1024,
@@ -107,10 +152,9 @@ class Settings(BaseSettings):
     )
     reports_queue: str = Field(
         default="report-partitions",
-        pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",
         description="Azure Storage queue of the report workers' work messages, one per feed partition.",
     )
-    reports_lease_seconds: int = Field(
+    reports_lease_seconds: WholeNumber = Field(
         default=120,
         ge=10,
         le=3600,
@@ -122,16 +166,16 @@ class Settings(BaseSettings):
         description="How the consumer reads changes: MongoDB change streams, or polling by server receive time "
         "(stores without change streams: mongomock, an account with them disabled).",
     )
-    reports_time_budget_seconds: float = Field(
+    reports_time_budget_seconds: Number = Field(
         default=45.0,
-        gt=0,
+        ge=0.01,
         le=540,  # below host.json's functionTimeout (10 minutes)
         description="Longest a report worker reads and aggregates its partition before it stops.",
     )
-    reports_page_size: int = Field(
+    reports_page_size: WholeNumber = Field(
         default=500, ge=1, le=10_000, description="Changes per page; a page is aggregated, then checkpointed."
     )
-    reports_tally_spread_minutes: int = Field(
+    reports_tally_spread_minutes: WholeNumber = Field(
         default=40,
         ge=0,
         le=45,
@@ -140,14 +184,14 @@ class Settings(BaseSettings):
         "hour at its peak. 0 turns pacing off. At most 45: a pass begins about 10 minutes into the hour and must "
         "end before the next hour is due.",
     )
-    reports_poll_overlap_seconds: int = Field(
+    reports_poll_overlap_seconds: WholeNumber = Field(
         default=300,
         ge=0,
         le=86_400,
         description="How far before its checkpoint the polling source (and a recovery) reads again, for writes "
         "that commit after later ones and for clock skew between instances.",
     )
-    daily_rollup_hours: int = Field(
+    daily_rollup_hours: WholeNumber = Field(
         default=6,
         ge=1,
         le=24,
@@ -167,15 +211,15 @@ class Settings(BaseSettings):
     # Notification checks: the dispatcher timers and the partition workers `run_check_partition`
     # (shared/notifications/checks.py, functions/checks.py).
     check_open_bottles_schedule: str = Field(
-        default="0 */1 * * * *", min_length=1, description="NCRONTAB schedule of check_open_bottles."
+        default="0 */1 * * * *", description="NCRONTAB schedule of check_open_bottles."
     )
     check_silent_bottles_schedule: str = Field(
-        default="0 */5 * * * *", min_length=1, description="NCRONTAB schedule of check_silent_bottles."
+        default="0 */5 * * * *", description="NCRONTAB schedule of check_silent_bottles."
     )
     check_late_doses_schedule: str = Field(
-        default="0 */5 * * * *", min_length=1, description="NCRONTAB schedule of check_late_doses."
+        default="0 */5 * * * *", description="NCRONTAB schedule of check_late_doses."
     )
-    check_late_doses_spread_minutes: int = Field(
+    check_late_doses_spread_minutes: WholeNumber = Field(
         default=4,
         ge=0,
         le=8,  # with the run's budget and its sends, below host.json's functionTimeout (10 minutes)
@@ -184,7 +228,7 @@ class Settings(BaseSettings):
         "can: autoscale bills each hour at its peak, and the morning peak lands in one sweep. 0 turns pacing off. "
         "Keep it below the check's interval (CHECK_LATE_DOSES_SCHEDULE, 5 minutes).",
     )
-    check_partitions: int = Field(
+    check_partitions: WholeNumber = Field(
         default=4,
         ge=1,
         le=1024,
@@ -193,21 +237,19 @@ class Settings(BaseSettings):
     )
     checks_queue: str = Field(
         default="check-partitions",
-        pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",
         description="Azure Storage queue of the checks' work messages, one per (check, partition).",
     )
-    left_open_minutes: int = Field(
+    left_open_minutes: WholeNumber = Field(
         default=5, ge=1, le=1440, description="A bottle open longer than this is left open (one notification)."
     )
-    silent_minutes: int = Field(
+    silent_minutes: WholeNumber = Field(
         default=60, ge=1, le=10_080, description="A bottle without a heartbeat for longer than this is silent."
     )
-    dose_history: int = Field(
+    dose_history: WholeNumber = Field(
         default=32, ge=1, le=500, description="Dose times kept on each bottle for the late-dose check to re-play."
     )
     notifications_queue: str = Field(
         default="notifications",
-        pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",
         description="Azure Storage queue the checks send a message to per new notification (delivery service).",
     )
     # The queue's storage account is the host's own (AzureWebJobsStorage), read under the host's setting names:
@@ -227,26 +269,26 @@ class Settings(BaseSettings):
         validation_alias="AzureWebJobsStorage__clientId",
         description="Client id of the user-assigned identity for that endpoint (empty: DefaultAzureCredential).",
     )
-    queue_send_timeout_seconds: float = Field(
-        default=5.0, gt=0, le=60, description="Connect and read timeout of each queue send."
+    queue_send_timeout_seconds: Number = Field(
+        default=5.0, ge=0.1, le=60, description="Connect and read timeout of each queue send."
     )
-    queue_send_retries: int = Field(
+    queue_send_retries: WholeNumber = Field(
         default=2,
         ge=0,
         le=5,
         description="Retries of a failed queue send (1 s apart) before the run leaves it and the rest pending.",
     )
-    check_batch_size: int = Field(
+    check_batch_size: WholeNumber = Field(
         default=500, ge=1, le=10_000, description="Bottles a check reads and writes per batch (bounds its memory)."
     )
-    queue_messages_per_partition: int = Field(
+    queue_messages_per_partition: WholeNumber = Field(
         default=5000,
         ge=1,
         le=100_000,
         description="Most queue messages one partition's check run sends (its own pending notifications); the "
         "rest stay pending for that partition's next run.",
     )
-    queue_send_concurrency: int = Field(
+    queue_send_concurrency: WholeNumber = Field(
         default=8,
         ge=1,
         le=64,
@@ -254,9 +296,9 @@ class Settings(BaseSettings):
         "partition sends thousands of notifications. At most 10 keeps within the HTTP connection pool the queue "
         "client keeps per host.",
     )
-    checks_time_budget_seconds: float = Field(
+    checks_time_budget_seconds: Number = Field(
         default=50.0,
-        gt=0,
+        ge=0.01,
         le=540,  # below host.json's functionTimeout (10 minutes)
         description="Longest one partition's check run sweeps before it stops; its next run carries on.",
     )
@@ -271,6 +313,48 @@ class Settings(BaseSettings):
             if problem is not None:
                 raise ValueError(problem)
         return value
+
+    @field_validator("mongodb_database")
+    @classmethod
+    def _a_database_name(cls, value: str) -> str:
+        """A name the driver or the server would refuse fails every request with an anonymous 500; say so now."""
+        problem = database_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator(*SCHEDULE_SETTINGS)
+    @classmethod
+    def _a_schedule_that_fires(cls, value: str) -> str:
+        """The host would not run a timer whose schedule it cannot read (or that never fires): the checks or the
+        reports would stop without a word. Schedule.parse says what is wrong."""
+        Schedule.parse(value)
+        return value
+
+    @field_validator(*QUEUE_SETTINGS)
+    @classmethod
+    def _a_queue_name(cls, value: str) -> str:
+        problem = queue_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _one_queue_per_kind_of_message(self) -> "Settings":
+        """Each queue carries one kind of message to one reader: check work on the users' notification queue
+        would be delivered to the users, and a queue named as another's poison queue (`<queue>-poison`, where
+        the host moves a message that failed too often) would be read as what it is not."""
+        names = {name.upper(): getattr(self, name) for name in QUEUE_SETTINGS}
+        for setting, queue in names.items():
+            for other, other_queue in names.items():
+                if setting < other and queue == other_queue:
+                    raise ValueError(f"{setting} and {other} name the same queue: each carries one kind of message")
+                if queue == f"{other_queue}-poison":
+                    raise ValueError(
+                        f"{setting} names {other}'s poison queue ({other} followed by -poison), where the host "
+                        "moves the messages that failed too often: each queue carries one kind of message"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _leases_outlive_their_runs(self) -> "Settings":
@@ -339,6 +423,57 @@ def _without_secrets(reason: str, uri: str) -> str:
     return reason[:300]
 
 
+# MongoDB's rules for database names on every platform ("MongoDB Limits and Thresholds", Naming Restrictions:
+# https://www.mongodb.com/docs/manual/reference/limits/#naming-restrictions): none of /\. "$*<>:|? nor the null
+# character, and fewer than 64 bytes. Cosmos DB adds '#' (a name is a segment of its resource URIs). Its change
+# streams watch no database of MongoDB's own ("Change Streams": "excluding admin, local, and config").
+_DATABASE_NAME_FORBIDDEN = '/\\. "$*<>:|?#\0'
+_MONGODB_OWN_DATABASES = ("admin", "local", "config")
+
+
+def database_name_problem(name: str) -> str | None:
+    """What is wrong with a database name, or None if MongoDB and Cosmos DB for MongoDB both take it and the
+    report feeds can watch it."""
+    if not name:
+        return "is empty: name the database the app uses (the default is pillbottle)"
+    if len(name.encode()) >= 64:
+        return "must be shorter than 64 bytes (MongoDB's limit for a database name)"
+    forbidden = sorted(set(name) & set(_DATABASE_NAME_FORBIDDEN))
+    if forbidden:
+        shown = " ".join("the null character" if c == "\0" else "a space" if c == " " else c for c in forbidden)
+        return (
+            f'cannot contain {shown}: a database name takes none of / \\ . space " $ * < > : | ? # '
+            "nor the null character (MongoDB's and Cosmos DB's naming rules)"
+        )
+    if name.lower() in _MONGODB_OWN_DATABASES:
+        return "names one of MongoDB's own databases (admin, local, config), which change streams cannot watch"
+    return None
+
+
+# Azure Storage's rules for queue names ("Naming Queues and Metadata",
+# https://learn.microsoft.com/rest/api/storageservices/naming-queues-and-metadata): "A queue name must start with a
+# letter or number, and can only contain letters, numbers, and the dash (-) character. [...] Consecutive dash
+# characters are not permitted [...] All letters in a queue name must be lowercase. A queue name must be from 3
+# through 63 characters long." A queue trigger's poison queue is `<queue>-poison`, itself a queue name: 56 at most.
+_QUEUE_NAME = re.compile(r"(?!.*--)[a-z0-9][a-z0-9-]*[a-z0-9]")
+QUEUE_NAME_MAX = 63 - len("-poison")
+
+
+def queue_name_problem(name: str) -> str | None:
+    """What is wrong with a Storage queue name, or None if Azure takes it and its poison queue."""
+    if not 3 <= len(name) <= QUEUE_NAME_MAX:
+        return (
+            f"must be 3 to {QUEUE_NAME_MAX} characters long (Azure Storage allows 63, and the poison queue, "
+            "the name followed by -poison, must fit too)"
+        )
+    if not _QUEUE_NAME.fullmatch(name):
+        return (
+            "must be lowercase letters, digits and single hyphens, starting and ending with a letter or digit "
+            "(Azure Storage's rule for queue names)"
+        )
+    return None
+
+
 class InvalidSettings(ValueError):
     """An app setting has a value the app cannot run with; the message names each such setting."""
 
@@ -350,10 +485,30 @@ def get_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as error:
-        problems = [_problem(e["loc"], e["msg"]) for e in error.errors()]
+        problems = [_problem(e) for e in error.errors()]
         raise InvalidSettings("invalid app settings: " + "; ".join(problems)) from None
 
 
-def _problem(loc: tuple[int | str, ...], message: str) -> str:
-    message = message.removeprefix("Value error, ")
-    return f"{'.'.join(str(p) for p in loc).upper()}: {message}" if loc else message
+def _problem(error: ErrorDetails) -> str:
+    """One refusal: the setting, then what is wrong with it (for a numeric one, what it may be)."""
+    message = error["msg"].removeprefix("Value error, ")
+    if not error["loc"]:
+        return message
+    field = str(error["loc"][0])
+    name = field.upper() if field in Settings.model_fields else field  # an alias is the host's own spelling
+    return f"{name}: {numeric_rule(field) or message}"
+
+
+def numeric_rule(field: str) -> str | None:
+    """What a numeric setting may be ("must be a whole number from 1 to 1024, written in digits only (the
+    default is 4)"), or None for a setting that is not a number."""
+    info = Settings.model_fields.get(field)
+    if info is None or info.annotation not in (int, float):
+        return None
+    low = next(bound.ge for bound in info.metadata if hasattr(bound, "ge"))
+    high = next(bound.le for bound in info.metadata if hasattr(bound, "le"))
+    if info.annotation is int:
+        kind, written = "a whole number", "in digits only"
+    else:
+        kind, written = "a number", "in digits with at most a decimal point, like 0.5"
+    return f"must be {kind} from {low:g} to {high:g}, written {written} (the default is {info.default:g})"

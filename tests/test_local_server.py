@@ -10,7 +10,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, replace
+from datetime import datetime
 from typing import Any
 
 import azure.functions as func
@@ -21,6 +22,7 @@ from shared.settings import get_settings
 from tests.api import SPEC, ago, heartbeat, iso
 from tools.http_bounds import Limits
 from tools.local_host import LocalHost
+from tools.ncrontab import Schedule
 from tools.serve import LocalServer
 
 TIMEOUT = 1  # seconds a stalled client keeps its connection in these tests
@@ -413,6 +415,9 @@ def test_request_headers_reach_the_function(echo_server, calls):
 # --- timers ---------------------------------------------------------------------------------------
 
 
+ONE_SECOND = Schedule.parse("* * * * * *")
+
+
 def ticking_host() -> LocalHost:
     app = func.FunctionApp()
 
@@ -439,6 +444,37 @@ def test_timers_run_on_their_schedules_and_their_queue_messages_are_logged(caplo
     assert host.queues["outbox"][0] == '{"tick":1}'
     assert 'queue message to outbox: {"tick":1}' in caplog.messages
     assert "timer tick ran, 1 queue messages sent" in caplog.messages
+
+
+class StoppedFiring(Schedule):
+    """A schedule whose next firing cannot be found any more: how `./dev serve`'s timers died on a schedule that
+    never fires ("ValueError: schedule never fires") while it went on answering requests."""
+
+    def next_after(self, moment: datetime) -> datetime:
+        raise ValueError("schedule never fires")
+
+
+def test_a_timer_that_cannot_be_scheduled_is_logged_and_stops_the_server(caplog):
+    host = ticking_host()
+    host.timers["tick"] = replace(host.timers["tick"], schedule=StoppedFiring(*astuple(ONE_SECOND)))
+    running = LocalServer(host, ("127.0.0.1", 0))
+    where = running.http.getsockname()
+    with caplog.at_level(logging.INFO, logger="serve"):
+        running.start()
+        try:
+            deadline = time.monotonic() + 5
+            while running.failure is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)  # the HTTP loop closes its sockets
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(where, timeout=2).close()
+        finally:
+            running.stop()
+    assert running.failure == "timer tick cannot be scheduled: schedule never fires"
+    assert (
+        "timer tick cannot be scheduled: schedule never fires; stopping the server, as the Functions host would not "
+        "run it either"
+    ) in caplog.messages
 
 
 def test_every_message_a_function_sends_is_logged_as_sent(caplog):

@@ -193,6 +193,8 @@ class LocalServer:
         server.channel_class = bounded_channel(limits or Limits())
         self.http = server
         self._stop = threading.Event()
+        self._stopped = False  # stop() ran
+        self.failure: str | None = None  # why the server stopped by itself (a timer that cannot run)
         self._closing = threading.Lock()  # the event loop closing its sockets, and stop() waking it, one at a time
         self._closed = False
         self._threads = [threading.Thread(target=self._serve, name="serve-http", daemon=True)]
@@ -215,19 +217,26 @@ class LocalServer:
         return self
 
     def stop(self) -> None:
-        if self._stop.is_set():
+        if self._stopped:
             return
-        with self._closing:  # never signal a loop that already closed its sockets (its trigger among them)
-            self._stop.set()
-            if not self._closed:
-                self.http.pull_trigger()  # wakes the event loop, which closes every socket and returns
-        self._queue_activity.set()
+        self._stopped = True
+        self._halt()
         for thread in self._threads:
             if thread.is_alive():
                 thread.join(timeout=10)
         if not self._threads[0].is_alive():
             wasyncore.close_all(self._map)  # if it never ran (closed sockets are off the map: no-op)
         self.http.task_dispatcher.shutdown(timeout=5)
+
+    def _halt(self) -> None:
+        """Tell every loop to end, at once: the HTTP loop closes its sockets, so nothing is served any more."""
+        with self._closing:  # never signal a loop that already closed its sockets (its trigger among them)
+            if self._stop.is_set():
+                return
+            self._stop.set()
+            if not self._closed:
+                self.http.pull_trigger()  # wakes the event loop, which closes every socket and returns
+        self._queue_activity.set()
 
     def _serve(self) -> None:
         """Waitress' event loop, one wait at a time until stop(); the sockets are closed on this thread."""
@@ -241,9 +250,19 @@ class LocalServer:
                 wasyncore.close_all(self._map)
 
     def _run_timers(self) -> None:
+        """Each timer at its due times. A timer that fails is logged and the run goes on, as the host does; a
+        timer that cannot be scheduled any more stops the whole server, logged and in `failure`: the host would
+        not run it either, and a server answering requests while its checks and reports have stopped hides it."""
         last = datetime.now(UTC)
         while not self._stop.is_set():
-            firings = self.host.due_timers(last, datetime.now(UTC))
+            try:
+                firings = self.host.due_timers(last, datetime.now(UTC))
+            except Exception as error:
+                unschedulable = ", ".join(name for name in self.host.timers if not self._schedulable(name, last))
+                self.failure = f"timer {unschedulable or '(unknown)'} cannot be scheduled: {error}"
+                log.exception("%s; stopping the server, as the Functions host would not run it either", self.failure)
+                self._halt()
+                return
             for _, name in firings:
                 try:
                     sent = self.host.run_timer(name)
@@ -254,6 +273,13 @@ class LocalServer:
             if firings:
                 last = firings[-1][0]
             self._stop.wait(0.5)
+
+    def _schedulable(self, name: str, since: datetime) -> bool:
+        try:
+            self.host.timers[name].schedule.next_after(since)
+        except Exception:
+            return False
+        return True
 
     def _sent(self, queue: str, body: str) -> None:
         """Every message any function sends (an output binding's, a notification the checks send), as sent."""
@@ -327,12 +353,13 @@ def _serve_until_interrupted(argv: list[str] | None) -> None:
         timers = "off" if args.no_timers else ", ".join(server.host.timers) or "none"
         log.info("serving %s/api/ (timers: %s); Ctrl-C stops", server.base_url, timers)
         try:
-            while True:
+            while server.failure is None:
                 # Ctrl-C is often delivered to another thread, which cannot interrupt an endless wait of this
                 # one: waking each second lets Python raise KeyboardInterrupt here.
                 time.sleep(1)
         finally:
             server.stop()
+        raise CommandFailed(server.failure)
 
 
 def listen(host: str, port: int) -> socket.socket:
