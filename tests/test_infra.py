@@ -144,8 +144,7 @@ def test_each_collection_entry_is_deployed_with_its_shard_key_indexes_and_autosc
     body = json.dumps(loop["config"]["config"], default=str)
     for uses in ('"operand_2": "name"', '"operand_2": "indexes"', '"operand_2": "shardKey"', "Hash"):
         assert uses in body, f"the collection loop no longer uses {uses}"
-    options = loop["config"]["config"]["properties"]["options"]
-    assert "maxThroughput" in options["autoscaleSettings"]
+    assert set(deployed_throughput({})["bottles"]) == {"autoscaleSettings"}
     cosmos_params = bicep.parse("modules/cosmos.bicep")["parameters"]
     assert {"type": "min_value", "argument": 1000} in cosmos_params["defaultMaxThroughput"]["decorators"]
     main_params = bicep.parse("main.bicep")["parameters"]
@@ -556,15 +555,52 @@ def test_the_function_timeout_fits_every_timer_budget_the_settings_allow() -> No
     assert not too_long, f"host.json functionTimeout {function_timeout()} is shorter than {too_long}"
 
 
-def test_an_unsharded_collection_is_deployed_within_the_throughput_one_partition_serves() -> None:
-    """A collection without a shard key is one logical partition: at most 10,000 RU/s ("Maximum RUs per partition
-    (logical & physical)", https://learn.microsoft.com/azure/cosmos-db/concepts-limits), and autoscale's smallest
-    maximum is 1,000 RU/s. `leases` got the default of every collection, whatever it was raised to."""
-    text = bicep.text("modules/cosmos.bicep")
-    assert bicep.variable("modules/cosmos.bicep", "unshardedMaxThroughput") == 10000
-    assert "min(maxThroughputByCollection[c.name], unshardedMaxThroughput)" in text
-    assert "(empty(c.shardKey) ? 1000 : defaultMaxThroughput)" in text
+def deployed_throughput(passed: dict[str, Any]) -> dict[str, Any]:
+    """Each collection's throughput options (`options` of the collection loop) as a deployment with these
+    parameters of modules/cosmos.bicep makes them (the others at their defaults)."""
+    tree = bicep.parse("modules/cosmos.bicep")
+    options = bicep.resource("modules/cosmos.bicep", "collection")["config"]["config"]["properties"]["options"]
+    collections = bicep.literal(tree, bicep.variable("modules/cosmos.bicep", "collections"))
+    return {c["name"]: bicep.evaluate(tree, options, {**passed, "c": c}) for c in collections}
+
+
+def bounds(parameter: dict[str, Any]) -> tuple[int | None, int | None]:
+    found = {decorator["type"]: decorator["argument"] for decorator in parameter["decorators"]}
+    return found.get("min_value"), found.get("max_value")
+
+
+@pytest.mark.parametrize(
+    "passed",
+    [{}, {"defaultMaxThroughput": 20000, "maxThroughputByCollection": {"leases": 20000, "bottles": 50000}}],
+)
+def test_the_collection_without_a_shard_key_gets_standard_throughput_both_documented_pages_allow(passed):
+    """`leases` (no shard key) got an autoscale maximum of 1,000 RU/s. "Use MongoDB extension commands to manage
+    data stored in Azure Cosmos DB for MongoDB" (https://learn.microsoft.com/azure/cosmos-db/mongodb/custom-commands,
+    Create collection) allows an autoscale maximum "from 4,000 RU/s to 10,000 RU/s without a shard key"; the
+    autoscale FAQ (https://learn.microsoft.com/azure/cosmos-db/autoscale-faq, "What's the entry point RU/s for
+    autoscale?") one "as low as 1,000 RU/s". Standard throughput of 400 RU/s, the page's minimum and its default for
+    a collection created without any ("a new fixed, unsharded, collection with 400RU/s"), up to 10,000 without a
+    shard key, is what both allow. Every collection with a shard key stays on autoscale."""
+    deployed = deployed_throughput(passed)
+
+    assert deployed["leases"] == {"throughput": 400}
+    maximum = passed.get("maxThroughputByCollection", {})
+    for name, options in deployed.items():
+        if name != "leases":
+            expected = maximum.get(name, passed.get("defaultMaxThroughput", 1000))
+            assert options == {"autoscaleSettings": {"maxThroughput": expected}}, name
     assert [spec.name for spec in collection_specs(Settings()) if spec.shard_key is None] == ["leases"]
+
+
+def test_the_standard_throughput_without_a_shard_key_is_a_parameter_within_what_one_partition_serves():
+    """At most 10,000 RU/s: "Maximum RUs per partition (logical & physical)", 10,000
+    (https://learn.microsoft.com/azure/cosmos-db/concepts-limits); at least 400, the standard minimum."""
+    module = bicep.parse("modules/cosmos.bicep")["parameters"]["unshardedThroughput"]
+    main = bicep.parse("main.bicep")["parameters"]["cosmosUnshardedThroughput"]
+    assert bounds(module) == bounds(main) == (400, 10000)
+    assert module["default"] == main["default"] == 400
+    assert str(bicep.module("main.bicep", "cosmos")["params"]["unshardedThroughput"]) == "cosmosUnshardedThroughput"
+    assert deployed_throughput({"unshardedThroughput": 800})["leases"] == {"throughput": 800}
 
 
 def test_http_concurrency_and_the_python_worker_s_threads_are_set_and_match() -> None:
