@@ -603,6 +603,25 @@ def test_the_standard_throughput_without_a_shard_key_is_a_parameter_within_what_
     assert deployed_throughput({"unshardedThroughput": 800})["leases"] == {"throughput": 800}
 
 
+def test_the_account_backs_up_continuously_on_purpose():
+    """Continuous backup, 7-day tier: a self-service restore to any second of the last 7 days, with no charge for
+    backup storage, which Cosmos DB keeps locally or zone redundant itself ("In continuous backup mode, you can't
+    update the backup storage redundancy"), so a region without a pair needs no redundancy chosen, as periodic
+    backup there does ("if you use a non-paired region, you need to explicitly choose the backup storage
+    redundancy": https://learn.microsoft.com/azure/cosmos-db/periodic-backup-update-storage-redundancy).
+    Without a policy the account got periodic backup by default. What continuous excludes, per "Continuous backup
+    with point-in-time restore" (https://learn.microsoft.com/azure/cosmos-db/continuous-backup-restore-introduction)
+    and "Merge partitions" (https://learn.microsoft.com/azure/cosmos-db/merge, Limitations): partition merge, and a
+    unique index created on an existing collection; the app declares no unique index."""
+    account = bicep.resource("modules/cosmos.bicep", "account")["config"]
+    policy = bicep.literal(bicep.parse("modules/cosmos.bicep"), account["properties"]["backupPolicy"])
+    assert policy == {"type": "Continuous", "continuousModeProperties": {"tier": "Continuous7Days"}}
+    assert not [(s.name, i.name) for s in collection_specs(Settings()) for i in s.indexes if i.unique]
+    operations = section_of((ROOT / "docs" / "operations.md").read_text(), "## Backup and restore")
+    for said in ("Continuous7Days", "partition merge", "unique index", "--disable-ttl"):
+        assert said in operations, said
+
+
 def test_http_concurrency_and_the_python_worker_s_threads_are_set_and_match() -> None:
     """Flex Consumption's HTTP concurrency default depends on the instance size and the language, and the Python
     worker's default thread pool is smaller: the app sets both, one thread per concurrent invocation."""
