@@ -299,6 +299,7 @@ def test_the_mongodb_connection_string_is_a_key_vault_reference_the_app_identity
     assert "secretUriWithVersion" in json.dumps(outputs["mongoSecretUri"], default=str)
     secret = bicep.resource("modules/keyvault.bicep", "mongoSecret")["config"]
     assert "listConnectionStrings" in json.dumps(secret["properties"]["value"], default=str)
+    assert "entry => entry.description == connectionStringName" in code_of("modules/keyvault.bicep")
     site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
     assert site["properties"]["keyVaultReferenceIdentity"] == "identityId"
     assert "4633458b-17de-408a-b874-0445c86b69e6" in bicep.text("modules/keyvault.bicep")  # Key Vault Secrets User
@@ -307,6 +308,30 @@ def test_the_mongodb_connection_string_is_a_key_vault_reference_the_app_identity
 def code_of(relative: str) -> str:
     """A Bicep file without its `//` comments."""
     return re.sub(r"(^|\s)//[^\n]*", "", bicep.text(relative))
+
+
+def test_the_secret_takes_the_connection_string_of_the_key_in_use_by_its_name_not_its_position():
+    """listConnectionStrings() names each connection string in its `description` ("Primary MongoDB Connection
+    String", ...: https://learn.microsoft.com/rest/api/cosmos-db-resource-provider/database-accounts/list-connection-strings,
+    and the output "Build and run a containerized Python web app locally with MongoDB" shows); no page promises the
+    list's order, which `connectionStrings[0]` relied on."""
+    code = code_of("modules/keyvault.bicep")
+    assert not re.search(r"connectionStrings\[\s*\w+\s*\]", code), "a connection string taken by its position"
+    secret = bicep.resource("modules/keyvault.bicep", "mongoSecret")["config"]
+    value = json.dumps(secret["properties"]["value"], default=str)
+    assert '"type": "filter"' in value
+    assert '"lambda_expression"' in value
+    assert re.search(r"filter\(cosmos\.listConnectionStrings\(\)\.connectionStrings, entry => entry\.description == "
+                     r"connectionStringName\)\[0\]\.connectionString", code)  # fmt: skip
+    # (pycep reads `a == b ? c : d` as `a == (b ? c : d)`: the declaration is checked as written.)
+    assert re.search(
+        r"^var connectionStringName = cosmosKeyInUse == 'primary' \? 'Primary MongoDB Connection String' "
+        r": 'Secondary MongoDB Connection String'$",
+        code,
+        re.MULTILINE,
+    )
+    allowed = bicep.parse("modules/keyvault.bicep")["parameters"]["cosmosKeyInUse"]["decorators"]
+    assert {"type": "allowed", "argument": ["primary", "secondary"]} in allowed
 
 
 def test_no_key_connection_string_or_secret_is_an_output_or_in_the_repo() -> None:
