@@ -32,5 +32,6 @@ def post_events(req: func.HttpRequest) -> func.HttpResponse:
         now=utc_now(),
         settings=get_settings(),
     )
-    log_invocation(log, "post_events", bottle_id=bottle_id, stored=result.stored, duplicates=result.duplicates)
-    return json_response(202, {"stored": result.stored, "duplicates": result.duplicates})
+    counts = {"stored": result.stored, "duplicates": result.duplicates, "expired": result.expired}
+    log_invocation(log, "post_events", bottle_id=bottle_id, **counts)
+    return json_response(202, counts)

@@ -20,12 +20,17 @@ param location string = resourceGroup().location
 @description('Database the app uses (MONGODB_DATABASE).')
 param databaseName string = 'pillbottle'
 
-@description('Autoscale maximum RU/s of each collection (Cosmos bills at least 10 % of it every hour).')
+@description('Autoscale maximum RU/s of each collection with a shard key (Cosmos bills at least 10 % of it every hour).')
 @minValue(1000)
 param cosmosMaxThroughput int = 1000
 
-@description('Per-collection autoscale maximum RU/s overriding cosmosMaxThroughput, e.g. { bottle_heartbeats: 200000 } (docs/costs.md).')
+@description('Per-collection autoscale maximum RU/s overriding cosmosMaxThroughput, e.g. { bottle_heartbeats: 200000 } (collections with a shard key; docs/costs.md).')
 param cosmosMaxThroughputByCollection object = {}
+
+@description('Standard (manual) RU/s of the collection without a shard key, `leases`: 400 to 10,000 (modules/cosmos.bicep says why not autoscale).')
+@minValue(400)
+@maxValue(10000)
+param cosmosUnshardedThroughput int = 400
 
 @description('Days an opened/closed event is kept after its last write: ACTIONS_RETENTION_DAYS and the TTL (docs/architecture.md: Retention).')
 @minValue(32)
@@ -251,6 +256,7 @@ module cosmos 'modules/cosmos.bicep' = {
     databaseName: databaseName
     defaultMaxThroughput: cosmosMaxThroughput
     maxThroughputByCollection: cosmosMaxThroughputByCollection
+    unshardedThroughput: cosmosUnshardedThroughput
     actionsRetentionDays: actionsRetentionDays
     hourlyReportsRetentionDays: hourlyReportsRetentionDays
     notificationsRetentionDays: notificationsRetentionDays

@@ -56,6 +56,39 @@ def literal(tree: Tree, value: Any) -> Any:
     return EXPRESSION
 
 
+def evaluate(tree: Tree, value: Any, scope: dict[str, Any]) -> Any:
+    """`value` computed for one deployment: `scope` gives the loop item and any parameter values passed (others
+    take their defaults); conditionals, `empty`, `contains`, `min`, `c.x` and `x[y]` are evaluated, literals and
+    objects as `literal` reads them. Anything else is EXPRESSION."""
+    if isinstance(value, BicepElement) and str(value) in scope:
+        return scope[str(value)]
+    if isinstance(value, dict) and "operator" in value and isinstance(value["operator"], dict):
+        kind, operands = value["operator"]["type"], value["operator"]["operands"]
+        if kind == "conditional":
+            branch = "true_value" if evaluate(tree, operands["condition"], scope) else "false_value"
+            return evaluate(tree, operands[branch], scope)
+        if kind in ("property_accessor", "index_accessor"):
+            container = evaluate(tree, operands["operand_1"], scope)
+            key = operands["operand_2"] if kind == "property_accessor" else evaluate(tree, operands["operand_2"], scope)
+            return container[str(key)] if isinstance(container, dict) else EXPRESSION
+        return literal(tree, value)
+    if isinstance(value, dict) and "function" in value and isinstance(value["function"], dict):
+        kind, arguments = value["function"]["type"], value["function"]["parameters"]
+        values = [evaluate(tree, argument, scope) for argument in arguments.values()]
+        if kind == "empty":
+            return not values[0]
+        if kind == "contains":
+            return values[1] in values[0]
+        if kind == "min":
+            return min(values)
+        return EXPRESSION
+    if isinstance(value, dict):
+        return {str(key).strip("'"): evaluate(tree, item, scope) for key, item in value.items()}
+    if isinstance(value, list):
+        return [evaluate(tree, item, scope) for item in value]
+    return literal(tree, value)
+
+
 def variable(relative: str, name: str) -> Any:
     """The raw parse tree of `var name` in infra/<relative>."""
     variables = parse(relative)["variables"]

@@ -157,7 +157,7 @@ def test_events_at_the_limits_are_accepted(db):
         closed(ago(minutes=1), taken=0, pills=0, mass=0.0),
     ]
     response = post_events("bottle-1", key, {"events": events})
-    assert response.body == {"stored": 4, "duplicates": 0}
+    assert response.body == {"stored": 3, "duplicates": 0, "expired": 1}  # the old heartbeat: accepted, not kept
 
 
 def test_error_body_is_json_with_error_and_details(db):

@@ -24,7 +24,7 @@ def test_a_retry_of_an_event_whose_id_holds_a_bar_repairs_the_status(mock_db: An
     post_events("bottle-1", key, event)
     lose_the_status(mock_db, "bottle-1")
 
-    assert post_events("bottle-1", key, event).body == {"stored": 0, "duplicates": 1}
+    assert post_events("bottle-1", key, event).body == {"stored": 0, "duplicates": 1, "expired": 0}
     status = get_bottle("bottle-1").body["status"]
     assert status["last_action"] == "closed"
     assert status["last_dose_time"] is not None
@@ -37,7 +37,7 @@ def test_another_bottles_event_under_the_same_id_does_not_make_a_retry_a_reuse(m
     post_events("bottle-2", keys["bottle-2"], opened(ago(minutes=3), event_id="e-1"))  # its own e-1
     lose_the_status(mock_db, "bottle-1")
 
-    assert post_events("bottle-1", keys["bottle-1"], event).body == {"stored": 0, "duplicates": 1}
+    assert post_events("bottle-1", keys["bottle-1"], event).body == {"stored": 0, "duplicates": 1, "expired": 0}
     assert get_bottle("bottle-1").body["status"]["last_action"] == "closed"
 
 
@@ -49,7 +49,7 @@ def test_a_retried_request_with_a_dose_changes_nothing_stored(mock_db: Any) -> N
     assert post_events("bottle-1", key, request).status == 202
     before = mock_db[schema.BOTTLES].find_one({"_id": "bottle-1"})
 
-    assert post_events("bottle-1", key, request).body == {"stored": 0, "duplicates": 2}
+    assert post_events("bottle-1", key, request).body == {"stored": 0, "duplicates": 2, "expired": 0}
 
     assert mock_db[schema.BOTTLES].find_one({"_id": "bottle-1"}) == before
 
@@ -62,7 +62,7 @@ def test_a_retried_dose_is_known_after_more_doses_than_the_history_holds(mock_db
         assert post_events("bottle-1", key, request).status == 202
     before = mock_db[schema.BOTTLES].find_one({"_id": "bottle-1"})
 
-    assert post_events("bottle-1", key, requests[-1]).body == {"stored": 0, "duplicates": 1}
+    assert post_events("bottle-1", key, requests[-1]).body == {"stored": 0, "duplicates": 1, "expired": 0}
 
     assert mock_db[schema.BOTTLES].find_one({"_id": "bottle-1"}) == before
 

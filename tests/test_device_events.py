@@ -30,7 +30,7 @@ def test_heartbeat_is_stored_in_the_bottles_heartbeat_document(db):
 
     response = post_events("bottle-1", key, heartbeat(at))
 
-    assert (response.status, response.body) == (202, {"stored": 1, "duplicates": 0})
+    assert (response.status, response.body) == (202, {"stored": 1, "duplicates": 0, "expired": 0})
     document = heartbeat_document(db)
     assert document["bottle_id"] == "bottle-1"
     assert document["user_id"] == SPEC["user_id"]
@@ -48,7 +48,7 @@ def test_heartbeats_are_counted_by_slot_and_last_is_the_newest(db):
 
     response = post_events("bottle-1", key, {"events": [heartbeat(t) for t in times]})
 
-    assert response.body == {"stored": 3, "duplicates": 0}
+    assert response.body == {"stored": 3, "duplicates": 0, "expired": 0}
     assert heartbeat_document(db)["last"] == max(times)
     assert counted(db) == sorted(slot(t) for t in times)
 
@@ -60,7 +60,7 @@ def test_a_repeated_heartbeat_is_a_duplicate_and_counted_once(db):
 
     again = post_events("bottle-1", key, {"events": [heartbeat(at), heartbeat(ago(minutes=1))]})
 
-    assert again.body == {"stored": 1, "duplicates": 1}
+    assert again.body == {"stored": 1, "duplicates": 1, "expired": 0}
     assert counted(db) == sorted([slot(at), slot(ago(minutes=1))])
 
 
@@ -75,9 +75,9 @@ def test_two_heartbeats_in_one_5_minute_slot_are_one_heartbeat(db):
     later = post_events("bottle-1", key, heartbeat(start + timedelta(minutes=2)))
     next_slot = post_events("bottle-1", key, heartbeat(start + timedelta(minutes=5)))
 
-    assert response.body == {"stored": 1, "duplicates": 1}
-    assert later.body == {"stored": 0, "duplicates": 1}
-    assert next_slot.body == {"stored": 1, "duplicates": 0}
+    assert response.body == {"stored": 1, "duplicates": 1, "expired": 0}
+    assert later.body == {"stored": 0, "duplicates": 1, "expired": 0}
+    assert next_slot.body == {"stored": 1, "duplicates": 0, "expired": 0}
     assert counted(db) == [start, start + timedelta(minutes=5)]
 
 
@@ -97,11 +97,12 @@ def test_heartbeats_older_than_the_window_are_accepted_but_not_counted(db, monke
     finally:
         set_clock(None)
 
-    assert response.body == {"stored": 10, "duplicates": 0}
     # The whole 4-hour ring fields that hold the three hours, the current one included.
     oldest_counted = Window(3).start(hour_number(now))
     assert oldest_counted <= hour_of(now) - timedelta(hours=2)
-    assert counted(db) == sorted(slot(t) for t in times if t >= oldest_counted)
+    kept = [t for t in times if t >= oldest_counted]
+    assert response.body == {"stored": len(kept), "duplicates": 0, "expired": len(times) - len(kept)}
+    assert counted(db) == sorted(slot(t) for t in kept)
 
 
 def test_a_late_heartbeat_never_moves_last_backwards(db):
@@ -141,7 +142,7 @@ def test_the_heartbeat_document_stays_small_however_long_the_bottle_reports(db):
             set_clock(partial(identity, received))
             assert post_events(bottle, key, heartbeat(at)).status == 202
             if i % 5 == 0:
-                assert post_events(bottle, key, heartbeat(at)).body == {"stored": 0, "duplicates": 1}
+                assert post_events(bottle, key, heartbeat(at)).body == {"stored": 0, "duplicates": 1, "expired": 0}
             sent.append(at)
             sizes.append(len(bson.encode(heartbeat_document(db, bottle))))
     finally:
@@ -164,7 +165,7 @@ def test_actions_are_stored_with_owner_and_medication_from_the_registry(db):
         {"events": [opened(t_open, pills=30, mass=15.0), closed(t_close, taken=2, pills=28, mass=14.0)]},
     )
 
-    assert response.body == {"stored": 2, "duplicates": 0}
+    assert response.body == {"stored": 2, "duplicates": 0, "expired": 0}
     docs = {d["action"]: d for d in db[schema.BOTTLE_ACTIONS].find()}
     assert (
         docs["opened"] | {"received_at": None}
@@ -201,8 +202,8 @@ def test_retried_request_is_stored_once(db):
     first = post_events("bottle-1", key, batch)
     again = post_events("bottle-1", key, batch)
 
-    assert first.body == {"stored": 3, "duplicates": 0}
-    assert again.body == {"stored": 0, "duplicates": 3}
+    assert first.body == {"stored": 3, "duplicates": 0, "expired": 0}
+    assert again.body == {"stored": 0, "duplicates": 3, "expired": 0}
     assert stored_counts(db) == (2, 1)
 
 
@@ -216,7 +217,7 @@ def test_explicit_event_ids_deduplicate_across_requests(db):
         "bottle-1", key, {"events": [opened(at, event_id="evt-1"), opened(ago(minutes=4), event_id="evt-2")]}
     )
 
-    assert response.body == {"stored": 1, "duplicates": 1}
+    assert response.body == {"stored": 1, "duplicates": 1, "expired": 0}
     assert sorted(d["event_id"] for d in db[schema.BOTTLE_ACTIONS].find()) == ["evt-1", "evt-2"]
 
 
@@ -224,7 +225,7 @@ def test_repeats_within_one_request_count_as_duplicates(db):
     key = provisioned()
     hb, act = heartbeat(ago(minutes=2)), opened(ago(minutes=1))
     response = post_events("bottle-1", key, {"events": [hb, act, hb, act]})
-    assert response.body == {"stored": 2, "duplicates": 2}
+    assert response.body == {"stored": 2, "duplicates": 2, "expired": 0}
     assert stored_counts(db) == (1, 1)
 
 
@@ -239,14 +240,18 @@ def test_offset_times_are_stored_in_utc(db):
         "bottle-1", key, {"events": [{"type": "heartbeat", "time": text}, {"type": "heartbeat", "time": plus_five}]}
     )
     # The same instant in two offsets is one heartbeat.
-    assert response.body == {"stored": 1, "duplicates": 1}
+    assert response.body == {"stored": 1, "duplicates": 1, "expired": 0}
 
 
 def test_batch_of_500_is_accepted(db):
     key = provisioned()
-    events = [heartbeat(ago(minutes=5 * i)) for i in range(500)]  # each in its own 5-minute slot
+    events = [heartbeat(ago(minutes=5 * i)) for i in range(500)]  # each in its own 5-minute slot, over 41 hours
     response = post_events("bottle-1", key, {"events": events})
-    assert response.body == {"stored": 500, "duplicates": 0}
+    assert response.status == 202
+    # Those older than the heartbeat window (at most 27 hours back) are accepted but not kept.
+    assert response.body["duplicates"] == 0
+    assert response.body["stored"] + response.body["expired"] == 500
+    assert 500 - 27 * 12 - 1 <= response.body["expired"] <= 500 - 23 * 12  # 12 a hour kept, 23 to 27 hours back
 
 
 @pytest.mark.parametrize(

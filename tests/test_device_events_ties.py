@@ -18,7 +18,7 @@ def test_an_open_and_a_close_at_one_instant_in_one_request_end_closed(mock_db: A
 
     response = post_events("bottle-1", key, {"events": events if order == "opened first" else events[::-1]})
 
-    assert (response.status, response.body) == (202, {"stored": 2, "duplicates": 0})
+    assert (response.status, response.body) == (202, {"stored": 2, "duplicates": 0, "expired": 0})
     status = get_bottle("bottle-1").body["status"]
     assert (status["last_action"], status["open_since"]) == ("closed", None)
     assert status["last_action_time"] == iso(moment).replace("Z", ".000Z")

@@ -144,8 +144,7 @@ def test_each_collection_entry_is_deployed_with_its_shard_key_indexes_and_autosc
     body = json.dumps(loop["config"]["config"], default=str)
     for uses in ('"operand_2": "name"', '"operand_2": "indexes"', '"operand_2": "shardKey"', "Hash"):
         assert uses in body, f"the collection loop no longer uses {uses}"
-    options = loop["config"]["config"]["properties"]["options"]
-    assert "maxThroughput" in options["autoscaleSettings"]
+    assert set(deployed_throughput({})["bottles"]) == {"autoscaleSettings"}
     cosmos_params = bicep.parse("modules/cosmos.bicep")["parameters"]
     assert {"type": "min_value", "argument": 1000} in cosmos_params["defaultMaxThroughput"]["decorators"]
     main_params = bicep.parse("main.bicep")["parameters"]
@@ -300,6 +299,7 @@ def test_the_mongodb_connection_string_is_a_key_vault_reference_the_app_identity
     assert "secretUriWithVersion" in json.dumps(outputs["mongoSecretUri"], default=str)
     secret = bicep.resource("modules/keyvault.bicep", "mongoSecret")["config"]
     assert "listConnectionStrings" in json.dumps(secret["properties"]["value"], default=str)
+    assert "entry => entry.description == connectionStringName" in code_of("modules/keyvault.bicep")
     site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
     assert site["properties"]["keyVaultReferenceIdentity"] == "identityId"
     assert "4633458b-17de-408a-b874-0445c86b69e6" in bicep.text("modules/keyvault.bicep")  # Key Vault Secrets User
@@ -308,6 +308,30 @@ def test_the_mongodb_connection_string_is_a_key_vault_reference_the_app_identity
 def code_of(relative: str) -> str:
     """A Bicep file without its `//` comments."""
     return re.sub(r"(^|\s)//[^\n]*", "", bicep.text(relative))
+
+
+def test_the_secret_takes_the_connection_string_of_the_key_in_use_by_its_name_not_its_position():
+    """listConnectionStrings() names each connection string in its `description` ("Primary MongoDB Connection
+    String", ...: https://learn.microsoft.com/rest/api/cosmos-db-resource-provider/database-accounts/list-connection-strings,
+    and the output "Build and run a containerized Python web app locally with MongoDB" shows); no page promises the
+    list's order, which `connectionStrings[0]` relied on."""
+    code = code_of("modules/keyvault.bicep")
+    assert not re.search(r"connectionStrings\[\s*\w+\s*\]", code), "a connection string taken by its position"
+    secret = bicep.resource("modules/keyvault.bicep", "mongoSecret")["config"]
+    value = json.dumps(secret["properties"]["value"], default=str)
+    assert '"type": "filter"' in value
+    assert '"lambda_expression"' in value
+    assert re.search(r"filter\(cosmos\.listConnectionStrings\(\)\.connectionStrings, entry => entry\.description == "
+                     r"connectionStringName\)\[0\]\.connectionString", code)  # fmt: skip
+    # (pycep reads `a == b ? c : d` as `a == (b ? c : d)`: the declaration is checked as written.)
+    assert re.search(
+        r"^var connectionStringName = cosmosKeyInUse == 'primary' \? 'Primary MongoDB Connection String' "
+        r": 'Secondary MongoDB Connection String'$",
+        code,
+        re.MULTILINE,
+    )
+    allowed = bicep.parse("modules/keyvault.bicep")["parameters"]["cosmosKeyInUse"]["decorators"]
+    assert {"type": "allowed", "argument": ["primary", "secondary"]} in allowed
 
 
 def test_no_key_connection_string_or_secret_is_an_output_or_in_the_repo() -> None:
@@ -467,7 +491,7 @@ def test_the_package_leaves_out_tests_tools_and_local_secrets_and_keeps_the_app(
         return any(fnmatch.fnmatch(name, pattern.rstrip("/")) for pattern in patterns)
 
     left_out = ("tests", "tools", "benchmarks", ".venv", "infra", "local.settings.json", ".azure", ".git")
-    dev_only = ("node_modules", "package.json", "package-lock.json")  # Azurite, for the tests
+    dev_only = ("node_modules", "package.json", "package-lock.json", ".spectral.yaml")  # Azurite, Spectral: tests
     for name in (*left_out, *dev_only):
         assert ignored(name), name
     for kept in ("function_app.py", "functions", "shared", "host.json", "requirements.txt"):
@@ -556,15 +580,71 @@ def test_the_function_timeout_fits_every_timer_budget_the_settings_allow() -> No
     assert not too_long, f"host.json functionTimeout {function_timeout()} is shorter than {too_long}"
 
 
-def test_an_unsharded_collection_is_deployed_within_the_throughput_one_partition_serves() -> None:
-    """A collection without a shard key is one logical partition: at most 10,000 RU/s ("Maximum RUs per partition
-    (logical & physical)", https://learn.microsoft.com/azure/cosmos-db/concepts-limits), and autoscale's smallest
-    maximum is 1,000 RU/s. `leases` got the default of every collection, whatever it was raised to."""
-    text = bicep.text("modules/cosmos.bicep")
-    assert bicep.variable("modules/cosmos.bicep", "unshardedMaxThroughput") == 10000
-    assert "min(maxThroughputByCollection[c.name], unshardedMaxThroughput)" in text
-    assert "(empty(c.shardKey) ? 1000 : defaultMaxThroughput)" in text
+def deployed_throughput(passed: dict[str, Any]) -> dict[str, Any]:
+    """Each collection's throughput options (`options` of the collection loop) as a deployment with these
+    parameters of modules/cosmos.bicep makes them (the others at their defaults)."""
+    tree = bicep.parse("modules/cosmos.bicep")
+    options = bicep.resource("modules/cosmos.bicep", "collection")["config"]["config"]["properties"]["options"]
+    collections = bicep.literal(tree, bicep.variable("modules/cosmos.bicep", "collections"))
+    return {c["name"]: bicep.evaluate(tree, options, {**passed, "c": c}) for c in collections}
+
+
+def bounds(parameter: dict[str, Any]) -> tuple[int | None, int | None]:
+    found = {decorator["type"]: decorator["argument"] for decorator in parameter["decorators"]}
+    return found.get("min_value"), found.get("max_value")
+
+
+@pytest.mark.parametrize(
+    "passed",
+    [{}, {"defaultMaxThroughput": 20000, "maxThroughputByCollection": {"leases": 20000, "bottles": 50000}}],
+)
+def test_the_collection_without_a_shard_key_gets_standard_throughput_both_documented_pages_allow(passed):
+    """`leases` (no shard key) got an autoscale maximum of 1,000 RU/s. "Use MongoDB extension commands to manage
+    data stored in Azure Cosmos DB for MongoDB" (https://learn.microsoft.com/azure/cosmos-db/mongodb/custom-commands,
+    Create collection) allows an autoscale maximum "from 4,000 RU/s to 10,000 RU/s without a shard key"; the
+    autoscale FAQ (https://learn.microsoft.com/azure/cosmos-db/autoscale-faq, "What's the entry point RU/s for
+    autoscale?") one "as low as 1,000 RU/s". Standard throughput of 400 RU/s, the page's minimum and its default for
+    a collection created without any ("a new fixed, unsharded, collection with 400RU/s"), up to 10,000 without a
+    shard key, is what both allow. Every collection with a shard key stays on autoscale."""
+    deployed = deployed_throughput(passed)
+
+    assert deployed["leases"] == {"throughput": 400}
+    maximum = passed.get("maxThroughputByCollection", {})
+    for name, options in deployed.items():
+        if name != "leases":
+            expected = maximum.get(name, passed.get("defaultMaxThroughput", 1000))
+            assert options == {"autoscaleSettings": {"maxThroughput": expected}}, name
     assert [spec.name for spec in collection_specs(Settings()) if spec.shard_key is None] == ["leases"]
+
+
+def test_the_standard_throughput_without_a_shard_key_is_a_parameter_within_what_one_partition_serves():
+    """At most 10,000 RU/s: "Maximum RUs per partition (logical & physical)", 10,000
+    (https://learn.microsoft.com/azure/cosmos-db/concepts-limits); at least 400, the standard minimum."""
+    module = bicep.parse("modules/cosmos.bicep")["parameters"]["unshardedThroughput"]
+    main = bicep.parse("main.bicep")["parameters"]["cosmosUnshardedThroughput"]
+    assert bounds(module) == bounds(main) == (400, 10000)
+    assert module["default"] == main["default"] == 400
+    assert str(bicep.module("main.bicep", "cosmos")["params"]["unshardedThroughput"]) == "cosmosUnshardedThroughput"
+    assert deployed_throughput({"unshardedThroughput": 800})["leases"] == {"throughput": 800}
+
+
+def test_the_account_backs_up_continuously_on_purpose():
+    """Continuous backup, 7-day tier: a self-service restore to any second of the last 7 days, with no charge for
+    backup storage, which Cosmos DB keeps locally or zone redundant itself ("In continuous backup mode, you can't
+    update the backup storage redundancy"), so a region without a pair needs no redundancy chosen, as periodic
+    backup there does ("if you use a non-paired region, you need to explicitly choose the backup storage
+    redundancy": https://learn.microsoft.com/azure/cosmos-db/periodic-backup-update-storage-redundancy).
+    Without a policy the account got periodic backup by default. What continuous excludes, per "Continuous backup
+    with point-in-time restore" (https://learn.microsoft.com/azure/cosmos-db/continuous-backup-restore-introduction)
+    and "Merge partitions" (https://learn.microsoft.com/azure/cosmos-db/merge, Limitations): partition merge, and a
+    unique index created on an existing collection; the app declares no unique index."""
+    account = bicep.resource("modules/cosmos.bicep", "account")["config"]
+    policy = bicep.literal(bicep.parse("modules/cosmos.bicep"), account["properties"]["backupPolicy"])
+    assert policy == {"type": "Continuous", "continuousModeProperties": {"tier": "Continuous7Days"}}
+    assert not [(s.name, i.name) for s in collection_specs(Settings()) for i in s.indexes if i.unique]
+    operations = section_of((ROOT / "docs" / "operations.md").read_text(), "## Backup and restore")
+    for said in ("Continuous7Days", "partition merge", "unique index", "--disable-ttl"):
+        assert said in operations, said
 
 
 def test_http_concurrency_and_the_python_worker_s_threads_are_set_and_match() -> None:

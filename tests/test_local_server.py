@@ -61,7 +61,7 @@ def test_provision_post_and_read_over_http(server):
     status, body, _ = call(
         server, "POST", "/api/bottles/bottle-1/events", heartbeat(at), {"X-Device-Key": created["device_key"]}
     )
-    assert (status, body) == (202, {"stored": 1, "duplicates": 0})
+    assert (status, body) == (202, {"stored": 1, "duplicates": 0, "expired": 0})
 
     status, bottle, _ = call(server, "GET", "/api/bottles/bottle-1")
     assert status == 200

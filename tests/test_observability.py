@@ -181,9 +181,9 @@ def test_each_invocation_logs_one_line_with_its_counts_and_never_a_key_or_connec
 
     assert [first.status, retry.status, wrong.status, stale.status, fresh.status] == [202, 202, 401, 401, 202]
     assert invocation_lines(caplog, "post_events") == [
-        {"bottle_id": "bottle-7", "stored": 3, "duplicates": 0},
-        {"bottle_id": "bottle-7", "stored": 0, "duplicates": 3},
-        {"bottle_id": "bottle-7", "stored": 1, "duplicates": 0},
+        {"bottle_id": "bottle-7", "stored": 3, "duplicates": 0, "expired": 0},
+        {"bottle_id": "bottle-7", "stored": 0, "duplicates": 3, "expired": 0},
+        {"bottle_id": "bottle-7", "stored": 1, "duplicates": 0, "expired": 0},
     ]
     assert [line["key_issued"] for line in invocation_lines(caplog, "provision_bottle")] == [True, True]
     logged = "\n".join([caplog.text, *(record.getMessage() for record in caplog.records)])

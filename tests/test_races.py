@@ -25,13 +25,13 @@ def status(bottle_id: str = "bottle-1") -> dict[str, Any]:
 def test_an_event_id_reused_for_a_different_event_changes_nothing(db):
     key = provisioned()
     first = opened(ago(minutes=10), event_id="e-1")
-    assert post_events("bottle-1", key, first).body == {"stored": 1, "duplicates": 0}
+    assert post_events("bottle-1", key, first).body == {"stored": 1, "duplicates": 0, "expired": 0}
     before = (status(), list(db[schema.BOTTLE_ACTIONS].find()), db[schema.BOTTLES].find_one({"_id": "bottle-1"}))
 
     reuse = closed(ago(minutes=2), taken=2, event_id="e-1")  # later, a dose: it would move status and doses
     response = post_events("bottle-1", key, reuse)
 
-    assert (response.status, response.body) == (202, {"stored": 0, "duplicates": 1})
+    assert (response.status, response.body) == (202, {"stored": 0, "duplicates": 1, "expired": 0})
     after = (status(), list(db[schema.BOTTLE_ACTIONS].find()), db[schema.BOTTLES].find_one({"_id": "bottle-1"}))
     assert after == before
     assert status()["last_action"] == "opened"
@@ -47,7 +47,7 @@ def test_a_true_retry_still_repairs_the_status_a_failure_left_behind(db):
         {"_id": "bottle-1"}, {"$unset": {"last_action": "", "last_action_time": "", "last_dose_time": ""}}
     )
 
-    assert post_events("bottle-1", key, event).body == {"stored": 0, "duplicates": 1}
+    assert post_events("bottle-1", key, event).body == {"stored": 0, "duplicates": 1, "expired": 0}
     assert status()["last_action"] == "closed"
     assert status()["last_dose_time"] is not None
 
@@ -75,7 +75,7 @@ def test_an_event_id_repeated_with_other_content_in_one_request_is_400(db):
 def test_the_same_event_twice_in_one_request_is_stored_once(db):
     key = provisioned()
     event = opened(ago(minutes=2), event_id="x")
-    assert post_events("bottle-1", key, {"events": [event, event]}).body == {"stored": 1, "duplicates": 1}
+    assert post_events("bottle-1", key, {"events": [event, event]}).body == {"stored": 1, "duplicates": 1, "expired": 0}
 
 
 # --- concurrent creates ------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions
     for kind, score in result.scores.items():
         assert (score.precision, score.recall) == (1.0, 1.0), (kind, result.misses, result.extras)
     tally = result.tally
-    assert tally.stored + tally.duplicates + tally.rejected == tally.sent
+    assert tally.stored + tally.duplicates + tally.expired + tally.rejected == tally.sent
     assert tally.rejected == sum(r.event_count for r in result.plan.requests if r.kind == "invalid")
     assert tally.duplicates >= sum(r.event_count for r in result.plan.requests if r.kind == "retry")
     assert result.queue_messages == len([n for n in result.notifications if n.get("kind")])
@@ -67,7 +67,7 @@ def test_device_traffic_over_http_against_the_local_server(real_db, registered_f
     assert tally.requests > 20
     assert set(tally.statuses) <= {202, 400}
     assert tally.stored > 0
-    assert tally.stored + tally.duplicates + tally.rejected == tally.sent
+    assert tally.stored + tally.duplicates + tally.expired + tally.rejected == tally.sent
 
 
 def test_a_run_too_short_for_any_traffic_still_ends_with_its_report(registered_functions):

@@ -31,5 +31,5 @@ def test_a_heartbeat_from_before_a_long_silence_resent_with_a_new_one_is_a_dupli
 
     response = post_events("bottle-1", world.keys["bottle-1"], {"events": [heartbeat(T0), heartbeat(back)]})
 
-    assert (response.status, response.body) == (202, {"stored": 1, "duplicates": 1})
+    assert (response.status, response.body) == (202, {"stored": 1, "duplicates": 1, "expired": 0})
     assert counted(world.db) == [slot(T0), slot(back)]

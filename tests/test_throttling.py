@@ -55,7 +55,7 @@ def test_throttled_twice_then_succeeds(db, throttle, collection):
 
     response = post_events("bottle-1", key, BATCH)
 
-    assert (response.status, response.body) == (202, {"stored": 3, "duplicates": 0})
+    assert (response.status, response.body) == (202, {"stored": 3, "duplicates": 0, "expired": 0})
     assert stored(db) == (2, 1)
     assert fake.calls.count(f"{collection}.{WRITE[collection]}") == 3
     assert get_bottle("bottle-1").body["status"]["last_action"] == "closed"
@@ -90,7 +90,7 @@ def test_a_failure_part_way_is_repaired_by_the_device_retry(db, throttle):
     response = post_events("bottle-1", key, BATCH)
 
     # The events written before the failure come back as duplicates; the status is now right.
-    assert response.body == {"stored": 0, "duplicates": 3}
+    assert response.body == {"stored": 0, "duplicates": 3, "expired": 0}
     assert stored(db) == (2, 1)
     status = get_bottle("bottle-1").body["status"]
     assert status["last_action"] == "closed"
@@ -104,7 +104,7 @@ def test_partially_throttled_bulk_retries_only_what_was_not_written(db, throttle
 
     response = post_events("bottle-1", key, {"events": events})
 
-    assert response.body == {"stored": 7, "duplicates": 0}
+    assert response.body == {"stored": 7, "duplicates": 0, "expired": 0}
     assert stored(db) == (2, 5)
 
 

@@ -675,7 +675,7 @@ def describe(result: LifecycleResult) -> str:
         f"Lifecycle: {result.days:g} days, {result.bottles} bottles of {result.users} users (a quarter at the start),"
         f" {result.workers} queue workers (clocks skewed up to {MAX_SKEW.seconds // 60} min), {result.seconds:.0f} s",
         f"requests: {result.tally.requests}  statuses: {dict(sorted(result.tally.statuses.items()))}  events stored:"
-        f" {result.tally.stored}  duplicates: {result.tally.duplicates}",
+        f" {result.tally.stored}  duplicates: {result.tally.duplicates}  expired: {result.tally.expired}",
         "changes: " + ", ".join(f"{kind} {n}" for kind, n in sorted(result.changes.items())),
         f"workers killed mid-run: {result.kills}  failed deliveries (redelivered or poisoned): {result.redeliveries}"
         f"  poisoned: {result.poisoned}",

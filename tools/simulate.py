@@ -359,7 +359,7 @@ def describe_ingestion(tally: Tally, seconds: float) -> list[str]:
     return [
         f"requests: {tally.requests}  statuses: {dict(sorted(tally.statuses.items()))}",
         f"events sent: {tally.sent}  stored: {tally.stored}  duplicates: {tally.duplicates}  "
-        f"rejected: {tally.rejected}",
+        f"expired: {tally.expired}  rejected: {tally.rejected}",
         f"throughput: {tally.sent / seconds if seconds else 0:,.0f} events/s over {seconds:.1f} s of requests  "
         f"(latency p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms)",
     ]

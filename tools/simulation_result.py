@@ -15,6 +15,7 @@ class Tally:
     sent: int = 0
     stored: int = 0
     duplicates: int = 0
+    expired: int = 0  # heartbeats older than the heartbeat window: accepted, not kept
     rejected: int = 0
     statuses: Counter[int] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
@@ -27,6 +28,7 @@ class Tally:
         if status == 202:
             self.stored += body["stored"]
             self.duplicates += body["duplicates"]
+            self.expired += body["expired"]
         elif 400 <= status < 500:
             self.rejected += request.event_count
 

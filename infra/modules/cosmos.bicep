@@ -17,19 +17,26 @@ param databaseName string
 @allowed(['5.0', '6.0', '7.0'])
 param serverVersion string = '6.0'
 
-@description('Autoscale maximum RU/s of each collection; Cosmos scales each between 10 % of it and it.')
+@description('Autoscale maximum RU/s of each collection with a shard key; Cosmos scales each between 10 % of it and it.')
 @minValue(1000)
 param defaultMaxThroughput int = 1000
 
-@description('Per-collection autoscale maximum RU/s overriding defaultMaxThroughput, e.g. { bottle_heartbeats: 200000 }.')
+@description('Per-collection autoscale maximum RU/s overriding defaultMaxThroughput, e.g. { bottle_heartbeats: 200000 } (collections with a shard key).')
 param maxThroughputByCollection object = {}
 
-// A collection without a shard key (`leases`) is one logical partition, and a partition serves at most 10,000 RU/s
-// and 20 GB ("Maximum RUs per partition (logical & physical)": https://learn.microsoft.com/azure/cosmos-db/concepts-limits);
-// autoscale's smallest maximum is 1,000 RU/s (https://learn.microsoft.com/azure/cosmos-db/autoscale-faq). So an
-// unsharded collection gets its maximum within that range, whatever the default for the others: `leases` needs ~9
-// RU/s at the design scale (docs/costs.md), and a maximum past 10,000 would bill 10 % of it for nothing.
-var unshardedMaxThroughput = 10000
+// A collection without a shard key (`leases`) gets standard (manual) throughput, not autoscale. It is one logical
+// partition: at most 10,000 RU/s and 20 GB ("Maximum RUs per partition (logical & physical)",
+// https://learn.microsoft.com/azure/cosmos-db/concepts-limits). The two pages that say which autoscale maximum it may
+// have disagree: "Use MongoDB extension commands" (CreateCollection,
+// https://learn.microsoft.com/azure/cosmos-db/mongodb/custom-commands#create-collection) allows "a range from 4,000
+// RU/s to 10,000 RU/s without a shard key", the autoscale FAQ ("What's the entry point RU/s for autoscale?",
+// https://learn.microsoft.com/azure/cosmos-db/autoscale-faq) a maximum "as low as 1,000 RU/s". Standard throughput
+// from 400 RU/s (the minimum, CreateCollection's default) up to 10,000 without a shard key is what the first page
+// documents and the second does not touch. `leases` needs ~9 RU/s at the design scale (docs/costs.md).
+@description('Standard (manual) RU/s of each collection without a shard key (`leases`): 400 to 10,000.')
+@minValue(400)
+@maxValue(10000)
+param unshardedThroughput int = 400
 
 // Retention (the app settings of the same names; docs/architecture.md): each growing collection's TTL on `_ts`, so a
 // document expires that many days after its last write. Cosmos DB deletes expired documents in the background,
@@ -158,6 +165,18 @@ resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
     ]
     minimalTlsVersion: 'Tls12'
     publicNetworkAccess: 'Enabled'
+    // Continuous backup, 7-day tier, chosen over periodic (docs/operations.md, "Backup and restore"): a restore to
+    // any second of the last 7 days, self-service, at no backup-storage charge, in backup storage Cosmos DB makes
+    // locally or zone redundant itself, so a region without a pair needs no choice of redundancy (periodic backup
+    // there must be given one). What it excludes: partition merge (which would also end the change feed's reads
+    // from a start time, the report feed's recovery), and a unique index added to an existing collection (the app
+    // has none). https://learn.microsoft.com/azure/cosmos-db/continuous-backup-restore-introduction
+    backupPolicy: {
+      type: 'Continuous'
+      continuousModeProperties: {
+        tier: 'Continuous7Days'
+      }
+    }
   }
 }
 
@@ -182,11 +201,8 @@ resource collection 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/coll
         { id: c.name, indexes: c.indexes },
         empty(c.shardKey) ? {} : { shardKey: { '${c.shardKey}': 'Hash' } }
       )
-      options: {
-        autoscaleSettings: {
-          maxThroughput: contains(maxThroughputByCollection, c.name) ? (empty(c.shardKey) ? min(maxThroughputByCollection[c.name], unshardedMaxThroughput) : maxThroughputByCollection[c.name]) : (empty(c.shardKey) ? 1000 : defaultMaxThroughput)
-        }
-      }
+      // Standard throughput without a shard key (`unshardedThroughput`, above); autoscale with one.
+      options: empty(c.shardKey) ? { throughput: unshardedThroughput } : { autoscaleSettings: { maxThroughput: contains(maxThroughputByCollection, c.name) ? maxThroughputByCollection[c.name] : defaultMaxThroughput } }
     }
   }
 ]

@@ -17,9 +17,12 @@ param cosmosKeyInUse string = 'primary'
 param readerPrincipalId string
 
 var secretName = 'mongodb-connection-string'
-// listConnectionStrings() of a MongoDB account returns the primary, secondary, primary read-only and secondary
-// read-only MongoDB connection strings, in that order.
-var connectionStringIndex = cosmosKeyInUse == 'primary' ? 0 : 1
+// listConnectionStrings() of a MongoDB account lists its connection strings, each with a `description` naming it:
+// "Primary MongoDB Connection String", "Secondary MongoDB Connection String" and their read-only twins
+// (https://learn.microsoft.com/rest/api/cosmos-db-resource-provider/database-accounts/list-connection-strings). The
+// secret takes the one named for the key in use, not a position in the list, whose order no page promises; a name
+// the list lacks fails the deployment rather than storing another key's string.
+var connectionStringName = cosmosKeyInUse == 'primary' ? 'Primary MongoDB Connection String' : 'Secondary MongoDB Connection String'
 var keyVaultSecretsUserRoleId = '4633458b-17de-408a-b874-0445c86b69e6'
 
 resource cosmos 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' existing = {
@@ -48,7 +51,7 @@ resource mongoSecret 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = {
   name: secretName
   properties: {
     contentType: 'MongoDB connection string'
-    value: cosmos.listConnectionStrings().connectionStrings[connectionStringIndex].connectionString
+    value: filter(cosmos.listConnectionStrings().connectionStrings, entry => entry.description == connectionStringName)[0].connectionString
   }
 }
 

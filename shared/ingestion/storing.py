@@ -50,8 +50,15 @@ from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 
 @dataclass(frozen=True)
 class IngestResult:
+    """What became of a request's events; the three add up to the events sent.
+
+    stored: new events, kept. duplicates: repeats of events already kept (or of one earlier in the request), and
+    reused event ids, which change nothing. expired: heartbeats older than the heartbeat window, accepted but not
+    kept (their slot has left the ring), so a retry of one is answered the same."""
+
     stored: int
     duplicates: int
+    expired: int
 
 
 def ingest_events(
@@ -67,7 +74,8 @@ def ingest_events(
     window: Window,
     dose_history: int = 32,
 ) -> IngestResult:
-    """Store a request's events; a retried event (same request or a later one) is counted as a duplicate.
+    """Store a request's events; a retried event (same request or a later one) is counted as a duplicate, and a
+    heartbeat older than the window as expired, however often it is sent (nothing of it is kept to tell).
 
     Heartbeats authenticate inside their own write (the key hash is part of the filter), so they need no
     registry entry; actions do (`registry`: their owner and medication are denormalised onto them). `bottle`:
@@ -77,9 +85,10 @@ def ingest_events(
     backwards)."""
     heartbeats = _first_of_each(e for e in events if e.type == "heartbeat")
     actions = _first_of_each(e for e in events if e.type != "heartbeat")
-    stored = 0
+    stored = expired = 0
     if heartbeats:
         times = [e.time for e in heartbeats]
+        expired = sum(1 for t in times if place(t, now, window) is None)
         stored += store_heartbeats(db, bottle_id, key_digest(key_hash), times, now=now, window=window, policy=policy)
     if actions:
         assert registry is not None, "actions need the bottle's registry entry"
@@ -91,7 +100,7 @@ def ingest_events(
         kept = [e for e in actions if e.event_id not in reused]  # only events as they are stored count
         if kept:
             store_status(db, bottle_id, kept, bottle=bottle, dose_history=dose_history, policy=policy)
-    return IngestResult(stored=stored, duplicates=len(events) - stored)
+    return IngestResult(stored=stored, duplicates=len(events) - stored - expired, expired=expired)
 
 
 _COMPARED = ("action", "time", "mass_of_contents", "number_of_pills", "pills_taken")
@@ -137,7 +146,8 @@ def store_heartbeats(
     window: Window,
     policy: RetryPolicy,
 ) -> int:
-    """Store a request's heartbeats in the bottle's heartbeat document; how many were new.
+    """Store a request's heartbeats in the bottle's heartbeat document; how many were new (a heartbeat older
+    than the window is not: it has no slot in the ring).
 
     One write, whatever their number, and nothing read: its filter is the whole check (the device's key must be
     the bottle's, and the ring's last write recent enough for the ring to be kept clean in place). In the common
@@ -221,13 +231,12 @@ def _rewrite_after_gap(
 
 
 def _new_heartbeats(before: dict[str, Any], placements: list[Placement | None]) -> int:
-    """How many of the request's heartbeats were new: a heartbeat older than the window is stored (accepted)
-    but not counted; one whose 5-minute slot the ring had, or another of this request has, is a repeat."""
+    """How many of the request's heartbeats were new: not one older than the window (no slot: expired, which
+    `ingest_events` counts), nor one whose 5-minute slot the ring had, or another of this request has (a repeat)."""
     new = 0
     seen: set[tuple[int, int]] = set()
     for placement in placements:
         if placement is None:
-            new += 1
             continue
         slot = (placement.hour, placement.slot)
         if slot not in seen and not already_counted(before, placement):

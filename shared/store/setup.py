@@ -2,6 +2,7 @@
 
     python -m shared.store.setup                      # uses MONGODB_CONNECTION_STRING / MONGODB_DATABASE
     python -m shared.store.setup --backfill-buckets   # once, for data stored before documents carried `bucket`
+    python -m shared.store.setup --check-deploy       # before deploying infra/: would it change an index? (exit 1)
 
 On Cosmos DB the sharded collections are created with their shard keys first (Cosmos' `customAction`);
 on any other MongoDB they are plain collections. Azure deployments get the same from infra/ (Bicep).
@@ -17,6 +18,13 @@ the new keys; until it ends, the running code keeps its old index. A wait that r
 leaves both indexes: run the setup again later to finish. A TTL index whose days change is dropped and created
 again (no query needs it; Cosmos allows one TTL index a collection); it is recognised by its keys and days, not
 its name (ARM names the Bicep's `_ts` index itself).
+
+**Before a deployment of infra/** (`--check-deploy`, read only): the Bicep declares each collection's whole index
+list, the same as shared/store/schema.py (tests/test_infra.py holds them equal), and ARM applies it in place, in one
+transformation: an index of the account that the list lacks is dropped at once, and one it adds serves only once
+built, so sorts that need either fail meanwhile. The check lists every such index and every build still running,
+and exits 1; exit 0 means the deployment changes no index. TTL indexes are left out: their days are the
+deployment's own parameters, and no query uses them.
 """
 
 import argparse
@@ -137,18 +145,28 @@ def _keys_of(info: Mapping[str, Any]) -> list[tuple[str, int]]:
     return [(key, int(direction)) for key, direction in info["key"]]
 
 
-def wait_for_index_builds(db: Database[Any], collection: str, wait: BuildWait) -> None:
-    """Poll Cosmos DB's `currentOp` for the collection's index builds until there are none; IndexBuildPending
-    past `wait.timeout_s`. The command and its reply (`inprog`, each build's `progress.done` of `total`) are
+def index_builds(db: Database[Any], collection: str) -> list[dict[str, Any]]:
+    """The collection's index builds Cosmos DB reports as running (`currentOp`); the command and its reply
+    (`inprog`, each build's `progress.done` of `total`) are
     https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing#track-index-progress."""
     command = SON([("currentOp", 1), ("command.createIndexes", collection), ("command.$db", db.name)])
+    return list(db.client.admin.command(command).get("inprog", []))
+
+
+def _progress(build: Mapping[str, Any]) -> str:
+    progress = build.get("progress", {})
+    return f"{progress.get('done', '?')} of {progress.get('total', '?')}"
+
+
+def wait_for_index_builds(db: Database[Any], collection: str, wait: BuildWait) -> None:
+    """Poll Cosmos DB's `currentOp` for the collection's index builds until there are none (index_builds);
+    IndexBuildPending past `wait.timeout_s`."""
     give_up = wait.clock() + wait.timeout_s
     while True:
-        building = db.client.admin.command(command).get("inprog", [])
+        building = index_builds(db, collection)
         if not building:
             return
-        progress = building[0].get("progress", {})
-        done = f"{progress.get('done', '?')} of {progress.get('total', '?')}"
+        done = _progress(building[0])
         if wait.clock() >= give_up:
             raise IndexBuildPending(
                 f"{collection}: Cosmos DB is still building an index ({done}) after {wait.timeout_s:g} s; the old "
@@ -156,6 +174,49 @@ def wait_for_index_builds(db: Database[Any], collection: str, wait: BuildWait) -
             )
         log.info("setup: %s: Cosmos DB is building an index (%s); waiting", collection, done)
         wait.sleep(wait.poll_s)
+
+
+def deploy_problems(db: Database[Any], settings: Settings, *, on_cosmos: bool) -> list[str]:
+    """What deploying infra/ would do to the indexes the running code has, one line each, naming the collection,
+    the index and its keys; empty when it changes none. A collection the account lacks is not a problem: the
+    deployment creates it with every index, built at once on an empty collection."""
+    existing = set(db.list_collection_names())
+    problems: list[str] = []
+    for spec in collection_specs(settings):
+        if spec.name in existing:
+            problems += _index_changes(spec, db[spec.name].index_information(), on_cosmos=on_cosmos)
+            if on_cosmos:
+                building = index_builds(db, spec.name)
+                problems += [f"{spec.name}: Cosmos DB is still building an index ({_progress(b)})" for b in building]
+    return problems
+
+
+def _index_changes(spec: CollectionSpec, existing: Mapping[str, Any], *, on_cosmos: bool) -> list[str]:
+    """The indexes a deployment would drop from the collection or build in it, TTL indexes aside. An index is
+    known by its keys' names, as ARM declares it (no direction, no name)."""
+    declared = {_names(index.keys_for(on_cosmos)): index.name for index in spec.indexes if not _expires(index)}
+    live = {name: _names(_keys_of(info)) for name, info in existing.items() if "expireAfterSeconds" not in info}
+    dropped = [
+        f"{spec.name}: the deployment would drop the index {name} {list(keys)}, which the running code may use "
+        "(infra/ no longer declares it)"
+        for name, keys in sorted(live.items())
+        if keys != ("_id",) and keys not in declared
+    ]
+    built = [
+        f"{spec.name}: the deployment would build the index {name} {list(keys)} in place; code that needs it fails "
+        "until it is built"
+        for keys, name in declared.items()
+        if keys not in live.values()
+    ]
+    return dropped + built
+
+
+def _names(keys: Any) -> tuple[str, ...]:
+    return tuple(str(key) for key, _direction in keys)
+
+
+def _expires(index: IndexSpec) -> bool:
+    return index.expire_after_seconds is not None
 
 
 def _drop_changed_expiry(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> None:
@@ -278,8 +339,17 @@ def _setup_store(argv: list[str] | None) -> None:
         action="store_true",
         help="also give documents stored before they carried `bucket` their bucket (scans each collection once)",
     )
+    parser.add_argument(
+        "--check-deploy",
+        action="store_true",
+        help="change nothing: say whether deploying infra/ would drop or build an index on this account (exit 1 if "
+        "so: run the setup first, then deploy)",
+    )
     args = parser.parse_args(argv)
     with command_line_database(parser, args) as (db, uri):
+        if args.check_deploy:
+            _check_deploy(parser, db, on_cosmos=cosmos.is_cosmos_uri(uri))
+            return
         try:
             lines = ensure_store(db, get_settings(), on_cosmos=cosmos.is_cosmos_uri(uri))
         except IndexBuildPending as pending:
@@ -289,6 +359,23 @@ def _setup_store(argv: list[str] | None) -> None:
         if args.backfill_buckets:
             for name, count in backfill_buckets(db, RetryPolicy.from_settings(get_settings())).items():
                 print(f"{name}: {count} documents given their bucket")
+
+
+def _check_deploy(parser: argparse.ArgumentParser, db: Database[Any], *, on_cosmos: bool) -> None:
+    """Print what a deployment of infra/ would do to the account's indexes; exit 1 if anything."""
+    problems = deploy_problems(db, get_settings(), on_cosmos=on_cosmos)
+    if not on_cosmos:
+        print("not a Cosmos DB account: compared with the indexes declared for any other MongoDB")
+    for problem in problems:
+        print(problem)
+    if problems:
+        parser.exit(
+            1,
+            f"{parser.prog}: refusing: deploying infra/ now would change the indexes above in place, failing the "
+            f"sorts that need them until Cosmos DB has rebuilt them. Run `{parser.prog}` against this account first "
+            "(it builds new keys beside the old and drops the old once built), then check again and deploy\n",
+        )
+    print("safe to deploy infra/: every collection has exactly the indexes it declares, built")
 
 
 if __name__ == "__main__":

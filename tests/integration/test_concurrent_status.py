@@ -191,7 +191,7 @@ def test_four_requests_at_once_lose_nothing(world, monkeypatch):
 
     responses = at_once(*(send(world, opened(d - timedelta(seconds=30)), closed(d)) for d in doses))
 
-    assert [r.body for r in responses] == [{"stored": 2, "duplicates": 0}] * 4
+    assert [r.body for r in responses] == [{"stored": 2, "duplicates": 0, "expired": 0}] * 4
     after = bottle(world)
     assert after["doses"] == doses
     assert (after["last_action"], after["last_action_time"], after["last_dose_time"]) == (
@@ -269,7 +269,7 @@ def test_a_bottle_that_keeps_changing_gets_503_and_the_device_retry_stores_the_s
     monkeypatch.setattr(authentication, "read_bottle", real)
     monkeypatch.setattr(storing, "read_bottle", real)
 
-    assert send(world, dose)().body == {"stored": 0, "duplicates": 1}
+    assert send(world, dose)().body == {"stored": 0, "duplicates": 1, "expired": 0}
     after = bottle(world)
     assert (after["doses"], after["dose_due"], after["last_action"]) == (
         [MORNING + timedelta(minutes=5)],

@@ -36,7 +36,7 @@ def test_a_heartbeat_is_one_update_and_no_read_even_on_a_cold_worker(counted):
     counter.reset()
 
     at = ago(minutes=1)
-    assert post_events("bottle-1", key, heartbeat(at)).body == {"stored": 1, "duplicates": 0}
+    assert post_events("bottle-1", key, heartbeat(at)).body == {"stored": 1, "duplicates": 0, "expired": 0}
 
     # Newer than any heartbeat before: the update's filter says so, and needs no reply to tell a repeat.
     assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS)]
@@ -51,7 +51,7 @@ def test_a_retried_heartbeat_is_told_apart_by_the_find_and_modify_after_the_upda
     post_events("bottle-1", key, heartbeat(at))
     counter.reset()
 
-    assert post_events("bottle-1", key, heartbeat(at)).body == {"stored": 0, "duplicates": 1}
+    assert post_events("bottle-1", key, heartbeat(at)).body == {"stored": 0, "duplicates": 1, "expired": 0}
 
     # The update matches nothing (not newer than the last); the findAndModify's reply, the ring as it was,
     # shows the slot already there: no read.
@@ -67,7 +67,7 @@ def test_a_heartbeat_sent_out_of_order_is_new_and_counted_in_its_own_slot(counte
     post_events("bottle-1", key, heartbeat(new))
     counter.reset()
 
-    assert post_events("bottle-1", key, heartbeat(old)).body == {"stored": 1, "duplicates": 0}
+    assert post_events("bottle-1", key, heartbeat(old)).body == {"stored": 1, "duplicates": 0, "expired": 0}
 
     assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS), ("findAndModify", schema.BOTTLE_HEARTBEATS)]
     assert counter.reads == []
@@ -84,6 +84,7 @@ def test_several_heartbeats_are_one_write_when_all_new_and_a_reply_tells_the_rep
     assert post_events("bottle-1", key, {"events": [heartbeat(new), heartbeat(newer)]}).body == {
         "stored": 2,
         "duplicates": 0,
+        "expired": 0,
     }
     assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS)]
     counter.reset()
@@ -91,6 +92,7 @@ def test_several_heartbeats_are_one_write_when_all_new_and_a_reply_tells_the_rep
     assert post_events("bottle-1", key, {"events": [heartbeat(old), heartbeat(newer + timedelta(seconds=1))]}).body == {
         "stored": 0,
         "duplicates": 2,
+        "expired": 0,
     }
     assert counter.writes == [("update", schema.BOTTLE_HEARTBEATS), ("findAndModify", schema.BOTTLE_HEARTBEATS)]
     assert counter.reads == []
@@ -123,6 +125,7 @@ def test_the_first_heartbeat_after_a_long_silence_costs_one_more_read_and_write(
         assert post_events("bottle-1", key, heartbeat(back - timedelta(minutes=5))).body == {
             "stored": 1,
             "duplicates": 0,
+            "expired": 0,
         }
         assert post_events("bottle-1", key, heartbeat(back)).status == 202
     finally:
@@ -228,7 +231,7 @@ def test_a_retried_dose_already_applied_costs_no_status_write(counted):
     assert post_events("bottle-1", key, event).status == 202
     counter.reset()
 
-    assert post_events("bottle-1", key, event).body == {"stored": 0, "duplicates": 1}
+    assert post_events("bottle-1", key, event).body == {"stored": 0, "duplicates": 1, "expired": 0}
 
     # The action's insert answers duplicate, its content is compared (one read), and the bottle shows it all.
     assert counter.write_statements == [("insert", schema.BOTTLE_ACTIONS, 1)]
@@ -246,7 +249,7 @@ def test_a_batch_of_100_costs_a_constant_number_of_round_trips(counted):
         events += [opened(ago(minutes=50 - i, seconds=30)), closed(ago(minutes=50 - i, seconds=10))]
     counter.reset()
 
-    assert post_events("bottle-1", key, {"events": events}).body == {"stored": 100, "duplicates": 0}
+    assert post_events("bottle-1", key, {"events": events}).body == {"stored": 100, "duplicates": 0, "expired": 0}
 
     assert counter.write_statements == [
         ("update", schema.BOTTLE_HEARTBEATS, 1),
