@@ -23,6 +23,7 @@ from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
 from tests.checking import World, dispatched, sweep_all, work
 from tests.report_client import set_setting
 from tests.threads import at_once
+from tools.host.worker import InvocationFailed
 from tools.local_host import LocalHost
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
@@ -98,7 +99,7 @@ MALFORMED = [
 def test_a_malformed_work_message_fails_the_invocation_and_sweeps_nothing(world: World, body: str) -> None:
     in_trouble(world, "bottle-1")
 
-    with pytest.raises(ValueError, match=r"work message|partition"):
+    with pytest.raises(InvocationFailed, match=r"ValueError: .*(work message|partition)"):
         work(body)
 
     assert world.notifications() == []

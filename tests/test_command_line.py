@@ -149,6 +149,8 @@ def test_help_prints_the_usage_and_succeeds(tmp_path, argv):
         "test",
         "test-clocks",
         "serve",
+        "local-settings",
+        "store",
         "setup-store",
         "bench",
         "mutate",

@@ -25,6 +25,7 @@ from tests.report_client import set_setting, work
 from tests.test_tally import DAY as TALLY_DAY
 from tests.test_tally import HOUR, Fleet, user_in
 from tests.test_tally import opened as tally_opened
+from tools.host.worker import InvocationFailed
 
 MINUTE = timedelta(minutes=1)
 DAY = timedelta(days=1)
@@ -570,5 +571,5 @@ def test_a_cosmos_work_message_queued_before_the_upgrade_is_dropped_not_failed_i
     work(json.dumps({"feed": ACTIONS_FEED.key, "partition": 0, "of": 3, "cosmos": True}))  # no error
 
     assert mock_db[schema.LEASES].count_documents({}) == 0
-    with pytest.raises(ValueError, match="without its feed range"):
+    with pytest.raises(InvocationFailed, match=r"ValueError: .*without its feed range"):
         work(json.dumps({"feed": ACTIONS_FEED.key, "partition": 0, "of": 3, "cosmos": True, "range": ["", 7]}))

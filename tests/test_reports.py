@@ -33,6 +33,7 @@ from tests.report_client import (
     use_change_source_of,
     work,
 )
+from tools.host.worker import InvocationFailed
 
 USER = SPEC["user_id"]
 # A day whose hours are all in the past, and whose 08:00 is within the last 48 hours (the widest heartbeat window,
@@ -357,12 +358,14 @@ def test_a_worker_fails_its_invocation_when_its_partition_fails_and_the_retried_
         return bool(real_checkpoint(store, partition, *args, **kwargs))
 
     monkeypatch.setattr(change_feed, "checkpoint", heartbeats_checkpoint_throttled)
-    failed = []
+    failed, reasons = [], set()
     for message in dispatched():
         try:
             work(message)  # the worker function, as the host calls it: it counts a failed invocation
-        except StoreUnavailable:
+        except InvocationFailed as failure:
+            reasons.add(failure.message.split(":")[0])
             failed.append(message)
+    assert reasons == {"StoreUnavailable"}
 
     # The tally's partitions (each saves its pass's end; on change streams, also any whose idle position moved).
     assert {json.loads(m)["feed"] for m in failed} == {HEARTBEAT_TALLY.key}

@@ -26,6 +26,7 @@ from shared.store.retries import RetryPolicy
 from shared.store.setup import backfill_buckets
 from tests.report_client import work
 from tests.tally_runner import TallyPartition
+from tools.host.worker import InvocationFailed
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 # A week ago: within the hourly reports' retention (mongomock expires them by the app's clock), and every
@@ -93,7 +94,7 @@ def test_a_work_message_of_a_retired_feed_still_queued_after_the_upgrade_is_drop
     work(message)  # no error
 
     assert mock_db[schema.LEASES].count_documents({}) == 0
-    with pytest.raises(ValueError, match="not a report partition"):
+    with pytest.raises(InvocationFailed, match="ValueError: not a report partition"):
         work(json.dumps({"feed": "bottles", "partition": 0, "of": 4, "cosmos": False}))
 
 
