@@ -13,6 +13,7 @@ Each benchmark says on stderr when it starts and ends, and every 10 seconds that
 """
 
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -35,6 +36,8 @@ TABLE_START = "<!-- design-scale table: written by ./dev bench (benchmarks/suite
 TABLE_END = "<!-- end of the design-scale table -->"
 SUMMARY_START = "<!-- benchmark summary: written by ./dev bench (benchmarks/suite.py) -->"
 SUMMARY_END = "<!-- end of the benchmark summary -->"
+DEPLOYMENT_FILE = DOCS.parent / "infra" / "design-scale.parameters.json"  # the bill's choice, for infra/main.bicep
+DEPLOYMENT_START = "<!-- deployment parameters -->"
 SUMMARY_HEADER = ["area", "figure", "app", "baseline (seeds)", "ratio"]
 QUICK_TAKES = "about 3 minutes on 2 idle cores, up to 9 when they are busy"  # measured; as docs/benchmarks.md says
 
@@ -144,7 +147,8 @@ def summary_rows(tables: list[Table]) -> list[list[str]]:
 
 def cost_section(measured: costs.Costs) -> tuple[str, str]:
     """The RU table, the steady-state heartbeat document, the design-scale bill and the model's rules, all from
-    the one honest model (benchmarks/cost_model.py)."""
+    the one honest model (benchmarks/cost_model.py); and the bill's block for the docs, followed by the deployment
+    parameters that take its choice (DEPLOYMENT_START, then infra/design-scale.parameters.json's text)."""
     sizes = measured.sizes
     rows = design_scale.table(measured.measured(), get_settings())
     per_unit = costs.table(measured, design_scale.partitions_of(rows))
@@ -189,7 +193,17 @@ def cost_section(measured: costs.Costs) -> tuple[str, str]:
         f"Rules (benchmarks/cost_model.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
         f"Rates the design does not give (benchmarks/design_scale.py):\n{rates}"
     )
-    return text, bill
+    return text, f"{bill}\n\n{DEPLOYMENT_START}\n{deployment_file(design_scale.deployment_parameters(rows))}"
+
+
+def deployment_file(parameters: dict[str, object]) -> str:
+    """An ARM parameters file of `parameters` (infra/design-scale.parameters.json)."""
+    document = {
+        "$schema": "https://schema.management.azure.com/schemas/2019-04-01/deploymentParameters.json#",
+        "contentVersion": "1.0.0.0",
+        "parameters": {name: {"value": value} for name, value in parameters.items()},
+    }
+    return json.dumps(document, indent=2) + "\n"
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -239,11 +253,17 @@ def _between(text: str, start: str, end: str, block: str) -> str:
     return text[:first] + start + "\n" + block + "\n" + text[last:]
 
 
-def update_docs(blocks: str, summary_doc: Path = SUMMARY_DOC, table_doc: Path = TABLE_DOC) -> None:
-    """Put the summary and the design-scale table between their markers in the docs."""
+def update_docs(
+    blocks: str, summary_doc: Path = SUMMARY_DOC, table_doc: Path = TABLE_DOC, deployment: Path = DEPLOYMENT_FILE
+) -> None:
+    """Put the summary and the design-scale table between their markers in the docs, and the deployment
+    parameters (when the blocks carry them) into infra/design-scale.parameters.json."""
     summary, bill = blocks.split("\n\n| collection |", 1)
+    bill, _, parameters = bill.partition(f"\n\n{DEPLOYMENT_START}\n")
     summary_doc.write_text(_between(summary_doc.read_text(), SUMMARY_START, SUMMARY_END, summary))
     table_doc.write_text(_between(table_doc.read_text(), TABLE_START, TABLE_END, "| collection |" + bill))
+    if parameters:
+        deployment.write_text(parameters)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -275,7 +295,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nwritten to {output}")
     if not args.quick and output.resolve() == RESULTS.resolve():
         update_docs(bill)
-        print(f"summary written to {SUMMARY_DOC}, design-scale table to {TABLE_DOC}")
+        print(f"summary written to {SUMMARY_DOC}, the design-scale table to {TABLE_DOC}, its throughput to deploy to")
+        print(DEPLOYMENT_FILE)
 
 
 if __name__ == "__main__":

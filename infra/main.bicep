@@ -24,8 +24,11 @@ param databaseName string = 'pillbottle'
 @minValue(1000)
 param cosmosMaxThroughput int = 1000
 
-@description('Per-collection autoscale maximum RU/s overriding cosmosMaxThroughput, e.g. { bottle_heartbeats: 200000 } (docs/costs.md).')
+@description('Per-collection autoscale maximum RU/s overriding cosmosMaxThroughput, e.g. { bottles: 31000 } (docs/costs.md).')
 param cosmosMaxThroughputByCollection object = {}
+
+@description('Per-collection standard (manual) RU/s instead of autoscale, e.g. { bottle_heartbeats: 195000 }: the design scale\'s choice is in design-scale.parameters.json (docs/costs.md: Throughput to deploy).')
+param cosmosStandardThroughputByCollection object = {}
 
 @description('Days an opened/closed event is kept after its last write: ACTIONS_RETENTION_DAYS and the TTL (docs/architecture.md: Retention).')
 @minValue(32)
@@ -251,6 +254,7 @@ module cosmos 'modules/cosmos.bicep' = {
     databaseName: databaseName
     defaultMaxThroughput: cosmosMaxThroughput
     maxThroughputByCollection: cosmosMaxThroughputByCollection
+    standardThroughputByCollection: cosmosStandardThroughputByCollection
     actionsRetentionDays: actionsRetentionDays
     hourlyReportsRetentionDays: hourlyReportsRetentionDays
     notificationsRetentionDays: notificationsRetentionDays

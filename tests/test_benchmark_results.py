@@ -1,6 +1,7 @@
 """The docs' benchmark summary (docs/benchmarks.md) and design-scale table (docs/costs.md) are the ones the last
 full benchmark run generated (benchmarks/RESULTS.md)."""
 
+import json
 from pathlib import Path
 
 from benchmarks import design_scale, suite
@@ -42,6 +43,24 @@ def test_update_docs_puts_each_block_between_its_markers(tmp_path):
 
     assert summary_doc.read_text() == f"a\n{suite.SUMMARY_START}\nstamp:\n\n| area |\n{suite.SUMMARY_END}\nb\n"
     assert table_doc.read_text() == f"c\n{suite.TABLE_START}\n| collection | x |\n{suite.TABLE_END}\nd\n"
+
+
+def test_update_docs_writes_the_deployment_parameters_the_bill_carries(tmp_path):
+    summary_doc, table_doc, deployment = tmp_path / "benchmarks.md", tmp_path / "costs.md", tmp_path / "p.json"
+    summary_doc.write_text(f"{suite.SUMMARY_START}\n{suite.SUMMARY_END}\n")
+    table_doc.write_text(f"{suite.TABLE_START}\n{suite.TABLE_END}\n")
+    parameters = suite.deployment_file({"cosmosStandardThroughputByCollection": {"bottle_heartbeats": 195_000}})
+
+    suite.update_docs(
+        f"stamp:\n\n| area |\n\n| collection | x |\n\n{suite.DEPLOYMENT_START}\n{parameters}",
+        summary_doc,
+        table_doc,
+        deployment,
+    )
+
+    assert table_doc.read_text() == f"{suite.TABLE_START}\n| collection | x |\n{suite.TABLE_END}\n"
+    written = json.loads(deployment.read_text())
+    assert written["parameters"] == {"cosmosStandardThroughputByCollection": {"value": {"bottle_heartbeats": 195_000}}}
 
 
 def test_a_full_runs_bill_replaces_the_table_in_docs_costs_and_nothing_else(tmp_path):

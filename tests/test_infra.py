@@ -144,12 +144,55 @@ def test_each_collection_entry_is_deployed_with_its_shard_key_indexes_and_autosc
     body = json.dumps(loop["config"]["config"], default=str)
     for uses in ('"operand_2": "name"', '"operand_2": "indexes"', '"operand_2": "shardKey"', "Hash"):
         assert uses in body, f"the collection loop no longer uses {uses}"
-    options = loop["config"]["config"]["properties"]["options"]
-    assert "maxThroughput" in options["autoscaleSettings"]
+    options = loop["config"]["config"]["properties"]["options"]["operator"]["operands"]
+    assert str(options["condition"]["function"]["parameters"]["container"]) == "standardThroughputByCollection"
+    assert "throughput" in options["true_value"]  # a collection named there: standard (manual) throughput
+    assert "maxThroughput" in options["false_value"]["autoscaleSettings"]  # any other: autoscale
     cosmos_params = bicep.parse("modules/cosmos.bicep")["parameters"]
     assert {"type": "min_value", "argument": 1000} in cosmos_params["defaultMaxThroughput"]["decorators"]
+    assert cosmos_params["standardThroughputByCollection"]["default"] == {}  # autoscale unless the bill says
     main_params = bicep.parse("main.bicep")["parameters"]
-    assert {"cosmosMaxThroughput", "cosmosMaxThroughputByCollection"} <= main_params.keys()
+    assert {"cosmosMaxThroughput", "cosmosMaxThroughputByCollection", "cosmosStandardThroughputByCollection"} <= (
+        main_params.keys()
+    )
+    passed = bicep.module("main.bicep", "cosmos")["params"]
+    assert str(passed["standardThroughputByCollection"]) == "cosmosStandardThroughputByCollection"
+
+
+DESIGN_SCALE = bicep.INFRA / "design-scale.parameters.json"
+
+
+def design_scale_parameters() -> dict[str, Any]:
+    given: dict[str, Any] = json.loads(DESIGN_SCALE.read_text())["parameters"]
+    return {name: entry["value"] for name, entry in given.items()}
+
+
+def test_the_design_scale_deployment_takes_the_bills_choice_for_every_collection() -> None:
+    """infra/design-scale.parameters.json (written by the last full `./dev bench` with docs/costs.md's table) sets
+    each collection as the bill chose: standard RU/s where standard throughput is the cheaper, else autoscale's
+    maximum; every collection of the schema once."""
+    given = design_scale_parameters()
+    assert set(given) <= set(bicep.parse("main.bicep")["parameters"]), "unknown parameters in the design-scale file"
+    standard, autoscale = given["cosmosStandardThroughputByCollection"], given["cosmosMaxThroughputByCollection"]
+    assert not set(standard) & set(autoscale)
+    assert set(standard) | set(autoscale) == {spec.name for spec in collection_specs(Settings())}
+    table = section_of((ROOT / "docs" / "costs.md").read_text(), "## The bill")
+    chosen = dict(re.findall(r"^\| `(\w+)` \| [^|]* \| ([^|]+) \|", table, re.MULTILINE))
+    for name, ru in standard.items():
+        assert chosen[name].strip() == f"standard {ru:,} RU/s", name
+    for name, ru in autoscale.items():
+        assert chosen[name].strip() == f"autoscale, max {ru:,} RU/s", name
+    assert all(isinstance(ru, int) and ru >= 400 for ru in standard.values())
+    assert all(isinstance(ru, int) and ru >= 1000 and ru % 1000 == 0 for ru in autoscale.values())
+
+
+def test_the_cosmos_account_scales_each_partition_and_region_on_its_own() -> None:
+    """Dynamic scaling (https://learn.microsoft.com/azure/cosmos-db/autoscale-per-partition-region): an autoscale
+    collection's partitions bill their own peaks, the model's autoscale rule (benchmarks/cost_model.py RULES);
+    the property needs API 2024-11-15 or later (autoscale FAQ)."""
+    account = bicep.resource("modules/cosmos.bicep", "account")
+    assert account["config"]["properties"]["enablePerRegionPerPartitionAutoscale"] is True
+    assert account["api_version"] >= "2024-11-15"
 
 
 def test_the_cosmos_account_speaks_a_version_the_driver_supports_and_does_not_retry_throttled_requests() -> None:

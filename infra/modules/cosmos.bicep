@@ -21,8 +21,15 @@ param serverVersion string = '6.0'
 @minValue(1000)
 param defaultMaxThroughput int = 1000
 
-@description('Per-collection autoscale maximum RU/s overriding defaultMaxThroughput, e.g. { bottle_heartbeats: 200000 }.')
+@description('Per-collection autoscale maximum RU/s overriding defaultMaxThroughput, e.g. { bottles: 31000 }.')
 param maxThroughputByCollection object = {}
+
+// Standard (manual) throughput bills what is set every hour; autoscale bills each hour's peak at 1.5 x the rate
+// (https://learn.microsoft.com/azure/cosmos-db/how-to-choose-offer). A collection busy at its peak most hours is
+// cheaper on standard: the design-scale bill (benchmarks/design_scale.py) chooses per collection and writes the
+// choice to design-scale.parameters.json (docs/costs.md: Throughput to deploy).
+@description('Per-collection standard (manual) RU/s: a collection named here gets that fixed throughput instead of autoscale, e.g. { bottle_heartbeats: 195000 }.')
+param standardThroughputByCollection object = {}
 
 // A collection without a shard key (`leases`) is one logical partition, and a partition serves at most 10,000 RU/s
 // and 20 GB ("Maximum RUs per partition (logical & physical)": https://learn.microsoft.com/azure/cosmos-db/concepts-limits);
@@ -130,7 +137,7 @@ var collections = [
   }
 ]
 
-resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
+resource account 'Microsoft.DocumentDB/databaseAccounts@2024-11-15' = {
   name: name
   location: location
   tags: tags
@@ -158,10 +165,14 @@ resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
     ]
     minimalTlsVersion: 'Tls12'
     publicNetworkAccess: 'Enabled'
+    // Dynamic scaling: each physical partition (and region) of an autoscale collection scales, and bills, to its
+    // own need rather than the busiest one's (https://learn.microsoft.com/azure/cosmos-db/autoscale-per-partition-region;
+    // on by default for accounts created since 2024-09-25, set here for the others: API 2024-11-15 or later).
+    enablePerRegionPerPartitionAutoscale: true
   }
 }
 
-resource database 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases@2024-05-15' = {
+resource database 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases@2024-11-15' = {
   parent: account
   name: databaseName
   properties: {
@@ -173,7 +184,7 @@ resource database 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases@2024-0
 
 // One at a time: parallel control-plane changes (create, throughput) to one account's collections can conflict.
 @batchSize(1)
-resource collection 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/collections@2024-05-15' = [
+resource collection 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/collections@2024-11-15' = [
   for c in collections: {
     parent: database
     name: c.name
@@ -182,7 +193,9 @@ resource collection 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/coll
         { id: c.name, indexes: c.indexes },
         empty(c.shardKey) ? {} : { shardKey: { '${c.shardKey}': 'Hash' } }
       )
-      options: {
+      options: contains(standardThroughputByCollection, c.name) ? {
+        throughput: empty(c.shardKey) ? min(standardThroughputByCollection[c.name], unshardedMaxThroughput) : standardThroughputByCollection[c.name]
+      } : {
         autoscaleSettings: {
           maxThroughput: contains(maxThroughputByCollection, c.name) ? (empty(c.shardKey) ? min(maxThroughputByCollection[c.name], unshardedMaxThroughput) : maxThroughputByCollection[c.name]) : (empty(c.shardKey) ? 1000 : defaultMaxThroughput)
         }
