@@ -246,6 +246,7 @@ class Measured:
     sweep_run: Mapping[str, UnitCost]  # per check run that finds nobody, by check kind
     sizes: Mapping[str, float]  # average BSON bytes of a document by collection; its index's as "<collection> index"
     hourly_reports_per_user_hour: float = 1.0  # user-hours written per user per hour (every user is active)
+    calls: Mapping[str, float] = field(default_factory=dict)  # database commands per unit of work, by kind
 
 
 @dataclass

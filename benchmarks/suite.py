@@ -22,10 +22,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import calibrate, checks, costs, design_scale, ingestion, reports, scaleout
+from benchmarks import calibrate, checks, costs, deployment_bill, design_scale, ingestion, reports, scaleout
 from benchmarks.cost_model import ASSUMPTIONS, RULES
 from benchmarks.harness import PRINTED, Table, print_table
 from shared.settings import get_settings
+from shared.store import schema
 from tools.progress import Ticker
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -145,14 +146,25 @@ def summary_rows(tables: list[Table]) -> list[list[str]]:
     return rows
 
 
-def cost_section(measured: costs.Costs) -> tuple[str, str]:
+def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> tuple[str, str]:
     """The RU table, the steady-state heartbeat document, the design-scale bill and the model's rules, all from
     the one honest model (benchmarks/cost_model.py); and the bill's block for the docs, followed by the deployment
-    parameters that take its choice (DEPLOYMENT_START, then infra/design-scale.parameters.json's text)."""
+    parameters that take its choice (DEPLOYMENT_START, then infra/design-scale.parameters.json's text).
+    `http_cpu_ms`: the CPU an HTTP request takes, as the ingestion benchmark measured it (None: the model's
+    HTTP_CPU_MS, benchmarks/deployment_bill.py)."""
     sizes = measured.sizes
-    rows = design_scale.table(measured.measured(), get_settings())
+    model = measured.measured()
+    rows = design_scale.table(model, get_settings())
     per_unit = costs.table(measured, design_scale.partitions_of(rows))
-    bill = design_scale.markdown(rows)
+    requests, work = deployment_bill.design_scale_work(
+        model.calls,
+        design_scale.partitions_of(rows).get(schema.BOTTLE_ACTIONS, 1),
+        get_settings(),
+        http_cpu_ms=deployment_bill.HTTP_CPU_MS if http_cpu_ms is None else http_cpu_ms,
+    )
+    functions = deployment_bill.functions_bill(requests, work)
+    bill = f"{design_scale.markdown(rows)}\n\n{deployment_bill.functions_markdown(functions)}"
+    parameters = design_scale.deployment_parameters(rows) | deployment_bill.functions_parameters(functions)
     heartbeat = print_table(
         "One bottle's heartbeat document at steady state (a heartbeat every 30 minutes, window full)",
         [
@@ -184,16 +196,33 @@ def cost_section(measured: costs.Costs) -> tuple[str, str]:
         design_scale.floor(measured.measured(), get_settings()).lines(),
         design_scale.FLOOR_HEADER,
     )
-    rules = "\n".join(f"- {rule.name}: {rule.statement}. Example: {rule.example} ({rule.source})" for rule in RULES)
-    assumptions = "\n".join(f"- {text}" for text in ASSUMPTIONS)
+    rules = "\n".join(
+        f"- {rule.name}: {rule.statement}. Example: {rule.example} ({rule.source})"
+        for rule in (*RULES, *deployment_bill.RULES)
+    )
+    assumptions = "\n".join(f"- {text}" for text in (*ASSUMPTIONS, *deployment_bill.ASSUMPTIONS))
     rates = "\n".join(f"- {name}: {value:,.2f}" for name, value in design_scale.ASSUMED_RATES.items())
     text = (
         f"{per_unit}\n\n{heartbeat}\n\nDesign scale ({design_scale.BOTTLES:,} bottles, {design_scale.USERS:,} users), "
         f"from the RU above:\n\n{TABLE_START}\n{bill}\n{TABLE_END}\n\n{alternatives}\n\n{floor}\n\n"
-        f"Rules (benchmarks/cost_model.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
+        f"Rules (benchmarks/cost_model.py, benchmarks/deployment_bill.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
         f"Rates the design does not give (benchmarks/design_scale.py):\n{rates}"
     )
-    return text, f"{bill}\n\n{DEPLOYMENT_START}\n{deployment_file(design_scale.deployment_parameters(rows))}"
+    return text, f"{bill}\n\n{DEPLOYMENT_START}\n{deployment_file(parameters)}"
+
+
+INGESTION_STEADY = "Ingestion, one event per request at steady state"
+
+
+def measured_http_cpu_ms(tables: list[Table]) -> float | None:
+    """The CPU a one-event request took in the ingestion benchmark (the app, its largest fleet), or None."""
+    for table in tables:
+        if table.title.startswith(INGESTION_STEADY):
+            app = [row for row in table.rows if table.column(row, "approach") == ingestion.APP_SINGLE]
+            if app:
+                largest = max(app, key=lambda row: _number(table.column(row, "bottles")))
+                return _number(table.column(largest, "CPU ms/event"))
+    return None
 
 
 def deployment_file(parameters: dict[str, object]) -> str:
@@ -229,7 +258,7 @@ def run(quick: bool, ticker: Ticker | None = None) -> tuple[str, str]:
         swept = 2_000 if quick else 20_000
         sections.append(("Check partitions side by side", scaleout.sweep_table(swept, swept // 20)))
     with ticker.running("bench: request units (6 of 6)"):
-        cost_text, bill = cost_section(costs.measure(quick))
+        cost_text, bill = cost_section(costs.measure(quick), measured_http_cpu_ms(list(PRINTED)))
     elapsed = time.perf_counter() - started
     headline = summary_rows(list(PRINTED))
     summary = print_table(

@@ -64,9 +64,14 @@ param checksQueueName string = 'check-partitions'
 @maxValue(1000)
 param maximumInstanceCount int = 100
 
-@description('Memory of each instance in MB.')
+@description('Memory of each instance in MB (docs/costs.md: the Functions bill chooses it).')
 @allowed([2048, 4096])
 param instanceMemoryMB int = 2048
+
+@description('Always-ready instances of the HTTP functions (0: all on demand); the design scale\'s is in design-scale.parameters.json (docs/costs.md).')
+@minValue(0)
+@maxValue(1000)
+param httpAlwaysReadyInstances int = 0
 
 @description('Days Log Analytics keeps logs and telemetry.')
 param logRetentionDays int = 30
@@ -318,6 +323,7 @@ module functionApp 'modules/functionapp.bicep' = {
     appSettings: union(appSettings, appSettingOverrides)
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
+    httpAlwaysReadyInstances: httpAlwaysReadyInstances
   }
   // Start the app only once its identity may read its storage, queue and secret.
   dependsOn: [

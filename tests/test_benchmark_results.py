@@ -110,6 +110,22 @@ def test_a_quick_run_writes_nowhere_unless_given_an_output(tmp_path, monkeypatch
     assert written == [f"{suite.RESULTS}: quick=False", "bill"]  # a full run: RESULTS.md and the docs
 
 
+def test_the_functions_bill_takes_the_cpu_a_request_took_in_the_ingestion_benchmark_at_its_largest_fleet():
+    steady = Table(
+        "Ingestion, one event per request at steady state on SecantusDB in-process (1000 events a fleet)",
+        ["bottles", "approach", "events/s", "vs seeds", "commands/event", "CPU ms/event"],
+        [
+            ["100", "seeds: one insert per event, one event per request", "943", "1.00x", "1.000", "0.886"],
+            ["100", "app: one event per request", "209", "0.22x", "1.332", "3.393"],
+            ["20,000", "app: one event per request", "212", "0.20x", "1.332", "3.294"],
+            ["20,000", "store floor: the app's commands, sent bare", "270", "0.25x", "1.252", "2.566"],
+        ],
+    )
+
+    assert suite.measured_http_cpu_ms([steady]) == 3.294
+    assert suite.measured_http_cpu_ms([]) is None  # not measured: the model's HTTP_CPU_MS
+
+
 def test_the_summary_takes_the_design_scale_bill_and_not_the_table_of_other_ways_beside_it():
     bill = Table("Design scale: the bill from these costs", ["measure", "value", "goal"], [["RU/s", "1", "2"]])
     other_ways = Table(

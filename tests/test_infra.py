@@ -186,6 +186,34 @@ def test_the_design_scale_deployment_takes_the_bills_choice_for_every_collection
     assert all(isinstance(ru, int) and ru >= 1000 and ru % 1000 == 0 for ru in autoscale.values())
 
 
+def test_the_design_scale_deployment_takes_the_functions_bills_memory_and_always_ready_instances() -> None:
+    """infra/design-scale.parameters.json deploys the Functions part of the bill docs/costs.md shows (both from the
+    last full run): its instance memory, its always-ready HTTP instances, and room for twice the busy ones."""
+    given = design_scale_parameters()
+    table = section_of((ROOT / "docs" / "costs.md").read_text(), "## The bill")
+    memory = re.search(r"on instances of \*\*([\d,]+) MB\*\*", table)
+    ready = re.search(r"\*\*(\d+) of them always-ready HTTP instances\*\*", table)
+    assert memory and ready, "docs/costs.md's bill has no Functions part"
+    assert given["instanceMemoryMB"] == int(memory.group(1).replace(",", ""))
+    assert given["httpAlwaysReadyInstances"] == int(ready.group(1))
+    assert given["httpAlwaysReadyInstances"] < given["maximumInstanceCount"] <= 1000
+
+
+def test_always_ready_http_instances_are_a_parameter_off_by_default() -> None:
+    """Flex Consumption's always-ready instances bill a baseline all the time (benchmarks/deployment_bill.py
+    RULES): none unless asked for, and then for the HTTP functions' group ('http')."""
+    site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
+    ready = site["properties"]["functionAppConfig"]["scaleAndConcurrency"]["alwaysReady"]["operator"]["operands"]
+    assert ready["true_value"] == [{"name": "http", "instanceCount": "httpAlwaysReadyInstances"}]
+    assert ready["false_value"] == []
+    assert "httpAlwaysReadyInstances" in json.dumps(ready["condition"], default=str)
+    for relative in ("main.bicep", "modules/functionapp.bicep"):
+        assert bicep.parse(relative)["parameters"]["httpAlwaysReadyInstances"]["default"] == 0, relative
+    assert str(bicep.module("main.bicep", "functionApp")["params"]["httpAlwaysReadyInstances"]) == (
+        "httpAlwaysReadyInstances"
+    )
+
+
 def test_the_cosmos_account_scales_each_partition_and_region_on_its_own() -> None:
     """Dynamic scaling (https://learn.microsoft.com/azure/cosmos-db/autoscale-per-partition-region): an autoscale
     collection's partitions bill their own peaks, the model's autoscale rule (benchmarks/cost_model.py RULES);

@@ -1,0 +1,103 @@
+"""The rest of the bill (benchmarks/deployment_bill.py): each price and rule reproduces the worked example of the
+page it is read from, and the design scale's Functions work is priced on the cheaper instance memory and the
+cheaper count of always-ready instances."""
+
+from dataclasses import replace
+
+import pytest
+
+from benchmarks import deployment_bill as bill
+from benchmarks import design_scale
+from benchmarks.deployment_bill import FLEX, Group, Requests, Workload
+from shared.settings import Settings
+
+NO_GRANTS = replace(FLEX, free_gb_s=0, free_executions=0)
+
+
+def test_every_rule_cites_its_page_and_a_worked_example():
+    assert len({rule.name for rule in bill.RULES}) == len(bill.RULES)
+    for rule in bill.RULES:
+        assert "https://" in rule.source, rule.name
+        assert rule.example, rule.name
+    assert bill.READ_ON == "2026-11-27"
+    assert bill.READ_ON in FLEX.source
+
+
+def test_on_demand_bills_each_active_instances_memory_and_each_execution_as_the_pages_example():
+    """functions-consumption-costs (Flex Consumption): 40 requests a second on 2,048 MB instances without free
+    grants: CPU-bound on 10 instances $1.872 an hour of execution time and $0.0576 of executions, $1.9296;
+    IO-bound on one instance $0.1872 + $0.0576 = $0.245."""
+    cpu_bound = bill.monthly([Group("http", 40, 10)], 2048, NO_GRANTS)
+    assert cpu_bound.on_demand_time / 730 == pytest.approx(1.872)
+    assert cpu_bound.on_demand_executions / 730 == pytest.approx(0.0576)
+    assert cpu_bound.total / 730 == pytest.approx(1.9296)
+    io_bound = bill.monthly([Group("http", 40, 1)], 2048, NO_GRANTS)
+    assert io_bound.total / 730 == pytest.approx(0.245, abs=0.001)
+    # The same work within the month's free grants (100,000 GB-s, 250,000 executions) bills nothing.
+    assert bill.monthly([Group("small", 0.05, 0.01)], 2048).total == 0.0
+
+
+def test_the_instances_follow_the_pages_cpu_bound_and_io_bound_examples():
+    """functions-consumption-costs: 40 requests a second, 10 at once (250 ms each): CPU-bound at a concurrency of
+    one scales to 10 instances; IO-bound, all 10 on one instance."""
+    cpu_bound = [Requests("cpu", 40, cpu_ms=250, calls=0)]
+    assert bill.http_instances(cpu_bound, 2048, concurrency=1) == 10
+    io_bound = [Requests("io", 40, cpu_ms=0, calls=250 / bill.DB_CALL_MS)]
+    assert bill.http_instances(io_bound, 2048, concurrency=10) == 1
+    # Many requests sharing a core wait on it: at 16 at once a core serves less than its CPU alone would.
+    busy = [Requests("busy", 1_000, cpu_ms=1.0, calls=1)]
+    assert bill.http_instances(busy, 2048) == 2  # 1 core of CPU, and its queue: 2 instances 50 % busy
+
+
+def test_always_ready_bills_a_baseline_all_month_and_pays_for_an_instance_busy_enough():
+    """The pricing page's table (as copied, in euros): an always-ready instance of 2 GB bills EUR 0.0000038 x
+    2,592,000 s x 2 GB = EUR 19.70 a month of baseline; the dollar rates at the on-demand meter's ratio."""
+    assert bill.EUR_BASELINE_GB_S * 2_592_000 * 2 == pytest.approx(19.70, abs=0.01)
+    assert FLEX.baseline_gb_s == pytest.approx(0.0000038 * 1.04)
+    assert FLEX.always_ready_gb_s == pytest.approx(0.0000149 * 1.04)
+    assert FLEX.always_ready_per_million == pytest.approx(0.370439 * 0.40 / 0.371)
+    steady = bill.with_always_ready(Group("http", 100, 10), 2048)
+    assert steady.always_ready == 10  # busy all month: the baseline and the lower rate beat on demand
+    cost = bill.monthly([steady], 2048)
+    gb_s = 10 * 2 * bill.SECONDS_PER_MONTH
+    assert cost.baseline == pytest.approx(gb_s * FLEX.baseline_gb_s)
+    assert cost.always_ready_time == pytest.approx(gb_s * FLEX.always_ready_gb_s)
+    assert cost.on_demand_time == 0.0
+    # Busy a tenth of the time, an always-ready instance would bill its baseline for nothing.
+    assert bill.with_always_ready(Group("timers", 0.04, 0.1), 2048).always_ready == 0
+    break_even = FLEX.baseline_gb_s / (FLEX.on_demand_gb_s - FLEX.always_ready_gb_s)
+    assert 0.3 < break_even < 0.45
+
+
+def test_the_instance_memory_is_the_cheaper_and_one_python_worker_uses_one_core():
+    """flex-consumption-plan: 2,048 MB is one core, 4,096 MB two, at the same price per GB-s; one Python worker
+    process keeps one busy, so 4,096 MB costs twice as much for the same requests; with two it is a tie, and the
+    smaller is kept."""
+    assert bill.usable_cores(2048) == bill.usable_cores(4096) == 1
+    assert bill.usable_cores(4096, worker_processes=2) == 2
+    requests = [Requests("heartbeat", 10_000, cpu_ms=3.0, calls=1)]
+    work = Workload(0, 0.0, 0, 0.0, 0.0, 0.0, 6)
+    found = bill.functions_bill(requests, work)
+    assert found.memory_mb == 2048
+    assert found.by_memory[4096] > found.by_memory[2048]
+    http = found.groups[0]
+    assert http.instances == bill.http_instances(requests, 2048)
+    assert http.always_ready == http.instances  # a steady load: every HTTP instance always ready
+
+
+def test_the_design_scales_work_is_its_rates_the_measured_calls_and_the_settings():
+    calls = {"heartbeat": 1.0, "opened": 3.0, "closed": 3.0, "actions feed": 0.2}
+    requests, work = bill.design_scale_work(calls, actions_partitions=82, settings=Settings(), http_cpu_ms=2.0)
+
+    assert [r.per_second for r in requests] == pytest.approx([30_000_000 / 1800, 700, 700])
+    assert {r.cpu_ms for r in requests} == {2.0}
+    assert work.actions_calls_per_second == pytest.approx(0.2 * design_scale.CHANGES_PER_SECOND)
+    assert work.tally_partitions == design_scale.REPORTS_PARTITIONS
+    # A paced tally run waits in its execution for its pages: its budget (45 s) of the minutes it is paced over.
+    assert work.tally_busy_seconds == pytest.approx(45 * 40 / 60)
+    assert work.queue_concurrency == 6  # host.json: batchSize 4 + newBatchThreshold 2
+    assert work.check_runs_per_second == pytest.approx(4 * (1 / 300 + 1 / 60 + 1 / 300))
+    groups = {g.name: g for g in bill.groups(requests, work, 2048)}
+    reports = groups["report partitions (queue)"]
+    actions_run = 0.2 * design_scale.CHANGES_PER_SECOND * 60 / 82 * bill.DB_CALL_MS / 1000
+    assert reports.instances == pytest.approx((82 * actions_run / 60 + 64 * 30 / 60) / 6)
