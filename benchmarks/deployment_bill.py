@@ -14,12 +14,13 @@ in-process store's together: an upper bound for the app alone).
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from benchmarks import design_scale
-from benchmarks.cost_model import HOURS_PER_MONTH, Rule
+from benchmarks.cost_model import HOURS_PER_MONTH, PRICE, RESERVED_MAX_DISCOUNT, Rule
 from shared.settings import Settings
 
 READ_ON = "2026-11-27"  # the date every price and rule below was read
@@ -67,7 +68,7 @@ FLEX = FlexPrice()
 INSTANCE_CORES = {2048: 1, 4096: 2}  # FLEX_PLAN (Regional subscription memory quotas: 250 cores, 512,000 MB)
 MEMORY_SIZES = tuple(INSTANCE_CORES)
 
-RULES = (
+RULES: tuple[Rule, ...] = (
     Rule(
         "Flex Consumption on demand",
         "an on-demand instance bills its memory for the time it is executing functions (GB-seconds, at least "
@@ -107,7 +108,7 @@ RULES = (
     ),
 )
 
-ASSUMPTIONS = (
+ASSUMPTIONS: tuple[str, ...] = (
     "HTTP_CPU_MS: the CPU a request takes; until the ingestion benchmark measures invocations through the "
     "Functions runtime, the CPU per event its one-event-per-request run measures (the app's and the in-process "
     "store's together: an upper bound for the app alone; the host's own share not in it).",
@@ -398,9 +399,250 @@ def functions_markdown(functions: FunctionsBill, price: FlexPrice = FLEX) -> str
         f"${executions:,.0f}, execution time ${cost.on_demand_time + cost.always_ready_time:,.0f}, always-ready "
         f"baseline ${cost.baseline:,.0f}. A request takes {functions.cpu_ms:.2f} ms of CPU (HTTP_CPU_MS) and "
         f"{functions.calls_per_request:.2f} database round trips of {DB_CALL_MS:.0f} ms; an HTTP instance takes "
-        f"{HTTP_CONCURRENCY} at once. Price: ${price.on_demand_gb_s:.6f} per GB-s and ${price.on_demand_per_million:.2f} "
-        f"per million executions on demand; always ready ${price.baseline_gb_s:.8f} per GB-s of baseline, "
+        f"{HTTP_CONCURRENCY} at once. Price: ${price.on_demand_gb_s:.6f} per GB-s and "
+        f"${price.on_demand_per_million:.2f} per million executions on demand; always ready "
+        f"${price.baseline_gb_s:.8f} per GB-s of baseline, "
         f"${price.always_ready_gb_s:.7f} per GB-s busy, ${price.always_ready_per_million:.3f} per million "
         f"(benchmarks/deployment_bill.py FLEX: its pages, read {READ_ON})."
     )
     return "\n".join(lines)
+
+
+# --- the rest: Storage queues, Application Insights, Key Vault, the archive ---------------------------------
+
+STORAGE_CALCULATOR = (
+    "https://github.com/microsoft/kernel-memory/blob/main/docs/azure/architecture.md (an Azure pricing calculator "
+    "estimate of 2024-06-24, East US: Queue Storage, General Purpose V2, LRS, 1 GB, 1,000 x 10,000 Class 1 and "
+    "1,000 x 10,000 Class 2 operations: $8.05)"
+)
+QUEUE_OPERATIONS = "https://learn.microsoft.com/rest/api/storageservices/queue-service-rest-api"
+APP_INSIGHTS_VOLUME = "https://learn.microsoft.com/azure/azure-monitor/app/pricing"
+LOG_INGESTION_PRICE = (
+    "https://azure.microsoft.com/pricing/details/monitor/ (as public cost notes copy it: Application Insights and "
+    "Log Analytics ingestion ~$2.30 per GB, the first 5 GB a month free; one gives Log Analytics $2.76 per GB)"
+)
+OTEL_HOST_SAMPLING = (
+    "https://github.com/Azure/azure-functions-host/issues/10770 (host.json's logging.applicationInsights does not "
+    "apply in OpenTelemetry mode); https://github.com/Azure/azure-functions-host/issues/11745 (OTEL_TRACES_SAMPLER "
+    "for the host, from 4.1048.100, reported not to apply)"
+)
+KEY_VAULT_PRICE = (
+    "https://learn.microsoft.com/answers/questions/5608202/how-to-correctly-estimate-azure-key-vault-cost "
+    "(Standard tier: ~$0.03 per 10,000 operations; a service caches a secret it fetched)"
+)
+FUNCTIONS_BICEP = Path(__file__).resolve().parent.parent / "infra" / "modules" / "functionapp.bicep"
+
+
+@dataclass(frozen=True)
+class OtherPrice:
+    """The other meters in dollars (a US region, pay as you go), each from the page named in its source."""
+
+    queue_per_10k: float = 0.004  # Class 1 and Class 2 alike: 1,000 x 0.004 + 1,000 x 0.004 + 1 GB x 0.045 = 8.05
+    queue_gb_month: float = 0.045
+    ingestion_per_gb: float = 2.30
+    ingestion_free_gb: float = 5.0  # a month, per billing account
+    key_vault_per_10k: float = 0.03
+    source: str = f"{STORAGE_CALCULATOR}; {LOG_INGESTION_PRICE}; {KEY_VAULT_PRICE}; read {READ_ON}"
+
+
+OTHER = OtherPrice()
+
+RULES = (
+    *RULES,
+    Rule(
+        "Storage queue transactions",
+        "every queue operation is a transaction (a put, a get of up to 32 messages, a delete, a peek, an empty poll); "
+        "Class 1 and Class 2 operations both $0.004 per 10,000 on General Purpose v2 LRS, capacity $0.045 per GB",
+        f"{STORAGE_CALCULATOR}; {QUEUE_OPERATIONS}",
+        "10 M Class 1 and 10 M Class 2 operations and 1 GB: 1,000 x $0.004 + 1,000 x $0.004 + $0.045 = $8.05",
+    ),
+    Rule(
+        "Application Insights ingestion",
+        "telemetry is billed by the GB (10^9 bytes) of uncompressed JSON ingested into the workspace, the first "
+        "5 GB a month free; what is sampled away is not; sampling by a rate a second is per process",
+        f"{APP_INSIGHTS_VOLUME} (Data volume); {LOG_INGESTION_PRICE}; {OTEL_HOST_SAMPLING}",
+        "10 GB a month: (10 - 5) x $2.30 = $11.50",
+    ),
+    Rule(
+        "Key Vault operations",
+        "each secret read or write is an operation, $0.03 per 10,000 on the Standard tier; the app's connection "
+        "string is a Key Vault reference the platform reads when an instance starts and caches",
+        KEY_VAULT_PRICE,
+        "a few dozen operations a month cost a few cents: 30 x $0.03 / 10,000 = $0.00009",
+    ),
+)
+
+ASSUMPTIONS = (
+    *ASSUMPTIONS,
+    "TELEMETRY_ITEM_BYTES: an Application Insights item (a request, a span, a log line) is ~1,000 bytes of JSON; "
+    "the workspace's Usage table tells (calibrate).",
+    "Each busy instance sends what its sampling lets through a second: the host host.json's "
+    "maxTelemetryItemsPerSecond (if it still applies in OpenTelemetry mode; if instead the host follows "
+    "OTEL_TRACES_SAMPLER, fewer; if it samples nothing, every request: OTEL_HOST_SAMPLING), the Python worker "
+    "OTEL_TRACES_SAMPLER_ARG traces of TELEMETRY_ITEMS_PER_TRACE items.",
+    "A notification is put on its queue by the checks and got and deleted by its consumer (outside the app); a "
+    "queue listener polls an empty queue every maxPollingInterval, the platform's scale controller each queue "
+    "every SCALE_POLL_SECONDS.",
+    "KEY_VAULT_READS_A_DAY: the connection string read when an instance starts: the always-ready instances once a "
+    "day, the workers' as they scale out (an instance start each an hour).",
+)
+
+TELEMETRY_ITEM_BYTES = 1_000
+TELEMETRY_ITEMS_PER_TRACE = 2  # the function's span and its invocation log line
+SCALE_POLL_SECONDS = 10.0
+
+
+def host_sampling(host: Path = HOST_JSON) -> tuple[float, float]:
+    """host.json's queue polling interval (seconds) and the host's telemetry items a second an instance."""
+    loaded = json.loads(host.read_text())
+    hours, minutes, seconds = (float(part) for part in loaded["extensions"]["queues"]["maxPollingInterval"].split(":"))
+    polling = hours * 3600 + minutes * 60 + seconds
+    items = float(loaded["logging"]["applicationInsights"]["samplingSettings"]["maxTelemetryItemsPerSecond"])
+    return polling, items
+
+
+def worker_traces_per_second(bicep: Path = FUNCTIONS_BICEP) -> float:
+    """The Python worker's sampled traces a second an instance: OTEL_TRACES_SAMPLER_ARG as deployed."""
+    found = re.search(r"OTEL_TRACES_SAMPLER_ARG: '([\d.]+)'", bicep.read_text())
+    assert found, f"{bicep} sets no OTEL_TRACES_SAMPLER_ARG"
+    return float(found.group(1))
+
+
+@dataclass(frozen=True)
+class Line:
+    """A component of the whole bill: dollars a month in one region and in two (a second region holds the
+    Cosmos DB account's replica; the rest runs in the first), what it counts, and its price's page and date."""
+
+    component: str
+    one_region: float
+    two_regions: float
+    counts: str
+    price: str
+
+
+def queue_line(functions: FunctionsBill, work: Workload, notifications_per_second: float) -> Line:
+    """Storage queue transactions a month: each work message put, got (a batch of batchSize at a time) and
+    deleted, each notification put, got and deleted, the listeners' empty polls and the scale controller's."""
+    polling, _items = host_sampling()
+    batch = json.loads(HOST_JSON.read_text())["extensions"]["queues"]["batchSize"]
+    work_messages = (work.actions_partitions + work.tally_partitions) / 60 + work.check_runs_per_second
+    listeners = sum(g.instances for g in functions.groups if "(queue)" in g.name)
+    per_second = (
+        work_messages * (2 + 1 / batch)
+        + notifications_per_second * 3
+        + listeners / polling
+        + 3 / SCALE_POLL_SECONDS  # three queues
+    )
+    monthly = per_second * SECONDS_PER_MONTH / 10_000 * OTHER.queue_per_10k
+    counts = (
+        f"{per_second:,.0f} transactions a second: {work_messages:,.1f} work messages and "
+        f"{notifications_per_second:,.0f} notifications a second, polls"
+    )
+    return Line("Storage queues", monthly, monthly, counts, STORAGE_CALCULATOR)
+
+
+def telemetry_line(functions: FunctionsBill) -> Line:
+    """Application Insights ingestion a month at the configured sampling: each busy instance's host items and
+    worker traces a second (per process), TELEMETRY_ITEM_BYTES each."""
+    _polling, host_items = host_sampling()
+    per_instance = host_items + worker_traces_per_second() * TELEMETRY_ITEMS_PER_TRACE
+    instances = sum(g.instances for g in functions.groups if g.instances >= 1)
+    gb = instances * per_instance * TELEMETRY_ITEM_BYTES * SECONDS_PER_MONTH / 1e9
+    monthly = max(gb - OTHER.ingestion_free_gb, 0.0) * OTHER.ingestion_per_gb
+    counts = (
+        f"{gb:,.0f} GB a month: {instances:,.0f} busy instances x {per_instance:,.0f} items a second "
+        f"(host.json {host_items:,.0f} + worker {worker_traces_per_second():,.0f} traces x "
+        f"{TELEMETRY_ITEMS_PER_TRACE}) x {TELEMETRY_ITEM_BYTES:,} bytes"
+    )
+    return Line("Application Insights", monthly, monthly, counts, LOG_INGESTION_PRICE)
+
+
+def unsampled_telemetry(requests_per_second: float) -> float:
+    """Application Insights a month if the host's request telemetry were not sampled at all (OTEL_HOST_SAMPLING):
+    an item per request."""
+    gb = requests_per_second * TELEMETRY_ITEM_BYTES * SECONDS_PER_MONTH / 1e9
+    return max(gb - OTHER.ingestion_free_gb, 0.0) * OTHER.ingestion_per_gb
+
+
+KEY_VAULT_READS_A_DAY_PER_WORKER = 24  # an instance start an hour
+
+
+def key_vault_line(functions: FunctionsBill) -> Line:
+    """Key Vault operations a month: the connection string read at each instance start."""
+    workers = sum(g.instances for g in functions.groups if not g.name.startswith("HTTP"))
+    reads = (functions.always_ready + math.ceil(workers) * KEY_VAULT_READS_A_DAY_PER_WORKER) * 30
+    monthly = reads / 10_000 * OTHER.key_vault_per_10k
+    return Line("Key Vault", monthly, monthly, f"~{reads:,} secret reads a month", KEY_VAULT_PRICE)
+
+
+# The archive on Blob Storage is built elsewhere: when it lands, it sets ARCHIVE to a function giving its line at
+# the design scale (its storage and transactions). Until then the bill shows it at zero, labelled.
+ARCHIVE: Callable[[], Line] | None = None
+ARCHIVE_NOT_LANDED = "not landed: the archive on Blob Storage is not in this branch; its line is 0 until it is"
+
+
+def archive_line() -> Line:
+    if ARCHIVE is not None:
+        return ARCHIVE()
+    return Line("Blob Storage archive", 0.0, 0.0, ARCHIVE_NOT_LANDED, "-")
+
+
+# --- the whole bill -----------------------------------------------------------------------------------------
+
+
+def cosmos_line(rows: list[design_scale.Row]) -> Line:
+    hour, billed = design_scale.busiest_hour(rows)
+    counts = (
+        f"{billed:,.0f} RU/s at the account's busiest hour ({hour:02d}:00 UTC), "
+        f"{sum(r.storage_gb for r in rows):,.0f} GB stored; a second region bills both again"
+    )
+    return Line("Cosmos DB", design_scale.monthly(rows, 1), design_scale.monthly(rows, 2), counts, PRICE.source)
+
+
+def functions_line(functions: FunctionsBill) -> Line:
+    executions = sum(g.executions() for g in functions.groups)
+    counts = (
+        f"{executions / 1e9:,.1f} billion executions a month, {functions.peak_instances} instances busy on average "
+        f"({http_group(functions).always_ready} always ready) of {functions.memory_mb:,} MB"
+    )
+    return Line("Functions (Flex Consumption)", functions.cost.total, functions.cost.total, counts, FLEX.source)
+
+
+def whole_bill(
+    rows: list[design_scale.Row], functions: FunctionsBill, work: Workload, notifications_per_second: float
+) -> list[Line]:
+    """Every component of the deployment at the design scale, a line each."""
+    return [
+        cosmos_line(rows),
+        functions_line(functions),
+        queue_line(functions, work, notifications_per_second),
+        telemetry_line(functions),
+        key_vault_line(functions),
+        archive_line(),
+    ]
+
+
+def total(lines: Iterable[Line], regions: int = 1) -> float:
+    return sum(line.one_region if regions == 1 else line.two_regions for line in lines)
+
+
+def bill_markdown(lines: list[Line], reservation: design_scale.Reserved) -> str:
+    """The whole deployment's bill as docs/costs.md shows it: a line a component, its price's page."""
+    table = [
+        f"| component | $/month, 1 region | $/month, 2 regions | what it counts | price: its page (read {READ_ON}) |",
+        "| --- | ---: | ---: | --- | --- |",
+    ]
+    for line in lines:
+        table.append(
+            f"| {line.component} | {line.one_region:,.0f} | {line.two_regions:,.0f} | {line.counts} | {line.price} |"
+        )
+    table.append(f"| **whole deployment** | **{total(lines, 1):,.0f}** | **{total(lines, 2):,.0f}** | | |")
+    table.append(
+        f"\nReserved capacity (a purchase, not in these figures): Cosmos DB bills at least "
+        f"{reservation.steady:,.0f} standard RU/s every hour, ${reservation.monthly:,.0f} a month pay as you go; "
+        f"reserving them saves their discount, ${reservation.saving(RESERVED_MAX_DISCOUNT):,.0f} a month at "
+        f"{RESERVED_MAX_DISCOUNT:.0%}, the most the reserved-capacity page names (three years). Two regions: the "
+        "Cosmos DB account replicated to a second "
+        "region (its throughput and storage billed again); the Functions app and the rest run in the first."
+    )
+    return "\n".join(table)

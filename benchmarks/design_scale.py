@@ -26,7 +26,6 @@ from benchmarks.cost_model import (
     BILLED_FLOOR,
     KB,
     PRICE,
-    RESERVED_MAX_DISCOUNT,
     STANDARD,
     DocumentWrite,
     UnitCost,
@@ -481,15 +480,18 @@ def _bill(
         row.work = sorted({kind for split in split_at[name] for kind in split}, key=WORK.index)
 
 
+def notifications_a_day() -> float:
+    """Notifications the checks write a day at the design scale: one per bottle a sweep finds (ASSUMED_RATES)."""
+    return sum(_found_per_sweep(kind, hour) * (60 // SWEEP_MINUTES[kind]) for kind in KINDS for hour in range(24))
+
+
 def _storage(rows: dict[str, Row], measured: Measured, settings: Settings) -> None:
     """Data and index stored after a year: bounded collections by their count, growing ones by what a year adds
     until their retention, which the TTL then holds them at."""
     gb = 1e9
     sizes = measured.sizes
     year = 365
-    notifications_per_day = sum(
-        _found_per_sweep(kind, hour) * (60 // SWEEP_MINUTES[kind]) for kind in KINDS for hour in range(24)
-    )  # a notification per bottle a sweep finds
+    notifications_per_day = notifications_a_day()
     counts = {
         schema.BOTTLE_HEARTBEATS: (BOTTLES, None, "one per bottle, bounded"),
         schema.BOTTLES: (BOTTLES, None, "one per bottle, bounded"),
@@ -533,7 +535,6 @@ def markdown(rows: list[Row]) -> str:
             f"{row.monthly(1, AUTOSCALE_MODE):,.0f} | {row.monthly(1):,.0f} | {row.monthly(2):,.0f} |"
         )
     hour, billed = busiest_hour(rows)
-    reservation = reserved(rows)
     lines.append(
         f"| **total** | | | **{billed:,.0f}** at {hour:02d}:00 UTC, the account's busiest hour | "
         f"{sum(r.average for r in rows):,.0f} | {sum(r.partitions for r in rows):,} | "
@@ -551,11 +552,7 @@ def markdown(rows: list[Row]) -> str:
         f"the maximum, each partition scaling on its own, at {PRICE.autoscale_factor} x the rate): "
         f"{', '.join(f'`{r.collection}`' for r in rows if r.mode == STANDARD) or 'none'} on standard. The "
         "account's busiest hour adds up what every collection bills in the same hour. TTL deletes are not billed "
-        "(they use leftover RUs). Two regions bill the throughput and the storage twice. Reserved capacity, a "
-        f"purchase and not in these figures: the account bills at least {reservation.steady:,.0f} standard RU/s "
-        f"every hour (an autoscale RU/s counts 1.5), ${reservation.monthly:,.0f} a month pay as you go; a "
-        f"reservation of them saves its discount on that, ${reservation.saving(RESERVED_MAX_DISCOUNT):,.0f} a "
-        f"month at {RESERVED_MAX_DISCOUNT:.0%} (three years, the most the page names). Price: "
+        "(they use leftover RUs). Two regions bill the throughput and the storage twice. Price: "
         f"${PRICE.standard_per_100_ru_hour:.3f} per 100 RU/s per hour standard, "
         f"${PRICE.autoscale_per_100_ru_hour:.3f} autoscale, ${PRICE.storage_per_gb_month:.2f} per GB-month of "
         "storage (benchmarks/cost_model.py PRICE: its pages and the date read)."

@@ -163,7 +163,14 @@ def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> tup
         http_cpu_ms=deployment_bill.HTTP_CPU_MS if http_cpu_ms is None else http_cpu_ms,
     )
     functions = deployment_bill.functions_bill(requests, work)
-    bill = f"{design_scale.markdown(rows)}\n\n{deployment_bill.functions_markdown(functions)}"
+    lines = deployment_bill.whole_bill(rows, functions, work, design_scale.notifications_a_day() / 86_400)
+    bill = "\n\n".join(
+        [
+            design_scale.markdown(rows),
+            deployment_bill.functions_markdown(functions),
+            deployment_bill.bill_markdown(lines, design_scale.reserved(rows)),
+        ]
+    )
     parameters = design_scale.deployment_parameters(rows) | deployment_bill.functions_parameters(functions)
     heartbeat = print_table(
         "One bottle's heartbeat document at steady state (a heartbeat every 30 minutes, window full)",

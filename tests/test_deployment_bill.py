@@ -52,7 +52,7 @@ def test_the_instances_follow_the_pages_cpu_bound_and_io_bound_examples():
 def test_always_ready_bills_a_baseline_all_month_and_pays_for_an_instance_busy_enough():
     """The pricing page's table (as copied, in euros): an always-ready instance of 2 GB bills EUR 0.0000038 x
     2,592,000 s x 2 GB = EUR 19.70 a month of baseline; the dollar rates at the on-demand meter's ratio."""
-    assert bill.EUR_BASELINE_GB_S * 2_592_000 * 2 == pytest.approx(19.70, abs=0.01)
+    assert pytest.approx(19.70, abs=0.01) == bill.EUR_BASELINE_GB_S * 2_592_000 * 2
     assert FLEX.baseline_gb_s == pytest.approx(0.0000038 * 1.04)
     assert FLEX.always_ready_gb_s == pytest.approx(0.0000149 * 1.04)
     assert FLEX.always_ready_per_million == pytest.approx(0.370439 * 0.40 / 0.371)
@@ -101,3 +101,66 @@ def test_the_design_scales_work_is_its_rates_the_measured_calls_and_the_settings
     reports = groups["report partitions (queue)"]
     actions_run = 0.2 * design_scale.CHANGES_PER_SECOND * 60 / 82 * bill.DB_CALL_MS / 1000
     assert reports.instances == pytest.approx((82 * actions_run / 60 + 64 * 30 / 60) / 6)
+
+
+def test_queue_transactions_are_priced_as_the_calculators_example():
+    """An Azure pricing calculator estimate (2024-06-24, East US, GPv2 LRS): 1,000 x 10,000 Class 1 and as many
+    Class 2 queue operations and 1 GB: $8.05."""
+    assert round(1_000 * bill.OTHER.queue_per_10k * 2 + 1 * bill.OTHER.queue_gb_month + 1e-9, 2) == 8.05
+
+
+def test_the_queues_bill_each_message_put_got_and_deleted_and_the_polls():
+    work = Workload(10, 0.0, 20, 30.0, 0.5, 0.04, 6)
+    functions = bill.FunctionsBill(2048, [Group("report partitions (queue)", 0.5, 3.0)], bill.Cost())
+
+    line = bill.queue_line(functions, work, notifications_per_second=2.0)
+
+    messages = 30 / 60 + 0.5  # the work messages a second: the report partitions each minute and the check runs
+    per_second = messages * (2 + 1 / 4) + 2.0 * 3 + 3.0 / 2 + 3 / 10  # batchSize 4, polls every 2 s, 3 queues
+    assert line.one_region == pytest.approx(per_second * bill.SECONDS_PER_MONTH / 10_000 * 0.004)
+    assert line.two_regions == line.one_region  # the queues stay in the first region
+
+
+def test_telemetry_is_what_the_configured_sampling_lets_through_from_each_busy_instance():
+    """Ingestion is billed by the GB of JSON after the first 5 a month (10 GB: (10 - 5) x $2.30 = $11.50); the
+    host samples to host.json's 20 items a second an instance, the Python worker to OTEL_TRACES_SAMPLER_ARG (5)
+    traces a second."""
+    assert max(10 - bill.OTHER.ingestion_free_gb, 0) * bill.OTHER.ingestion_per_gb == pytest.approx(11.50)
+    assert bill.host_sampling() == (2.0, 20.0)
+    assert bill.worker_traces_per_second() == 5.0
+    functions = bill.FunctionsBill(2048, [Group("HTTP", 1_000, 10), Group("timers", 0.04, 0.04)], bill.Cost())
+
+    line = bill.telemetry_line(functions)
+
+    gb = 10 * (20 + 5 * 2) * 1_000 * bill.SECONDS_PER_MONTH / 1e9  # the timers' instance is rarely busy
+    assert line.one_region == pytest.approx((gb - 5) * 2.30)
+    # Were the host's request telemetry not sampled at all, every request would be an item.
+    assert bill.unsampled_telemetry(1_000) == pytest.approx((1_000 * 1_000 * bill.SECONDS_PER_MONTH / 1e9 - 5) * 2.30)
+
+
+def test_key_vault_bills_the_connection_strings_reads_at_instance_starts():
+    """The Q&A's figure: Standard tier ~$0.03 per 10,000 operations; a few dozen a month cost cents."""
+    functions = bill.FunctionsBill(2048, [Group("HTTP", 1_000, 10, always_ready=10), Group("w", 1, 2.5)], bill.Cost())
+
+    line = bill.key_vault_line(functions)
+
+    reads = (10 + 3 * 24) * 30
+    assert line.one_region == pytest.approx(reads / 10_000 * 0.03)
+
+
+def test_the_archive_line_is_zero_and_says_so_until_the_archive_lands(monkeypatch):
+    line = bill.archive_line()
+    assert (line.one_region, line.two_regions) == (0.0, 0.0)
+    assert line.counts.startswith("not landed")
+    landed = bill.Line("Blob Storage archive", 12.0, 12.0, "3 TB in the cool tier", "a page")
+    monkeypatch.setattr(bill, "ARCHIVE", lambda: landed)
+    assert bill.archive_line() == landed
+
+
+def test_the_whole_bill_is_a_line_a_component_and_their_total():
+    lines = [bill.Line("a", 10.0, 20.0, "", ""), bill.Line("b", 1.0, 1.0, "", "")]
+    assert bill.total(lines) == 11.0
+    assert bill.total(lines, regions=2) == 21.0
+    text = bill.bill_markdown(lines, design_scale.Reserved(1_000.0, 58.4))
+    assert "| **whole deployment** | **11** | **21** |" in text
+    assert "$37 a month at 63%" in text  # 58.4 x 0.63

@@ -193,7 +193,8 @@ def test_the_design_scale_deployment_takes_the_functions_bills_memory_and_always
     table = section_of((ROOT / "docs" / "costs.md").read_text(), "## The bill")
     memory = re.search(r"on instances of \*\*([\d,]+) MB\*\*", table)
     ready = re.search(r"\*\*(\d+) of them always-ready HTTP instances\*\*", table)
-    assert memory and ready, "docs/costs.md's bill has no Functions part"
+    assert memory, "docs/costs.md's bill has no Functions part"
+    assert ready, "docs/costs.md's bill has no always-ready instances"
     assert given["instanceMemoryMB"] == int(memory.group(1).replace(",", ""))
     assert given["httpAlwaysReadyInstances"] == int(ready.group(1))
     assert given["httpAlwaysReadyInstances"] < given["maximumInstanceCount"] <= 1000
