@@ -269,7 +269,7 @@ def _measured(**given: Any) -> design_scale.Measured:
 def test_steady_work_bills_its_rate_and_a_burst_bills_its_peak_for_the_hour():
     measured = _measured(
         heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 5.0}),
-        tally=[UnitCost({schema.USER_HOURLY_REPORTS: 1.0})],  # per change, its pages paced over 40 minutes
+        tally=[UnitCost({schema.USER_HOURLY_REPORTS: 1.0})],  # per change, its pages paced over the hour
     )
     rows = {row.collection: row for row in design_scale.table(measured, Settings())}
 
@@ -278,7 +278,7 @@ def test_steady_work_bills_its_rate_and_a_burst_bills_its_peak_for_the_hour():
     assert beats.average == pytest.approx(beats.billed)
     hourly = rows[schema.USER_HOURLY_REPORTS]
     assert hourly.average == pytest.approx(design_scale.CHANGES_PER_SECOND)
-    assert hourly.billed == pytest.approx(1.5 * design_scale.CHANGES_PER_SECOND)  # 60 / 40 minutes
+    assert hourly.billed == pytest.approx(design_scale.CHANGES_PER_SECOND)  # spread over the hour: as steady
     assert design_scale.total(list(rows.values())) == pytest.approx(sum(r.billed for r in rows.values()))
 
 
@@ -375,12 +375,12 @@ def test_the_alternatives_bill_a_burst_at_its_peak_a_paced_tally_over_its_spread
     before = row(design_scale.Variant("unpaced", tally_minutes=15, rollup=design_scale.BLOCK))
     assert before.billed == pytest.approx(4 * 3.0 * changes)  # the roll-up hour's pages in 15 minutes
     paced = row(design_scale.Variant("paced", rollup=design_scale.BLOCK))
-    assert paced.billed == pytest.approx(1.5 * 3.0 * changes)  # over REPORTS_TALLY_SPREAD_MINUTES (40)
+    assert paced.billed == pytest.approx(3.0 * changes)  # over REPORTS_TALLY_SPREAD_MINUTES (60): the hour
     today = row(design_scale.TODAY)  # staggered: every hour a sixth of the roll-ups
     # and in hours 1-5 a sixth of the users roll up a second day, of today's first hours (the measured roll-up
     # read 18 hours): a daily write (2.0) and that many hours' reads (2.0 x hour / 18) each
     second = [2.0 * hour / 18 / 6 if 0 < hour < 6 else 0.0 for hour in range(24)]
-    assert today.hourly_billed == pytest.approx([1.5 * ((5 * 1.0 + 3.0) / 6 + extra) * changes for extra in second])
+    assert today.hourly_billed == pytest.approx([((5 * 1.0 + 3.0) / 6 + extra) * changes for extra in second])
     every_hour = row(design_scale.Variant("hourly roll-ups", rollup=design_scale.EVERY_HOUR))
     assert every_hour.hourly_billed == pytest.approx([paced.billed] * 24)
     autoscale = AUTOSCALE_MODE
@@ -471,7 +471,9 @@ def test_a_row_by_a_setting_bills_with_it_and_heartbeats_uploaded_k_at_a_time_bi
     spread = design_scale.Variant("45", settings=(("reports_tally_spread_minutes", 45),))
     changes = design_scale.CHANGES_PER_SECOND
     assert rows(spread)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(60 / 45 * changes)
-    assert rows(design_scale.TODAY)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(60 / 40 * changes)
+    assert rows(design_scale.TODAY)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(changes)  # over the hour
+    earlier = design_scale.Variant("40", settings=(("reports_tally_spread_minutes", 40),))
+    assert rows(earlier)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(60 / 40 * changes)
     pairs = design_scale.Variant("pairs", heartbeats_per_write=2)
     beats = design_scale.HEARTBEATS_PER_SECOND
     assert rows(pairs)[schema.BOTTLE_HEARTBEATS].billed == pytest.approx(beats / 2 * 10.3)
