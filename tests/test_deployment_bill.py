@@ -93,14 +93,14 @@ def test_the_design_scales_work_is_its_rates_the_measured_calls_and_the_settings
     assert {r.cpu_ms for r in requests} == {2.0}
     assert work.actions_calls_per_second == pytest.approx(0.2 * design_scale.CHANGES_PER_SECOND)
     assert work.tally_partitions == design_scale.REPORTS_PARTITIONS
-    # A paced tally run waits in its execution for its pages: its budget (45 s) of the minutes it is paced over.
-    assert work.tally_busy_seconds == pytest.approx(45 * 40 / 60)
+    # A paced tally run waits in its execution for its pages: its budget (45 s) of every minute of the hour.
+    assert work.tally_busy_seconds == pytest.approx(45)
     assert work.queue_concurrency == 6  # host.json: batchSize 4 + newBatchThreshold 2
     assert work.check_runs_per_second == pytest.approx(4 * (1 / 300 + 1 / 60 + 1 / 300))
     groups = {g.name: g for g in bill.groups(requests, work, 2048)}
     reports = groups["report partitions (queue)"]
     actions_run = 0.2 * design_scale.CHANGES_PER_SECOND * 60 / 82 * bill.DB_CALL_MS / 1000
-    assert reports.instances == pytest.approx((82 * actions_run / 60 + 64 * 30 / 60) / 6)
+    assert reports.instances == pytest.approx((82 * actions_run / 60 + 64 * 45 / 60) / 6)
 
 
 def test_queue_transactions_are_priced_as_the_calculators_example():
