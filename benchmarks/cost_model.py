@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 KB = 1024
+READ_ON = "2026-11-27"  # the date every page below was read for its figures
 
 # --- sources -----------------------------------------------------------------------------------------------
 
@@ -69,8 +70,9 @@ class Price:
     autoscale_factor: float = 1.5  # autoscale's rate per 100 RU/s is 1.5 x the standard one (single write region)
     storage_per_gb_month: float = 0.25  # data and index, in each region
     source: str = (
-        f"{REGIONS} (page dated 2021-08-26: $0.008 per 100 RU/s per hour with a single write region, storage "
-        f"$0.25 per GB-month, 730 hours a month); {AUTOSCALE_FAQ} (autoscale: 1.5 x the standard rate); check "
+        f"{REGIONS} (page dated 2021-08-26, read {READ_ON}: $0.008 per 100 RU/s per hour with a single write "
+        f"region, storage $0.25 per GB-month, 730 hours a month); {CHOOSE_OFFER} and {AUTOSCALE_FAQ} (read "
+        f"{READ_ON}: autoscale 1.5 x the standard rate, single write region); "
         "https://azure.microsoft.com/pricing/details/cosmos-db/ for today's price in your region"
     )
 

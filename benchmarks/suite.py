@@ -21,6 +21,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from benchmarks import calibrate, checks, costs, deployment_bill, design_scale, ingestion, reports, scaleout
 from benchmarks.cost_model import ASSUMPTIONS, RULES
@@ -146,10 +147,41 @@ def summary_rows(tables: list[Table]) -> list[list[str]]:
     return rows
 
 
-def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> tuple[str, str]:
-    """The RU table, the steady-state heartbeat document, the design-scale bill and the model's rules, all from
-    the one honest model (benchmarks/cost_model.py); and the bill's block for the docs, followed by the deployment
-    parameters that take its choice (DEPLOYMENT_START, then infra/design-scale.parameters.json's text).
+class CostSection(NamedTuple):
+    """The cost part of a run: its text for RESULTS.md, the bill's block for the docs (followed by the deployment
+    parameters that take its choice: DEPLOYMENT_START, then infra/design-scale.parameters.json's text), and the
+    money lines the summary ends with (MONEY_LINES)."""
+
+    text: str
+    bill: str
+    money: list[str]
+
+
+def money_lines(cosmos: float, whole: float) -> list[str]:
+    """The two lines a run's summary ends with: Cosmos DB's and the whole deployment's dollars a month, one
+    region, at the design scale."""
+    return [f"Cosmos DB: ${cosmos:,.0f} a month", f"whole deployment: ${whole:,.0f} a month"]
+
+
+def headline(rows: list[design_scale.Row], lines: list[deployment_bill.Line]) -> list[list[str]]:
+    """The design-scale bill's headline: the RU/s of the account's busiest hour (the collections' bills in the
+    same hour), and dollars a month by component and in all, one region and two."""
+    hour, billed = design_scale.busiest_hour(rows)
+    found = [[f"RU/s at the account's busiest hour ({hour:02d}:00 UTC)", f"{billed:,.0f}", "-"]]
+    for line in lines:
+        goal = f"at most {design_scale.GOAL_DOLLARS:,}" if line.component == "Cosmos DB" else "-"
+        found.append([f"{line.component}: $ a month, one region", f"{line.one_region:,.0f}", goal])
+        if line.two_regions != line.one_region:
+            found.append([f"{line.component}: $ a month, two regions", f"{line.two_regions:,.0f}", "-"])
+    found.append(["whole deployment: $ a month, one region", f"{deployment_bill.total(lines, 1):,.0f}", "-"])
+    found.append(["whole deployment: $ a month, two regions", f"{deployment_bill.total(lines, 2):,.0f}", "-"])
+    found.append(["stored after a year, GB (data and index)", f"{sum(r.storage_gb for r in rows):,.0f}", "-"])
+    return found
+
+
+def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> CostSection:
+    """The RU table, the steady-state heartbeat document, the design-scale bill, the whole deployment's and the
+    models' rules, all from the one honest model (benchmarks/cost_model.py, benchmarks/deployment_bill.py).
     `http_cpu_ms`: the CPU an HTTP request takes, as the ingestion benchmark measured it (None: the model's
     HTTP_CPU_MS, benchmarks/deployment_bill.py)."""
     sizes = measured.sizes
@@ -181,18 +213,7 @@ def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> tup
         ],
         ["measure", "value"],
     )
-    billed = design_scale.total(rows)
-    print_table(
-        "Design scale: the bill from these costs",
-        [
-            ["RU/s", f"{billed:,.0f}", "200,000 (billed, one region)"],
-            ["RU/s, two regions", f"{2 * billed:,.0f}", "-"],
-            ["$ a month, one region", f"{design_scale.monthly(rows, 1):,.0f}", "-"],
-            ["$ a month, two regions", f"{design_scale.monthly(rows, 2):,.0f}", "-"],
-            ["stored after a year, GB (data and index)", f"{sum(r.storage_gb for r in rows):,.0f}", "-"],
-        ],
-        ["measure", "value", "goal"],
-    )
+    print_table("Design scale: the bill from these costs", headline(rows, lines), ["measure", "value", "goal"])
     alternatives = print_table(
         "Design scale: the same work run other ways, side by side, billed by the same model",
         design_scale.alternatives(measured.measured(), get_settings()),
@@ -215,7 +236,8 @@ def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> tup
         f"Rules (benchmarks/cost_model.py, benchmarks/deployment_bill.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
         f"Rates the design does not give (benchmarks/design_scale.py):\n{rates}"
     )
-    return text, f"{bill}\n\n{DEPLOYMENT_START}\n{deployment_file(parameters)}"
+    money = money_lines(lines[0].one_region, deployment_bill.total(lines, 1))
+    return CostSection(text, f"{bill}\n\n{DEPLOYMENT_START}\n{deployment_file(parameters)}", money)
 
 
 INGESTION_STEADY = "Ingestion, one event per request at steady state"
@@ -265,12 +287,14 @@ def run(quick: bool, ticker: Ticker | None = None) -> tuple[str, str]:
         swept = 2_000 if quick else 20_000
         sections.append(("Check partitions side by side", scaleout.sweep_table(swept, swept // 20)))
     with ticker.running("bench: request units (6 of 6)"):
-        cost_text, bill = cost_section(costs.measure(quick), measured_http_cpu_ms(list(PRINTED)))
+        cost_text, bill, money = cost_section(costs.measure(quick), measured_http_cpu_ms(list(PRINTED)))
     elapsed = time.perf_counter() - started
     headline = summary_rows(list(PRINTED))
     summary = print_table(
         "Summary: the app against the seeds' approach, measured in the same run", headline, SUMMARY_HEADER
     )
+    print("\n" + "\n".join(money))
+    summary += "\n\n" + "\n".join(money)
     header = (
         f"# Benchmark results\n\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {_commit()}, "
         f"{'quick' if quick else 'full'} run in {elapsed:.0f} s on {platform.machine()} with {os.cpu_count()} CPUs, "
