@@ -17,13 +17,12 @@ The design-scale table of docs/costs.md is this module's output for the last ful
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchmarks.cost_model import (
     ALL,
     AUTOSCALE_MODE,
-    BILLED_FLOOR,
     KB,
     PRICE,
     STANDARD,
@@ -680,35 +679,28 @@ ALTERNATIVES_HEADER = [
 ]
 
 
-GOAL = 200_000  # issue 21's goal: billed RU/s at the design scale, one region (retired by issue 30: GOAL_DOLLARS)
-GOAL_DOLLARS = 20_000  # issue 30's goal: Cosmos DB's dollars a month at the design scale, one region
+GOAL_DOLLARS = 20_000  # issue 30's goal: Cosmos DB's dollars a month at the design scale, one region (issue 21's
+# goal of 200,000 RU/s is retired: the heartbeats alone bill ~172 K under the documented charge of an update)
 
 
 @dataclass(frozen=True)
 class Floor:
     """The floor of the bill with every feature kept, by the model: what the heartbeats alone bill (one replace
-    of the heartbeat document each, DESIGN.md's one write a heartbeat), what the rest of the app's bill is, the
-    cheapest way of ALTERNATIVES that keeps every feature, and how many heartbeats a device would have to upload
-    in one request (a contract change) for the app's bill to meet GOAL."""
+    of the heartbeat document each, DESIGN.md's one write a heartbeat) in RU/s and in dollars, what Cosmos DB
+    costs in all, the cheapest way of ALTERNATIVES that keeps every feature, what the storage alone costs, what
+    the bill would be if an account charged an update as its insert half (the first thing a calibration run
+    settles), and how many heartbeats a device would have to upload in one request (a contract change) for Cosmos
+    DB to cost at most GOAL_DOLLARS."""
 
     heartbeat_ru: float  # RU of one heartbeat's write
     heartbeats: float  # RU/s the heartbeats alone bill (steady all day)
-    today: float  # the app's bill
+    heartbeats_monthly: float  # their dollars a month, on standard throughput
+    today_monthly: float  # Cosmos DB's dollars a month, the app as it runs
     cheapest: str  # the cheapest way that keeps every feature
-    cheapest_billed: float
-    per_write_for_goal: int | None  # heartbeats a write the app needs to bill at most GOAL (None: not within 6)
-    storage_tenths: float  # RU/s the storage floors alone bill: a tenth of each collection's least maximum
-
-    @property
-    def update_as_insert(self) -> float:
-        """The app's bill if a real account charged the heartbeat's update as its insert half alone (no delete
-        of the old document: ASSUMPTIONS, calibrate it)."""
-        return self.rest + (self.heartbeat_ru - write_ru(KB)) * HEARTBEATS_PER_SECOND
-
-    @property
-    def rest(self) -> float:
-        """The app's bill beside its heartbeats."""
-        return self.today - self.heartbeats
+    cheapest_monthly: float
+    storage_monthly: float  # the storage (data and index) alone, dollars a month
+    update_as_insert_monthly: float  # Cosmos DB's dollars if an update cost its insert half alone (calibrate)
+    per_write_for_goal: int | None  # heartbeats a write for at most GOAL_DOLLARS (None: not within 6)
 
     def lines(self) -> list[list[str]]:
         needed = "more than 6" if self.per_write_for_goal is None else f"{self.per_write_for_goal}"
@@ -719,19 +711,15 @@ class Floor:
             ],
             ["heartbeats a second", f"{HEARTBEATS_PER_SECOND:,.0f}"],
             ["RU/s the heartbeats alone bill", f"{self.heartbeats:,.0f}"],
-            ["RU/s the app bills", f"{self.today:,.0f}"],
-            ["RU/s the rest of the app bills", f"{self.rest:,.0f}"],
-            [f"RU/s the goal leaves beside the heartbeats (goal {GOAL:,})", f"{GOAL - self.heartbeats:,.0f}"],
-            [f"the cheapest way keeping every feature: {self.cheapest}", f"{self.cheapest_billed:,.0f}"],
+            ["$ a month the heartbeats alone cost (standard throughput)", f"{self.heartbeats_monthly:,.0f}"],
+            ["$ a month Cosmos DB costs (the app)", f"{self.today_monthly:,.0f}"],
+            ["$ a month of storage alone (data and index)", f"{self.storage_monthly:,.0f}"],
+            [f"the cheapest way keeping every feature: {self.cheapest}", f"{self.cheapest_monthly:,.0f}"],
             [
-                "RU/s the storage floors alone bill (a tenth of each collection's least maximum)",
-                f"{self.storage_tenths:,.0f}",
+                "$ a month if an update cost its insert half alone (a calibration run settles it first)",
+                f"{self.update_as_insert_monthly:,.0f}",
             ],
-            [
-                "RU/s the app would bill if an update cost its insert half alone (calibrate)",
-                f"{self.update_as_insert:,.0f}",
-            ],
-            ["heartbeats a device uploads in one request for the app to bill at most the goal", needed],
+            [f"heartbeats a device uploads in one request for at most ${GOAL_DOLLARS:,} a month", needed],
         ]
 
 
@@ -740,24 +728,31 @@ def floor(measured: Measured, settings: Settings | None = None) -> Floor:
     settings = settings or Settings()
     heartbeat_ru = measured.heartbeat.total()
     kept = [variant for variant in ALTERNATIVES if variant.keeps_every_feature]
-    billed = {variant.name: total(table(measured, settings, variant)) for variant in kept}
-    cheapest = min(billed, key=billed.__getitem__)
+    costs = {variant.name: monthly(table(measured, settings, variant)) for variant in kept}
+    cheapest = min(costs, key=costs.__getitem__)
     needed = next(
         (
             k
             for k in range(1, 7)
-            if total(table(measured, settings, Variant("per write", heartbeats_per_write=k))) <= GOAL
+            if monthly(table(measured, settings, Variant("per write", heartbeats_per_write=k))) <= GOAL_DOLLARS
         ),
         None,
     )
     rows = table(measured, settings, TODAY)
+    half = dict(measured.heartbeat.base)
+    if schema.BOTTLE_HEARTBEATS in half:
+        half[schema.BOTTLE_HEARTBEATS] -= write_ru(KB)  # no delete of the old document: its insert half alone
+    as_insert = replace(measured, heartbeat=UnitCost(half, dict(measured.heartbeat.queries)))
+    heartbeats = heartbeat_ru * HEARTBEATS_PER_SECOND
     return Floor(
-        storage_tenths=sum(BILLED_FLOOR * row.floor for row in rows),
         heartbeat_ru=heartbeat_ru,
-        heartbeats=heartbeat_ru * HEARTBEATS_PER_SECOND,
-        today=billed[TODAY.name],
+        heartbeats=heartbeats,
+        heartbeats_monthly=monthly_cost(heartbeats * STANDARD_HEADROOM, 0.0, mode=STANDARD),
+        today_monthly=costs[TODAY.name],
         cheapest=cheapest,
-        cheapest_billed=billed[cheapest],
+        cheapest_monthly=costs[cheapest],
+        storage_monthly=sum(monthly_cost(0.0, row.storage_gb) for row in rows),
+        update_as_insert_monthly=monthly(table(as_insert, settings, TODAY)),
         per_write_for_goal=needed,
     )
 

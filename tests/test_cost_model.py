@@ -479,20 +479,23 @@ def test_a_row_by_a_setting_bills_with_it_and_heartbeats_uploaded_k_at_a_time_bi
     assert rows(pairs)[schema.BOTTLE_HEARTBEATS].billed == pytest.approx(beats / 2 * 10.3)
 
 
-def test_the_floor_is_the_heartbeats_write_times_their_rate_and_says_how_many_a_write_would_meet_the_goal():
+def test_the_floor_prices_the_heartbeats_write_and_what_a_calibration_would_change_first():
     measured = _measured(heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 13.0}))  # nothing else billed
 
     found = design_scale.floor(measured, Settings())
 
     beats = 30_000_000 / 1800
-    assert found.heartbeats == pytest.approx(beats * 13.0)  # 216,667: over the goal alone
-    assert found.today == pytest.approx(beats * 13.0)
-    assert found.rest == pytest.approx(0.0, abs=1e-6)
-    assert found.per_write_for_goal == 2  # 108,333 RU/s
+    assert found.heartbeats == pytest.approx(beats * 13.0)  # 216,667 RU/s, steady: on standard throughput
+    dollars = beats * 13.0 * 1.05 / 100 * 0.008 * 730
+    assert found.heartbeats_monthly == pytest.approx(dollars)
+    assert found.today_monthly == pytest.approx(dollars, rel=1e-3)  # the rounding to 100 RU/s
     # The insert without the update would bill less, but it loses the silent check: never the floor.
     kept = {v.name for v in design_scale.ALTERNATIVES if v.keeps_every_feature}
     assert found.cheapest in kept
-    assert found.cheapest_billed == pytest.approx(beats * 13.0)
+    assert found.storage_monthly == 0.0
+    # An update charged as its insert half alone (no delete of the old document): 13.0 - 4.95 RU a heartbeat.
+    assert found.update_as_insert_monthly == pytest.approx(beats * (13.0 - 4.95) * 1.05 / 100 * 0.008 * 730, rel=1e-3)
+    assert found.per_write_for_goal == 1  # $13.3 K a month already
     assert [line[1] for line in found.lines()][:3] == ["13.00", "16,667", "216,667"]
-    assert found.storage_tenths == pytest.approx(100)  # the one collection billed, at its least maximum: 1,000
-    assert found.update_as_insert == pytest.approx(beats * (13.0 - 4.95))  # no delete of the old document
+    assert design_scale.GOAL_DOLLARS == 20_000
+    assert not hasattr(design_scale, "GOAL")  # issue 21's 200,000 RU/s, retired
