@@ -461,7 +461,8 @@ RULES = (
         "telemetry is billed by the GB (10^9 bytes) of uncompressed JSON ingested into the workspace, the first "
         "5 GB a month free; what is sampled away is not; sampling by a rate a second is per process",
         f"{APP_INSIGHTS_VOLUME} (Data volume); {LOG_INGESTION_PRICE}; {OTEL_HOST_SAMPLING}",
-        "10 GB a month: (10 - 5) x $2.30 = $11.50",
+        "a cost guide's 'medium app: 10 GB/month = ~$12', 'large app: 100 GB/month = ~$220': (10 - 5) x $2.30 = "
+        "$11.50, (100 - 5) x $2.30 = $218.50",
     ),
     Rule(
         "Key Vault operations",

@@ -122,10 +122,11 @@ def test_the_queues_bill_each_message_put_got_and_deleted_and_the_polls():
 
 
 def test_telemetry_is_what_the_configured_sampling_lets_through_from_each_busy_instance():
-    """Ingestion is billed by the GB of JSON after the first 5 a month (10 GB: (10 - 5) x $2.30 = $11.50); the
-    host samples to host.json's 20 items a second an instance, the Python worker to OTEL_TRACES_SAMPLER_ARG (5)
-    traces a second."""
+    """Ingestion is billed by the GB of JSON after the first 5 a month (a cost guide's examples: 10 GB a month
+    ~$12, 100 GB ~$220); the host samples to host.json's 20 items a second an instance, the Python worker to
+    OTEL_TRACES_SAMPLER_ARG (5) traces a second."""
     assert max(10 - bill.OTHER.ingestion_free_gb, 0) * bill.OTHER.ingestion_per_gb == pytest.approx(11.50)
+    assert max(100 - bill.OTHER.ingestion_free_gb, 0) * bill.OTHER.ingestion_per_gb == pytest.approx(218.50)
     assert bill.host_sampling() == (2.0, 20.0)
     assert bill.worker_traces_per_second() == 5.0
     functions = bill.FunctionsBill(2048, [Group("HTTP", 1_000, 10), Group("timers", 0.04, 0.04)], bill.Cost())
