@@ -568,10 +568,12 @@ def setting(row: Row) -> str:
 
 def deployment_parameters(rows: list[Row]) -> dict[str, Any]:
     """The infra/main.bicep parameters that deploy the bill's choice: each collection's standard RU/s, or its
-    autoscale maximum (the file infra/design-scale.parameters.json holds them for the last full run)."""
+    autoscale maximum, and the tally's partitions the bill counts on (the file infra/design-scale.parameters.json
+    holds them for the last full run)."""
     return {
         "cosmosStandardThroughputByCollection": {r.collection: r.standard for r in rows if r.mode == STANDARD},
         "cosmosMaxThroughputByCollection": {r.collection: r.maximum for r in rows if r.mode != STANDARD},
+        "appSettingOverrides": {"REPORTS_PARTITIONS": str(REPORTS_PARTITIONS)},  # the tally's partitions it bills
     }
 
 

@@ -184,6 +184,10 @@ def test_the_design_scale_deployment_takes_the_bills_choice_for_every_collection
         assert chosen[name].strip() == f"autoscale, max {ru:,} RU/s", name
     assert all(isinstance(ru, int) and ru >= 400 for ru in standard.values())
     assert all(isinstance(ru, int) and ru >= 1000 and ru % 1000 == 0 for ru in autoscale.values())
+    # The settings the bill counts on (the tally's 64 partitions), each a real setting with a value it accepts.
+    overrides = given["appSettingOverrides"]
+    assert overrides == {"REPORTS_PARTITIONS": "64"}
+    assert Settings(**overrides).reports_partitions == 64
 
 
 def test_the_design_scale_deployment_takes_the_functions_bills_memory_and_always_ready_instances() -> None:
