@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 KB = 1024
+READ_ON = "2026-11-27"  # the date every page below was read for its figures
 
 # --- sources -----------------------------------------------------------------------------------------------
 
@@ -28,6 +29,12 @@ MONGO_INDEXING = "https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing"
 QUERY_CONTAINER = "https://learn.microsoft.com/azure/cosmos-db/how-to-query-container"
 AUTOSCALE = "https://learn.microsoft.com/azure/cosmos-db/provision-throughput-autoscale"
 AUTOSCALE_FAQ = "https://learn.microsoft.com/azure/cosmos-db/autoscale-faq"
+CHOOSE_OFFER = "https://learn.microsoft.com/azure/cosmos-db/how-to-choose-offer"
+DYNAMIC_SCALING = "https://learn.microsoft.com/azure/cosmos-db/autoscale-per-partition-region"
+DEVBLOGS = "https://devblogs.microsoft.com/cosmosdb"
+DYNAMIC_SCALING_GA = f"{DEVBLOGS}/announcing-the-ga-of-dynamic-scaling-per-region-and-per-partition-autoscale"
+RESERVED_CAPACITY = "https://learn.microsoft.com/azure/cosmos-db/reserved-capacity"
+SET_THROUGHPUT = "https://learn.microsoft.com/azure/cosmos-db/set-throughput"
 LIMITS = "https://learn.microsoft.com/azure/cosmos-db/concepts-limits"
 PARTITIONING = "https://learn.microsoft.com/azure/cosmos-db/partitioning-overview"
 TIME_TO_LIVE = "https://learn.microsoft.com/azure/cosmos-db/time-to-live"
@@ -47,6 +54,10 @@ STORAGE_FLOOR_RU_PER_GB = 10  # autoscale's maximum RU/s is at least 10 x the GB
 AUTOSCALE_MIN_MAX = 1_000  # the smallest autoscale maximum
 AUTOSCALE_STEP = 1_000  # the maximum is set in steps of 1,000 RU/s
 BILLED_FLOOR = 0.1  # an autoscale hour bills at least a tenth of the maximum
+STANDARD_MIN_RU = 400  # the smallest standard (manual) throughput of a container
+STANDARD_RU_PER_GB = 1  # standard throughput is at least 1 RU/s per GB stored (LIMITS: "Minimum RU/s ... per 1 GB")
+STANDARD_STEP = 100  # standard throughput is set in steps of 100 RU/s
+RESERVED_MAX_DISCOUNT = 0.63  # RESERVED_CAPACITY: "save up to 63%" with a three-year commitment
 HOURS_PER_MONTH = 730
 ALL = -1  # an Operation's reach: every physical partition
 
@@ -59,8 +70,9 @@ class Price:
     autoscale_factor: float = 1.5  # autoscale's rate per 100 RU/s is 1.5 x the standard one (single write region)
     storage_per_gb_month: float = 0.25  # data and index, in each region
     source: str = (
-        f"{REGIONS} (page dated 2021-08-26: $0.008 per 100 RU/s per hour with a single write region, storage "
-        f"$0.25 per GB-month, 730 hours a month); {AUTOSCALE_FAQ} (autoscale: 1.5 x the standard rate); check "
+        f"{REGIONS} (page dated 2021-08-26, read {READ_ON}: $0.008 per 100 RU/s per hour with a single write "
+        f"region, storage $0.25 per GB-month, 730 hours a month); {CHOOSE_OFFER} and {AUTOSCALE_FAQ} (read "
+        f"{READ_ON}: autoscale 1.5 x the standard rate, single write region); "
         "https://azure.microsoft.com/pricing/details/cosmos-db/ for today's price in your region"
     )
 
@@ -70,6 +82,8 @@ class Price:
 
 
 PRICE = Price()
+
+STANDARD, AUTOSCALE_MODE = "standard", "autoscale"  # a collection's throughput mode (CHOOSE_OFFER)
 
 
 @dataclass(frozen=True)
@@ -150,6 +164,51 @@ RULES = (
         "Tmax 10,000: an hour that peaked at 6,000 bills 6,000; an idle hour bills 1,000",
     ),
     Rule(
+        "standard (manual) throughput",
+        "a container set to T RU/s bills T every hour at the standard rate, however little it uses, and "
+        "rate-limits (16500) a second that needs more; T is spread evenly over its physical partitions, so a "
+        "partition serves T / P; T is at least MAX(400, 1 RU/s per GB stored, the highest T ever set / 100), "
+        "in steps of 100",
+        f"{CHOOSE_OFFER} (Billing model: 'billed for the RU/s provisioned, regardless of how many RUs were "
+        f"consumed'); {SET_THROUGHPUT} (throughput 'evenly distributed among its physical partitions'); {LIMITS} "
+        "(Minimum throughput limits; Minimum RU/s required per 1 GB: 1 RU/s)",
+        "400 RU/s standard bills 400 in hour 1 and in hour 2; a container raised to 50,000 RU/s holding 20 GB "
+        "may go back down to MAX(400, 20 x 1, 50,000 / 100) = 500 RU/s",
+    ),
+    Rule(
+        "standard or autoscale",
+        "each collection takes the cheaper of standard throughput at its busiest minute (and its minimum) and "
+        "autoscale billed hour by hour at 1.5 x the standard rate: standard saves where the hours bill, on "
+        "average, more than two thirds of the standard figure; the page's rule of thumb, 'use the full amount "
+        "for 66 % of hours or more', is the same comparison with the other hours idle",
+        f"{CHOOSE_OFFER} ('When to use it'; 'The autoscale rate per RU/s is 1.5 x the standard (manual) rate'); "
+        f"{AUTOSCALE_FAQ} (single write region: 1.5 x)",
+        "Tmax 4,000 scaled to 3,500 in hour 1 and idle in hour 2 bills 3,500 and 400 at 1.5 x: 5,850 "
+        "standard-rate RU/s-hours, against 8,000 for 4,000 standard: autoscale; the same maximum used in 66 % "
+        "of the hours and idle in the rest bills 1.5 x (0.66 + 0.34 x 0.1) = 1.04 x standard: standard",
+    ),
+    Rule(
+        "dynamic scaling (per partition and region)",
+        "with dynamic scaling each physical partition (and region) of an autoscale container scales, and bills, "
+        "to its own hourly peak, at least its share of 0.1 x Tmax; without it every partition scales to the "
+        "busiest one's need; the app's deployment enables it (enablePerRegionPerPartitionAutoscale): it is on by "
+        "default for accounts created since its general availability (2024-09-25)",
+        f"{DYNAMIC_SCALING} (Example); {DYNAMIC_SCALING_GA}; {AUTOSCALE_FAQ} ('How can I enable dynamic "
+        "autoscale': enablePerRegionPerPartitionAutoscale, API 2024-11-15 or later)",
+        "1,000 RU/s over 2 partitions and 2 regions, peaks 500 and 200 (write region), 150 and 50 (read region): "
+        "2,000 RU/s billed scaled to the busiest, 900 with dynamic scaling",
+    ),
+    Rule(
+        "reserved capacity",
+        "a reservation is a purchase of standard RU/s for one or three years at a discount (up to 63 %), which "
+        "covers that much provisioned throughput each hour, the rest billed pay as you go; an autoscale RU/s "
+        "uses 1.5 of them: a separate line, not a design choice",
+        f"{RESERVED_CAPACITY} ('save up to 63%'; 'if 10,000 RU/s is your consistent hourly usage, buy 10,000'); "
+        f"{AUTOSCALE_FAQ} ('to cover 10,000 autoscale RU/s, plan to buy 15,000')",
+        "10,000 RU/s of autoscale billed every hour needs 15,000 RU/s reserved; at 63 % off, 10,000 RU/s "
+        "standard for a month costs $584 x 0.37 = $216",
+    ),
+    Rule(
         "storage floor",
         "the smallest autoscale maximum a container may have is MAX(1,000, the highest maximum ever set / 10, "
         "the GB stored (data and index) x 10), rounded up to 1,000 RU/s, and Cosmos DB raises it by itself",
@@ -195,8 +254,12 @@ ASSUMPTIONS = (
     "A query's documents cost what their point reads do (each floored at 1 KB) on top of the partitions it "
     "reaches: the documentation gives no per-document figure for queries over small items, so this is the "
     "pessimistic reading; calibrate on a real account.",
-    "Load spreads evenly over a container's physical partitions (autoscale scales every partition to the "
-    "busiest one's need).",
+    "Load spreads evenly over a container's physical partitions (PARTITION_SKEW: the busiest partition's share "
+    "against the average): keys hashed over millions of bottles and users; a skew would raise what standard "
+    "throughput must be set to (T / P per partition), and what autoscale without dynamic scaling bills.",
+    "Standard throughput set at the busiest minute (STANDARD_HEADROOM above it) serves the seconds within it: the "
+    "steady load is thousands of small requests a second; a second above it is rate-limited and retried "
+    "(shared/store/retries.py).",
 )
 
 # --- the size-based parts ------------------------------------------------------------------------------------
@@ -324,13 +387,70 @@ def billed_in_hour(peak_ru_per_second: float, maximum: int) -> float:
     return max(peak_ru_per_second, BILLED_FLOOR * maximum)
 
 
+def standard_minimum(storage_gb: float, highest_ever: int = 0) -> int:
+    """The smallest standard (manual) throughput a container storing `storage_gb` may be set to."""
+    least = max(STANDARD_MIN_RU, storage_gb * STANDARD_RU_PER_GB, highest_ever / 100)
+    return round_up(least, STANDARD_STEP)
+
+
+def standard_throughput(peak_ru_per_second: float, storage_gb: float, headroom: float = 1.0) -> int:
+    """The standard throughput to set: the busiest minute with its headroom, and no less than the minimum."""
+    return max(round_up(peak_ru_per_second * headroom, STANDARD_STEP), standard_minimum(storage_gb))
+
+
+def partition_peaks(peak_ru_per_second: float, partitions: int, skew: float = 1.0) -> list[float]:
+    """A container's peak spread over its physical partitions: the busiest one `skew` times the average, the
+    others even (the total kept)."""
+    if partitions <= 1:
+        return [peak_ru_per_second]
+    average = peak_ru_per_second / partitions
+    rest = (partitions - skew) / (partitions - 1) * average
+    return [skew * average] + [rest] * (partitions - 1)
+
+
+def autoscale_billed(peaks: Sequence[float], maximum: int, *, dynamic: bool = True) -> float:
+    """What an autoscale hour bills from each physical partition's (and region's) highest RU/s in it: each its
+    own, and at least its share of a tenth of the maximum, with dynamic scaling; without it, each as much as the
+    busiest."""
+    floor = BILLED_FLOOR * maximum / max(len(peaks), 1)
+    if dynamic:
+        return sum(max(peak, floor) for peak in peaks)
+    return len(peaks) * max(max(peaks, default=0.0), floor)
+
+
+def throughput_cost(mode: str, billed_per_hour: float, hours: float = 1.0, price: Price = PRICE) -> float:
+    """Dollars for `hours` hours that bill `billed_per_hour` RU/s on average in `mode`."""
+    rate = price.standard_per_100_ru_hour if mode == STANDARD else price.autoscale_per_100_ru_hour
+    return billed_per_hour / 100 * rate * hours
+
+
+def cheaper_mode(standard_ru: int, autoscale_hourly: Sequence[float], price: Price = PRICE) -> str:
+    """STANDARD or AUTOSCALE_MODE, whichever bills `autoscale_hourly`'s hours for less (CHOOSE_OFFER)."""
+    hours = len(autoscale_hourly)
+    standard = throughput_cost(STANDARD, standard_ru, hours, price)
+    autoscale = throughput_cost(AUTOSCALE_MODE, sum(autoscale_hourly), 1.0, price)
+    return STANDARD if standard < autoscale else AUTOSCALE_MODE
+
+
+def reserved_equivalent(mode: str, ru_per_second: float) -> float:
+    """The standard RU/s of reserved capacity that cover `ru_per_second` billed in `mode` (AUTOSCALE_FAQ)."""
+    return ru_per_second * (PRICE.autoscale_factor if mode == AUTOSCALE_MODE else 1.0)
+
+
 def physical_partitions(storage_gb: float, maximum: int) -> int:
     return max(1, math.ceil(storage_gb / PARTITION_GB), math.ceil(maximum / PARTITION_RU))
 
 
-def monthly_cost(billed_ru_hours_per_hour: float, storage_gb: float, regions: int = 1, price: Price = PRICE) -> float:
-    """Dollars a month: `billed_ru_hours_per_hour` is the average over the hours of what each bills, in RU/s."""
-    throughput = billed_ru_hours_per_hour / 100 * price.autoscale_per_100_ru_hour * HOURS_PER_MONTH
+def monthly_cost(
+    billed_ru_hours_per_hour: float,
+    storage_gb: float,
+    regions: int = 1,
+    price: Price = PRICE,
+    mode: str = AUTOSCALE_MODE,
+) -> float:
+    """Dollars a month: `billed_ru_hours_per_hour` is the average over the hours of what each bills, in RU/s,
+    at `mode`'s rate."""
+    throughput = throughput_cost(mode, billed_ru_hours_per_hour, HOURS_PER_MONTH, price)
     return regions * (throughput + storage_gb * price.storage_per_gb_month)
 
 

@@ -348,7 +348,11 @@ class Costs:
             sweep_run={kind: u[f"{kind} empty"].cost for kind in KINDS},
             sizes=self.sizes,
             hourly_reports_per_user_hour=self.sizes.get("user-hours per user-hour", 1.0),
+            calls={kind: u[kind].commands / max(u[kind].units, 1) for kind in CALLS if kind in u},
         )
+
+
+CALLS = ("heartbeat", "opened", "closed", "actions feed")  # the commands a unit takes, for the Functions bill
 
 
 def marginal(run: PerUnit, empty: PerUnit) -> UnitCost:

@@ -17,21 +17,26 @@ The design-scale table of docs/costs.md is this module's output for the last ful
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchmarks.cost_model import (
     ALL,
-    BILLED_FLOOR,
+    AUTOSCALE_MODE,
     KB,
     PRICE,
+    STANDARD,
     DocumentWrite,
     UnitCost,
+    autoscale_billed,
     autoscale_max,
-    billed_in_hour,
+    cheaper_mode,
     combine,
     monthly_cost,
+    partition_peaks,
     physical_partitions,
+    reserved_equivalent,
+    standard_throughput,
     storage_floor,
     write_ru,
 )
@@ -47,6 +52,13 @@ OPENED_PER_SECOND = CLOSED_PER_SECOND = 700  # ~1.4 K opened/closed events a sec
 CHANGES_PER_SECOND = HEARTBEATS_PER_SECOND + OPENED_PER_SECOND + CLOSED_PER_SECOND
 SECONDS_PER_DAY = 86_400
 HEADROOM = 1.2  # the autoscale maximum to set: the day's peak plus a fifth, rounded up to 1,000 RU/s
+# Standard (manual) throughput to set: the day's busiest minute plus a twentieth, for the seconds within it (the
+# steady load is thousands of small requests a second, so a minute's seconds differ by far less), rounded up to
+# 100 RU/s; unlike autoscale's headroom it is billed every hour (cost_model.RULES: standard (manual) throughput).
+STANDARD_HEADROOM = 1.05
+# The busiest physical partition's load against the average (cost_model.ASSUMPTIONS): shard keys hash millions of
+# bottles and users, so 1.0; standard throughput must cover it (T / P a partition), dynamic autoscale bills it.
+PARTITION_SKEW = 1.0
 TALLY_FIRST_MINUTE = 10  # an hour is counted SETTLE (10 minutes) after it ends (shared/reports/tally.py)
 TALLY_MINUTES = 15  # a pass's pages land in about 15 minutes of each hour
 MORNING_HOUR = 7  # the hour (UTC) of the morning late-dose peak
@@ -169,9 +181,9 @@ ALTERNATIVES = (
     TODAY,
     Variant("+ daily reports within an hour (every user's day at every pass)", rollup=EVERY_HOUR),
     Variant(
-        "+ the tally paced over 45 minutes of each hour (its most)",
-        settings=(("reports_tally_spread_minutes", 45),),
-        status="REPORTS_TALLY_SPREAD_MINUTES=45",
+        "the tally paced over 40 minutes of each hour (the default before issue 30)",
+        settings=(("reports_tally_spread_minutes", 40),),
+        status="REPORTS_TALLY_SPREAD_MINUTES=40",
     ),
     Variant(
         "+ the tally's pages of 2,000 heartbeat documents (fewer sorted queries over every partition)",
@@ -179,9 +191,9 @@ ALTERNATIVES = (
         status="REPORTS_PAGE_SIZE=2000",
     ),
     Variant(
-        "+ the tally paced over 45 minutes in pages of 2,000",
-        settings=(("reports_tally_spread_minutes", 45), ("reports_page_size", 2000)),
-        status="REPORTS_TALLY_SPREAD_MINUTES=45, REPORTS_PAGE_SIZE=2000",
+        "+ the tally paced over the hour in pages of 2,000, and the late-dose sweep over 5 minutes",
+        settings=(("reports_page_size", 2000), ("check_late_doses_spread_minutes", 5)),
+        status="REPORTS_PAGE_SIZE=2000, CHECK_LATE_DOSES_SPREAD_MINUTES=5",
     ),
     Variant(
         "+ a heartbeat inserted with a TTL, the heartbeat document's update kept",
@@ -232,6 +244,7 @@ class Measured:
     sweep_run: Mapping[str, UnitCost]  # per check run that finds nobody, by check kind
     sizes: Mapping[str, float]  # average BSON bytes of a document by collection; its index's as "<collection> index"
     hourly_reports_per_user_hour: float = 1.0  # user-hours written per user per hour (every user is active)
+    calls: Mapping[str, float] = field(default_factory=dict)  # database commands per unit of work, by kind
 
 
 @dataclass
@@ -243,18 +256,30 @@ class Row:
     peak: float = 0.0  # the day's highest RU/s (a minute's)
     average: float = 0.0  # RU/s over the day
     maximum: int = 0  # the autoscale maximum to set
+    standard: int = 0  # the standard (manual) throughput to set instead
+    mode: str = AUTOSCALE_MODE  # the cheaper of the two (cost_model.cheaper_mode), which the deployment takes
     partitions: int = 1  # physical partitions after a year
-    billed: float = 0.0  # what its busiest hour bills, RU/s
-    billed_average: float = 0.0  # what an hour bills, averaged over the day's hours
-    hourly_billed: list[float] = field(default_factory=list)
+    billed: float = 0.0  # what its busiest hour bills on autoscale, RU/s
+    billed_average: float = 0.0  # what an hour bills on autoscale, averaged over the day's hours
+    hourly_billed: list[float] = field(default_factory=list)  # each hour's autoscale bill (dynamic scaling)
     by_work: dict[str, float] = field(default_factory=dict)  # RU/s at the peak by kind of work (WORK)
 
     @property
     def floor(self) -> int:
         return storage_floor(self.storage_gb)
 
-    def monthly(self, regions: int = 1) -> float:
-        return monthly_cost(self.billed_average, self.storage_gb, regions)
+    def hourly(self, mode: str | None = None) -> list[float]:
+        """What each hour of the day bills, RU/s, in `mode` (None: the row's own)."""
+        if (mode or self.mode) == STANDARD:
+            return [float(self.standard)] * len(self.hourly_billed)
+        return list(self.hourly_billed)
+
+    def monthly(self, regions: int = 1, mode: str | None = None) -> float:
+        """Dollars a month in `mode` (None: the row's own, the cheaper)."""
+        mode = mode or self.mode
+        billed = self.hourly(mode)
+        average = sum(billed) / len(billed) if billed else 0.0
+        return monthly_cost(average, self.storage_gb, regions, mode=mode)
 
 
 _ORDER = (
@@ -438,14 +463,25 @@ def _bill(
         at = max(range(len(series)), key=series.__getitem__)
         row.peak, row.average = series[at], sum(series) / len(series)
         row.maximum = autoscale_max(row.peak, row.storage_gb, HEADROOM)
-        row.partitions = physical_partitions(row.storage_gb, row.maximum)
-        row.hourly_billed = [billed_in_hour(max(series[h * 60 : h * 60 + 60]), row.maximum) for h in range(24)]
+        row.standard = standard_throughput(row.peak * PARTITION_SKEW, row.storage_gb, STANDARD_HEADROOM)
+        row.hourly_billed = [
+            autoscale_billed(partition_peaks(max(series[h * 60 : h * 60 + 60]), partitions[name], PARTITION_SKEW),
+                             row.maximum)
+            for h in range(24)
+        ]  # fmt: skip
+        row.mode = cheaper_mode(row.standard, row.hourly_billed)
+        row.partitions = physical_partitions(row.storage_gb, row.standard if row.mode == STANDARD else row.maximum)
         row.billed = max(row.hourly_billed)
         row.billed_average = sum(row.hourly_billed) / 24
         row.by_work = dict(split_at[name][at])
-        if row.billed > row.peak:
+        if row.billed > row.peak * (1 + 1e-9):
             row.by_work = {FLOOR: row.billed}
         row.work = sorted({kind for split in split_at[name] for kind in split}, key=WORK.index)
+
+
+def notifications_a_day() -> float:
+    """Notifications the checks write a day at the design scale: one per bottle a sweep finds (ASSUMED_RATES)."""
+    return sum(_found_per_sweep(kind, hour) * (60 // SWEEP_MINUTES[kind]) for kind in KINDS for hour in range(24))
 
 
 def _storage(rows: dict[str, Row], measured: Measured, settings: Settings) -> None:
@@ -454,9 +490,7 @@ def _storage(rows: dict[str, Row], measured: Measured, settings: Settings) -> No
     gb = 1e9
     sizes = measured.sizes
     year = 365
-    notifications_per_day = sum(
-        _found_per_sweep(kind, hour) * (60 // SWEEP_MINUTES[kind]) for kind in KINDS for hour in range(24)
-    )  # a notification per bottle a sweep finds
+    notifications_per_day = notifications_a_day()
     counts = {
         schema.BOTTLE_HEARTBEATS: (BOTTLES, None, "one per bottle, bounded"),
         schema.BOTTLES: (BOTTLES, None, "one per bottle, bounded"),
@@ -487,35 +521,97 @@ def _storage(rows: dict[str, Row], measured: Measured, settings: Settings) -> No
 
 def markdown(rows: list[Row]) -> str:
     lines = [
-        "| collection | work | billed RU/s (busiest hour) | average RU/s | storage floor (max RU/s) | autoscale max "
-        "to set | physical partitions after a year | stored after a year (data and index) | $/month, 1 region | "
-        "$/month, 2 regions |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+        "| collection | work | throughput to set (the cheaper) | RU/s billed at its busiest hour | average RU/s | "
+        "physical partitions after a year | stored after a year (data and index) | $/month on standard | "
+        "$/month on autoscale | $/month, 1 region | $/month, 2 regions |",
+        "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
         stored = f"{row.storage_gb:,.0f} GB ({row.storage_note})" if row.storage_note else "a few KB"
         lines.append(
-            f"| `{row.collection}` | {'; '.join(row.work) or '-'} | {row.billed:,.0f} | {row.average:,.0f} | "
-            f"{row.floor:,} | {row.maximum:,} | {row.partitions:,} | {stored} | {row.monthly(1):,.0f} | "
-            f"{row.monthly(2):,.0f} |"
+            f"| `{row.collection}` | {'; '.join(row.work) or '-'} | {setting(row)} | {max(row.hourly()):,.0f} | "
+            f"{row.average:,.0f} | {row.partitions:,} | {stored} | {row.monthly(1, STANDARD):,.0f} | "
+            f"{row.monthly(1, AUTOSCALE_MODE):,.0f} | {row.monthly(1):,.0f} | {row.monthly(2):,.0f} |"
         )
+    hour, billed = busiest_hour(rows)
     lines.append(
-        f"| **total** | | **{total(rows):,.0f}** | {sum(r.average for r in rows):,.0f} | "
-        f"{sum(r.floor for r in rows):,} | {sum(r.maximum for r in rows):,} | {sum(r.partitions for r in rows):,} | "
-        f"{sum(r.storage_gb for r in rows):,.0f} GB | {monthly(rows, 1):,.0f} | {monthly(rows, 2):,.0f} |"
+        f"| **total** | | | **{billed:,.0f}** at {hour:02d}:00 UTC, the account's busiest hour | "
+        f"{sum(r.average for r in rows):,.0f} | {sum(r.partitions for r in rows):,} | "
+        f"{sum(r.storage_gb for r in rows):,.0f} GB | {monthly(rows, 1, STANDARD):,.0f} | "
+        f"{monthly(rows, 1, AUTOSCALE_MODE):,.0f} | **{monthly(rows, 1):,.0f}** | {monthly(rows, 2):,.0f} |"
     )
     split = by_work(rows)
     lines.append(
-        "\nThe billed total by work, at each collection's busiest minute: "
+        "\nThe RU/s at each collection's busiest minute, by work: "
         + "; ".join(
             f"{kind} {split[kind]:,.0f} RU/s ({split[kind] / total(rows):.0%})" for kind in WORK if kind in split
         )
-        + ". TTL deletes are not billed (they use leftover RUs). Two regions bill the throughput and the storage "
-        f"twice. Price: the public list price in a US region (optimize-cost-regions, page dated 2021-08-26; check "
-        f"today's): autoscale ${PRICE.autoscale_per_100_ru_hour:.3f} per 100 RU/s per hour, storage "
-        f"${PRICE.storage_per_gb_month:.2f} per GB-month, each hour billed at its peak."
+        + f". Each collection takes the cheaper of standard throughput (its busiest minute plus "
+        f"{STANDARD_HEADROOM - 1:.0%}, billed every hour) and autoscale (each hour its peak, at least a tenth of "
+        f"the maximum, each partition scaling on its own, at {PRICE.autoscale_factor} x the rate): "
+        f"{', '.join(f'`{r.collection}`' for r in rows if r.mode == STANDARD) or 'none'} on standard. The "
+        "account's busiest hour adds up what every collection bills in the same hour. TTL deletes are not billed "
+        "(they use leftover RUs). Two regions bill the throughput and the storage twice. Price: "
+        f"${PRICE.standard_per_100_ru_hour:.3f} per 100 RU/s per hour standard, "
+        f"${PRICE.autoscale_per_100_ru_hour:.3f} autoscale, ${PRICE.storage_per_gb_month:.2f} per GB-month of "
+        "storage (benchmarks/cost_model.py PRICE: its pages and the date read)."
     )
     return "\n".join(lines)
+
+
+def setting(row: Row) -> str:
+    """The throughput the deployment sets for `row`: standard RU/s, or autoscale's maximum."""
+    if row.mode == STANDARD:
+        return f"standard {row.standard:,} RU/s"
+    return f"autoscale, max {row.maximum:,} RU/s"
+
+
+def deployment_parameters(rows: list[Row]) -> dict[str, Any]:
+    """The infra/main.bicep parameters that deploy the bill's choice: each collection's standard RU/s, or its
+    autoscale maximum, and the tally's partitions the bill counts on (the file infra/design-scale.parameters.json
+    holds them for the last full run)."""
+    return {
+        "cosmosStandardThroughputByCollection": {r.collection: r.standard for r in rows if r.mode == STANDARD},
+        "cosmosMaxThroughputByCollection": {r.collection: r.maximum for r in rows if r.mode != STANDARD},
+        "appSettingOverrides": {"REPORTS_PARTITIONS": str(REPORTS_PARTITIONS)},  # the tally's partitions it bills
+    }
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """Reserved capacity, a purchase beside the bill (cost_model.RULES: reserved capacity): the standard RU/s the
+    account bills in every hour of the day (an autoscale RU/s counting 1.5), what they cost a month pay as you go,
+    and what a reservation of them saves at `discount`."""
+
+    steady: float
+    monthly: float
+
+    def saving(self, discount: float) -> float:
+        return self.monthly * discount
+
+
+def reserved(rows: list[Row]) -> Reserved:
+    """What a reservation could cover: the least, over the day's hours, of the account's bill in standard RU/s."""
+    hours = [row.hourly() for row in rows]
+    steady = min(
+        sum(reserved_equivalent(row.mode, billed[h]) for row, billed in zip(rows, hours, strict=True))
+        for h in range(24)
+    )
+    return Reserved(steady, monthly_cost(steady, 0.0, mode=STANDARD))
+
+
+def account_hourly(rows: list[Row]) -> list[float]:
+    """RU/s the whole account bills in each hour of the day, every collection in its own mode."""
+    hours = [row.hourly() for row in rows]
+    return [sum(row[h] for row in hours) for h in range(24)]
+
+
+def busiest_hour(rows: list[Row]) -> tuple[int, float]:
+    """The account's busiest hour (UTC) and what it bills, RU/s: the collections' bills in the same hour, not
+    each collection's own busiest hour added up."""
+    hourly = account_hourly(rows)
+    hour = max(range(len(hourly)), key=hourly.__getitem__)
+    return hour, hourly[hour]
 
 
 def by_work(rows: list[Row]) -> dict[str, float]:
@@ -532,8 +628,9 @@ def total(rows: list[Row]) -> float:
     return sum(r.billed for r in rows)
 
 
-def monthly(rows: list[Row], regions: int = 1) -> float:
-    return sum(r.monthly(regions) for r in rows)
+def monthly(rows: list[Row], regions: int = 1, mode: str | None = None) -> float:
+    """Dollars a month for Cosmos DB: every collection in `mode` (None: each in its own, the cheaper)."""
+    return sum(r.monthly(regions, mode) for r in rows)
 
 
 def partitions_of(rows: list[Row]) -> dict[str, int]:
@@ -541,22 +638,23 @@ def partitions_of(rows: list[Row]) -> dict[str, int]:
 
 
 def alternatives(measured: Measured, settings: Settings | None = None) -> list[list[str]]:
-    """The same work run each way of ALTERNATIVES, side by side, as the model bills it: whether the app runs it
-    so, the billed RU/s, what it is against the app's, the monthly price in one and two regions, and the
-    collections the alternatives move."""
+    """The same work run each way of ALTERNATIVES, side by side, as the model bills it (each collection on the
+    cheaper of standard and autoscale): whether the app runs it so, the RU/s of the account's busiest hour, the
+    monthly price against the app's and in one and two regions, and the collections the alternatives move (each
+    at its own busiest hour)."""
     found = []
-    today = total(table(measured, settings, TODAY))
+    today = monthly(table(measured, settings, TODAY), 1)
     for variant in ALTERNATIVES:
         rows = table(measured, settings, variant)
-        billed = total(rows)
+        _hour, billed = busiest_hour(rows)
         by_name = {row.collection: row for row in rows}
-        moved = [by_name[name].billed if name in by_name else 0.0 for name in MOVED]
+        moved = [max(by_name[name].hourly()) if name in by_name else 0.0 for name in MOVED]
         found.append(
             [
                 variant.name,
                 variant.status,
                 f"{billed:,.0f}",
-                f"{billed / today:.2f}x",
+                f"{monthly(rows, 1) / today:.2f}x",
                 f"{monthly(rows, 1):,.0f}",
                 f"{monthly(rows, 2):,.0f}",
                 " / ".join(f"{ru:,.0f}" for ru in moved),
@@ -575,42 +673,36 @@ MOVED = (
 ALTERNATIVES_HEADER = [
     "how",
     "in the app",
-    "billed RU/s",
-    "vs the app",
+    "RU/s at the account's busiest hour",
+    "$ vs the app",
     "$/month, 1 region",
     "$/month, 2 regions",
     "heartbeats / bottles / hourly / daily reports / notifications RU/s",
 ]
 
 
-GOAL = 200_000  # issue 21's goal: billed RU/s at the design scale, one region
+GOAL_DOLLARS = 20_000  # issue 30's goal: Cosmos DB's dollars a month at the design scale, one region (issue 21's
+# goal of 200,000 RU/s is retired: the heartbeats alone bill ~172 K under the documented charge of an update)
 
 
 @dataclass(frozen=True)
 class Floor:
     """The floor of the bill with every feature kept, by the model: what the heartbeats alone bill (one replace
-    of the heartbeat document each, DESIGN.md's one write a heartbeat), what the rest of the app's bill is, the
-    cheapest way of ALTERNATIVES that keeps every feature, and how many heartbeats a device would have to upload
-    in one request (a contract change) for the app's bill to meet GOAL."""
+    of the heartbeat document each, DESIGN.md's one write a heartbeat) in RU/s and in dollars, what Cosmos DB
+    costs in all, the cheapest way of ALTERNATIVES that keeps every feature, what the storage alone costs, what
+    the bill would be if an account charged an update as its insert half (the first thing a calibration run
+    settles), and how many heartbeats a device would have to upload in one request (a contract change) for Cosmos
+    DB to cost at most GOAL_DOLLARS."""
 
     heartbeat_ru: float  # RU of one heartbeat's write
     heartbeats: float  # RU/s the heartbeats alone bill (steady all day)
-    today: float  # the app's bill
+    heartbeats_monthly: float  # their dollars a month, on standard throughput
+    today_monthly: float  # Cosmos DB's dollars a month, the app as it runs
     cheapest: str  # the cheapest way that keeps every feature
-    cheapest_billed: float
-    per_write_for_goal: int | None  # heartbeats a write the app needs to bill at most GOAL (None: not within 6)
-    storage_tenths: float  # RU/s the storage floors alone bill: a tenth of each collection's least maximum
-
-    @property
-    def update_as_insert(self) -> float:
-        """The app's bill if a real account charged the heartbeat's update as its insert half alone (no delete
-        of the old document: ASSUMPTIONS, calibrate it)."""
-        return self.rest + (self.heartbeat_ru - write_ru(KB)) * HEARTBEATS_PER_SECOND
-
-    @property
-    def rest(self) -> float:
-        """The app's bill beside its heartbeats."""
-        return self.today - self.heartbeats
+    cheapest_monthly: float
+    storage_monthly: float  # the storage (data and index) alone, dollars a month
+    update_as_insert_monthly: float  # Cosmos DB's dollars if an update cost its insert half alone (calibrate)
+    per_write_for_goal: int | None  # heartbeats a write for at most GOAL_DOLLARS (None: not within 6)
 
     def lines(self) -> list[list[str]]:
         needed = "more than 6" if self.per_write_for_goal is None else f"{self.per_write_for_goal}"
@@ -621,19 +713,15 @@ class Floor:
             ],
             ["heartbeats a second", f"{HEARTBEATS_PER_SECOND:,.0f}"],
             ["RU/s the heartbeats alone bill", f"{self.heartbeats:,.0f}"],
-            ["RU/s the app bills", f"{self.today:,.0f}"],
-            ["RU/s the rest of the app bills", f"{self.rest:,.0f}"],
-            [f"RU/s the goal leaves beside the heartbeats (goal {GOAL:,})", f"{GOAL - self.heartbeats:,.0f}"],
-            [f"the cheapest way keeping every feature: {self.cheapest}", f"{self.cheapest_billed:,.0f}"],
+            ["$ a month the heartbeats alone cost (standard throughput)", f"{self.heartbeats_monthly:,.0f}"],
+            ["$ a month Cosmos DB costs (the app)", f"{self.today_monthly:,.0f}"],
+            ["$ a month of storage alone (data and index)", f"{self.storage_monthly:,.0f}"],
+            [f"the cheapest way keeping every feature: {self.cheapest}", f"{self.cheapest_monthly:,.0f}"],
             [
-                "RU/s the storage floors alone bill (a tenth of each collection's least maximum)",
-                f"{self.storage_tenths:,.0f}",
+                "$ a month if an update cost its insert half alone (a calibration run settles it first)",
+                f"{self.update_as_insert_monthly:,.0f}",
             ],
-            [
-                "RU/s the app would bill if an update cost its insert half alone (calibrate)",
-                f"{self.update_as_insert:,.0f}",
-            ],
-            ["heartbeats a device uploads in one request for the app to bill at most the goal", needed],
+            [f"heartbeats a device uploads in one request for at most ${GOAL_DOLLARS:,} a month", needed],
         ]
 
 
@@ -642,24 +730,31 @@ def floor(measured: Measured, settings: Settings | None = None) -> Floor:
     settings = settings or Settings()
     heartbeat_ru = measured.heartbeat.total()
     kept = [variant for variant in ALTERNATIVES if variant.keeps_every_feature]
-    billed = {variant.name: total(table(measured, settings, variant)) for variant in kept}
-    cheapest = min(billed, key=billed.__getitem__)
+    costs = {variant.name: monthly(table(measured, settings, variant)) for variant in kept}
+    cheapest = min(costs, key=costs.__getitem__)
     needed = next(
         (
             k
             for k in range(1, 7)
-            if total(table(measured, settings, Variant("per write", heartbeats_per_write=k))) <= GOAL
+            if monthly(table(measured, settings, Variant("per write", heartbeats_per_write=k))) <= GOAL_DOLLARS
         ),
         None,
     )
     rows = table(measured, settings, TODAY)
+    half = dict(measured.heartbeat.base)
+    if schema.BOTTLE_HEARTBEATS in half:
+        half[schema.BOTTLE_HEARTBEATS] -= write_ru(KB)  # no delete of the old document: its insert half alone
+    as_insert = replace(measured, heartbeat=UnitCost(half, dict(measured.heartbeat.queries)))
+    heartbeats = heartbeat_ru * HEARTBEATS_PER_SECOND
     return Floor(
-        storage_tenths=sum(BILLED_FLOOR * row.floor for row in rows),
         heartbeat_ru=heartbeat_ru,
-        heartbeats=heartbeat_ru * HEARTBEATS_PER_SECOND,
-        today=billed[TODAY.name],
+        heartbeats=heartbeats,
+        heartbeats_monthly=monthly_cost(heartbeats * STANDARD_HEADROOM, 0.0, mode=STANDARD),
+        today_monthly=costs[TODAY.name],
         cheapest=cheapest,
-        cheapest_billed=billed[cheapest],
+        cheapest_monthly=costs[cheapest],
+        storage_monthly=sum(monthly_cost(0.0, row.storage_gb) for row in rows),
+        update_as_insert_monthly=monthly(table(as_insert, settings, TODAY)),
         per_write_for_goal=needed,
     )
 

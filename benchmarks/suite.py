@@ -13,6 +13,7 @@ Each benchmark says on stderr when it starts and ends, and every 10 seconds that
 """
 
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -20,11 +21,13 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
-from benchmarks import calibrate, checks, costs, design_scale, ingestion, reports, scaleout
+from benchmarks import calibrate, checks, costs, deployment_bill, design_scale, ingestion, reports, scaleout
 from benchmarks.cost_model import ASSUMPTIONS, RULES
 from benchmarks.harness import PRINTED, Table, print_table
 from shared.settings import get_settings
+from shared.store import schema
 from tools.progress import Ticker
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -35,6 +38,8 @@ TABLE_START = "<!-- design-scale table: written by ./dev bench (benchmarks/suite
 TABLE_END = "<!-- end of the design-scale table -->"
 SUMMARY_START = "<!-- benchmark summary: written by ./dev bench (benchmarks/suite.py) -->"
 SUMMARY_END = "<!-- end of the benchmark summary -->"
+DEPLOYMENT_FILE = DOCS.parent / "infra" / "design-scale.parameters.json"  # the bill's choice, for infra/main.bicep
+DEPLOYMENT_START = "<!-- deployment parameters -->"
 SUMMARY_HEADER = ["area", "figure", "app", "baseline (seeds)", "ratio"]
 QUICK_TAKES = "about 3 minutes on 2 idle cores, up to 9 when they are busy"  # measured; as docs/benchmarks.md says
 
@@ -142,13 +147,63 @@ def summary_rows(tables: list[Table]) -> list[list[str]]:
     return rows
 
 
-def cost_section(measured: costs.Costs) -> tuple[str, str]:
-    """The RU table, the steady-state heartbeat document, the design-scale bill and the model's rules, all from
-    the one honest model (benchmarks/cost_model.py)."""
+class CostSection(NamedTuple):
+    """The cost part of a run: its text for RESULTS.md, the bill's block for the docs (followed by the deployment
+    parameters that take its choice: DEPLOYMENT_START, then infra/design-scale.parameters.json's text), and the
+    money lines the summary ends with (MONEY_LINES)."""
+
+    text: str
+    bill: str
+    money: list[str]
+
+
+def money_lines(cosmos: float, whole: float) -> list[str]:
+    """The two lines a run's summary ends with: Cosmos DB's and the whole deployment's dollars a month, one
+    region, at the design scale."""
+    return [f"Cosmos DB: ${cosmos:,.0f} a month", f"whole deployment: ${whole:,.0f} a month"]
+
+
+def headline(rows: list[design_scale.Row], lines: list[deployment_bill.Line]) -> list[list[str]]:
+    """The design-scale bill's headline: the RU/s of the account's busiest hour (the collections' bills in the
+    same hour), and dollars a month by component and in all, one region and two."""
+    hour, billed = design_scale.busiest_hour(rows)
+    found = [[f"RU/s at the account's busiest hour ({hour:02d}:00 UTC)", f"{billed:,.0f}", "-"]]
+    for line in lines:
+        goal = f"at most {design_scale.GOAL_DOLLARS:,}" if line.component == "Cosmos DB" else "-"
+        found.append([f"{line.component}: $ a month, one region", f"{line.one_region:,.0f}", goal])
+        if line.two_regions != line.one_region:
+            found.append([f"{line.component}: $ a month, two regions", f"{line.two_regions:,.0f}", "-"])
+    found.append(["whole deployment: $ a month, one region", f"{deployment_bill.total(lines, 1):,.0f}", "-"])
+    found.append(["whole deployment: $ a month, two regions", f"{deployment_bill.total(lines, 2):,.0f}", "-"])
+    found.append(["stored after a year, GB (data and index)", f"{sum(r.storage_gb for r in rows):,.0f}", "-"])
+    return found
+
+
+def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> CostSection:
+    """The RU table, the steady-state heartbeat document, the design-scale bill, the whole deployment's and the
+    models' rules, all from the one honest model (benchmarks/cost_model.py, benchmarks/deployment_bill.py).
+    `http_cpu_ms`: the CPU an HTTP request takes, as the ingestion benchmark measured it (None: the model's
+    HTTP_CPU_MS, benchmarks/deployment_bill.py)."""
     sizes = measured.sizes
-    rows = design_scale.table(measured.measured(), get_settings())
+    model = measured.measured()
+    rows = design_scale.table(model, get_settings())
     per_unit = costs.table(measured, design_scale.partitions_of(rows))
-    bill = design_scale.markdown(rows)
+    requests, work = deployment_bill.design_scale_work(
+        model.calls,
+        design_scale.partitions_of(rows).get(schema.BOTTLE_ACTIONS, 1),
+        get_settings(),
+        http_cpu_ms=deployment_bill.HTTP_CPU_MS if http_cpu_ms is None else http_cpu_ms,
+    )
+    functions = deployment_bill.functions_bill(requests, work)
+    lines = deployment_bill.whole_bill(rows, functions, work, design_scale.notifications_a_day() / 86_400)
+    bill = "\n\n".join(
+        [
+            design_scale.markdown(rows),
+            deployment_bill.functions_markdown(functions),
+            deployment_bill.bill_markdown(lines, design_scale.reserved(rows)),
+        ]
+    )
+    parameters = design_scale.deployment_parameters(rows) | deployment_bill.functions_parameters(functions)
     heartbeat = print_table(
         "One bottle's heartbeat document at steady state (a heartbeat every 30 minutes, window full)",
         [
@@ -158,18 +213,7 @@ def cost_section(measured: costs.Costs) -> tuple[str, str]:
         ],
         ["measure", "value"],
     )
-    billed = design_scale.total(rows)
-    print_table(
-        "Design scale: the bill from these costs",
-        [
-            ["RU/s", f"{billed:,.0f}", "200,000 (billed, one region)"],
-            ["RU/s, two regions", f"{2 * billed:,.0f}", "-"],
-            ["$ a month, one region", f"{design_scale.monthly(rows, 1):,.0f}", "-"],
-            ["$ a month, two regions", f"{design_scale.monthly(rows, 2):,.0f}", "-"],
-            ["stored after a year, GB (data and index)", f"{sum(r.storage_gb for r in rows):,.0f}", "-"],
-        ],
-        ["measure", "value", "goal"],
-    )
+    print_table("Design scale: the bill from these costs", headline(rows, lines), ["measure", "value", "goal"])
     alternatives = print_table(
         "Design scale: the same work run other ways, side by side, billed by the same model",
         design_scale.alternatives(measured.measured(), get_settings()),
@@ -180,16 +224,44 @@ def cost_section(measured: costs.Costs) -> tuple[str, str]:
         design_scale.floor(measured.measured(), get_settings()).lines(),
         design_scale.FLOOR_HEADER,
     )
-    rules = "\n".join(f"- {rule.name}: {rule.statement}. Example: {rule.example} ({rule.source})" for rule in RULES)
-    assumptions = "\n".join(f"- {text}" for text in ASSUMPTIONS)
+    rules = "\n".join(
+        f"- {rule.name}: {rule.statement}. Example: {rule.example} ({rule.source})"
+        for rule in (*RULES, *deployment_bill.RULES)
+    )
+    assumptions = "\n".join(f"- {text}" for text in (*ASSUMPTIONS, *deployment_bill.ASSUMPTIONS))
     rates = "\n".join(f"- {name}: {value:,.2f}" for name, value in design_scale.ASSUMED_RATES.items())
     text = (
         f"{per_unit}\n\n{heartbeat}\n\nDesign scale ({design_scale.BOTTLES:,} bottles, {design_scale.USERS:,} users), "
         f"from the RU above:\n\n{TABLE_START}\n{bill}\n{TABLE_END}\n\n{alternatives}\n\n{floor}\n\n"
-        f"Rules (benchmarks/cost_model.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
+        f"Rules (benchmarks/cost_model.py, benchmarks/deployment_bill.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
         f"Rates the design does not give (benchmarks/design_scale.py):\n{rates}"
     )
-    return text, bill
+    money = money_lines(lines[0].one_region, deployment_bill.total(lines, 1))
+    return CostSection(text, f"{bill}\n\n{DEPLOYMENT_START}\n{deployment_file(parameters)}", money)
+
+
+INGESTION_STEADY = "Ingestion, one event per request at steady state"
+
+
+def measured_http_cpu_ms(tables: list[Table]) -> float | None:
+    """The CPU a one-event request took in the ingestion benchmark (the app, its largest fleet), or None."""
+    for table in tables:
+        if table.title.startswith(INGESTION_STEADY):
+            app = [row for row in table.rows if table.column(row, "approach") == ingestion.APP_SINGLE]
+            if app:
+                largest = max(app, key=lambda row: _number(table.column(row, "bottles")))
+                return _number(table.column(largest, "CPU ms/event"))
+    return None
+
+
+def deployment_file(parameters: dict[str, object]) -> str:
+    """An ARM parameters file of `parameters` (infra/design-scale.parameters.json)."""
+    document = {
+        "$schema": "https://schema.management.azure.com/schemas/2019-04-01/deploymentParameters.json#",
+        "contentVersion": "1.0.0.0",
+        "parameters": {name: {"value": value} for name, value in parameters.items()},
+    }
+    return json.dumps(document, indent=2) + "\n"
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -215,12 +287,14 @@ def run(quick: bool, ticker: Ticker | None = None) -> tuple[str, str]:
         swept = 2_000 if quick else 20_000
         sections.append(("Check partitions side by side", scaleout.sweep_table(swept, swept // 20)))
     with ticker.running("bench: request units (6 of 6)"):
-        cost_text, bill = cost_section(costs.measure(quick))
+        cost_text, bill, money = cost_section(costs.measure(quick), measured_http_cpu_ms(list(PRINTED)))
     elapsed = time.perf_counter() - started
     headline = summary_rows(list(PRINTED))
     summary = print_table(
         "Summary: the app against the seeds' approach, measured in the same run", headline, SUMMARY_HEADER
     )
+    print("\n" + "\n".join(money))
+    summary += "\n\n" + "\n".join(money)
     header = (
         f"# Benchmark results\n\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {_commit()}, "
         f"{'quick' if quick else 'full'} run in {elapsed:.0f} s on {platform.machine()} with {os.cpu_count()} CPUs, "
@@ -239,11 +313,17 @@ def _between(text: str, start: str, end: str, block: str) -> str:
     return text[:first] + start + "\n" + block + "\n" + text[last:]
 
 
-def update_docs(blocks: str, summary_doc: Path = SUMMARY_DOC, table_doc: Path = TABLE_DOC) -> None:
-    """Put the summary and the design-scale table between their markers in the docs."""
+def update_docs(
+    blocks: str, summary_doc: Path = SUMMARY_DOC, table_doc: Path = TABLE_DOC, deployment: Path = DEPLOYMENT_FILE
+) -> None:
+    """Put the summary and the design-scale table between their markers in the docs, and the deployment
+    parameters (when the blocks carry them) into infra/design-scale.parameters.json."""
     summary, bill = blocks.split("\n\n| collection |", 1)
+    bill, _, parameters = bill.partition(f"\n\n{DEPLOYMENT_START}\n")
     summary_doc.write_text(_between(summary_doc.read_text(), SUMMARY_START, SUMMARY_END, summary))
     table_doc.write_text(_between(table_doc.read_text(), TABLE_START, TABLE_END, "| collection |" + bill))
+    if parameters:
+        deployment.write_text(parameters)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -275,7 +355,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nwritten to {output}")
     if not args.quick and output.resolve() == RESULTS.resolve():
         update_docs(bill)
-        print(f"summary written to {SUMMARY_DOC}, design-scale table to {TABLE_DOC}")
+        print(f"summary written to {SUMMARY_DOC}, the design-scale table to {TABLE_DOC}, its throughput to deploy to")
+        print(DEPLOYMENT_FILE)
 
 
 if __name__ == "__main__":

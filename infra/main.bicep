@@ -32,6 +32,9 @@ param cosmosMaxThroughputByCollection object = {}
 @maxValue(10000)
 param cosmosUnshardedThroughput int = 400
 
+@description('Per-collection standard (manual) RU/s instead of autoscale, e.g. { bottle_heartbeats: 195000 }: the design scale\'s choice is in design-scale.parameters.json (docs/costs.md: Throughput to deploy).')
+param cosmosStandardThroughputByCollection object = {}
+
 @description('Days an opened/closed event is kept after its last write: ACTIONS_RETENTION_DAYS and the TTL (docs/architecture.md: Retention).')
 @minValue(32)
 param actionsRetentionDays int = 60
@@ -66,9 +69,14 @@ param checksQueueName string = 'check-partitions'
 @maxValue(1000)
 param maximumInstanceCount int = 100
 
-@description('Memory of each instance in MB.')
+@description('Memory of each instance in MB (docs/costs.md: the Functions bill chooses it).')
 @allowed([2048, 4096])
 param instanceMemoryMB int = 2048
+
+@description('Always-ready instances of the HTTP functions (0: all on demand); the design scale\'s is in design-scale.parameters.json (docs/costs.md).')
+@minValue(0)
+@maxValue(1000)
+param httpAlwaysReadyInstances int = 0
 
 @description('Days Log Analytics keeps logs and telemetry.')
 param logRetentionDays int = 30
@@ -140,7 +148,7 @@ var appSettings = {
   CHANGE_SOURCE: 'change_stream'
   REPORTS_TIME_BUDGET_SECONDS: '45'
   REPORTS_PAGE_SIZE: '500'
-  REPORTS_TALLY_SPREAD_MINUTES: '40'
+  REPORTS_TALLY_SPREAD_MINUTES: '60'
   REPORTS_POLL_OVERLAP_SECONDS: '300'
   DAILY_ROLLUP_HOURS: '6'
   DAILY_ROLLUP_STAGGERED: 'true'
@@ -257,6 +265,7 @@ module cosmos 'modules/cosmos.bicep' = {
     defaultMaxThroughput: cosmosMaxThroughput
     maxThroughputByCollection: cosmosMaxThroughputByCollection
     unshardedThroughput: cosmosUnshardedThroughput
+    standardThroughputByCollection: cosmosStandardThroughputByCollection
     actionsRetentionDays: actionsRetentionDays
     hourlyReportsRetentionDays: hourlyReportsRetentionDays
     notificationsRetentionDays: notificationsRetentionDays
@@ -320,6 +329,7 @@ module functionApp 'modules/functionapp.bicep' = {
     appSettings: union(appSettings, appSettingOverrides)
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
+    httpAlwaysReadyInstances: httpAlwaysReadyInstances
   }
   // Start the app only once its identity may read its storage, queue and secret.
   dependsOn: [

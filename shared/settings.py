@@ -176,13 +176,13 @@ class Settings(BaseSettings):
         default=500, ge=1, le=10_000, description="Changes per page; a page is aggregated, then checkpointed."
     )
     reports_tally_spread_minutes: WholeNumber = Field(
-        default=40,
+        default=60,
         ge=0,
-        le=45,
+        le=60,
         description="Minutes over which the heartbeat tally spreads each partition's hourly pass (roll-ups "
         "included), paced by the last pass's pages, instead of reading as fast as it can: autoscale bills each "
-        "hour at its peak. 0 turns pacing off. At most 45: a pass begins about 10 minutes into the hour and must "
-        "end before the next hour is due.",
+        "hour at its peak, and standard throughput must be set for the busiest minute. 0 turns pacing off. At most "
+        "60: a pass ends by the time the next hour is due, whenever it began.",
     )
     reports_poll_overlap_seconds: WholeNumber = Field(
         default=300,

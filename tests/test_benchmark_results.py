@@ -1,11 +1,13 @@
 """The docs' benchmark summary (docs/benchmarks.md) and design-scale table (docs/costs.md) are the ones the last
 full benchmark run generated (benchmarks/RESULTS.md)."""
 
+import json
+import re
 from pathlib import Path
 
-from benchmarks import design_scale, suite
+from benchmarks import costs, design_scale, suite
 from benchmarks.cost_model import UnitCost
-from benchmarks.harness import Table
+from benchmarks.harness import PRINTED, Table
 from shared.settings import Settings
 from shared.store import schema
 
@@ -27,7 +29,9 @@ def test_the_summary_in_the_docs_is_the_last_full_runs():
     results = suite.RESULTS.read_text()
     summary = block(suite.SUMMARY_DOC.read_text(), suite.SUMMARY_START, suite.SUMMARY_END)
     rows = summary.splitlines()[4:]  # after the stamp, a blank line, the header and its rule
-    assert any(row.startswith("| design scale | RU/s |") for row in rows)
+    assert any(row.startswith("| design scale | RU/s at the account's busiest hour") for row in rows)
+    assert any(row.startswith("| design scale | Cosmos DB: $ a month, one region |") for row in rows)
+    assert any(row.startswith("| design scale | whole deployment: $ a month, one region |") for row in rows)
     for line in rows:
         area, figure, app = (cell.strip() for cell in line.strip("|").split("|")[:3])
         assert any(area in row and figure in row and app in row for row in results.splitlines()), line
@@ -42,6 +46,24 @@ def test_update_docs_puts_each_block_between_its_markers(tmp_path):
 
     assert summary_doc.read_text() == f"a\n{suite.SUMMARY_START}\nstamp:\n\n| area |\n{suite.SUMMARY_END}\nb\n"
     assert table_doc.read_text() == f"c\n{suite.TABLE_START}\n| collection | x |\n{suite.TABLE_END}\nd\n"
+
+
+def test_update_docs_writes_the_deployment_parameters_the_bill_carries(tmp_path):
+    summary_doc, table_doc, deployment = tmp_path / "benchmarks.md", tmp_path / "costs.md", tmp_path / "p.json"
+    summary_doc.write_text(f"{suite.SUMMARY_START}\n{suite.SUMMARY_END}\n")
+    table_doc.write_text(f"{suite.TABLE_START}\n{suite.TABLE_END}\n")
+    parameters = suite.deployment_file({"cosmosStandardThroughputByCollection": {"bottle_heartbeats": 195_000}})
+
+    suite.update_docs(
+        f"stamp:\n\n| area |\n\n| collection | x |\n\n{suite.DEPLOYMENT_START}\n{parameters}",
+        summary_doc,
+        table_doc,
+        deployment,
+    )
+
+    assert table_doc.read_text() == f"{suite.TABLE_START}\n| collection | x |\n{suite.TABLE_END}\n"
+    written = json.loads(deployment.read_text())
+    assert written["parameters"] == {"cosmosStandardThroughputByCollection": {"value": {"bottle_heartbeats": 195_000}}}
 
 
 def test_a_full_runs_bill_replaces_the_table_in_docs_costs_and_nothing_else(tmp_path):
@@ -91,6 +113,22 @@ def test_a_quick_run_writes_nowhere_unless_given_an_output(tmp_path, monkeypatch
     assert written == [f"{suite.RESULTS}: quick=False", "bill"]  # a full run: RESULTS.md and the docs
 
 
+def test_the_functions_bill_takes_the_cpu_a_request_took_in_the_ingestion_benchmark_at_its_largest_fleet():
+    steady = Table(
+        "Ingestion, one event per request at steady state on SecantusDB in-process (1000 events a fleet)",
+        ["bottles", "approach", "events/s", "vs seeds", "commands/event", "CPU ms/event"],
+        [
+            ["100", "seeds: one insert per event, one event per request", "943", "1.00x", "1.000", "0.886"],
+            ["100", "app: one event per request", "209", "0.22x", "1.332", "3.393"],
+            ["20,000", "app: one event per request", "212", "0.20x", "1.332", "3.294"],
+            ["20,000", "store floor: the app's commands, sent bare", "270", "0.25x", "1.252", "2.566"],
+        ],
+    )
+
+    assert suite.measured_http_cpu_ms([steady]) == 3.294
+    assert suite.measured_http_cpu_ms([]) is None  # not measured: the model's HTTP_CPU_MS
+
+
 def test_the_summary_takes_the_design_scale_bill_and_not_the_table_of_other_ways_beside_it():
     bill = Table("Design scale: the bill from these costs", ["measure", "value", "goal"], [["RU/s", "1", "2"]])
     other_ways = Table(
@@ -100,3 +138,45 @@ def test_the_summary_takes_the_design_scale_bill_and_not_the_table_of_other_ways
     )
 
     assert suite.summary_rows([bill, other_ways]) == [["design scale", "RU/s", "1", "-", "goal: 2"]]
+
+
+def synthetic_costs() -> costs.Costs:
+    """What benchmarks/costs.py measures, made up: a heartbeat of 10 RU, events of 17, a tally change of 1."""
+    unit = {
+        "heartbeat": UnitCost({schema.BOTTLE_HEARTBEATS: 10.0}),
+        "opened": UnitCost({schema.BOTTLES: 10.0, schema.BOTTLE_ACTIONS: 7.0}),
+        "closed": UnitCost({schema.BOTTLES: 10.0, schema.BOTTLE_ACTIONS: 7.0}),
+        "actions feed": UnitCost({schema.USER_HOURLY_REPORTS: 0.5}),
+        "consumer change": UnitCost({schema.USER_HOURLY_REPORTS: 1.5}),
+        "consumer run": UnitCost({schema.LEASES: 1.0}),
+        **{f"tally {h}": UnitCost({schema.USER_HOURLY_REPORTS: 1.0, schema.BOTTLE_HEARTBEATS: 0.3}) for h in range(6)},
+        **{kind: UnitCost({schema.NOTIFICATIONS: 10.0}) for kind in ("late_dose", "left_open", "silent")},
+        **{f"{kind} empty": UnitCost({schema.BOTTLES: 1.0}) for kind in ("late_dose", "left_open", "silent")},
+    }
+    units = {name: costs.PerUnit(1, cost, 1) for name, cost in unit.items()}
+    for name in ("heartbeat", "opened", "closed", "consumer change", "late_dose", "left_open", "silent"):
+        units[f"seeds {name}"] = costs.PerUnit(1, UnitCost({schema.BOTTLES: 5.55}), 1)
+    sizes = {"heartbeat max": 299.0, schema.BOTTLE_HEARTBEATS: 280.0, "heartbeat index terms": 2.0}
+    return costs.Costs(units, sizes)
+
+
+def test_the_cost_section_ends_with_the_dollars_of_cosmos_db_and_of_the_whole_deployment(capsys):
+    """`./dev bench` prints, among its summary lines, `Cosmos DB: $N a month` and `whole deployment: $N a month`
+    (one region), the figures of the bill's headline: the account's busiest hour and a line a component."""
+    PRINTED.clear()
+    section = suite.cost_section(synthetic_costs(), http_cpu_ms=3.0)
+
+    cosmos, whole = section.money
+    assert re.fullmatch(r"Cosmos DB: \$[\d,]+ a month", cosmos)
+    assert re.fullmatch(r"whole deployment: \$[\d,]+ a month", whole)
+    [bill] = [table for table in PRINTED if table.title.startswith("Design scale: the bill")]
+    value = {row[0]: row[1] for row in bill.rows}
+    assert cosmos == f"Cosmos DB: ${value['Cosmos DB: $ a month, one region']} a month"
+    assert whole == f"whole deployment: ${value['whole deployment: $ a month, one region']} a month"
+    assert any(name.startswith("RU/s at the account's busiest hour (") for name in value)
+    assert {"Functions (Flex Consumption): $ a month, one region", "Blob Storage archive: $ a month, one region"} <= (
+        set(value)
+    )
+    assert "Cosmos DB: $ a month, one region" in capsys.readouterr().out
+    assert f"{suite.DEPLOYMENT_START}\n" in section.bill
+    assert suite.money_lines(20_981.4, 64_000.5) == ["Cosmos DB: $20,981 a month", "whole deployment: $64,000 a month"]

@@ -12,19 +12,28 @@ from benchmarks import design_scale
 from benchmarks.cost_meter import CostMeter, IndexedPaths, command_reach, shard_key_values
 from benchmarks.cost_model import (
     ALL,
+    AUTOSCALE_MODE,
     KB,
     PRICE,
     RULES,
+    STANDARD,
     DocumentWrite,
     Operation,
     UnitCost,
+    autoscale_billed,
     autoscale_max,
     billed_in_hour,
+    cheaper_mode,
     fanout_ru,
     monthly_cost,
+    partition_peaks,
     physical_partitions,
     read_ru,
+    reserved_equivalent,
+    standard_minimum,
+    standard_throughput,
     storage_floor,
+    throughput_cost,
     write_ru,
 )
 from shared.instants import set_clock, utc_now
@@ -129,6 +138,56 @@ def test_the_price_and_the_regions_reproduce_the_documented_bill():
     assert monthly_cost(10_000, 512, regions=2) == pytest.approx(2 * (876 + 128))  # T x N, storage in each
 
 
+def test_standard_throughput_bills_what_is_set_every_hour_and_has_a_minimum_by_storage():
+    """how-to-choose-offer (Billing model): standard 400 RU/s bills 400 in hour 1 and 400 in hour 2, used or not;
+    concepts-limits (Minimum throughput limits): a container raised to 50,000 RU/s holding 20 GB may go back down
+    to MAX(400, 20 x 1, 50,000 / 100) = 500 RU/s."""
+    assert throughput_cost(STANDARD, 400, hours=2) == pytest.approx(2 * 400 / 100 * 0.008)
+    assert standard_minimum(20, highest_ever=50_000) == 500
+    assert standard_minimum(0) == 400
+    assert standard_minimum(11_697) == 11_700  # 1 RU/s per GB, in steps of 100: a tenth of autoscale's floor
+    assert standard_throughput(48_700, 11_697) == 48_700
+    assert standard_throughput(48_700, 11_697, headroom=1.05) == 51_200
+    assert standard_throughput(100, 11_697) == 11_700
+
+
+def test_the_cheaper_of_standard_and_autoscale_is_chosen_by_the_pages_rule():
+    """how-to-choose-offer: autoscale bills each hour the highest RU/s it scaled to (Tmax 4,000: 3,500 in hour 1,
+    the 10 % floor of 400 in an idle hour 2), at 1.5 x the standard rate; standard saves when the maximum is used
+    in 66 % of the hours or more."""
+    hours = [autoscale_billed([3_500], 4_000), autoscale_billed([0], 4_000)]
+    assert hours == [3_500, 400]
+    assert throughput_cost(AUTOSCALE_MODE, sum(hours)) == pytest.approx(1.5 * throughput_cost(STANDARD, 3_900))
+    assert cheaper_mode(4_000, hours) == AUTOSCALE_MODE  # 5,850 standard-rate RU/s-hours against 8,000
+    two_thirds = [4_000.0] * 66 + [400.0] * 34  # the maximum used in 66 % of the hours, idle in the rest
+    assert cheaper_mode(4_000, two_thirds) == STANDARD  # 1.5 x (0.66 + 0.034) = 1.04 x standard
+    assert cheaper_mode(4_000, [4_000.0] * 60 + [400.0] * 40) == AUTOSCALE_MODE  # 1.5 x 0.64 = 0.96 x
+    assert cheaper_mode(10_000, [6_666.0] * 24) == AUTOSCALE_MODE  # flat at two thirds: 0.9999 x
+    assert cheaper_mode(10_000, [6_667.0] * 24) == STANDARD
+
+
+def test_dynamic_scaling_bills_each_partition_and_region_its_own_peak():
+    """autoscale-per-partition-region (Example): 1,000 RU/s over 2 partitions, in a write and a read region, peaks
+    of 500 and 200 (write), 150 and 50 (read): every partition scaled to the busiest bills 2,000 RU/s, dynamic
+    scaling 900."""
+    peaks = [500.0, 200.0, 150.0, 50.0]  # two regions' partitions, a maximum of 1,000 in each
+    assert autoscale_billed(peaks, 2 * 1_000, dynamic=False) == 2_000
+    assert autoscale_billed(peaks, 2 * 1_000) == 900
+    assert autoscale_billed([0.0, 0.0], 1_000) == pytest.approx(100)  # an idle hour: the tenth, shared
+    # A peak spread over partitions keeps its total; a skew puts more on the busiest.
+    assert sum(partition_peaks(9_000, 3)) == pytest.approx(9_000)
+    assert partition_peaks(9_000, 3, skew=2.0) == pytest.approx([6_000, 1_500, 1_500])
+    assert autoscale_billed(partition_peaks(9_000, 3, skew=2.0), 10_000) == pytest.approx(9_000)
+    assert autoscale_billed(partition_peaks(9_000, 3, skew=2.0), 10_000, dynamic=False) == pytest.approx(18_000)
+
+
+def test_reserved_capacity_covers_standard_ru_and_an_autoscale_ru_takes_one_and_a_half():
+    """autoscale-faq: to cover 10,000 autoscale RU/s, plan to buy 15,000; reserved-capacity: up to 63 % off."""
+    assert reserved_equivalent(AUTOSCALE_MODE, 10_000) == pytest.approx(15_000)
+    assert reserved_equivalent(STANDARD, 10_000) == 10_000
+    assert throughput_cost(STANDARD, 10_000, 730) * (1 - 0.63) == pytest.approx(216.08)
+
+
 def test_index_terms_follow_the_schema_on_cosmos_db():
     paths = {spec.name: IndexedPaths.of(spec) for spec in collection_specs(Settings())}
     beats = paths[schema.BOTTLE_HEARTBEATS]
@@ -210,7 +269,7 @@ def _measured(**given: Any) -> design_scale.Measured:
 def test_steady_work_bills_its_rate_and_a_burst_bills_its_peak_for_the_hour():
     measured = _measured(
         heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 5.0}),
-        tally=[UnitCost({schema.USER_HOURLY_REPORTS: 1.0})],  # per change, its pages paced over 40 minutes
+        tally=[UnitCost({schema.USER_HOURLY_REPORTS: 1.0})],  # per change, its pages paced over the hour
     )
     rows = {row.collection: row for row in design_scale.table(measured, Settings())}
 
@@ -219,8 +278,62 @@ def test_steady_work_bills_its_rate_and_a_burst_bills_its_peak_for_the_hour():
     assert beats.average == pytest.approx(beats.billed)
     hourly = rows[schema.USER_HOURLY_REPORTS]
     assert hourly.average == pytest.approx(design_scale.CHANGES_PER_SECOND)
-    assert hourly.billed == pytest.approx(1.5 * design_scale.CHANGES_PER_SECOND)  # 60 / 40 minutes
+    assert hourly.billed == pytest.approx(design_scale.CHANGES_PER_SECOND)  # spread over the hour: as steady
     assert design_scale.total(list(rows.values())) == pytest.approx(sum(r.billed for r in rows.values()))
+
+
+def test_a_steady_collection_takes_standard_throughput_and_a_bursting_one_autoscale():
+    measured = _measured(
+        heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 5.0}),
+        swept={"late_dose": UnitCost({schema.NOTIFICATIONS: 10.0})},
+    )
+    unpaced = design_scale.Variant("unpaced", sweep_spread=0)
+    rows = {row.collection: row for row in design_scale.table(measured, Settings(), unpaced)}
+
+    beats = rows[schema.BOTTLE_HEARTBEATS]  # every hour bills its peak: 1.5 x on autoscale
+    assert beats.mode == STANDARD
+    assert beats.standard == 87_500  # 30 M / 1,800 x 5.0 RU = 83,333 RU/s, plus a twentieth, in steps of 100
+    assert beats.monthly() == pytest.approx(87_500 / 100 * 0.008 * 730)
+    assert beats.monthly() < beats.monthly(mode=AUTOSCALE_MODE)
+    assert beats.partitions == 9  # 87,500 RU/s over partitions of 10,000
+    notifications = rows[schema.NOTIFICATIONS]  # the morning's burst bills one hour of 24 at its peak
+    assert notifications.mode == AUTOSCALE_MODE
+    assert notifications.hourly() == notifications.hourly_billed
+    assert notifications.monthly() < notifications.monthly(mode=STANDARD)
+
+
+def test_reserved_capacity_is_the_accounts_least_hour_in_standard_ru():
+    measured = _measured(
+        heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 5.0}),
+        swept={"late_dose": UnitCost({schema.NOTIFICATIONS: 10.0})},
+    )
+    rows = design_scale.table(measured, Settings(), design_scale.Variant("unpaced", sweep_spread=0))
+    by_name = {row.collection: row for row in rows}
+    notifications = by_name[schema.NOTIFICATIONS]  # autoscale: its quietest hour, 1.5 standard RU/s each
+    expected = by_name[schema.BOTTLE_HEARTBEATS].standard + 1.5 * min(notifications.hourly_billed)
+
+    found = design_scale.reserved(rows)
+
+    assert found.steady == pytest.approx(expected)
+    assert found.monthly == pytest.approx(expected / 100 * 0.008 * 730)
+    assert found.saving(0.63) == pytest.approx(0.63 * found.monthly)
+
+
+def test_a_collection_that_mostly_stores_is_cheaper_on_standard_and_a_hot_partition_favours_autoscale(monkeypatch):
+    """Standard throughput needs 1 RU/s per GB stored, autoscale a tenth of 10 x the GB at 1.5 x the rate; a skew
+    must be provisioned on standard (T / P a partition) but dynamic autoscale bills only what each uses."""
+    measured = _measured(sizes={schema.BOTTLE_ACTIONS: 300, f"{schema.BOTTLE_ACTIONS} index": 200})
+    [actions] = [r for r in design_scale.table(measured, Settings()) if r.collection == schema.BOTTLE_ACTIONS]
+    assert actions.mode == STANDARD
+    assert actions.standard == standard_minimum(actions.storage_gb)
+    assert actions.monthly() < actions.monthly(mode=AUTOSCALE_MODE)
+
+    steady = _measured(heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 5.0}))
+    monkeypatch.setattr(design_scale, "PARTITION_SKEW", 2.0)
+    [beats] = [r for r in design_scale.table(steady, Settings()) if r.collection == schema.BOTTLE_HEARTBEATS]
+    assert beats.standard == 175_000  # twice the even load, for the busiest partition
+    assert beats.billed == pytest.approx(30_000_000 / 1800 * 5.0)  # dynamic scaling: each partition its own
+    assert beats.mode == AUTOSCALE_MODE
 
 
 def test_a_collection_with_no_requests_bills_a_tenth_of_its_storage_floor_and_its_ttl_deletes_bill_nothing():
@@ -262,17 +375,22 @@ def test_the_alternatives_bill_a_burst_at_its_peak_a_paced_tally_over_its_spread
     before = row(design_scale.Variant("unpaced", tally_minutes=15, rollup=design_scale.BLOCK))
     assert before.billed == pytest.approx(4 * 3.0 * changes)  # the roll-up hour's pages in 15 minutes
     paced = row(design_scale.Variant("paced", rollup=design_scale.BLOCK))
-    assert paced.billed == pytest.approx(1.5 * 3.0 * changes)  # over REPORTS_TALLY_SPREAD_MINUTES (40)
+    assert paced.billed == pytest.approx(3.0 * changes)  # over REPORTS_TALLY_SPREAD_MINUTES (60): the hour
     today = row(design_scale.TODAY)  # staggered: every hour a sixth of the roll-ups
     # and in hours 1-5 a sixth of the users roll up a second day, of today's first hours (the measured roll-up
     # read 18 hours): a daily write (2.0) and that many hours' reads (2.0 x hour / 18) each
     second = [2.0 * hour / 18 / 6 if 0 < hour < 6 else 0.0 for hour in range(24)]
-    assert today.hourly_billed == pytest.approx([1.5 * ((5 * 1.0 + 3.0) / 6 + extra) * changes for extra in second])
+    assert today.hourly_billed == pytest.approx([((5 * 1.0 + 3.0) / 6 + extra) * changes for extra in second])
     every_hour = row(design_scale.Variant("hourly roll-ups", rollup=design_scale.EVERY_HOUR))
     assert every_hour.hourly_billed == pytest.approx([paced.billed] * 24)
-    assert every_hour.monthly() > paced.monthly()
-    assert today.monthly() > paced.monthly()  # the second roll-ups of the hours that straddle midnight
+    autoscale = AUTOSCALE_MODE
+    assert every_hour.monthly(mode=autoscale) > paced.monthly(mode=autoscale)
+    # on autoscale, the second roll-ups of the hours that straddle midnight cost more
+    assert today.monthly(mode=autoscale) > paced.monthly(mode=autoscale)
     assert today.billed < paced.billed  # but no burst
+    # and the staggered hours, nearly flat, are cheaper on standard throughput; the bursts of the block's end not
+    assert (today.mode, paced.mode) == (STANDARD, AUTOSCALE_MODE)
+    assert today.monthly() < paced.monthly()
     printed = design_scale.alternatives(measured, Settings())
     assert [line[0] for line in printed] == [variant.name for variant in design_scale.ALTERNATIVES]
     assert [line[3] for line in printed if line[1] == "yes"] == ["1.00x"]
@@ -353,26 +471,31 @@ def test_a_row_by_a_setting_bills_with_it_and_heartbeats_uploaded_k_at_a_time_bi
     spread = design_scale.Variant("45", settings=(("reports_tally_spread_minutes", 45),))
     changes = design_scale.CHANGES_PER_SECOND
     assert rows(spread)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(60 / 45 * changes)
-    assert rows(design_scale.TODAY)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(60 / 40 * changes)
+    assert rows(design_scale.TODAY)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(changes)  # over the hour
+    earlier = design_scale.Variant("40", settings=(("reports_tally_spread_minutes", 40),))
+    assert rows(earlier)[schema.USER_HOURLY_REPORTS].billed == pytest.approx(60 / 40 * changes)
     pairs = design_scale.Variant("pairs", heartbeats_per_write=2)
     beats = design_scale.HEARTBEATS_PER_SECOND
     assert rows(pairs)[schema.BOTTLE_HEARTBEATS].billed == pytest.approx(beats / 2 * 10.3)
 
 
-def test_the_floor_is_the_heartbeats_write_times_their_rate_and_says_how_many_a_write_would_meet_the_goal():
+def test_the_floor_prices_the_heartbeats_write_and_what_a_calibration_would_change_first():
     measured = _measured(heartbeat=UnitCost({schema.BOTTLE_HEARTBEATS: 13.0}))  # nothing else billed
 
     found = design_scale.floor(measured, Settings())
 
     beats = 30_000_000 / 1800
-    assert found.heartbeats == pytest.approx(beats * 13.0)  # 216,667: over the goal alone
-    assert found.today == pytest.approx(beats * 13.0)
-    assert found.rest == pytest.approx(0.0)
-    assert found.per_write_for_goal == 2  # 108,333 RU/s
+    assert found.heartbeats == pytest.approx(beats * 13.0)  # 216,667 RU/s, steady: on standard throughput
+    dollars = beats * 13.0 * 1.05 / 100 * 0.008 * 730
+    assert found.heartbeats_monthly == pytest.approx(dollars)
+    assert found.today_monthly == pytest.approx(dollars, rel=1e-3)  # the rounding to 100 RU/s
     # The insert without the update would bill less, but it loses the silent check: never the floor.
     kept = {v.name for v in design_scale.ALTERNATIVES if v.keeps_every_feature}
     assert found.cheapest in kept
-    assert found.cheapest_billed == pytest.approx(beats * 13.0)
+    assert found.storage_monthly == 0.0
+    # An update charged as its insert half alone (no delete of the old document): 13.0 - 4.95 RU a heartbeat.
+    assert found.update_as_insert_monthly == pytest.approx(beats * (13.0 - 4.95) * 1.05 / 100 * 0.008 * 730, rel=1e-3)
+    assert found.per_write_for_goal == 1  # $13.3 K a month already
     assert [line[1] for line in found.lines()][:3] == ["13.00", "16,667", "216,667"]
-    assert found.storage_tenths == pytest.approx(100)  # the one collection billed, at its least maximum: 1,000
-    assert found.update_as_insert == pytest.approx(beats * (13.0 - 4.95))  # no delete of the old document
+    assert design_scale.GOAL_DOLLARS == 20_000
+    assert not hasattr(design_scale, "GOAL")  # issue 21's 200,000 RU/s, retired

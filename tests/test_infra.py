@@ -145,10 +145,88 @@ def test_each_collection_entry_is_deployed_with_its_shard_key_indexes_and_autosc
     for uses in ('"operand_2": "name"', '"operand_2": "indexes"', '"operand_2": "shardKey"', "Hash"):
         assert uses in body, f"the collection loop no longer uses {uses}"
     assert set(deployed_throughput({})["bottles"]) == {"autoscaleSettings"}
+    named = deployed_throughput({"standardThroughputByCollection": {"bottle_heartbeats": 195000, "leases": 5000}})
+    assert named["bottle_heartbeats"] == {"throughput": 195000}  # a collection named there: standard (manual)
+    assert named["leases"] == {"throughput": 400}  # the unsharded one keeps its own standard throughput
+    assert set(named["bottles"]) == {"autoscaleSettings"}  # any other: autoscale
     cosmos_params = bicep.parse("modules/cosmos.bicep")["parameters"]
     assert {"type": "min_value", "argument": 1000} in cosmos_params["defaultMaxThroughput"]["decorators"]
+    assert cosmos_params["standardThroughputByCollection"]["default"] == {}  # autoscale unless the bill says
     main_params = bicep.parse("main.bicep")["parameters"]
-    assert {"cosmosMaxThroughput", "cosmosMaxThroughputByCollection"} <= main_params.keys()
+    assert {"cosmosMaxThroughput", "cosmosMaxThroughputByCollection", "cosmosStandardThroughputByCollection"} <= (
+        main_params.keys()
+    )
+    passed = bicep.module("main.bicep", "cosmos")["params"]
+    assert str(passed["standardThroughputByCollection"]) == "cosmosStandardThroughputByCollection"
+
+
+DESIGN_SCALE = bicep.INFRA / "design-scale.parameters.json"
+
+
+def design_scale_parameters() -> dict[str, Any]:
+    given: dict[str, Any] = json.loads(DESIGN_SCALE.read_text())["parameters"]
+    return {name: entry["value"] for name, entry in given.items()}
+
+
+def test_the_design_scale_deployment_takes_the_bills_choice_for_every_collection() -> None:
+    """infra/design-scale.parameters.json (written by the last full `./dev bench` with docs/costs.md's table) sets
+    each collection as the bill chose: standard RU/s where standard throughput is the cheaper, else autoscale's
+    maximum; every collection of the schema once."""
+    given = design_scale_parameters()
+    assert set(given) <= set(bicep.parse("main.bicep")["parameters"]), "unknown parameters in the design-scale file"
+    standard, autoscale = given["cosmosStandardThroughputByCollection"], given["cosmosMaxThroughputByCollection"]
+    assert not set(standard) & set(autoscale)
+    assert set(standard) | set(autoscale) == {spec.name for spec in collection_specs(Settings())}
+    table = section_of((ROOT / "docs" / "costs.md").read_text(), "## The bill")
+    chosen = dict(re.findall(r"^\| `(\w+)` \| [^|]* \| ([^|]+) \|", table, re.MULTILINE))
+    for name, ru in standard.items():
+        assert chosen[name].strip() == f"standard {ru:,} RU/s", name
+    for name, ru in autoscale.items():
+        assert chosen[name].strip() == f"autoscale, max {ru:,} RU/s", name
+    assert all(isinstance(ru, int) and ru >= 400 for ru in standard.values())
+    assert all(isinstance(ru, int) and ru >= 1000 and ru % 1000 == 0 for ru in autoscale.values())
+    # The settings the bill counts on (the tally's 64 partitions), each a real setting with a value it accepts.
+    overrides = given["appSettingOverrides"]
+    assert overrides == {"REPORTS_PARTITIONS": "64"}
+    assert Settings(**overrides).reports_partitions == 64
+
+
+def test_the_design_scale_deployment_takes_the_functions_bills_memory_and_always_ready_instances() -> None:
+    """infra/design-scale.parameters.json deploys the Functions part of the bill docs/costs.md shows (both from the
+    last full run): its instance memory, its always-ready HTTP instances, and room for twice the busy ones."""
+    given = design_scale_parameters()
+    table = section_of((ROOT / "docs" / "costs.md").read_text(), "## The bill")
+    memory = re.search(r"on instances of \*\*([\d,]+) MB\*\*", table)
+    ready = re.search(r"\*\*(\d+) of them always-ready HTTP instances\*\*", table)
+    assert memory, "docs/costs.md's bill has no Functions part"
+    assert ready, "docs/costs.md's bill has no always-ready instances"
+    assert given["instanceMemoryMB"] == int(memory.group(1).replace(",", ""))
+    assert given["httpAlwaysReadyInstances"] == int(ready.group(1))
+    assert given["httpAlwaysReadyInstances"] < given["maximumInstanceCount"] <= 1000
+
+
+def test_always_ready_http_instances_are_a_parameter_off_by_default() -> None:
+    """Flex Consumption's always-ready instances bill a baseline all the time (benchmarks/deployment_bill.py
+    RULES): none unless asked for, and then for the HTTP functions' group ('http')."""
+    site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
+    ready = site["properties"]["functionAppConfig"]["scaleAndConcurrency"]["alwaysReady"]["operator"]["operands"]
+    assert ready["true_value"] == [{"name": "http", "instanceCount": "httpAlwaysReadyInstances"}]
+    assert ready["false_value"] == []
+    assert "httpAlwaysReadyInstances" in json.dumps(ready["condition"], default=str)
+    for relative in ("main.bicep", "modules/functionapp.bicep"):
+        assert bicep.parse(relative)["parameters"]["httpAlwaysReadyInstances"]["default"] == 0, relative
+    assert str(bicep.module("main.bicep", "functionApp")["params"]["httpAlwaysReadyInstances"]) == (
+        "httpAlwaysReadyInstances"
+    )
+
+
+def test_the_cosmos_account_scales_each_partition_and_region_on_its_own() -> None:
+    """Dynamic scaling (https://learn.microsoft.com/azure/cosmos-db/autoscale-per-partition-region): an autoscale
+    collection's partitions bill their own peaks, the model's autoscale rule (benchmarks/cost_model.py RULES);
+    the property needs API 2024-11-15 or later (autoscale FAQ)."""
+    account = bicep.resource("modules/cosmos.bicep", "account")
+    assert account["config"]["properties"]["enablePerRegionPerPartitionAutoscale"] is True
+    assert account["api_version"] >= "2024-11-15"
 
 
 def test_the_cosmos_account_speaks_a_version_the_driver_supports_and_does_not_retry_throttled_requests() -> None:

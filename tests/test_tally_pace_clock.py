@@ -7,6 +7,9 @@ Autoscale bills each hour's peak RU/s, so these times are what the bill follows 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+
 from shared.reports.leases import Lease
 from shared.reports.tally import LAST_BEGAN, TallyRun, run_tally
 from shared.settings import Settings
@@ -60,10 +63,10 @@ class ClockedPartition:
         return run
 
 
-def fleet_of(db: Any, users: int) -> tuple[Fleet, ClockedPartition]:
+def fleet_of(db: Any, users: int, spread: int = SPREAD_MINUTES) -> tuple[Fleet, ClockedPartition]:
     """`users` users of one bottle each, heard from at DAY 00:30 and 01:30, and the tally's partition after its
     first pass at 01:10 (unpaced: the last pass's size is not known), which counted the hour DAY 00:00-01:00."""
-    config = Settings(reports_page_size=1, reports_tally_spread_minutes=SPREAD_MINUTES)
+    config = Settings(reports_page_size=1, reports_tally_spread_minutes=spread)
     fleet = Fleet(db, config)
     for n in range(users):
         fleet.provision(f"b{n:02d}", f"user{n:02d}", DAY)
@@ -165,3 +168,38 @@ def test_each_pages_hourly_reports_are_stamped_when_the_page_is_written_not_when
     found = mock_db[schema.USER_HOURLY_REPORTS].find({"hour": DAY + HOUR}, {"updated_at": 1})
     stamps = sorted(r["updated_at"].replace(tzinfo=UTC) for r in found)  # a user a page, in the sweep's order
     assert stamps == partition.page_times == [BEGAN + k * MINUTE for k in range(1, SPREAD_MINUTES + 1)]
+
+
+def test_a_pass_spread_over_the_hour_ends_when_the_next_hour_is_due_and_the_next_pass_keeps_to_the_clock(
+    mock_db: Any,
+) -> None:
+    """REPORTS_TALLY_SPREAD_MINUTES=60: a pass's pages spread over the hour from when it began, but it ends when the
+    next hour is due (its due time, an hour after its own: 03:10), not an hour after a late start; the next pass,
+    begun half a minute after that, ends at the next due time again. So the passes do not drift later hour after
+    hour (to a pass that counts two hours at once), and each hour is counted exactly once."""
+    users = 60
+    fleet, partition = fleet_of(mock_db, users, spread=60)
+    started = BEGAN + 90 * timedelta(seconds=1)  # the run began a minute and a half after the hour was due
+
+    run = partition.run(started)
+
+    assert (run.pages, run.caught_up) == (users, False)  # done as the next hour comes due
+    assert partition.page_times[-1] == BEGAN + HOUR  # 03:10, when DAY 02:00-03:00 is due
+    interval = (BEGAN + HOUR - started) / users
+    assert partition.page_times == [started + k * interval for k in range(1, users + 1)]
+    assert every_user_counted(fleet, users)
+    for n in range(users):
+        fleet.beat(f"b{n:02d}", DAY + 2 * HOUR + 30 * MINUTE)
+    partition.page_times.clear()
+
+    run = partition.run(BEGAN + HOUR + 30 * timedelta(seconds=1))
+
+    assert (run.pages, run.caught_up) == (users, False)
+    assert partition.page_times[-1] == BEGAN + 2 * HOUR
+    assert all(fleet.hourly(f"user{n:02d}") == {DAY: 1, DAY + HOUR: 1, DAY + 2 * HOUR: 1} for n in range(users))
+
+
+def test_the_spread_may_be_the_whole_hour_and_no_more() -> None:
+    assert Settings(reports_tally_spread_minutes=60).reports_tally_spread_minutes == 60
+    with pytest.raises(ValidationError, match="reports_tally_spread_minutes"):
+        Settings(reports_tally_spread_minutes=61)

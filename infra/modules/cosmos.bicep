@@ -38,6 +38,14 @@ param maxThroughputByCollection object = {}
 @maxValue(10000)
 param unshardedThroughput int = 400
 
+// Standard (manual) throughput bills what is set every hour; autoscale bills each hour's peak at 1.5 x the rate
+// (https://learn.microsoft.com/azure/cosmos-db/how-to-choose-offer). A collection busy at its peak most hours is
+// cheaper on standard: the design-scale bill (benchmarks/design_scale.py) chooses per collection and writes the
+// choice to design-scale.parameters.json (docs/costs.md: Throughput to deploy).
+@description('Per-collection standard (manual) RU/s: a collection named here gets that fixed throughput instead of autoscale, e.g. { bottle_heartbeats: 195000 }.')
+param standardThroughputByCollection object = {}
+
+
 // Retention (the app settings of the same names; docs/architecture.md): each growing collection's TTL on `_ts`, so a
 // document expires that many days after its last write. Cosmos DB deletes expired documents in the background,
 // with throughput the collection does not otherwise use.
@@ -137,7 +145,7 @@ var collections = [
   }
 ]
 
-resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
+resource account 'Microsoft.DocumentDB/databaseAccounts@2024-11-15' = {
   name: name
   location: location
   tags: tags
@@ -177,10 +185,14 @@ resource account 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' = {
         tier: 'Continuous7Days'
       }
     }
+    // Dynamic scaling: each physical partition (and region) of an autoscale collection scales, and bills, to its
+    // own need rather than the busiest one's (https://learn.microsoft.com/azure/cosmos-db/autoscale-per-partition-region;
+    // on by default for accounts created since 2024-09-25, set here for the others: API 2024-11-15 or later).
+    enablePerRegionPerPartitionAutoscale: true
   }
 }
 
-resource database 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases@2024-05-15' = {
+resource database 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases@2024-11-15' = {
   parent: account
   name: databaseName
   properties: {
@@ -192,7 +204,7 @@ resource database 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases@2024-0
 
 // One at a time: parallel control-plane changes (create, throughput) to one account's collections can conflict.
 @batchSize(1)
-resource collection 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/collections@2024-05-15' = [
+resource collection 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/collections@2024-11-15' = [
   for c in collections: {
     parent: database
     name: c.name
@@ -201,8 +213,15 @@ resource collection 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/coll
         { id: c.name, indexes: c.indexes },
         empty(c.shardKey) ? {} : { shardKey: { '${c.shardKey}': 'Hash' } }
       )
-      // Standard throughput without a shard key (`unshardedThroughput`, above); autoscale with one.
-      options: empty(c.shardKey) ? { throughput: unshardedThroughput } : { autoscaleSettings: { maxThroughput: contains(maxThroughputByCollection, c.name) ? maxThroughputByCollection[c.name] : defaultMaxThroughput } }
+      // Standard throughput without a shard key (`unshardedThroughput`, above); with one, standard where the design
+      // scale's choice names the collection (`standardThroughputByCollection`), autoscale otherwise.
+      options: empty(c.shardKey) ? { throughput: unshardedThroughput } : (contains(standardThroughputByCollection, c.name) ? {
+        throughput: standardThroughputByCollection[c.name]
+      } : {
+        autoscaleSettings: {
+          maxThroughput: contains(maxThroughputByCollection, c.name) ? maxThroughputByCollection[c.name] : defaultMaxThroughput
+        }
+      })
     }
   }
 ]

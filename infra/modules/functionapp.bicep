@@ -26,6 +26,13 @@ param maximumInstanceCount int = 100
 @allowed([2048, 4096])
 param instanceMemoryMB int = 2048
 
+// Always-ready HTTP instances bill a baseline all the time and a lower rate than on demand while busy: they pay
+// for a load that keeps them busy all day, as the device events do at the design scale (benchmarks/
+// deployment_bill.py chooses, infra/design-scale.parameters.json holds it). 0: every instance on demand.
+@minValue(0)
+@maxValue(1000)
+param httpAlwaysReadyInstances int = 0
+
 // How many HTTP requests one instance takes at once, and the Python worker's threads to run them. Set, not left to
 // the defaults, which depend on the instance size and the language
 // (https://learn.microsoft.com/azure/azure-functions/functions-concurrency#http-trigger-concurrency): the functions
@@ -96,6 +103,12 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         }
       }
       scaleAndConcurrency: {
+        alwaysReady: (httpAlwaysReadyInstances > 0) ? [
+          {
+            name: 'http'
+            instanceCount: httpAlwaysReadyInstances
+          }
+        ] : []
         maximumInstanceCount: maximumInstanceCount
         instanceMemoryMB: instanceMemoryMB
         triggers: {

@@ -195,12 +195,17 @@ def next_pass(lease: Lease, *, now: datetime, overlap: timedelta, oldest: timede
 
 def pace_of(current: Pass, *, now: datetime, spread: timedelta) -> Pace | None:
     """The pace of `current` (shared/store/pacing.py: its pages spread evenly to its start plus
-    REPORTS_TALLY_SPREAD_MINUTES, counting on as many as the last pass read), or None when it runs unpaced: as
-    Pace.over has it (off, a first pass or a new partition layout, a small pass), or a later hour is already due
-    (the pass is behind: it catches up at once)."""
+    REPORTS_TALLY_SPREAD_MINUTES, counting on as many as the last pass read, and ending by the time the next hour
+    is due), or None when it runs unpaced: as Pace.over has it (off, a first pass or a new partition layout, a
+    small pass), or a later hour is already due (the pass is behind: it catches up at once).
+
+    Why the next hour's due time bounds it: a pass begins a little after its hours are due (the next dispatch, the
+    next run), so a pass spread over the whole hour from its start would end a little after the next is due, and
+    each pass would begin later than the last until one counted two hours at once, twice a pass's writes."""
     if hours_due(now) > current.end:
         return None
-    return Pace.over(current.began, spread, current.last_pages)
+    next_due = current.end + HOUR + SETTLE
+    return Pace.over(current.began, min(spread, next_due - current.began), current.last_pages)
 
 
 class UserPages:

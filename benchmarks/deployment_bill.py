@@ -1,0 +1,649 @@
+"""The whole deployment's bill beside Cosmos DB's (benchmarks/design_scale.py): the Functions app on Flex
+Consumption, priced from the work the design scale brings (~18 K HTTP requests a second, the report and check
+workers, the timers) and the CPU a request takes; each price with the page it was read from and the date it was
+read (READ_ON), each rule with a worked example from its page that tests/test_deployment_bill.py checks.
+
+What decides the Functions bill: Flex Consumption bills each instance's memory for the time it executes functions
+(GB-seconds) and each execution; always-ready instances bill a lower rate while busy and a baseline while idle. An
+HTTP instance takes `httpPerInstanceConcurrency` requests at once, and the platform adds instances as requests wait,
+so the count follows the CPU a request takes (the instance's CPU queue, M/M/1) and its database round trips.
+HTTP_CPU_MS is the one input to swap in when the ingestion benchmark measures invocations through the Functions
+runtime; until then `./dev bench` passes the CPU per request its ingestion benchmark measures (the app's and the
+in-process store's together: an upper bound for the app alone).
+"""
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from benchmarks import design_scale
+from benchmarks.cost_model import HOURS_PER_MONTH, PRICE, RESERVED_MAX_DISCOUNT, Rule
+from shared.settings import Settings
+
+READ_ON = "2026-11-27"  # the date every price and rule below was read
+SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
+HOST_JSON = Path(__file__).resolve().parent.parent / "host.json"
+
+# --- sources -----------------------------------------------------------------------------------------------
+
+FLEX_COSTS = "https://learn.microsoft.com/azure/azure-functions/functions-consumption-costs"
+FLEX_PLAN = "https://learn.microsoft.com/azure/azure-functions/flex-consumption-plan"
+FLEX_PRICING = "https://azure.microsoft.com/pricing/details/functions/"
+# The always-ready meters: the pricing page's table as a public design document copies it, in euros
+# (github.com, "Functions Flex-consumption pricing": On Demand Execution Time EUR 0.000025 / GB-s, On Demand Total
+# Executions EUR 0.371 a million, Always Ready Baseline EUR 0.0000038 / GB-s, Always Ready Execution Time
+# EUR 0.0000149 / GB-s, Always Ready Total Executions EUR 0.370439 a million; 100,000 GB-s and 250,000 executions
+# free a month, on demand only); no page the search tool returned gives them in dollars.
+ALWAYS_READY_EUR = "https://azure.microsoft.com/pricing/details/functions/ (euro table, copied in a public design note)"
+EUR_ON_DEMAND_GB_S = 0.000025
+EUR_ON_DEMAND_MILLION = 0.371
+EUR_BASELINE_GB_S = 0.0000038
+EUR_ALWAYS_READY_GB_S = 0.0000149
+EUR_ALWAYS_READY_MILLION = 0.370439
+
+
+@dataclass(frozen=True)
+class FlexPrice:
+    """Flex Consumption's meters in dollars (a US region, pay as you go). The on-demand ones are FLEX_COSTS'
+    worked example's; the always-ready ones are the euro table's at the ratio of the same meter on demand
+    (dollars to euros), since no dollar figure was found."""
+
+    on_demand_gb_s: float = 0.000026
+    on_demand_per_million: float = 0.40
+    free_gb_s: float = 100_000  # a month, per subscription, on demand only
+    free_executions: float = 250_000
+    baseline_gb_s: float = EUR_BASELINE_GB_S * 0.000026 / EUR_ON_DEMAND_GB_S
+    always_ready_gb_s: float = EUR_ALWAYS_READY_GB_S * 0.000026 / EUR_ON_DEMAND_GB_S
+    always_ready_per_million: float = EUR_ALWAYS_READY_MILLION * 0.40 / EUR_ON_DEMAND_MILLION
+    source: str = (
+        f"{FLEX_COSTS} (read {READ_ON}: $0.000026 per GB-s and $0.40 per million executions on demand, the page's "
+        f"worked example); {ALWAYS_READY_EUR} (always ready, converted); {FLEX_PRICING} for today's price"
+    )
+
+
+FLEX = FlexPrice()
+INSTANCE_CORES = {2048: 1, 4096: 2}  # FLEX_PLAN (Regional subscription memory quotas: 250 cores, 512,000 MB)
+MEMORY_SIZES = tuple(INSTANCE_CORES)
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "Flex Consumption on demand",
+        "an on-demand instance bills its memory for the time it is executing functions (GB-seconds, at least "
+        "1,000 ms an active period, then in steps of 100 ms), however many executions run on it at once, and "
+        "each execution; 100,000 GB-s and 250,000 executions a month are free",
+        f"{FLEX_COSTS} (Flex Consumption plan: billing modes; the IO-bound and CPU-bound examples); {FLEX_PLAN} "
+        "(Billing: 'The minimum billable execution period ... is 1,000 ms')",
+        "40 requests a second, 10 at once, 2,048 MB: CPU-bound on 10 instances 10 x 2 GB x 3,600 s x $0.000026 "
+        "= $1.872 an hour plus 0.144 M executions x $0.40 = $0.0576, $1.9296; IO-bound on one instance "
+        "$0.1872 + $0.0576 = $0.245",
+    ),
+    Rule(
+        "Flex Consumption always ready",
+        "an always-ready instance bills a baseline for its memory all the time, a lower rate than on demand while "
+        "it executes, and each execution; no free grant: it pays where an instance is busy more than "
+        "baseline / (on demand - always ready) of the time",
+        f"{FLEX_COSTS} (Always ready: baseline, execution time, executions); {ALWAYS_READY_EUR}",
+        "one always-ready instance of 2 GB: EUR 0.0000038 x 2,592,000 s x 2 GB = EUR 19.70 a month of baseline",
+    ),
+    Rule(
+        "instance memory",
+        "an instance is 2,048 MB (one core) or 4,096 MB (two); both bill the same per GB-s, so the larger pays "
+        "only if a request's work uses its second core: the app's Python worker is one process (its code holds "
+        "the interpreter lock), so it does not",
+        f"{FLEX_PLAN} (Instance memory; Regional subscription memory quotas: '250 instances of 2,048 MB')",
+        "2,048 MB: 1 core, 4,096 MB: 2 cores; at one worker process both serve a core's worth of requests",
+    ),
+    Rule(
+        "HTTP instances",
+        "Flex adds HTTP instances as each reaches its per-instance concurrency: the requests under way are the "
+        "rate times the time a request takes (Little's law), its database round trips and its CPU, slowed by the "
+        "instance's CPU load as an M/M/1 queue (1 / (1 - load)) and at most by the requests it holds at once",
+        f"{FLEX_PLAN} (Concurrency; Per-function scaling: 'All HTTP triggered functions ... scale together'); "
+        f"{FLEX_COSTS} (the CPU-bound and IO-bound examples)",
+        "40 requests a second taking 250 ms each at 10 at once: CPU-bound at a concurrency of 1, 10 instances; "
+        "IO-bound at 10 to an instance, 1",
+    ),
+)
+
+ASSUMPTIONS: tuple[str, ...] = (
+    "HTTP_CPU_MS: the CPU a request takes; until the ingestion benchmark measures invocations through the "
+    "Functions runtime, the CPU per event its one-event-per-request run measures (the app's and the in-process "
+    "store's together: an upper bound for the app alone; the host's own share not in it).",
+    "DB_CALL_MS: a database round trip in the region, ~5 ms (Cosmos DB answers in single-digit milliseconds).",
+    "A queue-triggered instance takes batchSize + newBatchThreshold messages at once (host.json), and a check "
+    "run that finds little takes CHECK_RUN_SECONDS, the 1 s an active period bills at least.",
+    "The users' own reads (their reports and notifications) are in neither bill: the design gives no rate.",
+)
+
+HTTP_CPU_MS = 3.29  # benchmarks/RESULTS.md (2026-11-24): the app, one event a request, 20,000 bottles
+DB_CALL_MS = 5.0
+HTTP_CONCURRENCY = 16  # infra/modules/functionapp.bicep httpPerInstanceConcurrency
+PYTHON_WORKER_PROCESSES = 1  # the app sets no FUNCTIONS_WORKER_PROCESS_COUNT: one Python process an instance
+CHECK_RUN_SECONDS = 1.0
+CALLS_PER_SECOND = 1000 / DB_CALL_MS  # database calls a second one worker makes, one after another
+
+
+# --- the HTTP group ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Requests:
+    """A kind of HTTP request at the design scale: how many a second, the CPU each takes and its database round
+    trips."""
+
+    name: str
+    per_second: float
+    cpu_ms: float
+    calls: float
+
+    @property
+    def io_ms(self) -> float:
+        return self.calls * DB_CALL_MS
+
+
+def usable_cores(memory_mb: int, worker_processes: int = PYTHON_WORKER_PROCESSES) -> int:
+    """The cores an instance's requests can keep busy: its own, at most one a Python worker process."""
+    return min(INSTANCE_CORES[memory_mb], worker_processes)
+
+
+def http_instances(
+    requests: Sequence[Requests],
+    memory_mb: int,
+    concurrency: int = HTTP_CONCURRENCY,
+    worker_processes: int = PYTHON_WORKER_PROCESSES,
+) -> int:
+    """The HTTP instances Flex scales to for `requests` (RULES: HTTP instances): the fewest whose requests under
+    way stay within `concurrency` each, a request taking its round trips and its CPU slowed by the instance's
+    load (at most by `concurrency`: no more requests than that share its cores)."""
+    rate = sum(r.per_second for r in requests)
+    if rate <= 0:
+        return 0
+    cpu = sum(r.per_second * r.cpu_ms for r in requests) / rate / 1000
+    io = sum(r.per_second * r.io_ms for r in requests) / rate / 1000
+    cores = usable_cores(memory_mb, worker_processes)
+    n = max(1, math.ceil(rate * cpu / cores - 1e-9))
+    while True:
+        load = rate * cpu / (n * cores)
+        slowdown = min(1 / (1 - load), concurrency) if load < 1 else concurrency
+        if rate * (io + cpu * slowdown) <= n * concurrency * (1 + 1e-9):
+            return n
+        n += 1
+
+
+# --- the bill ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Group:
+    """A scale group of the app (Flex scales HTTP functions together, each other function on its own): its
+    executions a second and the instances it keeps busy on average (each billed while executing), of which
+    `always_ready` are always-ready instances (the busiest ones)."""
+
+    name: str
+    executions_per_second: float
+    instances: float
+    always_ready: int = 0
+
+    def gb_seconds(self, memory_mb: int) -> float:
+        """GB-seconds a month its instances execute."""
+        return self.instances * memory_mb / 1024 * SECONDS_PER_MONTH
+
+    def executions(self) -> float:
+        return self.executions_per_second * SECONDS_PER_MONTH
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A month's Functions bill by meter, dollars."""
+
+    on_demand_time: float = 0.0
+    on_demand_executions: float = 0.0
+    baseline: float = 0.0
+    always_ready_time: float = 0.0
+    always_ready_executions: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return (
+            self.on_demand_time
+            + self.on_demand_executions
+            + self.baseline
+            + self.always_ready_time
+            + self.always_ready_executions
+        )
+
+
+def monthly(groups: Iterable[Group], memory_mb: int, price: FlexPrice = FLEX) -> Cost:
+    """What the groups bill in a month on instances of `memory_mb`: each group's always-ready instances at the
+    baseline all month and the always-ready rates for the share of its work they do, the rest on demand, less
+    the on-demand free grants."""
+    gb = memory_mb / 1024
+    on_demand_gb_s = on_demand_executions = 0.0
+    baseline = always_time = always_executions = 0.0
+    for group in groups:
+        ready = min(group.always_ready, group.instances)
+        share = ready / group.instances if group.instances else 0.0
+        baseline += group.always_ready * gb * SECONDS_PER_MONTH * price.baseline_gb_s
+        always_time += group.gb_seconds(memory_mb) * share * price.always_ready_gb_s
+        always_executions += group.executions() * share / 1e6 * price.always_ready_per_million
+        on_demand_gb_s += group.gb_seconds(memory_mb) * (1 - share)
+        on_demand_executions += group.executions() * (1 - share)
+    return Cost(
+        on_demand_time=max(on_demand_gb_s - price.free_gb_s, 0.0) * price.on_demand_gb_s,
+        on_demand_executions=max(on_demand_executions - price.free_executions, 0.0) / 1e6 * price.on_demand_per_million,
+        baseline=baseline,
+        always_ready_time=always_time,
+        always_ready_executions=always_executions,
+    )
+
+
+def with_always_ready(group: Group, memory_mb: int, price: FlexPrice = FLEX) -> Group:
+    """`group` with the always-ready instances that bill least: none, or as many as it keeps busy all day (its
+    load is steady: the instances it needs at the quietest hour)."""
+    steady = replace(group, always_ready=int(group.instances))
+    cheaper = monthly([steady], memory_mb, price).total < monthly([group], memory_mb, price).total
+    return steady if cheaper else replace(group, always_ready=0)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The Functions work at the design scale, besides the HTTP requests: the report and check partitions and
+    the timers."""
+
+    actions_partitions: int  # the actions feed's partitions: bottle_actions' physical partitions
+    actions_calls_per_second: float  # database calls the actions feed makes (benchmarks/costs.py, per change)
+    tally_partitions: int  # REPORTS_PARTITIONS at the design scale
+    tally_busy_seconds: float  # seconds of each minute a tally partition's run takes (paced, it waits in it)
+    check_runs_per_second: float  # check partition runs (CHECK_PARTITIONS a check's schedule)
+    timer_runs_per_second: float  # the dispatchers' runs
+    queue_concurrency: int  # host.json: batchSize + newBatchThreshold
+
+
+def queue_concurrency(host: Path = HOST_JSON) -> int:
+    """Messages a queue-triggered instance takes at once: host.json's batchSize + newBatchThreshold."""
+    queues = json.loads(host.read_text())["extensions"]["queues"]
+    return int(queues["batchSize"]) + int(queues["newBatchThreshold"])
+
+
+def groups(requests: Sequence[Requests], work: Workload, memory_mb: int) -> list[Group]:
+    """The app's scale groups at the design scale, each with the instances it keeps busy on average."""
+    http = Group("HTTP (device events)", sum(r.per_second for r in requests), http_instances(requests, memory_mb))
+    actions_run = work.actions_calls_per_second * 60 / max(work.actions_partitions, 1) / CALLS_PER_SECOND
+    actions_seconds = max(actions_run, CHECK_RUN_SECONDS)  # each run a minute's calls, one after another
+    busy = work.actions_partitions * actions_seconds / 60 + work.tally_partitions * work.tally_busy_seconds / 60
+    reports = Group(
+        "report partitions (queue)",
+        (work.actions_partitions + work.tally_partitions) / 60,
+        busy / work.queue_concurrency,
+    )
+    checks = Group(
+        "check partitions (queue)",
+        work.check_runs_per_second,
+        work.check_runs_per_second * CHECK_RUN_SECONDS / work.queue_concurrency,
+    )
+    timers = Group("timers (dispatch)", work.timer_runs_per_second, work.timer_runs_per_second * CHECK_RUN_SECONDS)
+    return [http, reports, checks, timers]
+
+
+@dataclass(frozen=True)
+class FunctionsBill:
+    """The Functions part of the bill: the instance memory chosen, the groups with their always-ready
+    instances, and what they cost a month (with each size's cost, for the choice)."""
+
+    memory_mb: int
+    groups: list[Group]
+    cost: Cost
+    by_memory: dict[int, float] = field(default_factory=dict)
+    requests: list[Requests] = field(default_factory=list)
+
+    @property
+    def calls_per_request(self) -> float:
+        rate = sum(r.per_second for r in self.requests)
+        return sum(r.per_second * r.calls for r in self.requests) / rate if rate else 0.0
+
+    @property
+    def cpu_ms(self) -> float:
+        rate = sum(r.per_second for r in self.requests)
+        return sum(r.per_second * r.cpu_ms for r in self.requests) / rate if rate else 0.0
+
+    @property
+    def always_ready(self) -> int:
+        return sum(g.always_ready for g in self.groups)
+
+    @property
+    def peak_instances(self) -> int:
+        return math.ceil(sum(g.instances for g in self.groups))
+
+
+def functions_bill(requests: Sequence[Requests], work: Workload, price: FlexPrice = FLEX) -> FunctionsBill:
+    """The cheaper instance memory for the design scale's work, each group on its cheaper always-ready count."""
+    bills = {}
+    for memory in MEMORY_SIZES:
+        found = [with_always_ready(g, memory, price) if g.name.startswith("HTTP") else g
+                 for g in groups(requests, work, memory)]  # fmt: skip
+        bills[memory] = (found, monthly(found, memory, price))
+    memory = min(MEMORY_SIZES, key=lambda m: (bills[m][1].total, m))
+    chosen, cost = bills[memory]
+    return FunctionsBill(memory, chosen, cost, {m: c.total for m, (_, c) in bills.items()}, list(requests))
+
+
+# --- at the design scale -------------------------------------------------------------------------------------
+
+
+def design_scale_work(
+    calls: Mapping[str, float],
+    actions_partitions: int,
+    settings: Settings,
+    *,
+    http_cpu_ms: float = HTTP_CPU_MS,
+) -> tuple[list[Requests], Workload]:
+    """The design scale's HTTP requests and worker load (design_scale's rates): `calls` are the database commands
+    a unit of work makes, measured (benchmarks/costs.py: "heartbeat", "opened", "closed", "actions feed" per
+    source change), `http_cpu_ms` the CPU a request takes (HTTP_CPU_MS)."""
+    requests = [
+        Requests("heartbeat", design_scale.HEARTBEATS_PER_SECOND, http_cpu_ms, calls.get("heartbeat", 1.0)),
+        Requests("opened", design_scale.OPENED_PER_SECOND, http_cpu_ms, calls.get("opened", 3.0)),
+        Requests("closed", design_scale.CLOSED_PER_SECOND, http_cpu_ms, calls.get("closed", 3.0)),
+    ]
+    spread = min(settings.reports_tally_spread_minutes or design_scale.TALLY_MINUTES, 60) / 60
+    schedules = design_scale.SWEEP_MINUTES  # minutes between a check's runs
+    work = Workload(
+        actions_partitions=actions_partitions,
+        actions_calls_per_second=calls.get("actions feed", 0.0) * design_scale.CHANGES_PER_SECOND,
+        tally_partitions=design_scale.REPORTS_PARTITIONS,
+        tally_busy_seconds=min(settings.reports_time_budget_seconds, 60.0) * spread,
+        check_runs_per_second=sum(settings.check_partitions / (minutes * 60) for minutes in schedules.values()),
+        timer_runs_per_second=1 / 60 + sum(1 / (minutes * 60) for minutes in schedules.values()),
+        queue_concurrency=queue_concurrency(),
+    )
+    return requests, work
+
+
+def http_group(functions: FunctionsBill) -> Group:
+    return next(g for g in functions.groups if g.name.startswith("HTTP"))
+
+
+def functions_parameters(functions: FunctionsBill) -> dict[str, int]:
+    """The infra/main.bicep parameters that deploy the Functions part of the bill: the instance memory, the
+    always-ready HTTP instances, and a maximum instance count twice the instances busy on average (bursts, cold
+    starts), within Flex Consumption's 40 to 1,000."""
+    maximum = min(1000, max(40, math.ceil(2 * functions.peak_instances / 10) * 10))
+    return {
+        "instanceMemoryMB": functions.memory_mb,
+        "httpAlwaysReadyInstances": http_group(functions).always_ready,
+        "maximumInstanceCount": maximum,
+    }
+
+
+def functions_markdown(functions: FunctionsBill, price: FlexPrice = FLEX) -> str:
+    """The Functions part of the bill as docs/costs.md shows it."""
+    lines = [
+        "| Functions scale group (Flex Consumption) | executions a second | instances busy (average) | always ready "
+        "| GB-s a month |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for group in functions.groups:
+        lines.append(
+            f"| {group.name} | {group.executions_per_second:,.2f} | {group.instances:,.1f} | {group.always_ready:,} | "
+            f"{group.gb_seconds(functions.memory_mb):,.0f} |"
+        )
+    cost = functions.cost
+    others = ", ".join(f"{m:,} MB ${c:,.0f}" for m, c in functions.by_memory.items() if m != functions.memory_mb)
+    executions = cost.on_demand_executions + cost.always_ready_executions
+    lines.append(
+        f"\nFunctions: **${cost.total:,.0f} a month** on instances of **{functions.memory_mb:,} MB** (on {others}), "
+        f"**{http_group(functions).always_ready} of them always-ready HTTP instances**: executions "
+        f"${executions:,.0f}, execution time ${cost.on_demand_time + cost.always_ready_time:,.0f}, always-ready "
+        f"baseline ${cost.baseline:,.0f}. A request takes {functions.cpu_ms:.2f} ms of CPU (HTTP_CPU_MS) and "
+        f"{functions.calls_per_request:.2f} database round trips of {DB_CALL_MS:.0f} ms; an HTTP instance takes "
+        f"{HTTP_CONCURRENCY} at once. Price: ${price.on_demand_gb_s:.6f} per GB-s and "
+        f"${price.on_demand_per_million:.2f} per million executions on demand; always ready "
+        f"${price.baseline_gb_s:.8f} per GB-s of baseline, "
+        f"${price.always_ready_gb_s:.7f} per GB-s busy, ${price.always_ready_per_million:.3f} per million "
+        f"(benchmarks/deployment_bill.py FLEX: its pages, read {READ_ON})."
+    )
+    return "\n".join(lines)
+
+
+# --- the rest: Storage queues, Application Insights, Key Vault, the archive ---------------------------------
+
+STORAGE_CALCULATOR = (
+    "https://github.com/microsoft/kernel-memory/blob/main/docs/azure/architecture.md (an Azure pricing calculator "
+    "estimate of 2024-06-24, East US: Queue Storage, General Purpose V2, LRS, 1 GB, 1,000 x 10,000 Class 1 and "
+    "1,000 x 10,000 Class 2 operations: $8.05)"
+)
+QUEUE_OPERATIONS = "https://learn.microsoft.com/rest/api/storageservices/queue-service-rest-api"
+APP_INSIGHTS_VOLUME = "https://learn.microsoft.com/azure/azure-monitor/app/pricing"
+LOG_INGESTION_PRICE = (
+    "https://azure.microsoft.com/pricing/details/monitor/ (as public cost notes copy it: Application Insights and "
+    "Log Analytics ingestion ~$2.30 per GB, the first 5 GB a month free; one gives Log Analytics $2.76 per GB)"
+)
+OTEL_HOST_SAMPLING = (
+    "https://github.com/Azure/azure-functions-host/issues/10770 (host.json's logging.applicationInsights does not "
+    "apply in OpenTelemetry mode); https://github.com/Azure/azure-functions-host/issues/11745 (OTEL_TRACES_SAMPLER "
+    "for the host, from 4.1048.100, reported not to apply)"
+)
+KEY_VAULT_PRICE = (
+    "https://learn.microsoft.com/answers/questions/5608202/how-to-correctly-estimate-azure-key-vault-cost "
+    "(Standard tier: ~$0.03 per 10,000 operations; a service caches a secret it fetched)"
+)
+FUNCTIONS_BICEP = Path(__file__).resolve().parent.parent / "infra" / "modules" / "functionapp.bicep"
+
+
+@dataclass(frozen=True)
+class OtherPrice:
+    """The other meters in dollars (a US region, pay as you go), each from the page named in its source."""
+
+    queue_per_10k: float = 0.004  # Class 1 and Class 2 alike: 1,000 x 0.004 + 1,000 x 0.004 + 1 GB x 0.045 = 8.05
+    queue_gb_month: float = 0.045
+    ingestion_per_gb: float = 2.30
+    ingestion_free_gb: float = 5.0  # a month, per billing account
+    key_vault_per_10k: float = 0.03
+    source: str = f"{STORAGE_CALCULATOR}; {LOG_INGESTION_PRICE}; {KEY_VAULT_PRICE}; read {READ_ON}"
+
+
+OTHER = OtherPrice()
+
+RULES = (
+    *RULES,
+    Rule(
+        "Storage queue transactions",
+        "every queue operation is a transaction (a put, a get of up to 32 messages, a delete, a peek, an empty poll); "
+        "Class 1 and Class 2 operations both $0.004 per 10,000 on General Purpose v2 LRS, capacity $0.045 per GB",
+        f"{STORAGE_CALCULATOR}; {QUEUE_OPERATIONS}",
+        "10 M Class 1 and 10 M Class 2 operations and 1 GB: 1,000 x $0.004 + 1,000 x $0.004 + $0.045 = $8.05",
+    ),
+    Rule(
+        "Application Insights ingestion",
+        "telemetry is billed by the GB (10^9 bytes) of uncompressed JSON ingested into the workspace, the first "
+        "5 GB a month free; what is sampled away is not; sampling by a rate a second is per process",
+        f"{APP_INSIGHTS_VOLUME} (Data volume); {LOG_INGESTION_PRICE}; {OTEL_HOST_SAMPLING}",
+        "a cost guide's 'medium app: 10 GB/month = ~$12', 'large app: 100 GB/month = ~$220': (10 - 5) x $2.30 = "
+        "$11.50, (100 - 5) x $2.30 = $218.50",
+    ),
+    Rule(
+        "Key Vault operations",
+        "each secret read or write is an operation, $0.03 per 10,000 on the Standard tier; the app's connection "
+        "string is a Key Vault reference the platform reads when an instance starts and caches",
+        KEY_VAULT_PRICE,
+        "a few dozen operations a month cost a few cents: 30 x $0.03 / 10,000 = $0.00009",
+    ),
+)
+
+ASSUMPTIONS = (
+    *ASSUMPTIONS,
+    "TELEMETRY_ITEM_BYTES: an Application Insights item (a request, a span, a log line) is ~1,000 bytes of JSON; "
+    "the workspace's Usage table tells (calibrate).",
+    "Each busy instance sends what its sampling lets through a second: the host host.json's "
+    "maxTelemetryItemsPerSecond (if it still applies in OpenTelemetry mode; if instead the host follows "
+    "OTEL_TRACES_SAMPLER, fewer; if it samples nothing, every request: OTEL_HOST_SAMPLING), the Python worker "
+    "OTEL_TRACES_SAMPLER_ARG traces of TELEMETRY_ITEMS_PER_TRACE items.",
+    "A notification is put on its queue by the checks and got and deleted by its consumer (outside the app); a "
+    "queue listener polls an empty queue every maxPollingInterval, the platform's scale controller each queue "
+    "every SCALE_POLL_SECONDS.",
+    "KEY_VAULT_READS_A_DAY: the connection string read when an instance starts: the always-ready instances once a "
+    "day, the workers' as they scale out (an instance start each an hour).",
+)
+
+TELEMETRY_ITEM_BYTES = 1_000
+TELEMETRY_ITEMS_PER_TRACE = 2  # the function's span and its invocation log line
+SCALE_POLL_SECONDS = 10.0
+
+
+def host_sampling(host: Path = HOST_JSON) -> tuple[float, float]:
+    """host.json's queue polling interval (seconds) and the host's telemetry items a second an instance."""
+    loaded = json.loads(host.read_text())
+    hours, minutes, seconds = (float(part) for part in loaded["extensions"]["queues"]["maxPollingInterval"].split(":"))
+    polling = hours * 3600 + minutes * 60 + seconds
+    items = float(loaded["logging"]["applicationInsights"]["samplingSettings"]["maxTelemetryItemsPerSecond"])
+    return polling, items
+
+
+def worker_traces_per_second(bicep: Path = FUNCTIONS_BICEP) -> float:
+    """The Python worker's sampled traces a second an instance: OTEL_TRACES_SAMPLER_ARG as deployed."""
+    found = re.search(r"OTEL_TRACES_SAMPLER_ARG: '([\d.]+)'", bicep.read_text())
+    assert found, f"{bicep} sets no OTEL_TRACES_SAMPLER_ARG"
+    return float(found.group(1))
+
+
+@dataclass(frozen=True)
+class Line:
+    """A component of the whole bill: dollars a month in one region and in two (a second region holds the
+    Cosmos DB account's replica; the rest runs in the first), what it counts, and its price's page and date."""
+
+    component: str
+    one_region: float
+    two_regions: float
+    counts: str
+    price: str
+
+
+def queue_line(functions: FunctionsBill, work: Workload, notifications_per_second: float) -> Line:
+    """Storage queue transactions a month: each work message put, got (a batch of batchSize at a time) and
+    deleted, each notification put, got and deleted, the listeners' empty polls and the scale controller's."""
+    polling, _items = host_sampling()
+    batch = json.loads(HOST_JSON.read_text())["extensions"]["queues"]["batchSize"]
+    work_messages = (work.actions_partitions + work.tally_partitions) / 60 + work.check_runs_per_second
+    listeners = sum(g.instances for g in functions.groups if "(queue)" in g.name)
+    per_second = (
+        work_messages * (2 + 1 / batch)
+        + notifications_per_second * 3
+        + listeners / polling
+        + 3 / SCALE_POLL_SECONDS  # three queues
+    )
+    monthly = per_second * SECONDS_PER_MONTH / 10_000 * OTHER.queue_per_10k
+    counts = (
+        f"{per_second:,.0f} transactions a second: {work_messages:,.1f} work messages and "
+        f"{notifications_per_second:,.0f} notifications a second, polls"
+    )
+    return Line("Storage queues", monthly, monthly, counts, STORAGE_CALCULATOR)
+
+
+def telemetry_line(functions: FunctionsBill) -> Line:
+    """Application Insights ingestion a month at the configured sampling: each busy instance's host items and
+    worker traces a second (per process), TELEMETRY_ITEM_BYTES each."""
+    _polling, host_items = host_sampling()
+    per_instance = host_items + worker_traces_per_second() * TELEMETRY_ITEMS_PER_TRACE
+    instances = sum(g.instances for g in functions.groups if g.instances >= 1)
+    gb = instances * per_instance * TELEMETRY_ITEM_BYTES * SECONDS_PER_MONTH / 1e9
+    monthly = max(gb - OTHER.ingestion_free_gb, 0.0) * OTHER.ingestion_per_gb
+    counts = (
+        f"{gb:,.0f} GB a month: {instances:,.0f} busy instances x {per_instance:,.0f} items a second "
+        f"(host.json {host_items:,.0f} + worker {worker_traces_per_second():,.0f} traces x "
+        f"{TELEMETRY_ITEMS_PER_TRACE}) x {TELEMETRY_ITEM_BYTES:,} bytes"
+    )
+    return Line("Application Insights", monthly, monthly, counts, LOG_INGESTION_PRICE)
+
+
+def unsampled_telemetry(requests_per_second: float) -> float:
+    """Application Insights a month if the host's request telemetry were not sampled at all (OTEL_HOST_SAMPLING):
+    an item per request."""
+    gb = requests_per_second * TELEMETRY_ITEM_BYTES * SECONDS_PER_MONTH / 1e9
+    return max(gb - OTHER.ingestion_free_gb, 0.0) * OTHER.ingestion_per_gb
+
+
+KEY_VAULT_READS_A_DAY_PER_WORKER = 24  # an instance start an hour
+
+
+def key_vault_line(functions: FunctionsBill) -> Line:
+    """Key Vault operations a month: the connection string read at each instance start."""
+    workers = sum(g.instances for g in functions.groups if not g.name.startswith("HTTP"))
+    reads = (functions.always_ready + math.ceil(workers) * KEY_VAULT_READS_A_DAY_PER_WORKER) * 30
+    monthly = reads / 10_000 * OTHER.key_vault_per_10k
+    return Line("Key Vault", monthly, monthly, f"~{reads:,} secret reads a month", KEY_VAULT_PRICE)
+
+
+# The archive on Blob Storage is built elsewhere: when it lands, it sets ARCHIVE to a function giving its line at
+# the design scale (its storage and transactions). Until then the bill shows it at zero, labelled.
+ARCHIVE: Callable[[], Line] | None = None
+ARCHIVE_NOT_LANDED = "not landed: the archive on Blob Storage is not in this branch; its line is 0 until it is"
+
+
+def archive_line() -> Line:
+    if ARCHIVE is not None:
+        return ARCHIVE()
+    return Line("Blob Storage archive", 0.0, 0.0, ARCHIVE_NOT_LANDED, "-")
+
+
+# --- the whole bill -----------------------------------------------------------------------------------------
+
+
+def cosmos_line(rows: list[design_scale.Row]) -> Line:
+    hour, billed = design_scale.busiest_hour(rows)
+    counts = (
+        f"{billed:,.0f} RU/s at the account's busiest hour ({hour:02d}:00 UTC), "
+        f"{sum(r.storage_gb for r in rows):,.0f} GB stored; a second region bills both again"
+    )
+    return Line("Cosmos DB", design_scale.monthly(rows, 1), design_scale.monthly(rows, 2), counts, PRICE.source)
+
+
+def functions_line(functions: FunctionsBill) -> Line:
+    executions = sum(g.executions() for g in functions.groups)
+    counts = (
+        f"{executions / 1e9:,.1f} billion executions a month, {functions.peak_instances} instances busy on average "
+        f"({http_group(functions).always_ready} always ready) of {functions.memory_mb:,} MB"
+    )
+    return Line("Functions (Flex Consumption)", functions.cost.total, functions.cost.total, counts, FLEX.source)
+
+
+def whole_bill(
+    rows: list[design_scale.Row], functions: FunctionsBill, work: Workload, notifications_per_second: float
+) -> list[Line]:
+    """Every component of the deployment at the design scale, a line each."""
+    return [
+        cosmos_line(rows),
+        functions_line(functions),
+        queue_line(functions, work, notifications_per_second),
+        telemetry_line(functions),
+        key_vault_line(functions),
+        archive_line(),
+    ]
+
+
+def total(lines: Iterable[Line], regions: int = 1) -> float:
+    return sum(line.one_region if regions == 1 else line.two_regions for line in lines)
+
+
+def bill_markdown(lines: list[Line], reservation: design_scale.Reserved) -> str:
+    """The whole deployment's bill as docs/costs.md shows it: a line a component, its price's page."""
+    table = [
+        f"| component | $/month, 1 region | $/month, 2 regions | what it counts | price: its page (read {READ_ON}) |",
+        "| --- | ---: | ---: | --- | --- |",
+    ]
+    for line in lines:
+        table.append(
+            f"| {line.component} | {line.one_region:,.0f} | {line.two_regions:,.0f} | {line.counts} | {line.price} |"
+        )
+    table.append(f"| **whole deployment** | **{total(lines, 1):,.0f}** | **{total(lines, 2):,.0f}** | | |")
+    table.append(
+        f"\nReserved capacity (a purchase, not in these figures): Cosmos DB bills at least "
+        f"{reservation.steady:,.0f} standard RU/s every hour, ${reservation.monthly:,.0f} a month pay as you go; "
+        f"reserving them saves their discount, ${reservation.saving(RESERVED_MAX_DISCOUNT):,.0f} a month at "
+        f"{RESERVED_MAX_DISCOUNT:.0%}, the most the reserved-capacity page names (three years). Two regions: the "
+        "Cosmos DB account replicated to a second "
+        "region (its throughput and storage billed again); the Functions app and the rest run in the first."
+    )
+    return "\n".join(table)

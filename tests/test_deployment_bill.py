@@ -1,0 +1,167 @@
+"""The rest of the bill (benchmarks/deployment_bill.py): each price and rule reproduces the worked example of the
+page it is read from, and the design scale's Functions work is priced on the cheaper instance memory and the
+cheaper count of always-ready instances."""
+
+from dataclasses import replace
+
+import pytest
+
+from benchmarks import deployment_bill as bill
+from benchmarks import design_scale
+from benchmarks.deployment_bill import FLEX, Group, Requests, Workload
+from shared.settings import Settings
+
+NO_GRANTS = replace(FLEX, free_gb_s=0, free_executions=0)
+
+
+def test_every_rule_cites_its_page_and_a_worked_example():
+    assert len({rule.name for rule in bill.RULES}) == len(bill.RULES)
+    for rule in bill.RULES:
+        assert "https://" in rule.source, rule.name
+        assert rule.example, rule.name
+    assert bill.READ_ON == "2026-11-27"
+    assert bill.READ_ON in FLEX.source
+
+
+def test_on_demand_bills_each_active_instances_memory_and_each_execution_as_the_pages_example():
+    """functions-consumption-costs (Flex Consumption): 40 requests a second on 2,048 MB instances without free
+    grants: CPU-bound on 10 instances $1.872 an hour of execution time and $0.0576 of executions, $1.9296;
+    IO-bound on one instance $0.1872 + $0.0576 = $0.245."""
+    cpu_bound = bill.monthly([Group("http", 40, 10)], 2048, NO_GRANTS)
+    assert cpu_bound.on_demand_time / 730 == pytest.approx(1.872)
+    assert cpu_bound.on_demand_executions / 730 == pytest.approx(0.0576)
+    assert cpu_bound.total / 730 == pytest.approx(1.9296)
+    io_bound = bill.monthly([Group("http", 40, 1)], 2048, NO_GRANTS)
+    assert io_bound.total / 730 == pytest.approx(0.245, abs=0.001)
+    # The same work within the month's free grants (100,000 GB-s, 250,000 executions) bills nothing.
+    assert bill.monthly([Group("small", 0.05, 0.01)], 2048).total == 0.0
+
+
+def test_the_instances_follow_the_pages_cpu_bound_and_io_bound_examples():
+    """functions-consumption-costs: 40 requests a second, 10 at once (250 ms each): CPU-bound at a concurrency of
+    one scales to 10 instances; IO-bound, all 10 on one instance."""
+    cpu_bound = [Requests("cpu", 40, cpu_ms=250, calls=0)]
+    assert bill.http_instances(cpu_bound, 2048, concurrency=1) == 10
+    io_bound = [Requests("io", 40, cpu_ms=0, calls=250 / bill.DB_CALL_MS)]
+    assert bill.http_instances(io_bound, 2048, concurrency=10) == 1
+    # Many requests sharing a core wait on it: at 16 at once a core serves less than its CPU alone would.
+    busy = [Requests("busy", 1_000, cpu_ms=1.0, calls=1)]
+    assert bill.http_instances(busy, 2048) == 2  # 1 core of CPU, and its queue: 2 instances 50 % busy
+
+
+def test_always_ready_bills_a_baseline_all_month_and_pays_for_an_instance_busy_enough():
+    """The pricing page's table (as copied, in euros): an always-ready instance of 2 GB bills EUR 0.0000038 x
+    2,592,000 s x 2 GB = EUR 19.70 a month of baseline; the dollar rates at the on-demand meter's ratio."""
+    assert pytest.approx(19.70, abs=0.01) == bill.EUR_BASELINE_GB_S * 2_592_000 * 2
+    assert FLEX.baseline_gb_s == pytest.approx(0.0000038 * 1.04)
+    assert FLEX.always_ready_gb_s == pytest.approx(0.0000149 * 1.04)
+    assert FLEX.always_ready_per_million == pytest.approx(0.370439 * 0.40 / 0.371)
+    steady = bill.with_always_ready(Group("http", 100, 10), 2048)
+    assert steady.always_ready == 10  # busy all month: the baseline and the lower rate beat on demand
+    cost = bill.monthly([steady], 2048)
+    gb_s = 10 * 2 * bill.SECONDS_PER_MONTH
+    assert cost.baseline == pytest.approx(gb_s * FLEX.baseline_gb_s)
+    assert cost.always_ready_time == pytest.approx(gb_s * FLEX.always_ready_gb_s)
+    assert cost.on_demand_time == 0.0
+    # Busy a tenth of the time, an always-ready instance would bill its baseline for nothing.
+    assert bill.with_always_ready(Group("timers", 0.04, 0.1), 2048).always_ready == 0
+    break_even = FLEX.baseline_gb_s / (FLEX.on_demand_gb_s - FLEX.always_ready_gb_s)
+    assert 0.3 < break_even < 0.45
+
+
+def test_the_instance_memory_is_the_cheaper_and_one_python_worker_uses_one_core():
+    """flex-consumption-plan: 2,048 MB is one core, 4,096 MB two, at the same price per GB-s; one Python worker
+    process keeps one busy, so 4,096 MB costs twice as much for the same requests; with two it is a tie, and the
+    smaller is kept."""
+    assert bill.usable_cores(2048) == bill.usable_cores(4096) == 1
+    assert bill.usable_cores(4096, worker_processes=2) == 2
+    requests = [Requests("heartbeat", 10_000, cpu_ms=3.0, calls=1)]
+    work = Workload(0, 0.0, 0, 0.0, 0.0, 0.0, 6)
+    found = bill.functions_bill(requests, work)
+    assert found.memory_mb == 2048
+    assert found.by_memory[4096] > found.by_memory[2048]
+    http = found.groups[0]
+    assert http.instances == bill.http_instances(requests, 2048)
+    assert http.always_ready == http.instances  # a steady load: every HTTP instance always ready
+
+
+def test_the_design_scales_work_is_its_rates_the_measured_calls_and_the_settings():
+    calls = {"heartbeat": 1.0, "opened": 3.0, "closed": 3.0, "actions feed": 0.2}
+    requests, work = bill.design_scale_work(calls, actions_partitions=82, settings=Settings(), http_cpu_ms=2.0)
+
+    assert [r.per_second for r in requests] == pytest.approx([30_000_000 / 1800, 700, 700])
+    assert {r.cpu_ms for r in requests} == {2.0}
+    assert work.actions_calls_per_second == pytest.approx(0.2 * design_scale.CHANGES_PER_SECOND)
+    assert work.tally_partitions == design_scale.REPORTS_PARTITIONS
+    # A paced tally run waits in its execution for its pages: its budget (45 s) of every minute of the hour.
+    assert work.tally_busy_seconds == pytest.approx(45)
+    assert work.queue_concurrency == 6  # host.json: batchSize 4 + newBatchThreshold 2
+    assert work.check_runs_per_second == pytest.approx(4 * (1 / 300 + 1 / 60 + 1 / 300))
+    groups = {g.name: g for g in bill.groups(requests, work, 2048)}
+    reports = groups["report partitions (queue)"]
+    actions_run = 0.2 * design_scale.CHANGES_PER_SECOND * 60 / 82 * bill.DB_CALL_MS / 1000
+    assert reports.instances == pytest.approx((82 * actions_run / 60 + 64 * 45 / 60) / 6)
+
+
+def test_queue_transactions_are_priced_as_the_calculators_example():
+    """An Azure pricing calculator estimate (2024-06-24, East US, GPv2 LRS): 1,000 x 10,000 Class 1 and as many
+    Class 2 queue operations and 1 GB: $8.05."""
+    assert round(1_000 * bill.OTHER.queue_per_10k * 2 + 1 * bill.OTHER.queue_gb_month + 1e-9, 2) == 8.05
+
+
+def test_the_queues_bill_each_message_put_got_and_deleted_and_the_polls():
+    work = Workload(10, 0.0, 20, 30.0, 0.5, 0.04, 6)
+    functions = bill.FunctionsBill(2048, [Group("report partitions (queue)", 0.5, 3.0)], bill.Cost())
+
+    line = bill.queue_line(functions, work, notifications_per_second=2.0)
+
+    messages = 30 / 60 + 0.5  # the work messages a second: the report partitions each minute and the check runs
+    per_second = messages * (2 + 1 / 4) + 2.0 * 3 + 3.0 / 2 + 3 / 10  # batchSize 4, polls every 2 s, 3 queues
+    assert line.one_region == pytest.approx(per_second * bill.SECONDS_PER_MONTH / 10_000 * 0.004)
+    assert line.two_regions == line.one_region  # the queues stay in the first region
+
+
+def test_telemetry_is_what_the_configured_sampling_lets_through_from_each_busy_instance():
+    """Ingestion is billed by the GB of JSON after the first 5 a month (a cost guide's examples: 10 GB a month
+    ~$12, 100 GB ~$220); the host samples to host.json's 20 items a second an instance, the Python worker to
+    OTEL_TRACES_SAMPLER_ARG (5) traces a second."""
+    assert max(10 - bill.OTHER.ingestion_free_gb, 0) * bill.OTHER.ingestion_per_gb == pytest.approx(11.50)
+    assert max(100 - bill.OTHER.ingestion_free_gb, 0) * bill.OTHER.ingestion_per_gb == pytest.approx(218.50)
+    assert bill.host_sampling() == (2.0, 20.0)
+    assert bill.worker_traces_per_second() == 5.0
+    functions = bill.FunctionsBill(2048, [Group("HTTP", 1_000, 10), Group("timers", 0.04, 0.04)], bill.Cost())
+
+    line = bill.telemetry_line(functions)
+
+    gb = 10 * (20 + 5 * 2) * 1_000 * bill.SECONDS_PER_MONTH / 1e9  # the timers' instance is rarely busy
+    assert line.one_region == pytest.approx((gb - 5) * 2.30)
+    # Were the host's request telemetry not sampled at all, every request would be an item.
+    assert bill.unsampled_telemetry(1_000) == pytest.approx((1_000 * 1_000 * bill.SECONDS_PER_MONTH / 1e9 - 5) * 2.30)
+
+
+def test_key_vault_bills_the_connection_strings_reads_at_instance_starts():
+    """The Q&A's figure: Standard tier ~$0.03 per 10,000 operations; a few dozen a month cost cents."""
+    functions = bill.FunctionsBill(2048, [Group("HTTP", 1_000, 10, always_ready=10), Group("w", 1, 2.5)], bill.Cost())
+
+    line = bill.key_vault_line(functions)
+
+    reads = (10 + 3 * 24) * 30
+    assert line.one_region == pytest.approx(reads / 10_000 * 0.03)
+
+
+def test_the_archive_line_is_zero_and_says_so_until_the_archive_lands(monkeypatch):
+    line = bill.archive_line()
+    assert (line.one_region, line.two_regions) == (0.0, 0.0)
+    assert line.counts.startswith("not landed")
+    landed = bill.Line("Blob Storage archive", 12.0, 12.0, "3 TB in the cool tier", "a page")
+    monkeypatch.setattr(bill, "ARCHIVE", lambda: landed)
+    assert bill.archive_line() == landed
+
+
+def test_the_whole_bill_is_a_line_a_component_and_their_total():
+    lines = [bill.Line("a", 10.0, 20.0, "", ""), bill.Line("b", 1.0, 1.0, "", "")]
+    assert bill.total(lines) == 11.0
+    assert bill.total(lines, regions=2) == 21.0
+    text = bill.bill_markdown(lines, design_scale.Reserved(1_000.0, 58.4))
+    assert "| **whole deployment** | **11** | **21** |" in text
+    assert "$37 a month at 63%" in text  # 58.4 x 0.63
