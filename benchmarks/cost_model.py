@@ -142,8 +142,8 @@ RULES = (
         "own index and pays about 2.5 RU for each partition it reaches, on top of its documents; one that names "
         "k values with `$in` reaches the partitions holding them (P x (1 - (1 - 1/P)^k) of P, on average)",
         f"{QUERY_CONTAINER} (Cross-partition query: 'it must fan out to all physical partitions where it's run "
-        "against each partition's index'); the ~2.5 RU per partition is the design's billing rule "
-        "(DESIGN.md), not a documented figure: calibrate it",
+        "against each partition's index'); the ~2.5 RU per partition is this model's assumption, stated "
+        "in no Microsoft page: calibrate it on an account (./dev bench --mongodb-uri)",
         "a sorted page over 200 partitions: 200 x 2.5 = 500 RU plus its documents; `$in` of 200 users over "
         "191 partitions reaches 124.2 of them: 310 RU",
     ),

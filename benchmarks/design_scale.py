@@ -1,6 +1,6 @@
 """The design-scale bill: what each collection bills at 30 M bottles of 10 M users, by the rules of
 benchmarks/cost_model.py, from the RU the benchmarks measured per unit of work (benchmarks/costs.py) and the
-rates the design names (/work/shared/DESIGN.md: a heartbeat per bottle every 30 minutes, ~1.4 K opened/closed
+design scale's rates (README.md, docs/costs.md: a heartbeat per bottle every 30 minutes, ~1.4 K opened/closed
 events a second, a late-dose sweep at the morning peak finding ~100 K bottles).
 
 Autoscale bills each hour's peak, so the bill follows each collection's profile minute by minute over a day:
@@ -68,7 +68,7 @@ MEASURED_ROLLUP_HOUR = 18  # the measured block's roll-up reads the day's first 
 
 # Rates the design does not give, and what the table assumes for them.
 ASSUMED_RATES = {
-    "late doses found by a sweep in the morning hour": 100_000.0,  # DESIGN: ~100 K bottles in one sweep at the peak
+    "late doses found by a sweep in the morning hour": 100_000.0,  # the design scale: ~100 K in the peak's sweep
     "late doses found by a sweep in any other hour": 10_000.0,  # a tenth of the morning's
     "bottles left open per second": OPENED_PER_SECOND * 0.01,  # one opening in a hundred left open
     "bottles going silent per second": BOTTLES * 0.01 / SECONDS_PER_DAY,  # one bottle in a hundred a day
@@ -688,9 +688,9 @@ GOAL_DOLLARS = 20_000  # issue 30's goal: Cosmos DB's dollars a month at the des
 @dataclass(frozen=True)
 class Floor:
     """The floor of the bill with every feature kept, by the model: what the heartbeats alone bill (one replace
-    of the heartbeat document each, DESIGN.md's one write a heartbeat) in RU/s and in dollars, what Cosmos DB
-    costs in all, the cheapest way of ALTERNATIVES that keeps every feature, what the storage alone costs, what
-    the bill would be if an account charged an update as its insert half (the first thing a calibration run
+    of the heartbeat document each: a heartbeat is one write, docs/architecture.md) in RU/s and in dollars, what
+    Cosmos DB costs in all, the cheapest way of ALTERNATIVES that keeps every feature, what the storage alone costs,
+    what the bill would be if an account charged an update as its insert half (the first thing a calibration run
     settles), and how many heartbeats a device would have to upload in one request (a contract change) for Cosmos
     DB to cost at most GOAL_DOLLARS."""
 

@@ -14,14 +14,34 @@ from shared.store import client as store
 from shared.store.setup import ensure_store
 from tools.command_tally import CommandTally
 
+# How long the benchmarks' own clients wait for the store (a server, a connection, a reply): the most the app's
+# settings allow (STORE_*_TIMEOUT_MS), not the app's defaults of a few seconds. On a loaded machine the
+# in-process store can take longer than those over one command without any outage (a quick run once died after
+# 5.5 minutes on "timed out"), and a benchmark has no device waiting for its answer.
+GENEROUS_TIMEOUTS_MS = {
+    "store_server_selection_timeout_ms": 60_000,
+    "store_connect_timeout_ms": 60_000,
+    "store_socket_timeout_ms": 300_000,
+}
+
+
+def bench_settings() -> Settings:
+    """The app's settings with GENEROUS_TIMEOUTS_MS (validated: they stay within the settings' bounds)."""
+    return Settings.model_validate({**get_settings().model_dump(), **GENEROUS_TIMEOUTS_MS})
+
+
+def bench_client(uri: str, listeners: Sequence[Any] = ()) -> MongoClient[dict[str, Any]]:
+    """A client of the app's (store.create_client) with GENEROUS_TIMEOUTS_MS, for every benchmark's store."""
+    return store.create_client(uri, event_listeners=list(listeners), settings=bench_settings())
+
 
 @contextlib.contextmanager
 def installed_store(
     uri: str, database: str, settings: Settings | None = None, listeners: Sequence[Any] = ()
 ) -> Iterator[Database[Any]]:
     """A set-up database on the server at `uri` (its collections and indexes), installed as the app's store
-    while the block runs, through a client with these command listeners."""
-    client = store.create_client(uri, event_listeners=list(listeners))
+    while the block runs, through a bench_client with these command listeners."""
+    client = bench_client(uri, listeners)
     db = client[database]
     ensure_store(db, settings or get_settings(), on_cosmos=False)
     store.use_client(client)
@@ -36,8 +56,15 @@ def installed_store(
 def seeding_database(uri: str, database: str) -> Iterator[Database[Any]]:
     """The database at `uri` through a client of its own without the app's request timeouts, for writing a
     benchmark's fixtures (thousands of documents a command, which a loaded machine can take longer to store than
-    the app's socket timeout allows a request), never for what is measured."""
-    client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True, retryWrites=False)
+    the app's socket timeout allows a request), never for what is measured: no socket timeout at all, and a
+    minute to find the server (GENEROUS_TIMEOUTS_MS)."""
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        uri,
+        tz_aware=True,
+        retryWrites=False,
+        serverSelectionTimeoutMS=GENEROUS_TIMEOUTS_MS["store_server_selection_timeout_ms"],
+        connectTimeoutMS=GENEROUS_TIMEOUTS_MS["store_connect_timeout_ms"],
+    )
     try:
         yield client[database]
     finally:

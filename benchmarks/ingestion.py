@@ -17,9 +17,13 @@ fleet). The goals, printed below the table: the app at
 version these events were 36-42 hours old, outside the 24-hour window: no ring bit was set and no repeat check
 ran.
 
-Batches of 100 (50 bottles, events a second apart inside the window), beside the seeds' one insert per event
-and the seeds' `insert_many` of the same 100 events a request (the fair baseline for a batch; until this version
-the batch was compared with single inserts only).
+Batches of 100 (50 bottles taking turns), beside the seeds' one insert per event and the seeds' `insert_many` of
+the same 100 events a request (the fair baseline for a batch). Each bottle's events are a heartbeat slot (5
+minutes) apart and each request is sent as its last event ends, the server clock following (a device uploading 8
+hours it buffered), so that every event is new and both sides store all of them: the table's `stored` column
+says so. Until this version the events were a second apart: the app kept one heartbeat per 5-minute slot (about
+17 of a request's 100) and answered the rest as repeats, while `insert_many` stored all 100, so the two sides did
+not do the same work.
 
 The baseline is the seeds' approach as a whole request, paying what the app's request pays for the same contract:
 the same HTTP function layer (the route's id check, the error mapping, the invocation log line, the JSON answer),
@@ -40,7 +44,8 @@ figure on a loaded machine).
 import argparse
 import json
 import logging
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -70,6 +75,7 @@ from shared.heartbeat_document import (
     LAST,
     RING,
     RING_TIME,
+    SLOT_MINUTES,
     USER_BUCKET,
     Window,
     key_digest,
@@ -93,8 +99,7 @@ from shared.store.schema import CollectionSpec, IndexSpec
 from tools.arguments import int_between, positive_int
 from tools.command_tally import CommandTally
 
-# Each batch stream's events are one a second within its own 6 hours, so the three streams never overlap.
-MAX_EVENTS = 6 * 3600
+MAX_EVENTS = 6 * 3600  # events per batch approach (--events), and single events per fleet (--steady)
 BATCH = 100
 FLEETS = (100, 2_000, 20_000)
 QUICK_FLEETS = (100, 1_000, 5_000)
@@ -156,28 +161,82 @@ def device_events(count: int, start: datetime) -> list[dict[str, Any]]:
     return [device_event(i, start + timedelta(seconds=i)) for i in range(count)]
 
 
-def seeds_post_all(keys: dict[str, str], events: list[dict[str, Any]], batch: int = 1) -> None:
-    """The seeds' requests: one insert per event, or (batch > 1) one insert_many of each request's events."""
-    post = seeds_post_events if batch == 1 else seeds_post_batch
-    for request in requests(keys, events, batch):
-        response = post(request)
-        assert response.status_code == 202, response.get_body()
-
-
-def post_all(keys: dict[str, str], events: list[dict[str, Any]], batch: int) -> None:
-    for request in requests(keys, events, batch):
-        response = _post(request)
-        assert response.status_code == 202, response.get_body()
-
-
-def requests(keys: dict[str, str], events: list[dict[str, Any]], batch: int) -> Iterator[func.HttpRequest]:
-    """The events as device requests of `batch` events each, the bottles taking turns."""
+def post_one_by_one(post: Callable[[func.HttpRequest], func.HttpResponse], keys: dict[str, str],
+                    events: list[dict[str, Any]]) -> None:  # fmt: skip
+    """Each event as a request of its own, the bottles taking turns (warming up: nothing measured)."""
     bottles = list(keys)
-    for n, first in enumerate(range(0, len(events), batch)):
+    for n, event in enumerate(events):
         bottle_id = bottles[n % len(bottles)]
-        chunk = events[first : first + batch]
-        payload = chunk[0] if batch == 1 else {"events": chunk}
-        yield _request("POST", bottle_id, json.dumps(payload).encode(), keys[bottle_id])
+        response = post(_request("POST", bottle_id, json.dumps(event).encode(), keys[bottle_id]))
+        assert response.status_code == 202, response.get_body()
+
+
+SLOT = timedelta(minutes=SLOT_MINUTES)  # a heartbeat is its bottle and its 5-minute slot: two in one are one
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One device request of a batch stream: a bottle's buffered events, sent at `at` (the server clock)."""
+
+    bottle_id: str
+    at: datetime
+    events: list[dict[str, Any]]
+
+
+def batch_stream(bottles: list[str], events: int, start: datetime, batch: int = BATCH) -> list[Upload]:
+    """`events` events of the usual mix as requests of `batch`, the bottles taking turns: each bottle's events a
+    SLOT apart from `start` on (no two in one slot: none is a repeat), each round of requests sent as its last
+    slot ends, `batch` SLOTs (8 hours 20 minutes for 100) after the round before (within the 12 hours that keep a
+    heartbeat document's ring write one update)."""
+    uploads = []
+    for n, first in enumerate(range(0, events, batch)):
+        rounds_before = n // len(bottles)
+        times = [start + (rounds_before * batch + j) * SLOT for j in range(min(batch, events - first))]
+        sent = start + (rounds_before + 1) * batch * SLOT
+        body = [device_event(first + j, at) for j, at in enumerate(times)]
+        uploads.append(Upload(bottles[n % len(bottles)], sent, body))
+    return uploads
+
+
+def stream_span(bottles: int, events: int, batch: int = BATCH) -> timedelta:
+    """How long a batch_stream of `events` takes on the server clock, from its start to its last request."""
+    rounds = math.ceil(math.ceil(events / batch) / bottles)
+    return rounds * batch * SLOT
+
+
+@dataclass
+class Stored:
+    """What a stream's answers said: events stored, and events answered as repeats."""
+
+    stored: int = 0
+    duplicates: int = 0
+
+
+def sending(
+    post: Callable[[func.HttpRequest], func.HttpResponse],
+    keys: dict[str, str],
+    uploads: list[Upload],
+    clock: "StepClock",
+    *,
+    one_by_one: bool = False,
+) -> tuple[Callable[[], None], Stored]:
+    """The uploads as `post` answers them, each at its time on `clock` (one request per event if `one_by_one`),
+    and the tally of their answers, kept as the run goes."""
+    stored = Stored()
+
+    def run() -> None:
+        for upload in uploads:
+            clock.at = upload.at
+            payloads = upload.events if one_by_one else [{"events": upload.events}]
+            for payload in payloads:
+                body = json.dumps(payload).encode()
+                response = post(_request("POST", upload.bottle_id, body, keys[upload.bottle_id]))
+                assert response.status_code == 202, response.get_body()
+                answer = json.loads(response.get_body())
+                stored.stored += answer["stored"]
+                stored.duplicates += answer["duplicates"]
+
+    return run, stored
 
 
 @handles_errors
@@ -262,25 +321,44 @@ def _create_seeds_index(db: Database[Any]) -> None:
 # --- batches ---------------------------------------------------------------------------------------------------
 
 
-def batches(events: int, bottles: int) -> str:
-    """Batches of 100 beside the seeds' single inserts and their insert_many of the same events; the table."""
-    start = utc_now() - timedelta(hours=20)  # the app's stream, from 8 hours ago, inside the heartbeat window
-    rows: list[Measurement] = []
+def batch_runs(events: int, bottles: int) -> list[tuple[Measurement, Stored]]:
+    """The seeds' single inserts, their insert_many and the app's batches of the same stream's shape (each its
+    own stream, one after the other on the server clock: the seeds' two share a collection), each measured with
+    what its answers said it stored. The server clock plays them in the past, ending an hour before now."""
+    span = stream_span(bottles, events)
+    start = utc_now().replace(second=0, microsecond=0) - 3 * span - timedelta(hours=4)
+    single, many, app = (start + timedelta(hours=1) + k * (span + timedelta(hours=1)) for k in range(3))
+    clock = StepClock(start)
+    runs: list[tuple[Measurement, Stored]] = []
     with secantus_store(get_settings().mongodb_database) as (db, tally):  # the database the app's functions use
         _create_seeds_index(db)
-        keys = provision(bottles)
-        # Warm, both ways: the seeds hold every bottle's registry entry, the heartbeat documents have a ring.
-        post_all(keys, device_events(2 * bottles, start - timedelta(hours=1)), 1)
-        seeds_post_all(keys, device_events(bottles, start - timedelta(hours=2)))
-        single, many = device_events(events, start), device_events(events, start + timedelta(hours=6))
-        rows.append(measure(SEEDS_SINGLE, events, tally, lambda: seeds_post_all(keys, single)))
-        rows.append(measure(SEEDS_MANY, events, tally, lambda: seeds_post_all(keys, many, BATCH)))
-        batched = device_events(events, start + timedelta(hours=12))
-        rows.append(measure("app: batches of 100", events, tally, lambda: post_all(keys, batched, BATCH)))
-    one, many_ = rows[0], rows[1]
+        set_clock(clock)
+        try:
+            keys = provision(bottles)
+            clock.at = start + timedelta(minutes=30)  # the seeds hold every bottle's registry entry
+            post_one_by_one(seeds_post_events, keys, device_events(bottles, start + timedelta(minutes=10)))
+            names = list(keys)
+            for name, post, at, one_by_one in [(SEEDS_SINGLE, seeds_post_events, single, True),
+                                               (SEEDS_MANY, seeds_post_batch, many, False),
+                                               (APP_BATCHES, _post, app, False)]:  # fmt: skip
+                if post is _post:  # the heartbeat documents have a ring, written an hour before the stream
+                    clock.at = at - timedelta(minutes=30)
+                    post_one_by_one(_post, keys, device_events(2 * bottles, at - timedelta(hours=1)))
+                run, stored = sending(post, keys, batch_stream(names, events, at), clock, one_by_one=one_by_one)
+                runs.append((measure(name, events, tally, run), stored))
+        finally:
+            set_clock(None)
+    return runs
+
+
+def batches(events: int, bottles: int) -> str:
+    """Batches of 100 beside the seeds' single inserts and their insert_many of the same events; the table."""
+    runs = batch_runs(events, bottles)
+    one, many_ = runs[0][0], runs[1][0]
     table = [
         [
             m.name,
+            f"{stored.stored:,}",
             f"{m.per_second:,.0f}",
             f"{m.per_second / one.per_second:.2f}x",
             f"{m.per_second / many_.per_second:.2f}x",
@@ -288,9 +366,9 @@ def batches(events: int, bottles: int) -> str:
             f"{many_.commands_per_unit / m.commands_per_unit:.1f}x" if m.commands_per_unit else "-",
             f"{m.cpu_ms_per_unit:.3f}",
         ]
-        for m in rows
+        for m, stored in runs
     ]
-    header = ["approach", "events/s", "vs one insert", "vs insert_many", "commands/event", "fewer commands",
+    header = ["approach", "stored", "events/s", "vs one insert", "vs insert_many", "commands/event", "fewer commands",
               "CPU ms/event"]  # fmt: skip
     title = f"Ingestion, batches of {BATCH} on SecantusDB in-process ({events} events, {bottles} bottles)"
     return print_table(title, table, header)
@@ -298,6 +376,7 @@ def batches(events: int, bottles: int) -> str:
 
 SEEDS_SINGLE = "seeds: one insert per event, one event per request"
 SEEDS_MANY = f"seeds: insert_many of each request's {BATCH} events"
+APP_BATCHES = f"app: batches of {BATCH}"
 
 
 # --- single events at steady state ------------------------------------------------------------------------------

@@ -38,6 +38,8 @@ from tools.local_store import secantus_process
 BATCH = 100
 DIRECT = "direct call of the Python function"
 RUNTIME = "through the Functions runtime"
+SINGLE = "one event a request"
+TITLE = "Device requests as the Functions runtime runs them"
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,7 @@ def request_costs(requests: int, bottles: int = 20) -> list[RequestCost]:
                 warm = provision(host, 2, f"warm{w}")
                 for bottle_id, body in bodies(warm, 4, 1, start):
                     post(bottle_id, body, warm[bottle_id])
-            shapes = {"one event a request": (requests, 1), f"batches of {BATCH}": (max(requests // 20, 4), BATCH)}
+            shapes = {SINGLE: (requests, 1), f"batches of {BATCH}": (max(requests // 20, 4), BATCH)}
             for s, (shape, (count, per_request)) in enumerate(shapes.items()):
                 for w, (way, post) in enumerate(ways.items()):
                     keys = provision(host, bottles, f"s{s}w{w}")
@@ -215,10 +217,7 @@ def run(requests: int = 600, starts: int = 5) -> str:
             ]
         )
     header = ["requests", "invoked", "count", "CPU ms/request", "vs direct", "wall ms/request", "CPU ms/event"]
-    title = (
-        f"Device requests as the Functions runtime runs them ({sys.version.split()[0]}, the store in another "
-        "process: CPU is the Functions side's)"
-    )
+    title = f"{TITLE} ({sys.version.split()[0]}, the store in another process: CPU is the Functions side's)"
     text = print_table(title, rows, header)
     started = cold_start(starts)
     start_rows = [[name, f"{seconds * 1000:.0f}"] for name, seconds in started.items()]

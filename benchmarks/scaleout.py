@@ -32,7 +32,7 @@ from datetime import timedelta
 from typing import Any
 
 from benchmarks import checks as check_fleet
-from benchmarks.harness import print_table
+from benchmarks.harness import bench_client, print_table
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
@@ -43,7 +43,6 @@ from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.leases import FEEDS, Partition
 from shared.reports.tally import SETTLE
 from shared.settings import Settings, get_settings
-from shared.store import client as store
 from shared.store import schema
 from shared.store.setup import ensure_store
 from tools.arguments import positive_int
@@ -77,7 +76,7 @@ def _settings() -> Settings:
 def _worker(uri: str, work: Any, results: Any) -> None:
     """A worker process: its own client, work messages from `work` until it gets None."""
     tally = CommandTally()
-    client = store.create_client(uri, event_listeners=[tally])
+    client = bench_client(uri, [tally])
     db = client[DATABASE]
     settings = _settings()
     results.put(READY)
@@ -167,7 +166,7 @@ def run(bottles: int, hours: int) -> str:
     os.environ["MONGODB_DATABASE"] = DATABASE
     get_settings.cache_clear()
     with secantus_process() as uri:
-        client = store.create_client(uri)
+        client = bench_client(uri)
         db = client[DATABASE]
         ensure_store(db, _settings(), on_cosmos=False)
         _drain(db, uri, 1, [], ahead=timedelta(0))  # positions the change streams and the tally before the traffic
@@ -202,7 +201,7 @@ def run(bottles: int, hours: int) -> str:
 def _sweeper(uri: str, work: Any, results: Any) -> None:
     """A check worker process: (kind, partition) messages from `work` until it gets None."""
     tally = CommandTally()
-    client = store.create_client(uri, event_listeners=[tally])
+    client = bench_client(uri, [tally])
     db = client[DATABASE]
     results.put(READY)
     while (message := work.get()) is not None:
@@ -222,7 +221,7 @@ def _sweeper(uri: str, work: Any, results: Any) -> None:
 
 def sweep_drains(uri: str, bottles: int, in_trouble: int) -> list[Drain]:
     """The same fleet (re-seeded before each count) swept by each worker count; `changes` = bottles notified."""
-    client = store.create_client(uri)
+    client = bench_client(uri)
     db = client[DATABASE]
     ensure_store(db, check_fleet.SETTINGS, on_cosmos=False)
     drains = []

@@ -2,14 +2,17 @@
 costs on Cosmos DB in request units (benchmarks/costs.py, by the rules of benchmarks/cost_model.py), each beside
 its same-run baseline (the seeds' approach) with the ratio; then the design-scale bill (benchmarks/design_scale.py)
 from those costs. Prints the tables; a full run writes them, with the commit and the machine, to
-benchmarks/RESULTS.md so results can be compared across commits, and its summary and design-scale table into
-docs/benchmarks.md and docs/costs.md. A quick run writes nowhere unless given --output (RESULTS.md and the docs
-hold the last full run's).
+benchmarks/RESULTS.md so results can be compared across commits, and its summary, scale-out table and
+design-scale table into docs/benchmarks.md and docs/costs.md. A quick run writes nowhere unless given --output
+(RESULTS.md and the docs hold the last full run's).
 
     ./dev bench [--quick] [--output PATH]
     ./dev bench --mongodb-uri "<Cosmos DB connection string>"   the model beside a real account's charges
 
-Each benchmark says on stderr when it starts and ends, and every 10 seconds that it is still running.
+Each benchmark says on stderr when it starts and ends, and every 10 seconds that it is still running; its tables
+are printed as it ends. If one fails, the summary of those that finished is printed, and the error's one line
+names the one that failed (exit 2; a bug keeps its traceback); nothing is written. The benchmarks' own store
+clients wait as long as the app's settings allow (benchmarks/harness.py), so a loaded machine is slow, not down.
 """
 
 import argparse
@@ -19,15 +22,28 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from benchmarks import calibrate, checks, costs, deployment_bill, design_scale, ingestion, reports, scaleout
+from benchmarks import (
+    calibrate,
+    checks,
+    costs,
+    deployment_bill,
+    design_scale,
+    ingestion,
+    reports,
+    runtime_cost,
+    scaleout,
+)
 from benchmarks.cost_model import ASSUMPTIONS, RULES
 from benchmarks.harness import PRINTED, Table, print_table
 from shared.settings import get_settings
 from shared.store import schema
+from shared.store.command_line import CommandFailed, user_problem
 from tools.progress import Ticker
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -41,6 +57,9 @@ SUMMARY_END = "<!-- end of the benchmark summary -->"
 DEPLOYMENT_FILE = DOCS.parent / "infra" / "design-scale.parameters.json"  # the bill's choice, for infra/main.bicep
 DEPLOYMENT_START = "<!-- deployment parameters -->"
 SUMMARY_HEADER = ["area", "figure", "app", "baseline (seeds)", "ratio"]
+SCALEOUT_START = "<!-- scale-out table: written by ./dev bench (benchmarks/suite.py) -->"
+SCALEOUT_END = "<!-- end of the scale-out table -->"
+SCALEOUT_HEADER = ["job", "workers", "throughput", "vs 1 worker", "commands per unit"]
 QUICK_TAKES = "about 3 minutes on 2 idle cores, up to 9 when they are busy"  # measured; as docs/benchmarks.md says
 
 
@@ -135,6 +154,24 @@ _SUMMARIES = {
     "One bottle's heartbeat document": _heartbeat_document,
     "Design scale: the bill": _design_scale,  # not the table of other ways to run it, which has no goals
 }
+
+
+def scaleout_rows(tables: list[Table]) -> Rows:
+    """The scale-out benchmark's two tables (report workers, check partitions side by side) as the rows of
+    docs/benchmarks.md's table: per worker count, the throughput, its ratio to one worker, and the commands per
+    unit of work."""
+    rows: Rows = []
+    for table in tables:
+        col = table.column
+        if table.title.startswith("Report workers side by side"):
+            rows += [["reports", col(row, "workers"), f"{col(row, 'changes/s')} changes/s", col(row, "vs 1 worker"),
+                      f"{col(row, 'cmds/change')} per change ({col(row, 'writes/change')} writes)"]
+                     for row in table.rows]  # fmt: skip
+        elif table.title.startswith("Check partitions side by side"):
+            rows += [["checks", col(row, "workers"), f"{col(row, 'in trouble/s')} bottles in trouble/s",
+                      col(row, "vs 1 worker"), f"{col(row, 'cmds/bottle in trouble')} per bottle in trouble"]
+                     for row in table.rows]  # fmt: skip
+    return rows
 
 
 def summary_rows(tables: list[Table]) -> list[list[str]]:
@@ -244,7 +281,17 @@ INGESTION_STEADY = "Ingestion, one event per request at steady state"
 
 
 def measured_http_cpu_ms(tables: list[Table]) -> float | None:
-    """The CPU a one-event request took in the ingestion benchmark (the app, its largest fleet), or None."""
+    """The CPU a one-event request took through the Functions runtime (benchmarks/runtime_cost.py: the
+    Functions side alone, the store in another process), else in the ingestion benchmark (the app, its largest
+    fleet, the in-process store included: an upper bound), or None."""
+    for table in tables:
+        if table.title.startswith(runtime_cost.TITLE):
+            for row in table.rows:
+                if (table.column(row, "requests"), table.column(row, "invoked")) == (
+                    runtime_cost.SINGLE,
+                    runtime_cost.RUNTIME,
+                ):
+                    return _number(table.column(row, "CPU ms/request"))
     for table in tables:
         if table.title.startswith(INGESTION_STEADY):
             app = [row for row in table.rows if table.column(row, "approach") == ingestion.APP_SINGLE]
@@ -269,43 +316,128 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(cell.strip() for cell in row) + " |" for row in rows])
 
 
-def run(quick: bool, ticker: Ticker | None = None) -> tuple[str, str]:
-    """The results document, and the docs' blocks (the summary, then the design-scale table)."""
+@dataclass(frozen=True)
+class Part:
+    """One benchmark of the suite: `run` prints its tables as they are measured and returns them."""
+
+    label: str  # what the progress lines and a failure call it
+    title: str  # its section of the results document
+    run: Callable[[], str]
+
+
+def parts(quick: bool) -> list[Part]:
+    """The suite's benchmarks, in the order they run."""
+    fleets, steady = (ingestion.QUICK_FLEETS, 300) if quick else (ingestion.FLEETS, ingestion.STEADY_EVENTS)
+    swept = 2_000 if quick else 20_000
+    return [
+        Part("ingestion", "Ingestion", lambda: ingestion.run(1000 if quick else 4000, 50, fleets, steady)),
+        Part("notification checks", "Notification checks", lambda: checks.run(checks.default_fleets(quick))),
+        Part("report consumer", "Report consumer", lambda: reports.run(30 if quick else 100, quick=quick)),
+        Part(
+            "report workers side by side",
+            "Report workers side by side",
+            lambda: scaleout.run(30 if quick else 150, 2 if quick else 4),
+        ),
+        Part(
+            "check partitions side by side",
+            "Check partitions side by side",
+            lambda: scaleout.sweep_table(swept, swept // 20),
+        ),
+        Part(
+            "the Functions runtime",
+            "Requests through the Functions runtime",
+            lambda: runtime_cost.run(200 if quick else 600, 3 if quick else 5),
+        ),
+        Part("request units", "Cost on Cosmos DB", lambda: _cost_part(quick)),
+    ]
+
+
+# Every cost section this process made, in order: run() takes its bill and money lines from the last of its own.
+_COST_SECTIONS: list[CostSection] = []
+
+
+def _cost_part(quick: bool) -> str:
+    """The request units measured, priced with the CPU a request took through the runtime in this run."""
+    section = cost_section(costs.measure(quick), measured_http_cpu_ms(list(PRINTED)))
+    _COST_SECTIONS.append(section)
+    return section.text
+
+
+@dataclass(frozen=True)
+class DocBlocks:
+    """What a full run writes into the docs, each between its markers."""
+
+    summary: str  # docs/benchmarks.md: SUMMARY_START to SUMMARY_END
+    scaleout: str  # docs/benchmarks.md: SCALEOUT_START to SCALEOUT_END
+    bill: str  # docs/costs.md: TABLE_START to TABLE_END
+    deployment: str = ""  # infra/design-scale.parameters.json (empty: none measured)
+
+
+def run(quick: bool, ticker: Ticker | None = None, todo: list[Part] | None = None) -> tuple[str, DocBlocks]:
+    """The results document, and the docs' blocks. Each part's tables are printed as it ends; if one fails (or
+    Ctrl-C stops it), the summary of the parts that finished is printed before the failure is raised, naming the
+    part (a CommandFailed when its cause is the user's to fix: run_command's one line)."""
     ticker = ticker or Ticker()
+    todo = parts(quick) if todo is None else todo
+    costs_before = len(_COST_SECTIONS)
     sections: list[tuple[str, str]] = []
-    started = time.perf_counter()
-    with ticker.running("bench: ingestion (1 of 6)"):
-        fleets, steady = (ingestion.QUICK_FLEETS, 300) if quick else (ingestion.FLEETS, ingestion.STEADY_EVENTS)
-        sections.append(("Ingestion", ingestion.run(1000 if quick else 4000, 50, fleets, steady)))
-    with ticker.running("bench: notification checks (2 of 6)"):
-        sections.append(("Notification checks", checks.run(checks.default_fleets(quick))))
-    with ticker.running("bench: report consumer (3 of 6)"):
-        sections.append(("Report consumer", reports.run(30 if quick else 100, quick=quick)))
-    with ticker.running("bench: report workers side by side (4 of 6)"):
-        sections.append(("Report workers side by side", scaleout.run(30 if quick else 150, 2 if quick else 4)))
-    with ticker.running("bench: check partitions side by side (5 of 6)"):
-        swept = 2_000 if quick else 20_000
-        sections.append(("Check partitions side by side", scaleout.sweep_table(swept, swept // 20)))
-    with ticker.running("bench: request units (6 of 6)"):
-        cost_text, bill, money = cost_section(costs.measure(quick), measured_http_cpu_ms(list(PRINTED)))
+    started, first = time.perf_counter(), len(PRINTED)  # the tables this run prints: PRINTED[first:]
+    for number, part in enumerate(todo, 1):
+        named = f"{part.label} ({number} of {len(todo)})"
+        try:
+            with ticker.running(f"bench: {named}"):
+                sections.append((part.title, part.run()))
+        except BaseException as error:  # Ctrl-C too: what finished is worth printing
+            _print_finished(sections, named, PRINTED[first:])
+            problem = user_problem(error)
+            if problem is None:  # a bug, or Ctrl-C: as it was, the part named in its traceback's notes
+                error.add_note(f"in ./dev bench: {named}")
+                raise
+            raise CommandFailed(f"{named} failed: {problem}") from None
     elapsed = time.perf_counter() - started
-    headline = summary_rows(list(PRINTED))
+    headline = summary_rows(PRINTED[first:])
     summary = print_table(
         "Summary: the app against the seeds' approach, measured in the same run", headline, SUMMARY_HEADER
     )
-    print("\n" + "\n".join(money))
-    summary += "\n\n" + "\n".join(money)
+    money = _COST_SECTIONS[-1].money if len(_COST_SECTIONS) > costs_before else []
+    if money:
+        print("\n" + "\n".join(money))
+        summary += "\n\n" + "\n".join(money)
     header = (
         f"# Benchmark results\n\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {_commit()}, "
         f"{'quick' if quick else 'full'} run in {elapsed:.0f} s on {platform.machine()} with {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}. SecantusDB in-process; figures are ratios against the baseline "
         "measured in the same run, since absolute speeds vary from machine to machine.\n"
     )
-    sections.insert(0, ("Summary", summary))
-    body = "\n".join(f"\n## {title}\n\n```\n{table}\n```" for title, table in sections)
+    cost_text = next(text for title, text in sections if title == "Cost on Cosmos DB")
+    kept = _COST_SECTIONS[costs_before:]
+    bill, _, deployment = kept[-1].bill.partition(f"\n\n{DEPLOYMENT_START}\n") if kept else ("", "", "")
+    body = "\n".join(f"\n## {title}\n\n```\n{table}\n```" for title, table in [("Summary", summary), *sections]
+                     if title != "Cost on Cosmos DB")  # fmt: skip
     stamp = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {'quick' if quick else 'full'} run in {elapsed:.0f} s"
-    blocks = f"{stamp}:\n\n{markdown_table(SUMMARY_HEADER, headline)}"
-    return header + body + f"\n\n## Cost on Cosmos DB\n\n{cost_text}\n", blocks + "\n\n" + bill
+    blocks = DocBlocks(
+        summary=f"{stamp}:\n\n{markdown_table(SUMMARY_HEADER, headline)}",
+        scaleout=markdown_table(SCALEOUT_HEADER, scaleout_rows(PRINTED[first:])),
+        bill=bill or _block(cost_text, TABLE_START, TABLE_END),
+        deployment=deployment,
+    )
+    return header + body + f"\n\n## Cost on Cosmos DB\n\n{cost_text}\n", blocks
+
+
+def _print_finished(sections: list[tuple[str, str]], failed: str, printed: list[Table]) -> None:
+    """On stdout, after the finished parts' own tables (`printed`): which parts they were, and the summary of
+    their figures."""
+    if not sections:
+        print(f"\nno part finished before {failed} stopped")
+        return
+    titles = ", ".join(title for title, _ in sections)
+    print(f"\nfinished before {failed} stopped: {titles} (their tables above)\n")
+    print_table("Summary of the parts that finished", summary_rows(printed), SUMMARY_HEADER)
+
+
+def _block(text: str, start: str, end: str) -> str:
+    """What `text` holds between the lines `start` and `end`."""
+    return text[text.index(start) + len(start) : text.index(end)].strip()
 
 
 def _between(text: str, start: str, end: str, block: str) -> str:
@@ -314,16 +446,16 @@ def _between(text: str, start: str, end: str, block: str) -> str:
 
 
 def update_docs(
-    blocks: str, summary_doc: Path = SUMMARY_DOC, table_doc: Path = TABLE_DOC, deployment: Path = DEPLOYMENT_FILE
+    blocks: DocBlocks, summary_doc: Path = SUMMARY_DOC, table_doc: Path = TABLE_DOC, deployment: Path = DEPLOYMENT_FILE
 ) -> None:
-    """Put the summary and the design-scale table between their markers in the docs, and the deployment
-    parameters (when the blocks carry them) into infra/design-scale.parameters.json."""
-    summary, bill = blocks.split("\n\n| collection |", 1)
-    bill, _, parameters = bill.partition(f"\n\n{DEPLOYMENT_START}\n")
-    summary_doc.write_text(_between(summary_doc.read_text(), SUMMARY_START, SUMMARY_END, summary))
-    table_doc.write_text(_between(table_doc.read_text(), TABLE_START, TABLE_END, "| collection |" + bill))
-    if parameters:
-        deployment.write_text(parameters)
+    """Put the summary and the scale-out table into docs/benchmarks.md and the design-scale table into
+    docs/costs.md, each between its markers, and the deployment parameters (when measured) into
+    infra/design-scale.parameters.json."""
+    text = _between(summary_doc.read_text(), SUMMARY_START, SUMMARY_END, blocks.summary)
+    summary_doc.write_text(_between(text, SCALEOUT_START, SCALEOUT_END, blocks.scaleout))
+    table_doc.write_text(_between(table_doc.read_text(), TABLE_START, TABLE_END, blocks.bill))
+    if blocks.deployment:
+        deployment.write_text(blocks.deployment)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -347,16 +479,16 @@ def main(argv: list[str] | None = None) -> None:
     output: Path | None = args.output if args.output is not None or args.quick else RESULTS
     if output is not None and not output.parent.is_dir():
         parser.error(f"--output {output}: no directory {output.parent}")
-    document, bill = run(args.quick)
+    document, blocks = run(args.quick)
     if output is None:
         print("\nquick run: nothing written (--output PATH to keep it)")
         return
     output.write_text(document)
     print(f"\nwritten to {output}")
     if not args.quick and output.resolve() == RESULTS.resolve():
-        update_docs(bill)
-        print(f"summary written to {SUMMARY_DOC}, the design-scale table to {TABLE_DOC}, its throughput to deploy to")
-        print(DEPLOYMENT_FILE)
+        update_docs(blocks)
+        print(f"summary and scale-out table written to {SUMMARY_DOC}, design-scale table to {TABLE_DOC}, its")
+        print(f"throughput to deploy to {DEPLOYMENT_FILE}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,121 @@ def test_help_prints_the_usage_and_succeeds(tmp_path, argv):
         "mutate",
         "help",
     ]
+
+
+@pytest.mark.parametrize("prog", sorted(prog for prog in COMMANDS if prog.startswith("./dev ")))
+def test_a_commands_help_shows_it_run_the_way_its_usage_names_it(prog, monkeypatch):
+    """`./dev setup-store --help` showed `python -m shared.store.setup` in its examples."""
+    shown = parser_of(COMMANDS[prog], monkeypatch).format_help()
+
+    examples = [line.strip() for line in shown.splitlines() if line.strip().startswith(("./dev ", "python -m "))]
+    assert examples
+    assert [line for line in examples if not line.startswith(f"{prog} ")] == []
+
+
+def dev_with_a_recording_venv(tmp_path: Path) -> Path:
+    """The script in a directory of its own with the files it reads (requirements, pyproject.toml, the npm lock
+    file), no node_modules, and a .venv whose `python` and `mutmut` and an `npm` on PATH only write their
+    command lines to `calls` (and pip's first line of output as pip would): what the script runs and installs,
+    without running or installing anything. The script's path."""
+    read = ("dev", "requirements.txt", "requirements-dev.txt", "pyproject.toml", "package.json", "package-lock.json")
+    for name in read:
+        shutil.copy2(ROOT / name, tmp_path / name)
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / "fakes").mkdir()
+    recorder = (
+        "#!/bin/sh\n"
+        f'echo "$(basename "$0") $*" >> "{tmp_path}/calls"\n'
+        'case "$*" in "-m pip install"*) echo "Collecting pymongo (from -r requirements-dev.txt)" ;; esac\n'
+    )
+    for fake in (tmp_path / ".venv/bin/python", tmp_path / ".venv/bin/mutmut", tmp_path / "fakes/npm"):
+        fake.write_text(recorder)
+        fake.chmod(0o755)
+    return tmp_path / "dev"
+
+
+def run_recorded(script: Path, *argv: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """`script ARGV` with the recording npm first on PATH; what it did, and the commands it ran."""
+    path = f"{script.parent / 'fakes'}:{os.environ['PATH']}"
+    done = subprocess.run(
+        [script, *argv], check=False, capture_output=True, text=True, timeout=30, env={**os.environ, "PATH": path}
+    )
+    calls = script.parent / "calls"
+    return done, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_the_first_run_shows_pips_progress_on_stderr(tmp_path):
+    """The first `./dev` installed for minutes under `pip --quiet`, saying nothing."""
+    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "setup-store", "--help")
+
+    [install] = [call for call in calls if call.startswith("python -m pip install")]
+    assert not {"-q", "--quiet"} & set(install.split())
+    assert "Collecting pymongo" in done.stderr
+    assert "Collecting" not in done.stdout
+    assert calls[-1] == "python -m tools.command ./dev setup-store shared.store.setup --help"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--only", "year-end", "--help"]])
+def test_test_clocks_help_installs_no_node_modules(tmp_path, argv):
+    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "test-clocks", *argv)
+
+    assert done.returncode == 0, done.stderr
+    assert [call for call in calls if call.startswith("npm")] == []
+    assert calls[-1] == f"python -m tools.clock_matrix {' '.join(argv)}"
+
+
+def test_test_clocks_installs_azurite_for_a_run(tmp_path):
+    _, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "test-clocks", "--only", "year-end", "--", "-h")
+
+    assert "npm ci --no-audit --no-fund --loglevel=error" in calls
+
+
+def mutation_cores() -> list[str]:
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    return [path.removeprefix("shared/").removesuffix(".py").replace("/", ".") for path in listed]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"]])
+def test_mutate_help_lists_the_cores_and_succeeds_running_nothing(tmp_path, argv):
+    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "mutate", *argv)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: ./dev mutate [MODULE]\n")
+    listed = [line.strip() for line in done.stdout.split("only_mutate), by its dotted path under shared/:")[1].split()]
+    assert listed == mutation_cores()
+    assert "reports.tally" in listed
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["nosuch.module"], "'nosuch.module' is not a core: MODULE is one of heartbeat_document reports."),
+        (["reports"], "'reports' is not a core"),
+        (["shared.reports.tally"], "'shared.reports.tally' is not a core"),
+        (["reports.tally", "reports.reading"], "one MODULE at most, not 2: reports.tally reports.reading"),
+        (["--max-children", "8"], "one MODULE at most, not 2"),
+        (["-x"], "no option -x (only -h, --help)"),
+    ],
+)
+def test_mutate_refuses_what_is_not_one_core_before_running_anything(tmp_path, argv, problem):
+    """`./dev mutate nosuch.module` started a run of every mutant: mutmut takes a name matching none for all."""
+    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "mutate", *argv)
+
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines()[0] == "usage: ./dev mutate [MODULE]"
+    assert done.stderr.splitlines()[1].startswith(f"./dev mutate: error: {problem}")
+    assert len(done.stderr.splitlines()) == 2
+    assert calls == []
+
+
+@pytest.mark.parametrize(("argv", "mutants"), [(["reports.tally"], ["shared.reports.tally.*"]), ([], [])])
+def test_mutate_runs_mutmut_on_a_core_or_on_all(tmp_path, argv, mutants):
+    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "mutate", *argv)
+
+    assert done.returncode == 0, done.stderr
+    assert calls[-1] == " ".join(["mutmut run --max-children 2", *mutants])
 
 
 # --- no tracebacks: what the user got wrong, in one line ------------------------------------------

@@ -2,6 +2,7 @@
 docs/ leads somewhere: a file that exists and, with a `#fragment`, a heading in it (GitHub's anchors)."""
 
 import re
+import subprocess
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -107,3 +108,27 @@ def test_the_anchors_follow_githubs_rules() -> None:
     )
     assert anchor("Why a check does not cost O(fleet)") == "why-a-check-does-not-cost-ofleet"
     assert anchor("Placing the clock: `PILLBOTTLE_TEST_CLOCK_START`") == "placing-the-clock-pillbottle_test_clock_start"
+
+
+def tracked_files() -> list[Path]:
+    """Every file of the repository: git's list where this is a checkout, else every file outside the virtualenv,
+    the npm packages, mutmut's copy and the caches."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        skipped = {".venv", "node_modules", "mutants", ".git", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+        return [p for p in ROOT.rglob("*") if p.is_file() and not skipped & set(p.relative_to(ROOT).parts)]
+    return [ROOT / name for name in listed.decode().split("\0") if name]
+
+
+def test_the_repository_states_its_rules_itself_and_cites_no_design_file_outside_it():
+    """The design notes this project was built from are not part of it: a rule the docs or the code rely on is
+    stated here, with its source (a Microsoft page, a measurement), never as a citation of that file."""
+    outside = "DESIGN" + ".md"  # spelt so that this file does not cite it either
+    files = tracked_files()
+
+    assert ROOT / "README.md" in files
+    citing = [
+        str(p.relative_to(ROOT)) for p in files if p.is_file() and outside in p.read_bytes().decode(errors="replace")
+    ]
+    assert citing == []

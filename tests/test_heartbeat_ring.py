@@ -281,7 +281,7 @@ def test_a_reassignment_counts_from_the_start_of_its_5_minute_slot(bottle):
 FULL_FIELD = (1 << HOURS_PER_FIELD * (SLOTS_PER_HOUR + 1)) - 1
 
 
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None)
 @given(
     values=st.lists(st.integers(0, FULL_FIELD) | st.just(FULL_FIELD), min_size=FIELD_NAMES, max_size=FIELD_NAMES),
     written=st.integers(0, 10_000),

@@ -3,13 +3,13 @@ the benchmark measures the app on its own database with its indexes (benchmarks/
 
 import itertools
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from benchmarks import ingestion
 from benchmarks.harness import installed_store, secantus_server
-from shared.heartbeat_document import Window, heartbeat_slots, place, slot_start
+from shared.heartbeat_document import MAX_GAP_HOURS, Window, heartbeat_slots, place, slot_start
 from shared.instants import utc_now
 from shared.settings import get_settings
 from shared.store import schema
@@ -105,3 +105,35 @@ def test_the_steady_fleet_is_heard_from_every_30_minutes_inside_its_heartbeat_wi
     assert heartbeat_slots(first) == [slot_start(t) for t in seeded if place(t, last, window) is not None]
     assert len(heartbeat_slots(first)) >= 47
     assert set(sent) <= set(heartbeat_slots(after))
+
+
+@pytest.mark.integration
+def test_the_batch_benchmarks_sides_store_the_same_events_all_of_them():
+    """Like with like: the stream was one event a second, so the app kept one heartbeat per 5-minute slot of a
+    100-event request (`stored: 17, duplicates: 83`) while the seeds' insert_many stored all 100. Three requests
+    of two bottles, the last one short."""
+    runs = ingestion.batch_runs(events=250, bottles=2)
+
+    assert [(m.name, m.units, s.stored, s.duplicates) for m, s in runs] == [
+        (ingestion.SEEDS_SINGLE, 250, 250, 0),
+        (ingestion.SEEDS_MANY, 250, 250, 0),
+        (ingestion.APP_BATCHES, 250, 250, 0),
+    ]
+
+
+def test_a_batch_streams_events_are_each_new_and_sent_once_they_happened():
+    start = utc_now().replace(second=0, microsecond=0)
+    uploads = ingestion.batch_stream(["bottle-a", "bottle-b"], 450, start)
+
+    assert [(u.bottle_id, len(u.events)) for u in uploads] == [
+        ("bottle-a", 100), ("bottle-b", 100), ("bottle-a", 100), ("bottle-b", 100), ("bottle-a", 50)
+    ]  # fmt: skip
+    for bottle_id in ("bottle-a", "bottle-b"):
+        mine = [u for u in uploads if u.bottle_id == bottle_id]
+        times = [datetime.fromisoformat(e["time"]) for u in mine for e in u.events]
+        assert len({slot_start(t) for t in times}) == len(times)  # no two in one slot: none a repeat
+        assert all(max(datetime.fromisoformat(e["time"]) for e in u.events) < u.at for u in mine)
+        sent = [start, *(u.at for u in mine)]
+        assert all(timedelta(0) < b - a <= timedelta(hours=MAX_GAP_HOURS) for a, b in itertools.pairwise(sent))
+    assert [u.at for u in uploads] == sorted(u.at for u in uploads)  # the server clock only moves on
+    assert uploads[-1].at - start == ingestion.stream_span(2, 450)

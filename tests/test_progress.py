@@ -3,6 +3,8 @@
 import io
 import time
 
+import pytest
+
 from tools.progress import Progress, Ticker
 
 
@@ -62,3 +64,18 @@ def test_a_ticker_says_what_runs_while_it_runs_and_when_it_ends():
     assert lines[0] == "bench: checks: started"
     assert "bench: checks: running, 40 s" in lines[1:-1]
     assert lines[-1] == "bench: checks: done in 42 s"
+
+
+def test_a_ticker_says_the_work_stopped_when_it_raised_not_that_it_is_done():
+    stream, clock = io.StringIO(), FakeClock()
+    ticker = Ticker(stream, clock=clock, every=60)
+
+    def work() -> None:
+        with ticker.running("bench: checks"):
+            clock.now += 7
+            raise TimeoutError("timed out")
+
+    with pytest.raises(TimeoutError):
+        work()
+
+    assert stream.getvalue().splitlines() == ["bench: checks: started", "bench: checks: stopped after 7 s"]

@@ -66,7 +66,7 @@ class Progress:
 
 class Ticker:
     """For work that cannot count its steps: a line saying what runs and for how long, every `every`
-    seconds (from a thread), and one when it ends."""
+    seconds (from a thread), and one when it ends: `done in`, or `stopped after` when it raised."""
 
     def __init__(self, stream: TextIO | None = None, *, clock: Clock = time.monotonic, every: float = 10.0) -> None:
         self.stream = stream if stream is not None else sys.stderr
@@ -85,12 +85,14 @@ class Ticker:
         self._say(f"{label}: started")
         thread = threading.Thread(target=tick, daemon=True)
         thread.start()
+        ended = "stopped after"
         try:
             yield
+            ended = "done in"
         finally:
             stop.set()
             thread.join()
-            self._say(f"{label}: done in {self.clock() - started:.0f} s")
+            self._say(f"{label}: {ended} {self.clock() - started:.0f} s")
 
     def _say(self, line: str) -> None:
         print(line, file=self.stream, flush=True)

@@ -7,7 +7,7 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from shared.settings import get_settings
+from shared.settings import Settings, get_settings
 
 Document = dict[str, Any]
 
@@ -22,14 +22,17 @@ class StoreNotConfigured(RuntimeError):
     """MONGODB_CONNECTION_STRING is missing."""
 
 
-def create_client(uri: str, *, event_listeners: Sequence[Any] = ()) -> MongoClient[Document]:
+def create_client(
+    uri: str, *, event_listeners: Sequence[Any] = (), settings: Settings | None = None
+) -> MongoClient[Document]:
     """A client tuned for Cosmos DB for MongoDB (works on any MongoDB). Connects lazily.
 
     Every client of the app's data is made here, the local tools' too, so they run as the app does.
     `event_listeners`: pymongo command listeners (the cost tests and benchmarks count commands). The timeouts
-    (STORE_*_TIMEOUT_MS) bound each attempt, so an unreachable store fails fast instead of hanging for pymongo's
-    default 30 s of server selection; the retry policy's deadline bounds the attempts together."""
-    settings = get_settings()
+    (STORE_*_TIMEOUT_MS of `settings`, by default the app's) bound each attempt, so an unreachable store fails
+    fast instead of hanging for pymongo's default 30 s of server selection; the retry policy's deadline bounds
+    the attempts together."""
+    settings = settings or get_settings()
     return MongoClient(
         uri,
         tz_aware=True,

@@ -35,14 +35,23 @@ def run_command(prog: str, body: Callable[[], None]) -> None:
         body()
     except KeyboardInterrupt:
         _exit(prog, "interrupted", EXIT_INTERRUPTED)
-    except (CommandFailed, InvalidSettings) as error:  # InvalidSettings names each setting, never its value
-        _exit(prog, f"error: {error}", EXIT_ERROR)
-    except (StoreUnavailable, ConnectionFailure, ConfigurationError) as error:  # a store opened without store_errors
-        _exit(prog, f"error: {_store_problem(error, None)}", EXIT_ERROR)
-    except OSError as error:
-        if error.filename is None:
+    except Exception as error:
+        problem = user_problem(error)
+        if problem is None:
             raise
-        _exit(prog, f"error: {error.filename}: {error.strerror}", EXIT_ERROR)
+        _exit(prog, f"error: {problem}", EXIT_ERROR)
+
+
+def user_problem(error: BaseException) -> str | None:
+    """What run_command says of `error` in its one line, if it is a cause the user can fix (CommandFailed, invalid
+    app settings, a store that cannot be used, a file that cannot be read or written); None for a bug."""
+    if isinstance(error, CommandFailed | InvalidSettings):  # InvalidSettings names each setting, never its value
+        return str(error)
+    if isinstance(error, StoreUnavailable | ConnectionFailure | ConfigurationError):  # opened without store_errors
+        return _store_problem(error, None)
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.filename}: {error.strerror}"
+    return None
 
 
 def _exit(prog: str, message: str, code: int) -> NoReturn:

@@ -1,8 +1,8 @@
 """Create every collection and index the app needs. Idempotent: safe to run any number of times.
 
-    python -m shared.store.setup                      # uses MONGODB_CONNECTION_STRING / MONGODB_DATABASE
-    python -m shared.store.setup --backfill-buckets   # once, for data stored before documents carried `bucket`
-    python -m shared.store.setup --check-deploy       # before deploying infra/: would it change an index? (exit 1)
+    ./dev setup-store [--uri URI] [--database NAME]   # by default MONGODB_CONNECTION_STRING / MONGODB_DATABASE
+    ./dev setup-store --backfill-buckets              # once, for data stored before documents carried `bucket`
+    ./dev setup-store --check-deploy                  # before deploying infra/: would it change an index? (exit 1)
 
 On Cosmos DB the sharded collections are created with their shard keys first (Cosmos' `customAction`);
 on any other MongoDB they are plain collections. Azure deployments get the same from infra/ (Bicep).

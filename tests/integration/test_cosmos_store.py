@@ -450,8 +450,9 @@ def test_a_change_stream_needs_cosmos_pipeline_and_never_shows_deletes(cosmos, c
 
 def test_a_throttled_stream_answers_empty_pages_then_carries_on(secantus_uri, clock, monkeypatch):
     """RATE_LIMITING throttles every operation past the partition's RU/s; a throttled change stream's pages come
-    back empty (its token unmoved) rather than failing, as DESIGN.md and the issue state it. No Microsoft page I
-    could find says so in words: an assumption to check on a real account."""
+    back empty (its token unmoved) rather than failing, the least forgiving reading, which the worker assumes
+    (docs/reports.md: an empty or short page is no proof of being caught up). No Microsoft page I could find says
+    so in words: an assumption to check on a real account."""
     with proxy_of(secantus_uri, partition_ru_per_second=4, clock=clock) as proxy:
         db = next(app_database(proxy, monkeypatch))
         [token] = cosmos_seam.change_stream_tokens(db, schema.BOTTLE_ACTIONS) or []
