@@ -43,6 +43,15 @@ param notificationsRetentionDays int = 90
 @minValue(32)
 param dailyReportsRetentionDays int = 400
 
+@description('Blob container of the archive (ARCHIVE_CONTAINER): every opened/closed event for good, every bottle-hour\'s heartbeats for heartbeatArchiveDays (docs/archive.md).')
+@minLength(3)
+@maxLength(63)
+param archiveContainerName string = 'archive'
+
+@description('Days the archive keeps heartbeat files after their last write (HEARTBEAT_ARCHIVE_DAYS): the lifecycle management policy deletes them.')
+@minValue(1)
+param heartbeatArchiveDays int = 14
+
 @description('Cosmos DB account key whose connection string the app uses; flip it to rotate keys (docs/operations.md: Rotating keys).')
 @allowed(['primary', 'secondary'])
 param cosmosKeyInUse string = 'primary'
@@ -160,6 +169,11 @@ var appSettings = {
   CHECK_BATCH_SIZE: '500'
   QUEUE_MESSAGES_PER_PARTITION: '5000'
   CHECKS_TIME_BUDGET_SECONDS: '50'
+  // The archive (docs/archive.md): a container of the same storage account, reached with the same identity.
+  AzureWebJobsStorage__blobServiceUri: 'https://${storage.outputs.name}.blob.${environment().suffixes.storage}'
+  ARCHIVE_CONTAINER: archiveContainerName
+  HEARTBEAT_ARCHIVE_DAYS: string(heartbeatArchiveDays)
+  ARCHIVE_DIR: ''
 }
 
 // The identity the app uses for storage, the deployment package, Key Vault and telemetry.

@@ -227,6 +227,35 @@ class Settings(BaseSettings):
         validation_alias="AzureWebJobsStorage__clientId",
         description="Client id of the user-assigned identity for that endpoint (empty: DefaultAzureCredential).",
     )
+    storage_blob_service_uri: str = Field(
+        default="",
+        validation_alias="AzureWebJobsStorage__blobServiceUri",
+        description="Blob endpoint of the host's storage account, reached with a managed identity (Azure): the "
+        "archive's container is there.",
+    )
+    # The archive (shared/archive/): Parquet files of every opened/closed event, kept for good, and of every
+    # bottle-hour's heartbeats, kept HEARTBEAT_ARCHIVE_DAYS (docs/archive.md). On the host's storage account (the
+    # connection string locally, the blob endpoint and identity in Azure), or in a local folder.
+    archive_container: str = Field(
+        default="archive",
+        # Azure's container names: 3-63 lower-case letters, digits and single hyphens (_one_container_name).
+        pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",
+        description="Blob container of the archive, on the host's storage account (infra/ creates it, with its "
+        "lifecycle management policy).",
+    )
+    heartbeat_archive_days: int = Field(
+        default=14,
+        ge=1,
+        le=36_500,
+        description="Days the archive keeps a bottle-hour's heartbeats after its file was last written: the "
+        "storage account's lifecycle management policy deletes them (infra/ deploys it from the same parameter); "
+        "the archive's checks look no further back. Opened/closed events are kept for good.",
+    )
+    archive_dir: str = Field(
+        default="",
+        description="A local folder that holds the archive, in the container's layout, instead of the storage "
+        "account (./dev simulate and ./dev serve set one); empty: the container.",
+    )
     queue_send_timeout_seconds: float = Field(
         default=5.0, gt=0, le=60, description="Connect and read timeout of each queue send."
     )
@@ -270,6 +299,13 @@ class Settings(BaseSettings):
             problem = connection_string_problem(value)
             if problem is not None:
                 raise ValueError(problem)
+        return value
+
+    @field_validator("archive_container")
+    @classmethod
+    def _one_container_name(cls, value: str) -> str:
+        if "--" in value:
+            raise ValueError("a container name has no two hyphens in a row")
         return value
 
     @model_validator(mode="after")

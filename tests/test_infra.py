@@ -54,6 +54,8 @@ LOCAL_ONLY_SETTINGS = {
 AZURE_ONLY_SETTINGS = {
     "AzureWebJobsStorage__queueServiceUri": "the identity-based queue endpoint; locally the connection string wins",
     "AzureWebJobsStorage__clientId": "the app's user-assigned identity; there is none locally",
+    "AzureWebJobsStorage__blobServiceUri": "the identity-based blob endpoint of the archive's container; locally the "
+    "connection string wins",
 }
 
 
