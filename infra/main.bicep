@@ -173,6 +173,7 @@ var appSettings = {
   AzureWebJobsStorage__blobServiceUri: 'https://${storage.outputs.name}.blob.${environment().suffixes.storage}'
   ARCHIVE_CONTAINER: archiveContainerName
   HEARTBEAT_ARCHIVE_DAYS: string(heartbeatArchiveDays)
+  ARCHIVE_PAGE_SIZE: '5000'
   ARCHIVE_DIR: ''
 }
 

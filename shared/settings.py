@@ -251,6 +251,13 @@ class Settings(BaseSettings):
         "storage account's lifecycle management policy deletes them (infra/ deploys it from the same parameter); "
         "the archive's checks look no further back. Opened/closed events are kept for good.",
     )
+    archive_page_size: int = Field(
+        default=5000,
+        ge=1,
+        le=10_000,
+        description="Events the archive's sweep of the actions reads per query: on Cosmos DB each query reaches "
+        "every physical partition of `bottle_actions`, so fewer, larger pages cost fewer request units.",
+    )
     archive_dir: str = Field(
         default="",
         description="A local folder that holds the archive, in the container's layout, instead of the storage "

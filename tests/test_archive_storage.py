@@ -61,16 +61,18 @@ def test_a_file_written_is_read_back_with_a_version_and_listed_under_its_folder(
 
 def test_a_guarded_write_lands_only_on_the_version_it_read(archive: Archive) -> None:
     name = "heartbeats/date=2026-03-29/hour-07-users-0001.parquet"
-    assert archive.write_guarded(name, b"first", None)  # none yet: created
-    assert not archive.write_guarded(name, b"second", None)  # one exists now: refused
+    assert archive.write_guarded(name, b"first", None) is not None  # none yet: created
+    assert archive.write_guarded(name, b"second", None) is None  # one exists now: refused
     first = archive.read(name)
     assert first is not None
     assert first.data == b"first"
-    assert archive.write_guarded(name, b"merged", first.version)
-    assert not archive.write_guarded(name, b"stale", first.version)  # another writer moved it on: refused
+    merged = archive.write_guarded(name, b"merged", first.version)
+    assert merged is not None
+    assert archive.write_guarded(name, b"stale", first.version) is None  # another writer moved it on: refused
     now = archive.read(name)
     assert now is not None
     assert now.data == b"merged"
+    assert now.version == merged  # what the write answered is what a read finds
 
 
 def test_of_two_writers_guarded_by_the_same_version_one_lands(archive: Archive) -> None:
@@ -80,7 +82,7 @@ def test_of_two_writers_guarded_by_the_same_version_one_lands(archive: Archive) 
     assert base is not None
     results: list[bool] = []
     threads = [
-        threading.Thread(target=lambda d=data: results.append(archive.write_guarded(name, d, base.version)))
+        threading.Thread(target=lambda d=data: results.append(archive.write_guarded(name, d, base.version) is not None))
         for data in (b"left", b"right")
     ]
     for thread in threads:

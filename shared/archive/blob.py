@@ -48,15 +48,13 @@ class BlobArchive:
     def write(self, name: str, data: bytes) -> None:
         self._upload(name, data, overwrite=True)
 
-    def write_guarded(self, name: str, data: bytes, version: str | None) -> bool:
+    def write_guarded(self, name: str, data: bytes, version: str | None) -> str | None:
         try:
             if version is None:
-                self._upload(name, data, overwrite=False)
-            else:
-                self._upload(name, data, overwrite=True, etag=version, match_condition=MatchConditions.IfNotModified)
+                return self._upload(name, data, overwrite=False)
+            return self._upload(name, data, overwrite=True, etag=version, match_condition=MatchConditions.IfNotModified)
         except (ResourceExistsError, ResourceModifiedError):
-            return False
-        return True
+            return None
 
     def names(self, prefix: str) -> list[str]:
         try:
@@ -66,12 +64,13 @@ class BlobArchive:
         except AzureError as error:
             raise self._unavailable("list", prefix, error) from error
 
-    def _upload(self, name: str, data: bytes, **conditions: Any) -> None:
-        """Upload, creating the container once if it is missing; a refused condition is raised as it is."""
+    def _upload(self, name: str, data: bytes, **conditions: Any) -> str:
+        """Upload, creating the container once if it is missing; the blob's new ETag. A refused condition is raised
+        as it is."""
         for attempt in (1, 2):
             try:
-                self._container.upload_blob(name, data, **conditions)
-                return
+                reply = self._container.get_blob_client(name).upload_blob(data, **conditions)
+                return str(reply["etag"])
             except (ResourceExistsError, ResourceModifiedError):
                 raise
             except ResourceNotFoundError as error:
@@ -80,6 +79,7 @@ class BlobArchive:
                 self._create_container()
             except AzureError as error:
                 raise self._unavailable("write", name, error) from error
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _create_container(self) -> None:
         try:

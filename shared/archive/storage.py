@@ -44,8 +44,9 @@ class Archive(Protocol):
     def write(self, name: str, data: bytes) -> None:
         """Create or replace the file."""
 
-    def write_guarded(self, name: str, data: bytes, version: str | None) -> bool:
-        """Write the file only if it is still at `version` (None: only if there is none); False if not."""
+    def write_guarded(self, name: str, data: bytes, version: str | None) -> str | None:
+        """Write the file only if it is still at `version` (None: only if there is none): its new version, or None
+        if it was not (another writer got there first)."""
 
     def names(self, prefix: str) -> list[str]:
         """The names of the files under `prefix`, sorted."""
@@ -82,13 +83,13 @@ class FolderArchive:
         with self._locked():
             self._replace(name, data)
 
-    def write_guarded(self, name: str, data: bytes, version: str | None) -> bool:
+    def write_guarded(self, name: str, data: bytes, version: str | None) -> str | None:
         with self._locked():
             found = self.read(name)
             if (None if found is None else found.version) != version:
-                return False
+                return None
             self._replace(name, data)
-            return True
+            return _digest(data)
 
     def names(self, prefix: str) -> list[str]:
         if not self.root.exists():
