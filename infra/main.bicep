@@ -52,6 +52,18 @@ param archiveContainerName string = 'archive'
 @minValue(1)
 param heartbeatArchiveDays int = 14
 
+@description('Days after their last write that the archive\'s event files move to the cool tier (they are kept for good).')
+@minValue(1)
+param archiveActionsCoolAfterDays int = 30
+
+@description('Days after their last write that the archive\'s event files move to the cold tier.')
+@minValue(2)
+param archiveActionsColdAfterDays int = 90
+
+@description('Days after their last write that the archive\'s event files move to the archive tier, which is offline (a reader must rehydrate them first, for hours); 0: never.')
+@minValue(0)
+param archiveActionsArchiveTierAfterDays int = 0
+
 @description('Cosmos DB account key whose connection string the app uses; flip it to rotate keys (docs/operations.md: Rotating keys).')
 @allowed(['primary', 'secondary'])
 param cosmosKeyInUse string = 'primary'
@@ -294,6 +306,20 @@ module rbac 'modules/rbac.bicep' = {
   }
 }
 
+// The archive's container, its lifecycle policy and the app identity's role on it (docs/archive.md).
+module archive 'modules/archive.bicep' = {
+  name: 'archive'
+  params: {
+    storageAccountName: storage.outputs.name
+    containerName: archiveContainerName
+    heartbeatArchiveDays: heartbeatArchiveDays
+    actionsCoolAfterDays: archiveActionsCoolAfterDays
+    actionsColdAfterDays: archiveActionsColdAfterDays
+    actionsArchiveTierAfterDays: archiveActionsArchiveTierAfterDays
+    principalId: identity.outputs.principalId
+  }
+}
+
 // Alerts on the app's metrics and its HTTP 5xx rate (docs/operations.md: Metrics and alerts).
 module alerts 'modules/alerts.bicep' = {
   name: 'alerts'
@@ -330,9 +356,10 @@ module functionApp 'modules/functionapp.bicep' = {
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
   }
-  // Start the app only once its identity may read its storage, queue and secret.
+  // Start the app only once its identity may read its storage, queue and secret, and write its archive.
   dependsOn: [
     rbac
+    archive
   ]
 }
 
