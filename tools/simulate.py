@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import http.client
 import json
+import os
 import random
 import time
 import urllib.error
@@ -24,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from shared.instants import set_clock, utc_now
@@ -31,6 +33,8 @@ from shared.reports.tally import counted_from
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.command_line import CommandFailed, run_command
+from tools.archive_history import DEFAULT_DIR as DEFAULT_ARCHIVE_DIR
+from tools.archive_history import archive_setting, fresh_folder
 from tools.arguments import float_above, http_url, int_between, positive_float, positive_int, writable_file
 from tools.command_tally import CommandTally
 from tools.cosmos_store.proxy import Options
@@ -101,11 +105,13 @@ def run_simulation(
     functions: Iterable[Any] | None = None,
     workers: int = 2,
     cosmos: Options | None = None,
+    archive_dir: Path | None = None,
 ) -> SimulationResult:
     """Play the plan through the app's functions (`functions`: the app's registered functions, when the
     caller already asked the app for them, which it may do only once per process), with `workers` queue
     workers side by side for the queue-triggered functions. `cosmos`: on the Cosmos-faithful store
-    (docs/cosmos-store.md) in front of the store, with these options."""
+    (docs/cosmos-store.md) in front of the store, with these options. `archive_dir`: the archive's folder
+    (docs/archive.md), emptied first (None: no archive)."""
     import function_app
     from tools.cosmos_store.local import cosmos_local_store, describe_store
     from tools.local_host import LocalHost
@@ -127,6 +133,8 @@ def run_simulation(
             stack.enter_context(
                 setting_defaults(REPORTS_SCHEDULE=SIMULATION_REPORTS_SCHEDULE, CHECK_LATE_DOSES_SPREAD_MINUTES="0")
             )
+            if archive_dir is not None:
+                stack.enter_context(archive_setting(str(fresh_folder(archive_dir)), None))
             # The simulated clock is months from the real one, which the embedded store's expiry runs on.
             if cosmos is None:
                 db = stack.enter_context(local_store(mongodb_uri, listeners=[commands], expire=False))
@@ -462,6 +470,12 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         help="where to write the PNG chart (default %(default)s)",
     )
     parser.add_argument(
+        "--archive-dir",
+        type=Path,
+        default=Path(os.environ.get("ARCHIVE_DIR") or DEFAULT_ARCHIVE_DIR),
+        help="the archive's folder, emptied first (default: ARCHIVE_DIR, else %(default)s); ./dev archive reads it",
+    )
+    parser.add_argument(
         "--http", type=http_url, metavar="BASE_URL", help="send device traffic over HTTP in real time instead"
     )
     parser.add_argument("--function-key", help="Functions key for the provisioning route (--http)")
@@ -510,6 +524,7 @@ def _simulate(argv: list[str] | None) -> None:
         mongodb_uri=args.mongodb_uri,
         workers=args.workers,
         cosmos=Options(partition_bytes=args.partition_kb * 1024) if args.cosmos_store else None,
+        archive_dir=args.archive_dir,
     )
     print(describe(result))
     from tools.chart import draw
