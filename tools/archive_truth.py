@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.archive import parquet
+from shared.archive.current import get_archive
 from shared.archive.layout import (
     ACTION_COLUMNS,
     ACTIONS,
@@ -19,8 +20,10 @@ from shared.archive.layout import (
 )
 from shared.archive.storage import Archive
 from shared.heartbeat_document import heartbeat_slots, slot_start
+from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import bucket_of
+from tools.report_truth import complete_from
 
 Event = tuple[Any, ...]  # an event's archived columns, in order
 HourKey = tuple[str, str, datetime]  # (bottle_id, user_id, hour)
@@ -110,18 +113,47 @@ def check_archive(
     *,
     until: datetime | None,
     heartbeats: tuple[datetime, datetime] | None,
+    every_event: bool = False,
 ) -> ArchiveCheck:
     """The archive against the source: the events received before `until` (the sweep's position) each in the
     archive once, in the file of its device date and receive hour, and no archived event that is not stored (nor
     more often than stored); the bottle-hours of the hours `heartbeats` (those the tally has counted and every ring
-    still holds) each archived with the ring's slots, once, in the file of its hour and user."""
+    still holds) each archived with the ring's slots, once, in the file of its hour and user. `every_event`: every
+    stored event must be before `until` (after a run's last sweep, nothing is left out)."""
     check = ArchiveCheck(until, *(heartbeats or (None, None)))
+    if every_event:
+        latest = newest_received(db)
+        if latest is not None and (until is None or latest >= until):
+            when = "never ran" if until is None else f"stopped at {until:%Y-%m-%dT%H:%M}"
+            check.problems.append(
+                f"the sweep of the events {when}, before the last received at {latest:%Y-%m-%dT%H:%M}"
+            )
     if until is None:
         return check
     _check_events(db, archive, until, check)
     if heartbeats is not None:
         _check_heartbeats(db, archive, heartbeats, check)
     return check
+
+
+def newest_received(db: Any) -> datetime | None:
+    found = list(db[schema.BOTTLE_ACTIONS].find({}, {"received_at": 1}).sort("received_at", -1).limit(1))
+    return _utc(found[0]["received_at"]) if found else None
+
+
+def swept_until(db: Any) -> datetime | None:
+    """The sweep's position: every event received before it is archived (None: it never finished an hour)."""
+    lease = db[schema.LEASES].find_one({"feed": "actions_archive", "retired_at": None})
+    return None if lease is None or lease.get("checkpoint_time") is None else _utc(lease["checkpoint_time"])
+
+
+def tallied_until(db: Any) -> datetime | None:
+    """The end of the hours every live heartbeat tally partition has counted (None: not every one has)."""
+    ends = [
+        lease.get("checkpoint_time")
+        for lease in db[schema.LEASES].find({"feed": "heartbeat_tally", "retired_at": None})
+    ]
+    return min(_utc(end) for end in ends) if ends and None not in ends else None
 
 
 def _check_events(db: Any, archive: Archive, until: datetime, check: ArchiveCheck) -> None:
@@ -142,24 +174,78 @@ def _check_events(db: Any, archive: Archive, until: datetime, check: ArchiveChec
 
 
 def _check_heartbeats(db: Any, archive: Archive, hours: tuple[datetime, datetime], check: ArchiveCheck) -> None:
+    checked, problems = heartbeat_differences(db, archive, hours)
+    check.bottle_hours = checked
+    check.problems += [problem for _, problem in sorted(problems.items())]
+
+
+def heartbeat_differences(
+    db: Any, archive: Archive, hours: tuple[datetime, datetime]
+) -> tuple[int, dict[HourKey, str]]:
+    """The bottle-hours of `hours` in the rings, and what differs in the archive, by (bottle, user, hour): slots not
+    the ring's, a row twice, a row in another file, a row of an hour the ring has no heartbeat of."""
     start, end = hours
     expected = {key: slots for key, slots in ring_bottle_hours(db).items() if start <= key[2] < end}
-    check.bottle_hours = len(expected)
     archived: dict[HourKey, list[tuple[str, tuple[int, ...]]]] = defaultdict(list)
+    problems: dict[HourKey, str] = {}
     for name, key, slots in archived_bottle_hours(archive):
-        archived[key].append((name, slots))
-        if parse_heartbeat_file(name) is None or name != heartbeat_file(key[2], bucket_of(key[1])):
-            check.problems.append(f"bottle-hour in the wrong file {name}: {_hour_key(key)}")
-    for key, rows in sorted(archived.items()):
+        if start <= key[2] < end:
+            archived[key].append((name, slots))
+            if parse_heartbeat_file(name) is None or name != heartbeat_file(key[2], bucket_of(key[1])):
+                problems[key] = f"bottle-hour in the wrong file {name}: {_hour_key(key)}"
+    for key, rows in archived.items():
         if len(rows) > 1:
-            check.problems.append(f"bottle-hour archived {len(rows)}x: {_hour_key(key)}")
-    for key, slots in sorted(expected.items()):
+            problems[key] = f"bottle-hour archived {len(rows)}x: {_hour_key(key)}"
+        elif key not in expected:
+            problems[key] = f"bottle-hour archived with no heartbeat in its ring: {_hour_key(key)}"
+    for key, slots in expected.items():
         got = [row_slots for _, row_slots in archived.get(key, [])]
-        if got != [slots]:
-            check.problems.append(f"bottle-hour {_hour_key(key)}: ring {list(slots)}, archive {[list(g) for g in got]}")
-    for key in sorted(archived):
-        if start <= key[2] < end and key not in expected:
-            check.problems.append(f"bottle-hour archived with no heartbeat in its ring: {_hour_key(key)}")
+        if got != [slots] and key not in problems:
+            problems[key] = f"bottle-hour {_hour_key(key)}: ring {list(slots)}, archive {[list(g) for g in got]}"
+    return len(expected), problems
+
+
+class ArchiveLedger:
+    """The archive compared with the source over a whole run, as the lifecycle run compares the reports: a ring
+    keeps only its window, so its bottle-hours are compared as the run goes (the hours every ring holds, counted by
+    the tally, ending SETTLED before the comparison), and at the end with the events. A later comparison of a
+    bottle-hour replaces an earlier one."""
+
+    def __init__(self, archive: Archive) -> None:
+        self.archive = archive
+        self.hours: dict[HourKey, str | None] = {}
+        self.since: datetime | None = None
+
+    @classmethod
+    def of_the_app(cls) -> "ArchiveLedger":
+        """A ledger of the archive the app's settings name (a run that keeps one)."""
+        archive = get_archive(get_settings())
+        if archive is None:
+            raise ValueError("the app has no archive: set ARCHIVE_DIR (or a storage account) for the run")
+        return cls(archive)
+
+    def compare(self, db: Any, until: datetime, window_hours: int) -> None:
+        """The bottle-hours every ring still holds, that the tally has counted, ending by `until`."""
+        since, tallied = complete_from(db, window_hours), tallied_until(db)
+        if since is None or tallied is None:
+            return
+        end = min(until, tallied)
+        if end <= since:
+            return
+        self.since = since if self.since is None else min(self.since, since)
+        expected = {key for key in ring_bottle_hours(db) if since <= key[2] < end}
+        _, problems = heartbeat_differences(db, self.archive, (since, end))
+        for key in expected | problems.keys():
+            self.hours[key] = problems.get(key)
+
+    def final(self, db: Any, until: datetime, window_hours: int) -> ArchiveCheck:
+        """The last comparison of the bottle-hours, and every event against the sweep's position."""
+        self.compare(db, until, window_hours)
+        check = check_archive(db, self.archive, until=swept_until(db), heartbeats=None, every_event=True)
+        check.heartbeats_from, check.heartbeats_until = self.since, tallied_until(db)
+        check.bottle_hours = len(self.hours)
+        check.problems += sorted(problem for problem in self.hours.values() if problem)
+        return check
 
 
 def _event(event: Event) -> str:

@@ -240,7 +240,9 @@ def _page(
     if len(docs) == size:
         last = docs[-1][RECEIVED]
         whole = [doc for doc in docs if doc[RECEIVED] != last]
-        docs = whole or find_all(collection, {RECEIVED: last}, policy, _FIELDS)
+        # The instant alone, as a range like every query of the sweep (stored times are whole milliseconds).
+        instant = {RECEIVED: {"$gte": last, "$lt": last + timedelta(milliseconds=1)}}
+        docs = whole or find_all(collection, instant, policy, _FIELDS)
     return docs
 
 
