@@ -51,6 +51,27 @@ param notificationsRetentionDays int = 90
 @minValue(32)
 param dailyReportsRetentionDays int = 400
 
+@description('Blob container of the archive (ARCHIVE_CONTAINER): every opened/closed event for good, every bottle-hour\'s heartbeats for heartbeatArchiveDays (docs/archive.md).')
+@minLength(3)
+@maxLength(63)
+param archiveContainerName string = 'archive'
+
+@description('Days the archive keeps heartbeat files after their last write (HEARTBEAT_ARCHIVE_DAYS): the lifecycle management policy deletes them.')
+@minValue(1)
+param heartbeatArchiveDays int = 14
+
+@description('Days after their last write that the archive\'s event files move to the cool tier (they are kept for good).')
+@minValue(1)
+param archiveActionsCoolAfterDays int = 30
+
+@description('Days after their last write that the archive\'s event files move to the cold tier.')
+@minValue(2)
+param archiveActionsColdAfterDays int = 90
+
+@description('Days after their last write that the archive\'s event files move to the archive tier, which is offline (a reader must rehydrate them first, for hours); 0: never.')
+@minValue(0)
+param archiveActionsArchiveTierAfterDays int = 0
+
 @description('Cosmos DB account key whose connection string the app uses; flip it to rotate keys (docs/operations.md: Rotating keys).')
 @allowed(['primary', 'secondary'])
 param cosmosKeyInUse string = 'primary'
@@ -173,6 +194,12 @@ var appSettings = {
   CHECK_BATCH_SIZE: '500'
   QUEUE_MESSAGES_PER_PARTITION: '5000'
   CHECKS_TIME_BUDGET_SECONDS: '50'
+  // The archive (docs/archive.md): a container of the same storage account, reached with the same identity.
+  AzureWebJobsStorage__blobServiceUri: 'https://${storage.outputs.name}.blob.${environment().suffixes.storage}'
+  ARCHIVE_CONTAINER: archiveContainerName
+  HEARTBEAT_ARCHIVE_DAYS: string(heartbeatArchiveDays)
+  ARCHIVE_PAGE_SIZE: '5000'
+  ARCHIVE_DIR: ''
 }
 
 // The identity the app uses for storage, the deployment package, Key Vault and telemetry.
@@ -294,6 +321,20 @@ module rbac 'modules/rbac.bicep' = {
   }
 }
 
+// The archive's container, its lifecycle policy and the app identity's role on it (docs/archive.md).
+module archive 'modules/archive.bicep' = {
+  name: 'archive'
+  params: {
+    storageAccountName: storage.outputs.name
+    containerName: archiveContainerName
+    heartbeatArchiveDays: heartbeatArchiveDays
+    actionsCoolAfterDays: archiveActionsCoolAfterDays
+    actionsColdAfterDays: archiveActionsColdAfterDays
+    actionsArchiveTierAfterDays: archiveActionsArchiveTierAfterDays
+    principalId: identity.outputs.principalId
+  }
+}
+
 // Alerts on the app's metrics and its HTTP 5xx rate (docs/operations.md: Metrics and alerts).
 module alerts 'modules/alerts.bicep' = {
   name: 'alerts'
@@ -331,9 +372,10 @@ module functionApp 'modules/functionapp.bicep' = {
     instanceMemoryMB: instanceMemoryMB
     httpAlwaysReadyInstances: httpAlwaysReadyInstances
   }
-  // Start the app only once its identity may read its storage, queue and secret.
+  // Start the app only once its identity may read its storage, queue and secret, and write its archive.
   dependsOn: [
     rbac
+    archive
   ]
 }
 

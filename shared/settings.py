@@ -269,6 +269,42 @@ class Settings(BaseSettings):
         validation_alias="AzureWebJobsStorage__clientId",
         description="Client id of the user-assigned identity for that endpoint (empty: DefaultAzureCredential).",
     )
+    storage_blob_service_uri: str = Field(
+        default="",
+        validation_alias="AzureWebJobsStorage__blobServiceUri",
+        description="Blob endpoint of the host's storage account, reached with a managed identity (Azure): the "
+        "archive's container is there.",
+    )
+    # The archive (shared/archive/): Parquet files of every opened/closed event, kept for good, and of every
+    # bottle-hour's heartbeats, kept HEARTBEAT_ARCHIVE_DAYS (docs/archive.md). On the host's storage account (the
+    # connection string locally, the blob endpoint and identity in Azure), or in a local folder.
+    archive_container: str = Field(
+        default="archive",
+        # Azure's container names: 3-63 lower-case letters, digits and single hyphens (_one_container_name).
+        pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",
+        description="Blob container of the archive, on the host's storage account (infra/ creates it, with its "
+        "lifecycle management policy).",
+    )
+    heartbeat_archive_days: WholeNumber = Field(
+        default=14,
+        ge=1,
+        le=36_500,
+        description="Days the archive keeps a bottle-hour's heartbeats after its file was last written: the "
+        "storage account's lifecycle management policy deletes them (infra/ deploys it from the same parameter); "
+        "the archive's checks look no further back. Opened/closed events are kept for good.",
+    )
+    archive_page_size: WholeNumber = Field(
+        default=5000,
+        ge=1,
+        le=10_000,
+        description="Events the archive's sweep of the actions reads per query: on Cosmos DB each query reaches "
+        "every physical partition of `bottle_actions`, so fewer, larger pages cost fewer request units.",
+    )
+    archive_dir: str = Field(
+        default="",
+        description="A local folder that holds the archive, in the container's layout, instead of the storage "
+        "account (./dev simulate and ./dev serve set one); empty: the container.",
+    )
     queue_send_timeout_seconds: Number = Field(
         default=5.0, ge=0.1, le=60, description="Connect and read timeout of each queue send."
     )
@@ -355,6 +391,13 @@ class Settings(BaseSettings):
                         "moves the messages that failed too often: each queue carries one kind of message"
                     )
         return self
+
+    @field_validator("archive_container")
+    @classmethod
+    def _one_container_name(cls, value: str) -> str:
+        if "--" in value:
+            raise ValueError("a container name has no two hyphens in a row")
+        return value
 
     @model_validator(mode="after")
     def _leases_outlive_their_runs(self) -> "Settings":

@@ -1,5 +1,6 @@
-"""Azurite's queue service (the Storage emulator, npm package `azurite` pinned in package.json) in a child
-process for the queue tests: started once per session on a free port, in memory, stopped at the end."""
+"""Azurite's queue and blob services (the Storage emulator, npm package `azurite` pinned in package.json) in child
+processes for the queue and archive tests: each started once per session on a free port, in memory, stopped at the
+end."""
 
 import shutil
 import socket
@@ -11,6 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXECUTABLE = ROOT / "node_modules" / ".bin" / "azurite-queue"
+BLOB_EXECUTABLE = ROOT / "node_modules" / ".bin" / "azurite-blob"
 ACCOUNT = "devstoreaccount1"
 # Azurite's well-known development account key (public, documented with the emulator; not a secret).
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -34,6 +36,14 @@ def connection_string(port: int) -> str:
     )
 
 
+def blob_connection_string(port: int) -> str:
+    """An `AzureWebJobsStorage` connection string for Azurite's blob service on this port."""
+    return (
+        f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
+    )
+
+
 def free_port() -> int:
     """A port nothing listens on (just now)."""
     with socket.socket() as probe:
@@ -51,20 +61,33 @@ def _accepts(port: int) -> bool:
 @contextmanager
 def azurite_queue(workdir: Path) -> Iterator[int]:
     """Start Azurite's queue service; yield its port once it accepts connections; stop it."""
+    with _azurite(EXECUTABLE, "queue", workdir) as port:
+        yield port
+
+
+@contextmanager
+def azurite_blob(workdir: Path) -> Iterator[int]:
+    """Start Azurite's blob service; yield its port once it accepts connections; stop it."""
+    with _azurite(BLOB_EXECUTABLE, "blob", workdir) as port:
+        yield port
+
+
+@contextmanager
+def _azurite(executable: Path, service: str, workdir: Path) -> Iterator[int]:
     port = free_port()
-    log = workdir / "azurite.log"
+    log = workdir / f"azurite-{service}.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
             [
-                str(EXECUTABLE),
+                str(executable),
                 "--silent",
                 "--disableTelemetry",
                 "--inMemoryPersistence",
-                # The SDK speaks a newer service version than this Azurite knows; the queue API used is unchanged.
+                # The SDK speaks a newer service version than this Azurite knows; the API used is unchanged.
                 "--skipApiVersionCheck",
-                "--queueHost",
+                f"--{service}Host",
                 "127.0.0.1",
-                "--queuePort",
+                f"--{service}Port",
                 str(port),
             ],
             cwd=workdir,

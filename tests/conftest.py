@@ -16,6 +16,7 @@ from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
 from shared import instants
+from shared.archive.current import use_archive
 from shared.instants import hour_of, set_clock
 from shared.settings import Settings, get_settings
 from shared.store import client as store
@@ -186,6 +187,7 @@ def clean_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     get_settings.cache_clear()
     yield
     store.use_client(None)
+    use_archive(None)
     get_settings.cache_clear()
 
 
@@ -266,6 +268,16 @@ def azurite_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     if reason:
         pytest.skip(reason)
     with azurite.azurite_queue(tmp_path_factory.mktemp("azurite")) as port:
+        yield port
+
+
+@pytest.fixture(scope="session")
+def azurite_blob_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """Azurite's blob service, in memory, for the whole session: its port."""
+    reason = azurite.missing()
+    if reason:
+        pytest.skip(reason)
+    with azurite.azurite_blob(tmp_path_factory.mktemp("azurite-blob")) as port:
         yield port
 
 

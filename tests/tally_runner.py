@@ -5,6 +5,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from shared.archive.heartbeats import HeartbeatArchiver
+from shared.archive.storage import Archive
 from shared.reports.leases import Lease
 from shared.reports.tally import run_tally
 from shared.settings import Settings
@@ -28,8 +30,8 @@ def out_of_time_after(pages: int | None) -> Callable[[], bool]:
 
 
 class TallyPartition:
-    def __init__(self, db: Any, settings: Settings) -> None:
-        self.db, self.settings = db, settings
+    def __init__(self, db: Any, settings: Settings, archive: Archive | None = None) -> None:
+        self.db, self.settings, self.archive = db, settings, archive
         self.lease = Lease()
 
     def run(self, now: datetime, pages: int | None = None) -> bool:
@@ -48,5 +50,6 @@ class TallyPartition:
             wall_clock=lambda: now,
             out_of_time=out_of_time_after(pages),
             save=save,
+            archive=None if self.archive is None else HeartbeatArchiver(self.archive),
         )
         return run.caught_up

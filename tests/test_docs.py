@@ -25,6 +25,7 @@ TOPICS = [  # the docs/ pages the README, the other pages and the other helpers'
     "testing",
     "configuration",
     "local-development",
+    "archive",
 ]
 
 

@@ -20,6 +20,7 @@ from packaging.requirements import Requirement
 from pymongo import common as pymongo_common
 
 from shared import metrics, observability
+from shared.archive import layout
 from shared.settings import Settings
 from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
@@ -54,6 +55,8 @@ LOCAL_ONLY_SETTINGS = {
 AZURE_ONLY_SETTINGS = {
     "AzureWebJobsStorage__queueServiceUri": "the identity-based queue endpoint; locally the connection string wins",
     "AzureWebJobsStorage__clientId": "the app's user-assigned identity; there is none locally",
+    "AzureWebJobsStorage__blobServiceUri": "the identity-based blob endpoint of the archive's container; locally the "
+    "connection string wins",
 }
 
 
@@ -735,3 +738,68 @@ def test_http_concurrency_and_the_python_worker_s_threads_are_set_and_match() ->
     text = bicep.text("modules/functionapp.bicep")
     assert "perInstanceConcurrency: httpPerInstanceConcurrency" in text
     assert "PYTHON_THREADPOOL_THREAD_COUNT: string(pythonThreadpoolThreadCount)" in text
+
+
+# --- the archive ---------------------------------------------------------------------------------------------
+
+
+def test_the_archive_s_container_is_the_setting_s_and_the_app_identity_may_read_and_write_it() -> None:
+    """The container the app writes (ARCHIVE_CONTAINER) is the one the Bicep creates, reached at the storage
+    account's blob endpoint with the app's identity, which holds Storage Blob Data Contributor on it
+    (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/storage: "Read, write, and delete
+    Azure Storage containers and blobs"), and the app starts only once it does."""
+    main = bicep.parse("main.bicep")
+    assert main["parameters"]["archiveContainerName"]["default"] == Settings.model_fields["archive_container"].default
+    app = bicep.variable("main.bicep", "appSettings")
+    assert str(app["ARCHIVE_CONTAINER"]) == "archiveContainerName"
+    assert ".blob." in str(app["AzureWebJobsStorage__blobServiceUri"])
+    passed = bicep.module("main.bicep", "archive")["params"]
+    assert str(passed["containerName"]) == "archiveContainerName"
+    assert "identity" in json.dumps(passed["principalId"], default=str)
+    container = bicep.resource("modules/archive.bicep", "container")
+    assert container["type"] == "Microsoft.Storage/storageAccounts/blobServices/containers"
+    assert str(container["config"]["name"]) == "containerName"
+    assert container["config"]["properties"]["publicAccess"] == "None"
+    role = bicep.resource("modules/archive.bicep", "blobDataContributor")["config"]
+    assert str(role["scope"]) == "container"
+    assert role["properties"]["principalType"] == "ServicePrincipal"
+    assert str(role["properties"]["principalId"]) == "principalId"
+    role_id = json.dumps(role["properties"]["roleDefinitionId"], default=str)
+    assert '"resource_name_1": "storageBlobDataContributor"' in role_id
+    guid = bicep.variable("modules/archive.bicep", "storageBlobDataContributor")
+    assert guid == "ba92f5b4-2d11-453d-a403-e96b0029c9fe"  # Storage Blob Data Contributor
+    assert "archive" in [str(d) for d in bicep.module("main.bicep", "functionApp")["dependsOn"]]
+
+
+def test_the_lifecycle_policy_keeps_events_for_good_in_cooler_tiers_and_deletes_heartbeats_after_the_setting() -> None:
+    """Lifecycle management (https://learn.microsoft.com/azure/storage/blobs/lifecycle-management-policy-structure):
+    the events' files move to cool, then cold (and to the offline archive tier only if asked), never deleted; the
+    heartbeats' files are deleted HEARTBEAT_ARCHIVE_DAYS after their last write, from the parameter that sets the
+    app setting too. The prefixes are the layout's datasets in the container."""
+    policy = bicep.resource("modules/archive.bicep", "lifecycle")
+    assert policy["type"] == "Microsoft.Storage/storageAccounts/managementPolicies"
+    assert policy["config"]["name"] == "default"  # an account's one policy
+    actions_rule, heartbeats_rule = policy["config"]["properties"]["policy"]["rules"]
+    assert actions_rule["definition"]["filters"]["prefixMatch"] == ["${containerName}/actions/"]
+    assert heartbeats_rule["definition"]["filters"]["prefixMatch"] == ["${containerName}/heartbeats/"]
+    assert (layout.ACTIONS, layout.HEARTBEATS) == ("actions", "heartbeats")
+    for rule in (actions_rule, heartbeats_rule):
+        assert rule["enabled"] is True
+        assert rule["definition"]["filters"]["blobTypes"] == ["blockBlob"]
+    assert str(actions_rule["definition"]["actions"]["baseBlob"]) == "actionTiers"
+    tiers = json.dumps(bicep.variable("modules/archive.bicep", "actionTiers"), default=str)
+    assert "delete" not in tiers
+    for tier, days in (("tierToCool", "actionsCoolAfterDays"), ("tierToCold", "actionsColdAfterDays")):
+        assert f'"{tier}": {{"daysAfterModificationGreaterThan": "{days}"}}' in tiers
+    assert '"tierToArchive"' in tiers
+    assert '"greater_than"' in tiers  # the archive tier only when asked for
+    deleted = heartbeats_rule["definition"]["actions"]["baseBlob"]
+    assert deleted == {"delete": {"daysAfterModificationGreaterThan": "heartbeatArchiveDays"}}
+    main = bicep.parse("main.bicep")["parameters"]
+    assert main["heartbeatArchiveDays"]["default"] == Settings.model_fields["heartbeat_archive_days"].default == 14
+    assert "heartbeatArchiveDays" in json.dumps(bicep.variable("main.bicep", "appSettings")["HEARTBEAT_ARCHIVE_DAYS"])
+    passed = bicep.module("main.bicep", "archive")["params"]
+    assert str(passed["heartbeatArchiveDays"]) == "heartbeatArchiveDays"
+    cool, cold = main["archiveActionsCoolAfterDays"]["default"], main["archiveActionsColdAfterDays"]["default"]
+    assert 0 < cool < cold
+    assert main["archiveActionsArchiveTierAfterDays"]["default"] == 0  # offline tiers only by choice

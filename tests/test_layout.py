@@ -17,7 +17,9 @@ ALLOWED: dict[str, set[str]] = {
     "bottles": {"store", "doses"},
     "ingestion": {"store", "doses", "bottles"},
     "notifications": {"store", "doses"},
-    "reports": {"store"},
+    "reports": {"store", "archive"},
+    # The archive is the reports' cold path: it reads what the report workers read, and archives from them.
+    "archive": {"store", "reports"},
 }
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import json
 import random
+import re
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -13,9 +14,12 @@ from typing import Any
 
 import pytest
 
+from shared.archive import parquet
+from shared.archive.current import get_archive
 from shared.settings import get_settings
 from shared.store import schema
 from tools import lifecycle
+from tools.archive_truth import ArchiveCheck
 from tools.lifecycle_faults import WORKER_PREFIX, Watch, WorkerKilled
 from tools.lifecycle_result import LifecycleResult, PeakDrain
 from tools.simulate import KINDS
@@ -56,6 +60,7 @@ def test_a_clean_tiny_run_prints_its_screen_and_passes(monkeypatch, registered_f
     assert "hourly reports against the source" in out
     assert "all match" in out
     assert "duplicate notifications sent: 0" in out
+    assert re.search(r"archive against the source \(\d+ events, \d+ bottle-hours of heartbeats .*\): all match", out)
     assert "late-dose notifications: sent once " in out
     assert "never sent 0" in out
     assert "verdict: PASS" in out, out
@@ -71,6 +76,27 @@ def test_a_planted_report_mismatch_and_a_second_send_fail_the_run(monkeypatch, r
     assert "1 hourly reports differ from the source" in out
     assert "1 notifications sent more than once" in out
     assert "verdict: FAIL" in out
+
+
+def plant_an_event_twice_in_the_archive(db: Any, host: Any) -> None:
+    """The first archived event copied into another file of the archive, as a second write by another name would."""
+    archive = get_archive(get_settings())
+    assert archive is not None
+    name = archive.names("actions/")[0]
+    found = archive.read(name)
+    assert found is not None
+    rows = parquet.decode(found.data)
+    archive.write(name.replace(".parquet", "-again.parquet"), parquet.encode_actions(rows[:1]))
+
+
+def test_an_event_archived_twice_fails_the_run(monkeypatch, registered_functions, tmp_path, capsys):
+    status = run_main(monkeypatch, registered_functions, tmp_path, tamper=plant_an_event_twice_in_the_archive)
+
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "event archived 1x more than stored" in out
+    assert "event in the wrong file" in out
+    assert "verdict: FAIL: the archive differs from the source in 2 ways" in out
 
 
 PERFECT = {kind: Score(2, 2, 2) for kind in KINDS}
@@ -116,6 +142,10 @@ def clean_result() -> LifecycleResult:
         ({"scores": {**PERFECT, "silent": Score(2, 3, 2)}}, "silent: precision 0.667, recall 1.000"),
         ({"scores": {**PERFECT, "left_open": Score(2, 1, 1)}}, "left_open: precision 1.000, recall 0.500"),
         ({"peak": PeakDrain(cap=2, sent_once=3, never_sent=1)}, "1 late-dose notifications never sent"),
+        (
+            {"archive_check": ArchiveCheck(None, None, None, problems=["event missing bottle-0001 opened at ..."])},
+            "the archive differs from the source in 1 ways",
+        ),
         (
             {"re_reads": 35, "re_read_floor": 34},
             "bottle actions re-read 35 times, over the bound of 34 (written since the split parents' last"

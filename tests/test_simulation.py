@@ -25,7 +25,7 @@ def test_the_plan_is_deterministic_for_a_seed():
     assert first.requests != other.requests
 
 
-def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions, monkeypatch):
+def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions, monkeypatch, tmp_path):
     # Two check partitions, swept side by side: each check run costs a few commands per partition on the embedded
     # store, and this run has thousands (./dev simulate runs the default four).
     monkeypatch.setenv("CHECK_PARTITIONS", "2")
@@ -37,6 +37,7 @@ def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions
         seed=11,
         mongodb_uri=None,
         progress=False,
+        archive_dir=tmp_path / "archive",
     )
 
     assert sum(s.expected for s in result.scores.values()) > 0, "the plan injected no trouble"
@@ -52,6 +53,12 @@ def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions
     # Every user-hour the reports can be checked for says what the source says.
     assert result.report_check.user_hours >= 4 * 24
     assert result.report_check.mismatches == []
+    # Every event stored is in the archive once, every bottle-hour the rings hold with the ring's slots.
+    assert result.archive_check is not None
+    assert result.archive_check.ok, result.archive_check.problems
+    assert result.archive_check.events > 50
+    assert result.archive_check.bottle_hours >= 16 * 24
+    assert result.failures() == []
 
 
 def test_device_traffic_over_http_against_the_local_server(real_db, registered_functions):
@@ -82,3 +89,44 @@ def test_a_run_too_short_for_any_traffic_still_ends_with_its_report(registered_f
 
     assert result.tally.requests == 0
     assert result.timer_runs == {"aggregate_reports": 1}
+
+
+def stored(archive, name):
+    found = archive.read(name)
+    assert found is not None
+    return found.data
+
+
+def test_a_tampered_archive_fails_the_simulation_s_verdict(registered_functions, tmp_path):
+    """An event dropped from the archive and a heartbeat slot changed in it are found, each named, and fail the
+    run's verdict (./dev simulate then exits 1)."""
+    from shared.archive import parquet
+    from shared.archive.current import get_archive
+
+    def drop_an_event_and_change_a_slot(db):
+        archive = get_archive(get_settings())
+        assert archive is not None
+        name = archive.names("actions/")[0]
+        archive.write(name, parquet.encode_actions(parquet.decode(stored(archive, name))[1:]))
+        name = archive.names("heartbeats/")[-1]
+        rows = parquet.decode(stored(archive, name))
+        rows[0]["slots"] = [minute for minute in range(0, 60, 5) if minute not in rows[0]["slots"]][:1]
+        archive.write(name, parquet.encode_heartbeats(rows))
+
+    tampered = run_simulation(
+        bottles=6,
+        users=2,
+        days=0.5,
+        seed=5,
+        mongodb_uri=None,
+        progress=False,
+        archive_dir=tmp_path / "archive",
+        tamper=drop_an_event_and_change_a_slot,
+    )
+
+    assert tampered.archive_check is not None
+    problems = tampered.archive_check.problems
+    assert [p for p in problems if p.startswith("event missing")], problems
+    assert [p for p in problems if p.startswith("bottle-hour ") and ": ring " in p], problems
+    assert len(problems) == 2, problems
+    assert tampered.failures() == ["the archive differs from the source in 2 ways"]

@@ -17,6 +17,7 @@ import itertools
 import json
 import logging
 import random
+import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
@@ -35,6 +36,8 @@ from shared.reports.tally import counted_from
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.command_line import CommandFailed, run_command
+from tools.archive_history import archive_setting
+from tools.archive_truth import ArchiveLedger
 from tools.arguments import int_between, writable_file
 from tools.cosmos_store.partitions import parse_bound
 from tools.fleet import Bottle, BottleLife, Expected, Plan, Request, make_fleet
@@ -322,6 +325,8 @@ def run_lifecycle(
     try:
         with (
             setting_defaults(**SETTINGS),
+            tempfile.TemporaryDirectory(prefix="lifecycle-archive-") as archive_folder,
+            archive_setting(archive_folder, None),  # the archive (docs/archive.md), checked like the reports
             secantus_process(expire=False) as backend_uri,
             MongoClient[dict[str, Any]](backend_uri, directConnection=True, tz_aware=True) as observer,
             cosmos_local_store(Options(auto_split=False, seed=seed), backend_uri, expire=False) as (_, proxy),
@@ -370,6 +375,7 @@ class _Player:
         self.changes: Counter[str] = Counter()
         self.redeliveries = 0
         self.ledger = ReportLedger()
+        self.archive_ledger = ArchiveLedger.of_the_app()
         self.seconds: dict[str, float] = defaultdict(float)  # wall time per kind of step
         self.throttle_windows: list[tuple[datetime, datetime]] = []
         self.poisoned = 0
@@ -422,6 +428,7 @@ class _Player:
                 self.samples.append(Sample(at, self._report_lag(at), self._metered()))
                 if at.hour == COMPARE_AT_HOUR and at.minute == 0:
                     self.ledger.compare(self.backend, at - SETTLED)
+                    self.archive_ledger.compare(self.backend, at - SETTLED, get_settings().heartbeat_window_hours)
         self.seconds[item if isinstance(item, str) else type(item).__name__] += time.perf_counter() - started
 
     def _post(self, at: datetime, request: Request) -> None:
@@ -562,6 +569,9 @@ def _result(
         seconds=time.perf_counter() - started,
         step_seconds=player.seconds,
         peak=peak_drain(player.late_runs, notifications, player.host, watch.killed_marks),
+        archive_check=player.archive_ledger.final(
+            backend, counted_from(plan.end), get_settings().heartbeat_window_hours
+        ),
     )
 
 
@@ -705,6 +715,8 @@ def describe(result: LifecycleResult) -> str:
         verdict = "all match" if not check.mismatches else f"{len(check.mismatches)} differ"
         lines.append(f"{label} reports against the source ({check.user_hours} user-{unit}s{since}): {verdict}")
         lines += [f"  {m}" for m in check.mismatches[:5]]
+    if result.archive_check is not None:
+        lines.append(result.archive_check.describe())
     lines.append("")
     lines.append("notifications     injected  notified  matched  precision  recall  sent")
     for kind in KINDS:

@@ -156,11 +156,13 @@ def _is_read(command: Mapping[str, Any]) -> bool:
 
 
 def _is_feed_read(command: Mapping[str, Any]) -> bool:
-    """A change stream's aggregate, or a find polling by the server's receive time."""
+    """A change stream's aggregate, or a find polling by the server's receive time; not the archive's sweep, which
+    reads each receive hour once more by design (a range with an upper bound: shared/archive/actions.py)."""
     if "aggregate" in command:
         stages = command.get("pipeline") or []
         return bool(stages) and isinstance(stages[0], Mapping) and "$changeStream" in stages[0]
-    return "received_at" in str(command.get("filter", ""))
+    received = (command.get("filter") or {}).get("received_at")
+    return received is not None and not (isinstance(received, Mapping) and "$lt" in received)
 
 
 def _cursor_id(reply: Mapping[str, Any]) -> Any:

@@ -4,6 +4,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from tools.archive_truth import ArchiveCheck
 from tools.fleet import Expected
 from tools.simulation_result import ReportCheck, Score, Tally
 
@@ -72,6 +73,7 @@ class LifecycleResult:
     seconds: float = 0.0
     step_seconds: dict[str, float] = field(default_factory=dict)
     peak: PeakDrain = field(default_factory=PeakDrain)
+    archive_check: ArchiveCheck | None = None  # the archive against the source (tools/archive_truth.py)
 
     def failures(self) -> list[str]:
         """Why the run fails, if it does: the verdict's reasons."""
@@ -92,4 +94,6 @@ class LifecycleResult:
                 f"bottle actions re-read {self.re_reads} times, over the bound of {self.re_read_floor} (written since"
                 " the split parents' last checkpoints, plus the overlap)"
             )
+        if self.archive_check is not None and not self.archive_check.ok:
+            reasons.append(f"the archive differs from the source in {len(self.archive_check.problems)} ways")
         return reasons

@@ -2,9 +2,12 @@
 in-process) or any MongoDB: the same routes as under `func start`, without Core Tools.
 
     ./dev serve [--port 7071] [--mongodb-uri URI] [--data-dir DIR] [--no-timers] [--queue-workers 2]
+                [--archive-dir DIR]
 
 Function keys are not enforced, as under `func start`. Queue messages the timers send are logged, and
 delivered to the queue-triggered functions (host.json's extensions.queues rules) by --queue-workers threads.
+The archive (docs/archive.md) is a local folder: ARCHIVE_DIR, else DIR/archive with --data-dir, else
+.local/archive (read it back with ./dev archive).
 """
 
 import argparse
@@ -27,6 +30,8 @@ from waitress.server import BaseWSGIServer, create_server
 
 from functions.responses import json_response
 from shared.store.command_line import CommandFailed, run_command
+from tools.archive_history import DEFAULT_DIR as DEFAULT_ARCHIVE_DIR
+from tools.archive_history import archive_setting
 from tools.arguments import int_between
 from tools.http_bounds import Limits, bounded_channel
 from tools.local_host import Delivery, LocalHost, no_route
@@ -334,6 +339,10 @@ def _serve_until_interrupted(argv: list[str] | None) -> None:
     parser.add_argument(
         "--queue-workers", type=int_between(0, 64), default=2, help="threads delivering queue messages (0: none)"
     )
+    parser.add_argument(
+        "--archive-dir",
+        help=f"the archive's folder (default: ARCHIVE_DIR, else DATA_DIR/archive, else {DEFAULT_ARCHIVE_DIR})",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Listen first: a port in use is known before the store starts, and the socket is ours meanwhile.
@@ -341,7 +350,11 @@ def _serve_until_interrupted(argv: list[str] | None) -> None:
 
     from tools.local_store import local_store
 
-    with listening, local_store(args.mongodb_uri, data_dir=args.data_dir):  # closed if the store does not start
+    with (
+        listening,
+        archive_setting(args.archive_dir, args.data_dir),
+        local_store(args.mongodb_uri, data_dir=args.data_dir),  # closed if the store does not start
+    ):
         server = LocalServer(
             LocalHost.load(),
             (args.host, args.port),
@@ -352,6 +365,7 @@ def _serve_until_interrupted(argv: list[str] | None) -> None:
         server.start()
         timers = "off" if args.no_timers else ", ".join(server.host.timers) or "none"
         log.info("serving %s/api/ (timers: %s); Ctrl-C stops", server.base_url, timers)
+        log.info("archive: folder %s (./dev archive BOTTLE_ID FROM [TO] reads it)", os.environ["ARCHIVE_DIR"])
         try:
             while server.failure is None:
                 # Ctrl-C is often delivered to another thread, which cannot interrupt an endless wait of this

@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import http.client
 import json
+import os
 import random
 import time
 import urllib.error
@@ -24,13 +25,18 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from shared.archive.current import get_archive
 from shared.instants import set_clock, utc_now
 from shared.reports.tally import counted_from
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.command_line import CommandFailed, run_command
+from tools.archive_history import DEFAULT_DIR as DEFAULT_ARCHIVE_DIR
+from tools.archive_history import archive_setting, fresh_folder
+from tools.archive_truth import ArchiveCheck, check_archive, swept_until, tallied_until
 from tools.arguments import float_above, http_url, int_between, positive_float, positive_int, writable_file
 from tools.command_tally import CommandTally
 from tools.cosmos_store.proxy import Options
@@ -90,6 +96,16 @@ def check_reports(db: Any) -> ReportCheck:
     return ReportCheck(len(keys), since, mismatches)
 
 
+def check_simulated_archive(db: Any) -> ArchiveCheck:
+    """The archive against the source after the run's last report run: every event stored, once; every bottle-hour
+    the rings still hold and the tally counted, with the ring's slots (tools/archive_truth.py)."""
+    archive = get_archive(get_settings())
+    assert archive is not None, "the simulation runs with an archive folder"
+    since, tallied = complete_from(db, get_settings().heartbeat_window_hours), tallied_until(db)
+    hours = (since, tallied) if since is not None and tallied is not None and since < tallied else None
+    return check_archive(db, archive, until=swept_until(db), heartbeats=hours, every_event=True)
+
+
 def run_simulation(
     *,
     bottles: int,
@@ -100,10 +116,14 @@ def run_simulation(
     progress: bool = True,
     workers: int = 2,
     cosmos: Options | None = None,
+    archive_dir: Path | None = None,
+    tamper: Callable[[Any], None] | None = None,
 ) -> SimulationResult:
     """Play the plan through the app's functions, loaded and invoked through the Functions runtime, with `workers` queue
     workers side by side for the queue-triggered functions. `cosmos`: on the Cosmos-faithful store
-    (docs/cosmos-store.md) in front of the store, with these options."""
+    (docs/cosmos-store.md) in front of the store, with these options. `archive_dir`: the archive's folder
+    (docs/archive.md), emptied first (None: no archive). `tamper(db)` runs after the last step and before the
+    checks (the tests plant faults with it)."""
     from tools.cosmos_store.local import cosmos_local_store, describe_store
     from tools.local_host import LocalHost
     from tools.local_store import local_store, setting_defaults
@@ -124,6 +144,8 @@ def run_simulation(
             stack.enter_context(
                 setting_defaults(REPORTS_SCHEDULE=SIMULATION_REPORTS_SCHEDULE, CHECK_LATE_DOSES_SPREAD_MINUTES="0")
             )
+            if archive_dir is not None:
+                stack.enter_context(archive_setting(str(fresh_folder(archive_dir)), None))
             # The simulated clock is months from the real one, which the embedded store's expiry runs on.
             if cosmos is None:
                 db = stack.enter_context(local_store(mongodb_uri, listeners=[commands], expire=False))
@@ -159,11 +181,14 @@ def run_simulation(
                 progress=progress,
                 workers=workers,
             )
+            if tamper is not None:
+                tamper(db)
             notifications = list(db[schema.NOTIFICATIONS].find())
             scores, misses, extras = score(plan.expected, notifications)
             queued = len(host.queues.get(get_settings().notifications_queue, []))
             report = _daily_report(db, fleet[0].user_id, plan.start + timedelta(days=1))
             report_check = check_reports(db)
+            archive_check = check_simulated_archive(db) if archive_dir is not None else None
             store_lines = describe_store(proxy) if proxy is not None else []
     finally:
         set_clock(None)
@@ -183,6 +208,7 @@ def run_simulation(
         report_check=report_check,
         settings_used=settings_used,
         store_lines=store_lines,
+        archive_check=archive_check,
     )
 
 
@@ -395,6 +421,8 @@ def describe(result: SimulationResult) -> str:
             lines.append(f"  {label}: {item.kind} {item.bottle_id} episode {item.episode_start:%Y-%m-%d %H:%M:%S}")
     lines.append("")
     lines += describe_report_check(result.report_check)
+    if result.archive_check is not None:
+        lines.append(result.archive_check.describe())
     lines += describe_report(result.daily_report)
     if result.store_lines:
         lines += ["", *result.store_lines]
@@ -459,6 +487,12 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         help="where to write the PNG chart (default %(default)s)",
     )
     parser.add_argument(
+        "--archive-dir",
+        type=Path,
+        default=Path(os.environ.get("ARCHIVE_DIR") or DEFAULT_ARCHIVE_DIR),
+        help="the archive's folder, emptied first (default: ARCHIVE_DIR, else %(default)s); ./dev archive reads it",
+    )
+    parser.add_argument(
         "--http", type=http_url, metavar="BASE_URL", help="send device traffic over HTTP in real time instead"
     )
     parser.add_argument("--function-key", help="Functions key for the provisioning route (--http)")
@@ -507,6 +541,7 @@ def _simulate(argv: list[str] | None) -> None:
         mongodb_uri=args.mongodb_uri,
         workers=args.workers,
         cosmos=Options(partition_bytes=args.partition_kb * 1024) if args.cosmos_store else None,
+        archive_dir=args.archive_dir,
     )
     print(describe(result))
     from tools.chart import draw
@@ -516,7 +551,14 @@ def _simulate(argv: list[str] | None) -> None:
     except OSError as error:
         raise CommandFailed(f"--chart {args.chart}: {error.strerror or error}") from None
     print(f"\nchart: {chart.resolve()}")
+    print(
+        f"archive: {args.archive_dir} (./dev archive {result.plan.bottles[0].bottle_id} {result.plan.start:%Y-%m-%d})"
+    )
     print(f"finished in {time.perf_counter() - started:.1f} s")
+    failures = result.failures()
+    print("verdict: PASS" if not failures else "verdict: FAIL: " + "; ".join(failures))
+    if failures:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

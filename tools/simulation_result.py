@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tools.archive_truth import ArchiveCheck
 from tools.fleet import Expected, Plan, Request
 
 
@@ -74,3 +75,13 @@ class SimulationResult:
     report_check: ReportCheck
     settings_used: str
     store_lines: list[str] = field(default_factory=list)  # what the Cosmos-faithful store did, when it was the store
+    archive_check: ArchiveCheck | None = None  # the archive against the source, when the run had one
+
+    def failures(self) -> list[str]:
+        """Why the run fails, if it does: the source's checks that found a difference."""
+        reasons = []
+        if self.report_check.mismatches:
+            reasons.append(f"{len(self.report_check.mismatches)} hourly reports differ from the source")
+        if self.archive_check is not None and not self.archive_check.ok:
+            reasons.append(f"the archive differs from the source in {len(self.archive_check.problems)} ways")
+        return reasons

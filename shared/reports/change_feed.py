@@ -49,10 +49,13 @@ from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
 from shared import metrics
+from shared.archive.actions import run_actions_sweep
+from shared.archive.current import get_archive
+from shared.archive.heartbeats import HeartbeatArchiver
+from shared.archive.storage import ArchiveUnavailable
 from shared.instants import format_instant, to_stored
 from shared.reports.aggregation import Change, Stamper, find_all, refresh_hourly
 from shared.reports.leases import (
-    FEEDS,
     Feed,
     Lease,
     NoPartitionTokens,
@@ -65,6 +68,7 @@ from shared.reports.leases import (
     feed_coverage,
     feed_lags,
     feed_partitions,
+    feeds_to_run,
     leases_over,
     leases_to_dispatch,
     new_owner,
@@ -414,7 +418,7 @@ def dispatch(
     partitions: list[tuple[Partition, Token | None]] = []
     unpartitioned: list[NoPartitionTokens] = []
     stranded: list[str] = []
-    for source in FEEDS:
+    for source in feeds_to_run(archived=get_archive(settings) is not None):
         try:
             found = feed_partitions(
                 db, source, count=settings.reports_partitions, on_cosmos=by_feed_range, policy=policy
@@ -425,15 +429,16 @@ def dispatch(
             unpartitioned.append(error)
             continue
         partitions += found
-        if by_feed_range and not source.tally:
+        if by_feed_range and not source.hourly:
             stranded += _check_coverage(db, source, [p for p, _ in found], policy)
     run = DispatchRun(partitions=len(partitions))
     made = ensure_leases(db, partitions, now=now, policy=policy)
     run.leases_created, run.child_starts = made.count, made.child_starts
     hold = timedelta(seconds=settings.reports_lease_seconds)
-    feeds = [p for p, _ in partitions if not p.feed.tally]
-    tallies = [p for p, _ in partitions if p.feed.tally]
-    # A tally partition is sent only when an hour it has yet to count is due (or its pass is under way).
+    feeds = [p for p, _ in partitions if not p.feed.hourly]
+    tallies = [p for p, _ in partitions if p.feed.hourly]
+    # A tally partition (or the archive's sweep) is sent only when an hour it has yet to do is due (or its pass is
+    # under way).
     due = leases_to_dispatch(db, feeds, now=now, hold_for=hold, policy=policy)
     due += leases_to_dispatch(db, tallies, now=now, hold_for=hold, policy=policy, behind=hours_due(now))
     send([_json(p.message()) for p in due])
@@ -524,11 +529,12 @@ def process_partition(
     """One run of `aggregate_report_partition`: claim the partition's lease, then page by page aggregate and
     checkpoint until caught up or the time budget is spent (checked between pages), then release the lease.
 
-    A tally partition instead counts its due hours (shared/reports/tally.py), under the same lease.
+    A tally partition instead counts its due hours (shared/reports/tally.py), and the archive's partition sweeps
+    its due receive hours into the archive (shared/archive/actions.py), under the same kind of lease.
 
-    A database error, or a GetChangeStreamTokens reply without tokens, propagates (the invocation fails and its
-    message is retried) after the lease is released, so the retry can claim it at once; what was checkpointed
-    stays."""
+    A database or archive error, or a GetChangeStreamTokens reply without tokens, propagates (the invocation fails
+    and its message is retried) after the lease is released, so the retry can claim it at once; what was
+    checkpointed stays."""
     worker = _Worker(db, partition, settings, now=now, clock=clock, sleep=sleep)
     lease = claim(db, partition, worker.owner, now=now, lease_for=worker.lease_for, policy=worker.policy)
     if lease is None:
@@ -536,11 +542,16 @@ def process_partition(
     worker.run.claimed = True
     held = replace(lease, owner=worker.owner)
     try:
-        held = worker.tally(held) if partition.feed.tally else worker.read_and_aggregate(held, watch)
+        if partition.feed.tally:
+            held = worker.tally(held)
+        elif partition.feed.archive:
+            held = worker.sweep_to_archive(held)
+        else:
+            held = worker.read_and_aggregate(held, watch)
     except PartitionLayoutChanged as change:
         log.info("reports: %s belongs to an old partition layout (%s); leaving it", partition.lease_id, change)
         worker.run.layout_changed = True
-    except (PyMongoError, StoreUnavailable, NoPartitionTokens):
+    except (PyMongoError, StoreUnavailable, NoPartitionTokens, ArchiveUnavailable):
         worker.release_quietly(held)
         raise
     if not worker.run.lost_lease:
@@ -577,6 +588,7 @@ class _Worker:
         """The heartbeat tally's due hours, until done or out of budget; the position reached."""
         assert self.partition.buckets is not None, "the tally's partitions are bucket ranges"
         deadline = self._started + self.settings.reports_time_budget_seconds
+        archive = get_archive(self.settings)
         held, tallied = run_tally(
             self.db,
             self.partition.buckets,
@@ -587,12 +599,36 @@ class _Worker:
             out_of_time=lambda: self._clock() >= deadline,
             save=lambda lease: self._save(lease, "tally"),
             pause=lambda seconds: self._pause(seconds, deadline),
+            archive=None if archive is None else HeartbeatArchiver(archive),
         )
         self.run.pages += tallied.pages
         self.run.changes += tallied.documents
         self.run.hourly_written += tallied.hourly_written
         self.run.daily_written += tallied.daily_written
         self.run.caught_up = tallied.caught_up
+        return held
+
+    def sweep_to_archive(self, held: Lease) -> Lease:
+        """The receive hours due into the archive, until done or out of budget; the position reached. Without an
+        archive (the setting went away since the message was sent) it does nothing."""
+        archive = get_archive(self.settings)
+        if archive is None:
+            return held
+        deadline = self._started + self.settings.reports_time_budget_seconds
+        held, swept = run_actions_sweep(
+            self.db,
+            held,
+            settings=self.settings,
+            archive=archive,
+            policy=self.policy,
+            wall_clock=self.wall_clock,
+            out_of_time=lambda: self._clock() >= deadline,
+            save=lambda lease: self._save(lease, "archive"),
+            pause=lambda seconds: self._pause(seconds, deadline),
+        )
+        self.run.pages += swept.pages
+        self.run.changes += swept.events
+        self.run.caught_up = swept.caught_up
         return held
 
     def _pause(self, seconds: float, deadline: float) -> bool:

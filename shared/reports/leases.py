@@ -51,6 +51,13 @@ class Feed:
     fields: tuple[str, ...] = ()  # what aggregation reads of a changed document besides its `_id`
     name: str = ""  # what leases and work messages call it (default: its collection)
     tally: bool = False  # swept by user bucket, hour by hour (shared/reports/tally.py), not read as changes
+    archive: bool = False  # swept by receive time, hour by hour, into the archive (shared/archive/actions.py)
+
+    @property
+    def hourly(self) -> bool:
+        """Whether its partitions run once an hour is due (the tally, the archive's sweep), not at every dispatch:
+        bucket ranges on every store, dispatched by the hours they have yet to do."""
+        return self.tally or self.archive
 
     @property
     def key(self) -> str:
@@ -64,8 +71,18 @@ class Feed:
 
 ACTIONS_FEED = Feed(schema.BOTTLE_ACTIONS, "received_at", ("bottle_id", "time"))
 HEARTBEAT_TALLY = Feed(schema.BOTTLE_HEARTBEATS, "", name="heartbeat_tally", tally=True)  # no time: it sweeps
+# The archive's sweep of the actions by receive time (shared/archive/actions.py): one partition, when the app has an
+# archive (shared/archive/current.py).
+ACTIONS_ARCHIVE = Feed(schema.BOTTLE_ACTIONS, "received_at", name="actions_archive", archive=True)
 FEEDS = (ACTIONS_FEED, HEARTBEAT_TALLY)
-FEED_BY_KEY = {feed.key: feed for feed in FEEDS}
+FEED_BY_KEY = {feed.key: feed for feed in (*FEEDS, ACTIONS_ARCHIVE)}
+
+
+def feeds_to_run(*, archived: bool) -> tuple[Feed, ...]:
+    """The feeds the dispatcher keeps: the reports', and the archive's sweep when the app has an archive."""
+    return (*FEEDS, ACTIONS_ARCHIVE) if archived else FEEDS
+
+
 # Feeds of an earlier layout (the heartbeat documents' change feed, and the hourly reports' feed that rolled the
 # days up): their leases are left alone and a work message still queued for one is dropped (`retired`).
 RETIRED_FEEDS = frozenset({schema.BOTTLE_HEARTBEATS, schema.USER_HOURLY_REPORTS})
@@ -157,8 +174,10 @@ def feed_partitions(
     """The feed's partitions, each with the token its change stream starts from when it has no position yet:
     on Cosmos DB one per physical partition (the tokens of `GetChangeStreamTokens`, ordered by feed range),
     elsewhere `count` bucket ranges (no start token: a new stream starts at the present). The tally has bucket
-    ranges everywhere."""
-    if on_cosmos and not feed.tally:
+    ranges everywhere; the archive's sweep has one partition."""
+    if feed.archive:  # one sweep by receive time, whatever the store: its files are named by what they hold
+        return [(Partition(feed, 0, 1), None)]
+    if on_cosmos and not feed.hourly:
         return list(cosmos_partitions(db, feed, policy))
     return [(Partition(feed, i, count), None) for i in range(count)]
 
@@ -573,8 +592,9 @@ def feed_lags(
     also: Iterable[str] = (),
 ) -> dict[str, float]:
     """Per feed, how far its furthest-behind partition is: `now` minus its checkpoint time (or, before its
-    first checkpoint, minus when its lease was made), in seconds. The tally is behind by the closed hours it
-    has yet to count: `tally_due` (the end of the hours due) minus its checkpoint time, 0 when caught up; a pass
+    first checkpoint, minus when its lease was made), in seconds. The tally (and the archive's sweep, hourly too)
+    is behind by the closed hours it has yet to do: `tally_due` (the end of the hours due) minus its checkpoint
+    time, 0 when caught up; a pass
     under way that began less than `tally_pacing` ago counts as having counted its hours (it is paced over
     REPORTS_TALLY_SPREAD_MINUTES, so the lag and its alert do not fire every hour while it is on time). `also`:
     lease ids of no current partition to count as well (a range the token reply left out, unread meanwhile)."""
@@ -587,7 +607,7 @@ def feed_lags(
     for lease in leases:
         since = lease.get("checkpoint_time") or lease.get("created_at")
         feed = FEED_BY_KEY.get(lease["feed"])
-        tally = feed is not None and feed.tally
+        tally = feed is not None and feed.hourly
         until = tally_due if tally and tally_due is not None else now
         on_time = _paced_pass_end(lease.get("token"), now, tally_pacing) if tally else None
         if on_time is not None:  # a paced pass on time: its hours as good as counted

@@ -22,6 +22,7 @@ from typing import Any
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from shared.archive.heartbeats import HeartbeatArchiver
 from shared.device_time import LATE_AFTER
 from shared.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME, USER_BUCKET
 from shared.instants import day_of, hour_of
@@ -282,11 +283,17 @@ def run_tally(
     out_of_time: Callable[[], bool],
     save: Callable[[Lease], bool],
     pause: Callable[[float], bool] = lambda seconds: False,
+    archive: HeartbeatArchiver | None = None,
 ) -> tuple[Lease, TallyRun]:
     """Count the partition's due hours, page by page, saving the pass's progress after each page and its end
     (the checkpoint time) once every user is done; until caught up, out of time, or the lease is lost (`save`
     returns False). A paced pass (Pace) waits for each page to be due: `pause(seconds)` waits if the run's
-    budget allows (True), else the run ends there and a later run carries on. Returns the position reached."""
+    budget allows (True), else the run ends there and a later run carries on. Returns the position reached.
+
+    With `archive`, the bottle-hours the pass counts go into the archive too (shared/archive/heartbeats.py): held
+    until the pass has read their bucket to the end, the run ends or the pass ends, then merged into their files.
+    A saved position never passes a document whose rows are only held, so a run killed meanwhile leaves them to
+    be read again (at most a bucket's pages)."""
     run = TallyRun()
     started = wall_clock()
     overlap = timedelta(seconds=settings.reports_poll_overlap_seconds)
@@ -301,12 +308,15 @@ def run_tally(
     stamper = Stamper(started)
     spread = timedelta(minutes=settings.reports_tally_spread_minutes)
     pace = pace_of(current, now=started, spread=spread)
+    saved_after = current.after
     while not out_of_time():
         wait = 0.0 if pace is None else pace.wait(current.pages, current.paged_at or current.began, wall_clock())
         if wait > 0 and not pause(wait):
-            return held, run
+            break
         page = pages.next_page()
         if page is None:
+            if archive is not None:
+                archive.flush()
             token: dict[str, Any] = {LAST_BEGAN: current.began, LAST_PAGES: current.pages}
             left = current.rollups_left(window)
             if left is not None:
@@ -323,10 +333,32 @@ def run_tally(
         run.hourly_written += hourly
         run.daily_written += daily
         current = replace(current, after=pages.after, pages=current.pages + 1, paged_at=wall_clock())
-        held = replace(held, token=current.token())
+        saved_after = current.after if archive is None else archived_page(archive, page, current, saved_after)
+        held = replace(held, token=replace(current, after=saved_after).token())
         if not save(held):
             return held, run
+    if archive is not None and archive.holding():  # the run ends mid-bucket: merge what it holds, then save
+        archive.flush()
+        held = replace(held, token=current.token())
+        save(held)
     return held, run
+
+
+def archived_page(
+    archive: HeartbeatArchiver, page: list[Document], current: Pass, saved_after: UserKey | None
+) -> UserKey | None:
+    """Hold a counted page's bottle-hours for the archive and merge those of the buckets read to the end (all but
+    the page's last, whose next documents may be on the next page); the position to save: past the page, or, if
+    rows of its last bucket are held, no further than that bucket's start (nor back before `saved_after`)."""
+    for doc in page:
+        hours = tally_hours(doc, (current.start, current.end), late_since=current.late_since)
+        archive.add(doc, hours, source_bucket=_user_key(doc)[0])
+    last_bucket = _user_key(page[-1])[0]
+    archive.flush(before=last_bucket)
+    if not archive.holding():
+        return current.after
+    bucket_start: UserKey = (last_bucket, "")
+    return bucket_start if saved_after is None or saved_after < bucket_start else saved_after
 
 
 def count_page(
