@@ -549,7 +549,7 @@ class ArchiveScale:
     dates_per_chunk: float = 2  # a chunk's device dates: its own, and the late uploads' (assumed)
     page_size: int = 5_000  # ARCHIVE_PAGE_SIZE
     actions_partitions: int = 82  # physical partitions of `bottle_actions` after a year (docs/costs.md, the bill)
-    spread_minutes: int = 40  # REPORTS_TALLY_SPREAD_MINUTES: the sweep's pages are paced over them
+    spread_minutes: int = 60  # REPORTS_TALLY_SPREAD_MINUTES: the sweep's pages are paced over them
     user_buckets: int = 1024  # heartbeat files per hour (BUCKETS)
     tally_partitions: int = 64  # REPORTS_PARTITIONS at this scale
     runs_per_pass: int = 53  # a tally pass of 40 minutes in runs of REPORTS_TIME_BUDGET_SECONDS (45)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from benchmarks import design_scale
-from benchmarks.cost_model import HOURS_PER_MONTH, PRICE, RESERVED_MAX_DISCOUNT, Rule
+from benchmarks.cost_model import HOURS_PER_MONTH, PRICE, RESERVED_MAX_DISCOUNT, Rule, archive_bill
 from shared.settings import Settings
 
 READ_ON = "2026-11-27"  # the date every price and rule below was read
@@ -576,10 +576,24 @@ def key_vault_line(functions: FunctionsBill) -> Line:
     return Line("Key Vault", monthly, monthly, f"~{reads:,} secret reads a month", KEY_VAULT_PRICE)
 
 
-# The archive on Blob Storage is built elsewhere: when it lands, it sets ARCHIVE to a function giving its line at
-# the design scale (its storage and transactions). Until then the bill shows it at zero, labelled.
-ARCHIVE: Callable[[], Line] | None = None
+def archive_at_design_scale() -> Line:
+    """The archive on Blob Storage (shared/archive/, docs/archive.md): its sweep's request units on Cosmos DB, its
+    transactions at the most and its storage at the end of the first year (cost_model.archive_bill). A second
+    region replicates the sweep's reads of nothing: the archive is written from the first region only."""
+    archive = archive_bill()
+    monthly = archive.sweep_dollars_month + archive.transactions_dollars_month + archive.storage_dollars_month_year_1
+    counts = (
+        f"the sweep's {archive.sweep_ru_billed:,.0f} RU/s, {archive.event_writes_hour:,.0f} event files and "
+        f"{archive.heartbeat_merges_hour:,.0f} heartbeat merges an hour, {archive.events_gb_year:,.0f} GB of events "
+        f"a year (kept for good: ${archive.storage_dollars_month_year_5:,.0f} a month after five years)"
+    )
+    return Line("Blob Storage archive", monthly, monthly, counts, ARCHIVE_PRICE)
+
+
+# The archive's line: archive_at_design_scale (a test may set another).
+ARCHIVE: Callable[[], Line] | None = archive_at_design_scale
 ARCHIVE_NOT_LANDED = "not landed: the archive on Blob Storage is not in this branch; its line is 0 until it is"
+ARCHIVE_PRICE = "Blob Storage list prices assumed in benchmarks/cost_model.py (archive_bill): check the pricing page"
 
 
 def archive_line() -> Line:

@@ -152,6 +152,7 @@ def test_help_prints_the_usage_and_succeeds(tmp_path, argv):
         "serve",
         "local-settings",
         "store",
+        "archive",
         "setup-store",
         "bench",
         "mutate",

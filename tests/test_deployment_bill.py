@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks import deployment_bill as bill
 from benchmarks import design_scale
+from benchmarks.cost_model import archive_bill
 from benchmarks.deployment_bill import FLEX, Group, Requests, Workload
 from shared.settings import Settings
 
@@ -149,13 +150,17 @@ def test_key_vault_bills_the_connection_strings_reads_at_instance_starts():
     assert line.one_region == pytest.approx(reads / 10_000 * 0.03)
 
 
-def test_the_archive_line_is_zero_and_says_so_until_the_archive_lands(monkeypatch):
+def test_the_archive_line_is_its_sweep_transactions_and_first_year_storage(monkeypatch):
+    """The archive has landed: its line is what cost_model.archive_bill computes (the sweep's request units, the
+    transactions at the most, the storage after a year); without one, the line is 0 and says so."""
+    archive = archive_bill()
     line = bill.archive_line()
-    assert (line.one_region, line.two_regions) == (0.0, 0.0)
-    assert line.counts.startswith("not landed")
-    landed = bill.Line("Blob Storage archive", 12.0, 12.0, "3 TB in the cool tier", "a page")
-    monkeypatch.setattr(bill, "ARCHIVE", lambda: landed)
-    assert bill.archive_line() == landed
+    expected = archive.sweep_dollars_month + archive.transactions_dollars_month + archive.storage_dollars_month_year_1
+    assert (line.component, line.one_region, line.two_regions) == ("Blob Storage archive", expected, expected)
+    assert line.one_region > 0
+    monkeypatch.setattr(bill, "ARCHIVE", None)
+    assert bill.archive_line().one_region == 0.0
+    assert bill.archive_line().counts.startswith("not landed")
 
 
 def test_the_whole_bill_is_a_line_a_component_and_their_total():

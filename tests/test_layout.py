@@ -127,4 +127,6 @@ def test_every_package_says_what_it_owns():
 
 def test_the_common_modules_stay_few():
     common = sorted(p.name for p in ROOT.joinpath("shared").glob("*.py") if p.name != "__init__.py")
-    assert len(common) <= 10, f"shared/ has {len(common)} loose modules: does one belong to a job? {common}"
+    # 11 since the NCRONTAB parser moved here: the settings check every schedule at start-up with it, and the local
+    # host fires its timers by it, so it is common to the app and its tools rather than one job's.
+    assert len(common) <= 11, f"shared/ has {len(common)} loose modules: does one belong to a job? {common}"
