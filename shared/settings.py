@@ -189,7 +189,8 @@ class Settings(BaseSettings):
         ge=0,
         le=86_400,
         description="How far before its checkpoint the polling source (and a recovery) reads again, for writes "
-        "that commit after later ones and for clock skew between instances.",
+        "that commit after later ones and for clock skew between instances; a polling partition quiet for longer "
+        "than this reads nothing again.",
     )
     daily_rollup_hours: WholeNumber = Field(
         default=6,

@@ -12,7 +12,8 @@ A partition's source of pages:
 - a change stream (Cosmos DB's required pipeline, `updateLookup`; on other stores narrowed to the partition's
   buckets by `$match`), positioned by the resume token saved after the last page;
 - or polling by an indexed server-side time (`received_at`) from the last checkpoint time minus an overlap,
-  for stores without change streams (CHANGE_SOURCE=polling).
+  for stores without change streams (CHANGE_SOURCE=polling); a partition quiet for longer than the overlap
+  reads from its checkpoint time (`aggregated_before`).
 
 Cosmos DB's change streams, as its documentation describes them, and what this module does about each:
 - a resume token belongs to a server batch: every document of a batch carries the same token, which points
@@ -103,12 +104,22 @@ def partition_pipeline(buckets: BucketRange | None) -> list[dict[str, Any]]:
 
 
 def aggregated_before(lease: Lease | None, settings: Settings) -> datetime | None:
-    """Everything the partition received before this instant has been aggregated: the lease's checkpoint
-    time, less the overlap for writes that commit late and for clock skew between instances (None: nothing
-    known)."""
+    """Everything the partition received up to this instant has been aggregated (None: nothing known): the
+    lease's checkpoint time less the overlap, for writes that commit late and for clock skew between instances;
+    or, after a polling run, the earlier of the checkpoint time and when that run began less the overlap.
+
+    A write the polling run's queries did not see had yet to commit when the run began, so its stamp is later
+    than that less the overlap (which bounds both how long a write commits after its stamp and the instances'
+    skew): a partition quiet for longer than the overlap reads nothing again, rather than its last overlap's
+    worth at every run for as long as it stays quiet. Only polling proves it: an empty change stream page proves
+    nothing on Cosmos DB (a throttled stream answers empty pages)."""
     if lease is None or lease.checkpoint_time is None:
         return None
-    return lease.checkpoint_time - timedelta(seconds=settings.reports_poll_overlap_seconds)
+    overlap = timedelta(seconds=settings.reports_poll_overlap_seconds)
+    before = lease.checkpoint_time - overlap
+    if lease.polled_at is not None:
+        before = max(before, min(lease.checkpoint_time, lease.polled_at - overlap))
+    return before
 
 
 # --- sources ------------------------------------------------------------------------------------------------
@@ -646,6 +657,7 @@ class _Worker:
             self.db, self.partition, held, self.settings, policy=self.policy, watch=watch
         )
         saved, backoff = held, _Backoff(self._clock, self._sleep, deadline)
+        polled_at = self.wall_clock() if source.name == PollingSource.name else None  # before its first query
         # The last run stopped after a full page (its budget ran out with more waiting): an empty first page is
         # as likely throttling as the end, unless nothing was written after the checkpoint (asked once).
         backoff.arm(held.behind)
@@ -660,7 +672,7 @@ class _Worker:
                     held = self._position_refused(held, refused)
                     break
                 if page is not None:
-                    held = _advanced(held, page)
+                    held = _advanced(held, page, polled_at)
                 if page is None or not page.changes:
                     # Nothing new: caught up, unless the last page was full (a throttled stream answers empty
                     # pages, its position unmoved). An empty page that moved the position was answered: the
@@ -700,11 +712,23 @@ class _Worker:
                     self.partition.lease_id,
                     self.run.empty_retries,
                 )
+            held = self._polled(held, polled_at)
             if held != saved:
                 self._save(held, source.name)
         finally:
             source.close()
         return held
+
+    def _polled(self, held: Lease, polled_at: datetime | None) -> Lease:
+        """After a polling run that read its partition to the end (`polled_at`: when it began), the position with
+        when it began, if that moves where the next run starts; else the position as it was, so the runs of a
+        partition quiet for longer than the overlap save nothing (and read nothing)."""
+        if polled_at is None or not self.run.caught_up:
+            return held
+        moved = replace(held, polled_at=polled_at)
+        if aggregated_before(moved, self.settings) == aggregated_before(held, self.settings):
+            return held
+        return moved
 
     def _position_refused(self, held: Lease, refused: OperationFailure) -> Lease:
         """The stream accepted the lease's token when it opened, then refused it at its first read (a store may
@@ -803,7 +827,9 @@ class _Backoff:
         return True
 
 
-def _advanced(lease: Lease, page: Page) -> Lease:
-    """The position after a page: its token, and the later of the two checkpoint times."""
+def _advanced(lease: Lease, page: Page, polled_at: datetime | None) -> Lease:
+    """The position after a page: its token, the later of the two checkpoint times, and when the polling run
+    that read it began (None for a change stream's page: an empty answer proves nothing on Cosmos DB, where a
+    throttled stream answers empty pages, so only the checkpoint time less the overlap is known)."""
     times = [t for t in (lease.checkpoint_time, page.checkpoint_time) if t is not None]
-    return replace(lease, token=page.token, checkpoint_time=max(times, default=None))
+    return replace(lease, token=page.token, checkpoint_time=max(times, default=None), polled_at=polled_at)

@@ -211,6 +211,10 @@ class Lease:
     # The last page read was full (more was waiting): a run that starts on an empty page then asks again rather
     # than take it for caught up (a throttled Cosmos DB stream answers empty pages).
     behind: bool = False
+    # When the polling run that saved this position began reading (None: no polling run did, or since then a
+    # change stream moved the position): its queries saw every document that had committed by then, up to the
+    # checkpoint time (shared/reports/change_feed.py `aggregated_before`).
+    polled_at: datetime | None = None
 
 
 def _lease(document: Mapping[str, Any]) -> Lease:
@@ -222,6 +226,7 @@ def _lease(document: Mapping[str, Any]) -> Lease:
         version=int(document.get("version", 0)),
         created_at=document.get("created_at"),
         behind=bool(document.get("behind", False)),
+        polled_at=document.get("polled_at"),
     )
 
 
@@ -278,6 +283,7 @@ def ensure_leases(
             "start_token": start,
             "token": token,
             "checkpoint_time": _start_time(parents),
+            "polled_at": None,
             "owner": None,
             "expires_at": None,
             "version": 0,
@@ -552,6 +558,7 @@ def checkpoint(
         "token": lease.token,
         "checkpoint_time": lease.checkpoint_time,
         "behind": lease.behind,
+        "polled_at": lease.polled_at,
         "source": source,
         "updated_at": now,
         "expires_at": now + lease_for,
