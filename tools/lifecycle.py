@@ -169,7 +169,7 @@ def plan_lifecycle(rng: random.Random, bottles: int, days: float) -> LifecyclePl
         joined[bottle.bottle_id] = joins
         changes.append(Change(joins, "provision", bottle))
         life = Plan(start=joins + timedelta(minutes=1), end=end, bottles=[bottle], heartbeat=HEARTBEAT)
-        LifecycleLife(rng, bottle, life).play()
+        LifecycleLife(rng, bottle, life, schedule_from=joins).play()  # its requests start a minute after
         plan.requests += life.requests
         plan.expected |= life.expected
         plan.slots += life.slots
