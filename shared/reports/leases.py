@@ -17,8 +17,9 @@ lease of the same kind, whose checkpoint time is the end of the closed hours it 
 Layouts change: Cosmos DB splits a physical partition as its collection grows, and REPORTS_PARTITIONS can be
 changed. As Cosmos DB's change feed processor does, a new partition starts from the position of the partitions
 it replaces (its parents: the live leases whose ranges overlap its own; a split's child on Cosmos DB also takes
-its one parent's token, narrowed to its range), and a replaced lease is retired once the leases overlapping it
-cover its range and have checkpointed; retired leases take part in nothing again.
+the token of the parent that holds its whole range and got furthest, narrowed to its range), and a replaced lease
+is retired once the leases overlapping it cover its range and have checkpointed; retired leases take part in
+nothing again.
 """
 
 import uuid
@@ -210,11 +211,13 @@ def ensure_leases(
     """Make a lease for every partition that has none, and retire the leases they replaced; how many were made.
 
     A new partition of a feed that has leases (Cosmos DB split a physical partition, or REPORTS_PARTITIONS
-    changed) starts from its parents' position: the oldest checkpoint time of the live leases whose ranges
-    overlap its own, as Cosmos DB's change feed processor hands a parent's position to its children. It then
-    recovers from there (less the overlap), reading what was written since its parents' last checkpoint, and
-    never what older, replaced layouts left behind. A parent that never saved a checkpoint time has aggregated
-    nothing known: its children build from the start. A feed's first partitions start from scratch."""
+    changed) starts from its parents' position, as Cosmos DB's change feed processor hands a parent's position to
+    its children: a split child on Cosmos DB from the token of the live lease that holds its whole range and got
+    furthest, narrowed to its range (`_inherited_position`); any other from the oldest checkpoint time of the live
+    leases whose ranges overlap its own, recovering from there (less the overlap). Either way it reads what was
+    written since its parents' last checkpoint, never what older, replaced layouts left behind. A parent that never
+    saved a checkpoint time has aggregated nothing known: its children build from the start. A feed's first
+    partitions start from scratch."""
     wanted = list(partitions)
     if not wanted:
         return 0
@@ -229,6 +232,7 @@ def ensure_leases(
     ops: list[Any] = []
     for partition, start in fresh:
         parents = [doc for doc in live if _overlaps(partition, doc)]
+        token, since = _inherited_position(partition, parents)
         lease = {
             "feed": partition.feed.key,
             "kind": partition.kind,
@@ -236,8 +240,8 @@ def ensure_leases(
             "partition": partition.index,
             "of": partition.count,
             "start_token": start,
-            "token": _inherited_rollups(parents) if partition.feed.tally else _inherited_token(partition, parents),
-            "checkpoint_time": _start_time(parents),
+            "token": token,
+            "checkpoint_time": since,
             "owner": None,
             "expires_at": None,
             "version": 0,
@@ -256,19 +260,48 @@ def ensure_leases(
     return len(fresh)
 
 
-def _inherited_token(partition: Partition, parents: list[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """A split child's first position on Cosmos DB: its one parent's token narrowed to the child's range, so it
-    reads its own range from where the parent stopped (a re-read of what its range received since the parent's
-    last checkpoint, no more). None (the child recovers from the checkpoint time) for a merge, a parent without a
-    token, or one whose range does not hold the child's."""
-    if not partition.cosmos or len(parents) != 1:
+def _inherited_position(
+    partition: Partition, parents: list[Mapping[str, Any]]
+) -> tuple[dict[str, Any] | None, datetime | None]:
+    """A new lease's first token and checkpoint time. A tally lease: the roll-ups its parents had yet to do, from
+    their oldest checkpoint. A split child on Cosmos DB: the token of the live lease that holds its whole range and
+    got furthest (`_holding_parent`), narrowed to the child's range, from that lease's checkpoint time. Otherwise
+    (a merge, bucket ranges, no such lease with a token) no token, from the oldest checkpoint of its parents."""
+    if partition.feed.tally:
+        return _inherited_rollups(parents), _start_time(parents)
+    parent = _holding_parent(partition, parents)
+    token = parent.get("token") if parent is not None else None
+    narrowed = cosmos.narrowed_token(token, partition.span) if isinstance(token, Mapping) else None
+    if parent is None or narrowed is None:
+        return None, _start_time(parents)
+    return narrowed, parent["checkpoint_time"]
+
+
+def _holding_parent(partition: Partition, parents: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """Of a Cosmos DB child's parents, the lease whose range holds the child's whole range, with a token and a
+    checkpoint time, that checkpointed last (of two at one time, the narrower): it reads its own range from where
+    that lease stopped (a re-read of what its range received since that checkpoint, no more), as Cosmos DB's own
+    change feed clients carry a parent's continuation on to its children. Two such leases are live when a child
+    splits before it ran (its parent retires only once every child ran): the child's lease holds the parent's
+    token narrowed, or, if it ran, its own newer one. Any lease holding the range is a safe start: everything in
+    its range before its checkpoint was aggregated. None for a merge (no parent holds the whole range)."""
+    if not partition.cosmos:
         return None
-    [parent] = parents
-    kind, span = _span_of(parent)
-    token = parent.get("token")
-    if kind != "cosmos" or span is None or not isinstance(token, Mapping):
+    holding: list[tuple[FeedRange, Mapping[str, Any]]] = []
+    for doc in parents:
+        kind, span = _span_of(doc)
+        usable = isinstance(doc.get("token"), Mapping) and isinstance(doc.get("checkpoint_time"), datetime)
+        if kind == "cosmos" and span is not None and _within(partition.span, span) and usable:
+            holding.append((span, doc))
+    if not holding:
         return None
-    return cosmos.narrowed_token(token, partition.span)
+    spans = [span for span, _ in holding]
+    _, parent = max(holding, key=lambda held: (held[1]["checkpoint_time"], sum(_within(held[0], s) for s in spans)))
+    return parent
+
+
+def _within(inner: FeedRange, outer: FeedRange) -> bool:
+    return outer[0] <= inner[0] and inner[1] <= outer[1]
 
 
 def _inherited_rollups(parents: list[Mapping[str, Any]]) -> dict[str, datetime] | None:
