@@ -15,11 +15,11 @@ import pytest
 
 from shared.settings import get_settings
 from shared.store import schema
+from tests.lifecycle_results import PERFECT, clean_result
 from tools import lifecycle
 from tools.lifecycle_faults import WORKER_PREFIX, Watch, WorkerKilled
-from tools.lifecycle_result import LifecycleResult, PeakDrain
-from tools.simulate import KINDS
-from tools.simulation_result import ReportCheck, Score, Tally
+from tools.lifecycle_result import PeakDrain
+from tools.simulation_result import ReportCheck, Score
 
 pytestmark = pytest.mark.integration
 
@@ -73,41 +73,6 @@ def test_a_planted_report_mismatch_and_a_second_send_fail_the_run(monkeypatch, r
     assert "1 hourly reports differ from the source" in out
     assert "1 notifications sent more than once" in out
     assert "verdict: FAIL" in out
-
-
-PERFECT = {kind: Score(2, 2, 2) for kind in KINDS}
-
-
-def clean_result() -> LifecycleResult:
-    check = ReportCheck(24, None, [])
-    return LifecycleResult(
-        days=1,
-        bottles=4,
-        users=2,
-        workers=3,
-        tally=Tally(),
-        splits=[],
-        partitions={},
-        throttled=0,
-        throttle_episodes=0,
-        hourly_check=check,
-        daily_check=check,
-        scores=PERFECT,
-        misses=[],
-        extras=[],
-        notifications_sent=Counter(),
-        peak_late_doses=0,
-        duplicates=[],
-        kills=0,
-        redeliveries=0,
-        poisoned=0,
-        re_reads=0,
-        re_read_floor=0,
-        request_units={},
-        samples=[],
-        changes=Counter(),
-        throttle_windows=[],
-    )
 
 
 @pytest.mark.parametrize(

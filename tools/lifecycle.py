@@ -8,8 +8,8 @@ What it does to the app (docs/lifecycle.md): physical partitions that split as t
 actions' while a report worker reads them), queue workers each with its own clock skewed by up to 2 minutes and
 killed at random in the middle of a store call, throttling episodes, a morning late-dose peak every day, key
 rotations and reassignments, buffered uploads hours late and devices sending a request twice. Exit 1 if any
-report differs from the source, a notification kind's precision or recall is below 1, or a notification was
-sent twice."""
+report differs from the source, a notification kind's precision or recall is below 1, a notification was sent
+twice or never, the actions' reports lagged past their bound, or the actions were re-read past theirs."""
 
 import argparse
 import heapq
@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -377,6 +377,7 @@ class _Player:
         self.poisoned = 0
         self.late_runs: list[tuple[int, int]] = []  # per late-dose timer run: late-dose messages sent, left pending
         self._normal_ru = proxy.partitions.ru_per_second
+        self.lag = LagBound(life.plan.start)
         self._queue: list[tuple[datetime, int, int, Any]] = []
         self._order = itertools.count()
 
@@ -420,8 +421,11 @@ class _Player:
                 self.late_runs.append((self._late_messages(sent_before), self._late_pending()))
             self.redeliveries += report.failed
             self.poisoned += report.poisoned
+            reports_queue = report.queues.get(get_settings().reports_queue)
+            if reports_queue is not None and reports_queue.failed:
+                self.lag.disrupted("a report worker's run failed")
             if item == REPORTS_TIMER:
-                self.samples.append(Sample(at, self._report_lag(at), self._metered()))
+                self._sample(at)
                 if at.hour == COMPARE_AT_HOUR and at.minute == 0:
                     self.ledger.compare(self.backend, at - SETTLED)
         self.seconds[item if isinstance(item, str) else type(item).__name__] += time.perf_counter() - started
@@ -443,6 +447,7 @@ class _Player:
     def _change(self, change: Change) -> None:
         self.changes[change.kind] += 1
         if change.kind == "throttle":
+            self.lag.disrupted("throttling")
             self.proxy.partitions.ru_per_second = THROTTLED_RU_PER_SECOND
             self.throttle_windows.append((change.at, change.at + THROTTLE_FOR))
             return
@@ -481,13 +486,54 @@ class _Player:
         database = get_settings().mongodb_database
         return {k.removeprefix(f"{database}."): v for k, v in self.proxy.metered.request_units.items()}
 
+    def _sample(self, at: datetime) -> None:
+        """The state after a report dispatch: the actions' report lag and its bound, the request units so far."""
+        if self.proxy.partitions.ru_per_second == THROTTLED_RU_PER_SECOND:
+            self.lag.disrupted("throttling")
+        mid_page = sum(s.mid_page for s in self.splitter.done if s.collection == schema.BOTTLE_ACTIONS)
+        if mid_page > self.lag.mid_page_splits:
+            self.lag.mid_page_splits = mid_page
+            self.lag.disrupted("a split of bottle_actions mid-page")
+        bound, why = self.lag.at_dispatch(at)
+        self.samples.append(Sample(at, self._report_lag(at), self._metered(), bound, why))
+
     def _report_lag(self, now: datetime) -> float:
         """How far behind the actions' reports are (minutes): now minus the oldest action that a current lease
         of the actions' feed has not read yet (none: 0)."""
         return report_lag(self.backend, self.proxy, now)
 
 
+@dataclass
+class LagBound:
+    """How far behind the actions' reports may be at a report dispatch. A dispatch reads every partition of
+    `bottle_actions` to its end, so when nothing disrupted it, nothing received before it is left unread: lag 0.
+    What disrupts one, each costing the reads of one dispatch: a split of `bottle_actions` inside a worker's read
+    (the worker stops; the children's leases exist from the next dispatch), a report worker's failed run (killed:
+    its message comes back after the visibility timeout, its lease after it expires) and throttling (streams
+    answer empty pages). So at a disrupted dispatch the lag is under the time since the last dispatch nothing
+    disrupted (or the run's start): one interval for one disruption, two for two in a row, and so on."""
+
+    clean_at: datetime  # the last dispatch nothing disrupted (the run's start before the first)
+    mid_page_splits: int = 0  # of bottle_actions, seen by the dispatches so far
+    reasons: set[str] = field(default_factory=set)  # what disrupted the dispatch under way, since the last one
+
+    def disrupted(self, why: str) -> None:
+        self.reasons.add(why)
+
+    def at_dispatch(self, at: datetime) -> tuple[float, str]:
+        """The bound (minutes) at the dispatch at `at`, and what disrupted it ("" when nothing did)."""
+        why = ", ".join(sorted(self.reasons))
+        self.reasons.clear()
+        if not why:
+            self.clean_at = at
+            return 0.0, ""
+        return (at - self.clean_at).total_seconds() / 60, why
+
+
 def report_lag(backend: Database[Any], proxy: Any, now: datetime) -> float:
+    """Now minus the oldest action that no live lease of the actions' feed holding its key has read (minutes;
+    0 when there is none). A replaced parent stays live until its children have run, and its range is read
+    once any lease holding a key has read past it."""
     leases = [
         lease
         for lease in backend[schema.LEASES].find({"feed": schema.BOTTLE_ACTIONS, "retired_at": None})
@@ -503,9 +549,14 @@ def report_lag(backend: Database[Any], proxy: Any, now: datetime) -> float:
     unread = [
         action["received_at"]
         for action in backend[schema.BOTTLE_ACTIONS].find({"received_at": {"$gt": oldest}})
-        if any(lo <= collection.hash_of(action) < hi and action["received_at"] > at for lo, hi, at in positions)
+        if action["received_at"] > max(_read_until(positions, collection.hash_of(action)), default=now)
     ]
     return max(0.0, (now - min(unread)).total_seconds() / 60) if unread else 0.0
+
+
+def _read_until(positions: list[tuple[int, int, datetime]], key: int) -> list[datetime]:
+    """The positions of the leases whose ranges hold `key`."""
+    return [at for low, high, at in positions if low <= key < high]
 
 
 def _position(lease: dict[str, Any]) -> datetime:
@@ -701,6 +752,7 @@ def describe(result: LifecycleResult) -> str:
         f" after splits and kills); bound: {result.re_read_floor} (written since each split parent's last"
         " checkpoint, plus the overlap)"
     )
+    lines.append(lag_line(result.samples))
     lines.append("")
     for label, unit, check in (("hourly", "hour", result.hourly_check), ("daily", "day", result.daily_check)):
         since = f" from {check.since:%Y-%m-%d %H}:00" if check.since else ""
@@ -733,6 +785,25 @@ def describe(result: LifecycleResult) -> str:
     lines.append("")
     lines.append("verdict: PASS" if not failures else "verdict: FAIL: " + "; ".join(failures))
     return "\n".join(lines)
+
+
+def lag_line(samples: list[Sample]) -> str:
+    """The actions' report lag at the dispatches: how many were caught up, and the worst against its bound."""
+    caught_up = sum(s.report_lag_minutes == 0 for s in samples)
+    line = f"actions' report lag: 0 at {caught_up} of {len(samples)} dispatches"
+    if caught_up == len(samples):
+        return line
+    over = [s for s in samples if s.report_lag_minutes > s.lag_bound_minutes]
+    worst = (
+        max(over, key=lambda s: s.report_lag_minutes - s.lag_bound_minutes)
+        if over
+        else max(samples, key=lambda s: s.report_lag_minutes)
+    )
+    return (
+        f"{line}; {'over its bound' if over else 'the most'}: {worst.report_lag_minutes:.0f} min at"
+        f" {worst.at:%Y-%m-%d %H:%M}, bound {worst.lag_bound_minutes:.0f} ({worst.disrupted_by or 'not disrupted'};"
+        " the bound: the time since the last dispatch nothing disrupted)"
+    )
 
 
 def hourly_peak(samples: list[Sample], collection: str) -> float:
