@@ -4,6 +4,7 @@ every option."""
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import socket
@@ -116,6 +117,34 @@ def test_every_option_is_documented_and_the_usage_names_the_command(prog, monkey
     assert parser.prog == prog
     undocumented = [action.dest for action in parser._actions if not action.help]
     assert undocumented == []
+
+
+def synopsis_values(prog: str, description: str) -> list[tuple[str, str]]:
+    """The `[--option VALUE]` pairs of the description's synopsis lines (those starting with the command), less
+    the placeholders (URI, PATH: upper case)."""
+    pairs = []
+    for line in description.splitlines():
+        if line.strip().startswith(prog + " "):
+            pairs += [(o, v) for o, v in re.findall(r"\[(--[a-z-]+) ([^\]\s]+)\]", line) if not v.isupper()]
+    return pairs
+
+
+def shown(default: Any) -> str:
+    return ",".join(map(str, default)) if isinstance(default, list | tuple) else f"{default}"
+
+
+@pytest.mark.parametrize("prog", sorted(COMMANDS))
+def test_the_synopsis_shows_each_option_s_default(prog, monkeypatch):
+    """`./dev lifecycle --help` said `[--bottles 24]` in its synopsis and 16 as the default."""
+    parser = parser_of(COMMANDS[prog], monkeypatch)
+    defaults = {option: action.default for action in parser._actions for option in action.option_strings}
+
+    for option, value in synopsis_values(prog, parser.description or ""):
+        default = defaults[option]
+        if default is None:  # worked out from other options (its help says how)
+            continue
+        same = float(value) == default if isinstance(default, float) else value == shown(default)
+        assert same, f"{prog}: the synopsis shows [{option} {value}], the default is {default}"
 
 
 def run_dev(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:

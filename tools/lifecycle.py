@@ -2,7 +2,7 @@
 provisioned, re-keyed and reassigned) on the Cosmos-faithful store (docs/cosmos-store.md) through simulated days
 of a growing, scaled-down fleet, compressed in time; then one screen of what happened and a verdict.
 
-    ./dev lifecycle [--days 60] [--bottles 24] [--seed 7] [--workers 3] [--chart PATH]
+    ./dev lifecycle [--days 60] [--bottles 16] [--seed 7] [--workers 3] [--chart PATH]
 
 What it does to the app (docs/lifecycle.md): physical partitions that split as the collections grow (bottle
 actions' while a report worker reads them), queue workers each with its own clock skewed by up to 2 minutes and
