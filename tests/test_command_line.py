@@ -348,9 +348,24 @@ BAD_VALUES = [
     ("./dev simulate", ["--http", "ftp://127.0.0.1/"], "--http"),
     ("./dev simulate", ["--chart", "{file}/chart.png"], "--chart: {file}/chart.png: {file} is not a directory"),
     ("./dev simulate", ["--chart", "{dir}"], "--chart: {dir} is a directory"),
+    ("./dev simulate", ["--chart", "{dir}/none/chart.png"], "--chart: {dir}/none/chart.png: no directory {dir}/none"),
+    ("./dev lifecycle", ["--chart", "{dir}/none/x.png"], "--chart: {dir}/none/x.png: no directory {dir}/none"),
+    ("./dev lifecycle", ["--chart", "{file}/x.png"], "--chart: {file}/x.png: {file} is not a directory"),
 ]
 
 
+@pytest.fixture
+def no_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that starts fails the test at once (a value accepted by mistake must not start a long run)."""
+
+    def ran(**_: Any) -> None:
+        raise AssertionError("the run started")
+
+    for module, name in ((simulate, "run_simulation"), (simulate, "run_over_http"), (lifecycle, "run_lifecycle")):
+        monkeypatch.setattr(module, name, ran)
+
+
+@pytest.mark.usefixtures("no_run")
 @pytest.mark.parametrize(("prog", "argv", "named"), BAD_VALUES, ids=[" ".join(a) for _, a, _ in BAD_VALUES])
 def test_a_bad_value_is_a_usage_error_before_anything_runs(prog, argv, named, capsys, tmp_path):
     (tmp_path / "file").write_text("")
@@ -362,6 +377,20 @@ def test_a_bad_value_is_a_usage_error_before_anything_runs(prog, argv, named, ca
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith(f"{prog}: error: argument {named.format(**paths)}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # refused before anything ran: nothing made
+
+
+@pytest.mark.usefixtures("no_run")
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere: no directory can refuse it")
+@pytest.mark.parametrize("prog", ["./dev simulate", "./dev lifecycle"])
+def test_a_chart_in_a_directory_that_cannot_be_written_is_refused_before_the_run(prog, capsys, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    with pytest.raises(SystemExit) as exit_:
+        COMMANDS[prog](["--chart", str(locked / "x.png")])
+
+    assert exit_.value.code == 2
+    assert f"--chart: {locked / 'x.png'} cannot be written (permission denied)" in capsys.readouterr().err
 
 
 # --- Ctrl-C -----------------------------------------------------------------------------------------

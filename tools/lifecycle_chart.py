@@ -56,7 +56,6 @@ def draw(result: "LifecycleResult", path: Path) -> Path:
     )
     ru_axis.set_ylabel("request units per simulated second")
     ru_axis.set_xlabel("day of the run")
-    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
