@@ -85,8 +85,8 @@ def test_a_planted_report_mismatch_and_a_second_send_fail_the_run(monkeypatch, r
         ({"peak": PeakDrain(cap=2, sent_once=3, never_sent=1)}, "1 late-dose notifications never sent"),
         (
             {"re_reads": 35, "re_read_floor": 34},
-            "bottle actions re-read 35 times, over the bound of 34 (written since the split parents' last"
-            " checkpoints, plus the overlap)",
+            "bottle actions re-read 35 times, over the bound of 34 (written since each split parent's last"
+            " checkpoint, plus the overlap, and what killed workers had read since theirs)",
         ),
     ],
 )
@@ -172,3 +172,42 @@ def worker_thread() -> Iterator[None]:
         yield
     finally:
         thread.name = name
+
+
+def feed_read(*ids: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A change stream's first page of the actions, as pymongo sends and receives it."""
+    command = {"aggregate": "bottle_actions", "pipeline": [{"$changeStream": {}}]}
+    batch = [{"documentKey": {"_id": i}} for i in ids]
+    return command, [{"cursor": {"id": 0, "firstBatch": batch}}]
+
+
+def lease_update(fields: dict[str, Any], matched: int = 1) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    command = {"update": "leases", "updates": [{"q": {"_id": "x", "owner": "o"}, "u": {"$set": fields}}]}
+    return command, [{"n": matched, "nModified": matched, "ok": 1}]
+
+
+def test_what_a_killed_worker_read_since_its_last_checkpoint_joins_the_re_read_bound():
+    """A killed report worker's partition is read again from its last checkpoint: what it read after that is a
+    re-read the splits do not explain, and the bound counts it (the run's bound was the splits' alone)."""
+    watch = Watch(random.Random(1), kill_rate=1.0)
+    with worker_thread():
+        watch.after(*feed_read("a", "b"))
+        watch.after(*lease_update({"checkpoint_time": 1, "token": 1}))  # saved: a and b are not read again
+        watch.after(*feed_read("c", "d", "e"))
+        watch.after(*lease_update({"checkpoint_time": 2}, matched=0))  # fenced: not saved
+        with pytest.raises(WorkerKilled):
+            watch.before({"update": "leases"})
+
+    assert watch.killed_unsaved == 3
+    assert watch.reads == Counter(dict.fromkeys("abcde", 1))
+
+
+def test_a_worker_that_released_its_lease_has_nothing_unsaved_when_it_is_killed_later():
+    watch = Watch(random.Random(1), kill_rate=1.0)
+    with worker_thread():
+        watch.after(*feed_read("a"))
+        watch.after(*lease_update({"owner": None, "released_at": 1}))
+        with pytest.raises(WorkerKilled):
+            watch.before({"find": "bottles"})
+
+    assert watch.killed_unsaved == 0

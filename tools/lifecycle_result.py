@@ -7,6 +7,11 @@ from datetime import datetime
 from tools.fleet import Expected
 from tools.simulation_result import ReportCheck, Score, Tally
 
+# What the bound on the actions' re-reads sums (tools/lifecycle.py: Splitter, and Watch in lifecycle_faults.py).
+RE_READ_BOUND = (
+    "written since each split parent's last checkpoint, plus the overlap, and what killed workers had read since theirs"
+)
+
 
 @dataclass
 class SplitDone:
@@ -100,7 +105,7 @@ class LifecycleResult:
             )
         if self.re_reads > self.re_read_floor:
             reasons.append(
-                f"bottle actions re-read {self.re_reads} times, over the bound of {self.re_read_floor} (written since"
-                " the split parents' last checkpoints, plus the overlap)"
+                f"bottle actions re-read {self.re_reads} times, over the bound of {self.re_read_floor}"
+                f" ({RE_READ_BOUND})"
             )
         return reasons
