@@ -8,7 +8,7 @@ from typing import Any
 
 from shared.store import schema
 from tests.lifecycle_results import clean_result
-from tools.lifecycle import MAX_EXTRA_DISPATCHES, LagBound, lag_line, one_more_dispatch, report_lag
+from tools.lifecycle import LagBound, lag_line, report_lag
 from tools.lifecycle_result import Sample
 
 T0 = datetime(2026, 3, 31, 6, 0, tzinfo=UTC)
@@ -96,16 +96,3 @@ def test_a_lag_over_its_bound_fails_the_verdict_and_one_at_it_passes():
     ]
     assert lag_line(at_bound.samples).startswith("actions' report lag: 0 at 2 of 3 dispatches; the most: 120 min")
     assert "over its bound: 5 min at 2026-03-31 10:00, bound 0 (not disrupted" in lag_line(over.samples)
-
-
-def test_the_run_dispatches_once_more_after_its_last_dispatch_while_something_disrupted_it():
-    """`./dev lifecycle --days 1 --seed 2` split bottle_actions inside its last dispatch's read: two actions of
-    04:58 were left for a next dispatch the run never made, and their hour failed against the source."""
-    last = T0 + 24 * HOUR
-    split, clean = "a split of bottle_actions mid-page", ""
-
-    assert one_more_dispatch(Sample(last, 71, {}, 130, split), last, extra=0)
-    assert one_more_dispatch(Sample(last + 2 * HOUR, 9, {}, 250, split), last, extra=1)
-    assert not one_more_dispatch(Sample(last, 0, {}, 0, clean), last, extra=0)
-    assert not one_more_dispatch(Sample(last - 2 * HOUR, 71, {}, 120, split), last, extra=0)  # more are due anyway
-    assert not one_more_dispatch(Sample(last + 12 * HOUR, 9, {}, 850, split), last, extra=MAX_EXTRA_DISPATCHES)

@@ -66,6 +66,7 @@ SETTINGS = {
     "QUEUE_MESSAGES_PER_PARTITION": "2",  # scaled down with the fleet: a morning peak takes several runs to send
 }
 LATE_DOSES_TIMER = "check_late_doses"
+REDELIVER = "redeliver"  # a step that only delivers: the messages that failed, once visible again
 # The morning peak (docs/lifecycle.md): every bottle on a times schedule takes its first dose at 08:00 Rome time,
 # and misses or is late with a large share of those, so that one late-dose check finds several times what a run
 # may send (the design: ~100 K late bottles at the peak against 5,000 sends per partition and run).
@@ -417,8 +418,12 @@ class _Player:
             self._change(item)
         else:
             sent_before = len(self._queued())
-            self.host.run_timer(item)
+            if item != REDELIVER:
+                self.host.run_timer(item)
             report = self.host.deliver(now=at, workers=self.workers)
+            again = redelivery_at(report)
+            if again is not None:
+                self.schedule(again, 2, REDELIVER)
             if item == LATE_DOSES_TIMER:
                 self.late_runs.append((self._late_messages(sent_before), self._late_pending()))
             self.redeliveries += report.failed
@@ -506,6 +511,15 @@ class _Player:
         """How far behind the actions' reports are (minutes): now minus the oldest action that a current lease
         of the actions' feed has not read yet (none: 0)."""
         return report_lag(self.backend, self.proxy, now)
+
+
+def redelivery_at(report: Any) -> datetime | None:
+    """When the messages whose functions failed in a delivery are visible again (host.json's visibilityTimeout,
+    30 s), which is when the host delivers them again; None if none failed. Left to the next timer's delivery (up
+    to 15 minutes later), a check killed at the run's last firing ran only at the report dispatch after the end,
+    with the devices stopped: bottles whose heartbeats had ended with the plan were notified silent."""
+    times = [d.next_visible_time for d in report.deliveries if d.outcome == "retry" and d.next_visible_time]
+    return min(times, default=None)
 
 
 def one_more_dispatch(latest: Sample, last: datetime, extra: int) -> bool:
