@@ -4,6 +4,7 @@ every option."""
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import socket
@@ -117,6 +118,34 @@ def test_every_option_is_documented_and_the_usage_names_the_command(prog, monkey
     assert parser.prog == prog
     undocumented = [action.dest for action in parser._actions if not action.help]
     assert undocumented == []
+
+
+def synopsis_values(prog: str, description: str) -> list[tuple[str, str]]:
+    """The `[--option VALUE]` pairs of the description's synopsis lines (those starting with the command), less
+    the placeholders (URI, PATH: upper case)."""
+    pairs = []
+    for line in description.splitlines():
+        if line.strip().startswith(prog + " "):
+            pairs += [(o, v) for o, v in re.findall(r"\[(--[a-z-]+) ([^\]\s]+)\]", line) if not v.isupper()]
+    return pairs
+
+
+def shown(default: Any) -> str:
+    return ",".join(map(str, default)) if isinstance(default, list | tuple) else f"{default}"
+
+
+@pytest.mark.parametrize("prog", sorted(COMMANDS))
+def test_the_synopsis_shows_each_option_s_default(prog, monkeypatch):
+    """`./dev lifecycle --help` said `[--bottles 24]` in its synopsis and 16 as the default."""
+    parser = parser_of(COMMANDS[prog], monkeypatch)
+    defaults = {option: action.default for action in parser._actions for option in action.option_strings}
+
+    for option, value in synopsis_values(prog, parser.description or ""):
+        default = defaults[option]
+        if default is None:  # worked out from other options (its help says how)
+            continue
+        same = float(value) == default if isinstance(default, float) else value == shown(default)
+        assert same, f"{prog}: the synopsis shows [{option} {value}], the default is {default}"
 
 
 def run_dev(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -438,9 +467,24 @@ BAD_VALUES = [
     ("./dev simulate", ["--http", "ftp://127.0.0.1/"], "--http"),
     ("./dev simulate", ["--chart", "{file}/chart.png"], "--chart: {file}/chart.png: {file} is not a directory"),
     ("./dev simulate", ["--chart", "{dir}"], "--chart: {dir} is a directory"),
+    ("./dev simulate", ["--chart", "{dir}/none/chart.png"], "--chart: {dir}/none/chart.png: no directory {dir}/none"),
+    ("./dev lifecycle", ["--chart", "{dir}/none/x.png"], "--chart: {dir}/none/x.png: no directory {dir}/none"),
+    ("./dev lifecycle", ["--chart", "{file}/x.png"], "--chart: {file}/x.png: {file} is not a directory"),
 ]
 
 
+@pytest.fixture
+def no_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that starts fails the test at once (a value accepted by mistake must not start a long run)."""
+
+    def ran(**_: Any) -> None:
+        raise AssertionError("the run started")
+
+    for module, name in ((simulate, "run_simulation"), (simulate, "run_over_http"), (lifecycle, "run_lifecycle")):
+        monkeypatch.setattr(module, name, ran)
+
+
+@pytest.mark.usefixtures("no_run")
 @pytest.mark.parametrize(("prog", "argv", "named"), BAD_VALUES, ids=[" ".join(a) for _, a, _ in BAD_VALUES])
 def test_a_bad_value_is_a_usage_error_before_anything_runs(prog, argv, named, capsys, tmp_path):
     (tmp_path / "file").write_text("")
@@ -452,6 +496,20 @@ def test_a_bad_value_is_a_usage_error_before_anything_runs(prog, argv, named, ca
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith(f"{prog}: error: argument {named.format(**paths)}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # refused before anything ran: nothing made
+
+
+@pytest.mark.usefixtures("no_run")
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere: no directory can refuse it")
+@pytest.mark.parametrize("prog", ["./dev simulate", "./dev lifecycle"])
+def test_a_chart_in_a_directory_that_cannot_be_written_is_refused_before_the_run(prog, capsys, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    with pytest.raises(SystemExit) as exit_:
+        COMMANDS[prog](["--chart", str(locked / "x.png")])
+
+    assert exit_.value.code == 2
+    assert f"--chart: {locked / 'x.png'} cannot be written (permission denied)" in capsys.readouterr().err
 
 
 # --- Ctrl-C -----------------------------------------------------------------------------------------

@@ -18,12 +18,12 @@ from shared.archive import parquet
 from shared.archive.current import get_archive
 from shared.settings import get_settings
 from shared.store import schema
+from tests.lifecycle_results import PERFECT, clean_result
 from tools import lifecycle
 from tools.archive_truth import ArchiveCheck
 from tools.lifecycle_faults import WORKER_PREFIX, Watch, WorkerKilled
-from tools.lifecycle_result import LifecycleResult, PeakDrain
-from tools.simulate import KINDS
-from tools.simulation_result import ReportCheck, Score, Tally
+from tools.lifecycle_result import PeakDrain
+from tools.simulation_result import ReportCheck, Score
 
 pytestmark = pytest.mark.integration
 
@@ -99,41 +99,6 @@ def test_an_event_archived_twice_fails_the_run(monkeypatch, registered_functions
     assert "verdict: FAIL: the archive differs from the source in 2 ways" in out
 
 
-PERFECT = {kind: Score(2, 2, 2) for kind in KINDS}
-
-
-def clean_result() -> LifecycleResult:
-    check = ReportCheck(24, None, [])
-    return LifecycleResult(
-        days=1,
-        bottles=4,
-        users=2,
-        workers=3,
-        tally=Tally(),
-        splits=[],
-        partitions={},
-        throttled=0,
-        throttle_episodes=0,
-        hourly_check=check,
-        daily_check=check,
-        scores=PERFECT,
-        misses=[],
-        extras=[],
-        notifications_sent=Counter(),
-        peak_late_doses=0,
-        duplicates=[],
-        kills=0,
-        redeliveries=0,
-        poisoned=0,
-        re_reads=0,
-        re_read_floor=0,
-        request_units={},
-        samples=[],
-        changes=Counter(),
-        throttle_windows=[],
-    )
-
-
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
@@ -148,8 +113,8 @@ def clean_result() -> LifecycleResult:
         ),
         (
             {"re_reads": 35, "re_read_floor": 34},
-            "bottle actions re-read 35 times, over the bound of 34 (written since the split parents' last"
-            " checkpoints, plus the overlap)",
+            "bottle actions re-read 35 times, over the bound of 34 (written since each split parent's last"
+            " checkpoint, plus the overlap, and what killed workers had read since theirs)",
         ),
     ],
 )
@@ -235,3 +200,42 @@ def worker_thread() -> Iterator[None]:
         yield
     finally:
         thread.name = name
+
+
+def feed_read(*ids: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A change stream's first page of the actions, as pymongo sends and receives it."""
+    command = {"aggregate": "bottle_actions", "pipeline": [{"$changeStream": {}}]}
+    batch = [{"documentKey": {"_id": i}} for i in ids]
+    return command, [{"cursor": {"id": 0, "firstBatch": batch}}]
+
+
+def lease_update(fields: dict[str, Any], matched: int = 1) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    command = {"update": "leases", "updates": [{"q": {"_id": "x", "owner": "o"}, "u": {"$set": fields}}]}
+    return command, [{"n": matched, "nModified": matched, "ok": 1}]
+
+
+def test_what_a_killed_worker_read_since_its_last_checkpoint_joins_the_re_read_bound():
+    """A killed report worker's partition is read again from its last checkpoint: what it read after that is a
+    re-read the splits do not explain, and the bound counts it (the run's bound was the splits' alone)."""
+    watch = Watch(random.Random(1), kill_rate=1.0)
+    with worker_thread():
+        watch.after(*feed_read("a", "b"))
+        watch.after(*lease_update({"checkpoint_time": 1, "token": 1}))  # saved: a and b are not read again
+        watch.after(*feed_read("c", "d", "e"))
+        watch.after(*lease_update({"checkpoint_time": 2}, matched=0))  # fenced: not saved
+        with pytest.raises(WorkerKilled):
+            watch.before({"update": "leases"})
+
+    assert watch.killed_unsaved == 3
+    assert watch.reads == Counter(dict.fromkeys("abcde", 1))
+
+
+def test_a_worker_that_released_its_lease_has_nothing_unsaved_when_it_is_killed_later():
+    watch = Watch(random.Random(1), kill_rate=1.0)
+    with worker_thread():
+        watch.after(*feed_read("a"))
+        watch.after(*lease_update({"owner": None, "released_at": 1}))
+        with pytest.raises(WorkerKilled):
+            watch.before({"find": "bottles"})
+
+    assert watch.killed_unsaved == 0

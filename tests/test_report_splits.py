@@ -454,3 +454,69 @@ def test_a_merged_partition_recovers_by_time_and_says_so(
         "-2000, reports:bottle_actions:cosmos:2000-FF) checkpoint less the overlap: no token of theirs holds its "
         "range, so it polls the whole collection from there"
     ]
+
+
+def with_parent_token(db: Any, at: datetime) -> dict[str, Any]:
+    """The one partition's lease holds a token at position "parent" and has checkpointed at `at`."""
+    token = cosmos_token(0, EPK_TOP, position="parent")
+    db[schema.LEASES].update_one({"range": ["", "FF"]}, {"$set": {"token": token, "checkpoint_time": at}})
+    return token
+
+
+def test_a_child_that_splits_again_before_it_ran_hands_its_parents_token_on_to_its_own_children(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dense splits (`./dev lifecycle --days 1`: four splits of bottle_actions in a day): a child's range can split
+    again before any worker ran its lease, and its parent is still live then (a parent retires once all its
+    children have run), so two live leases hold each grandchild's range. The grandchild starts from their token
+    narrowed to its range and reads its own range on from there, as its parent would have; before, it took no
+    token and recovered by polling every partition's writes since the checkpoint time (each of the four
+    grandchildren re-read the whole collection's)."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    cosmos = CosmosTokens(mock_db, partitions=1)
+    now = utc_now()
+    dispatched(cosmos, now)
+    parent_token = with_parent_token(mock_db, now - MINUTE)
+    cosmos.split(0)
+    dispatched(cosmos, now)  # the children's leases, which no worker runs before the next split
+    cosmos.split(0)  # the lower child splits too
+
+    grandchildren = [p for p in dispatched(cosmos, now + MINUTE) if p.span[1] <= "2000"]
+
+    live = actions_leases(mock_db)
+    assert sorted(p.span for p in grandchildren) == [("", "1000"), ("1000", "2000")]
+    for grandchild in grandchildren:
+        inherited = live[grandchild.span]["token"]
+        assert feed_range(inherited) == grandchild.feed_range
+        assert state_of(inherited) == state_of(parent_token)
+        assert live[grandchild.span]["checkpoint_time"] == now - MINUTE
+        run = process_partition(cosmos, grandchild, now=now + MINUTE, settings=get_settings(), watch=QuietStream)
+        assert (run.caught_up, run.recovered) == (True, False)  # its own range by its stream, no polling
+
+
+def test_a_child_that_ran_and_split_hands_its_own_newer_position_on_not_its_parents(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One child ran (its parent stays live while the other has not) and then split: its children start from
+    where it got to, the most advanced position that holds their range, not from the parent's older one."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    cosmos = CosmosTokens(mock_db, partitions=1)
+    now = utc_now()
+    dispatched(cosmos, now - DAY)
+    with_parent_token(mock_db, now - DAY)
+    cosmos.split(0)
+    dispatched(cosmos, now - DAY)
+    child_token = cosmos_token(0, EPK_TOP // 2, position="child")
+    mock_db[schema.LEASES].update_one(
+        {"range": ["", "2000"]}, {"$set": {"token": child_token, "checkpoint_time": now - MINUTE, "updated_at": now}}
+    )
+    cosmos.split(0)
+
+    dispatched(cosmos, now)
+
+    live = actions_leases(mock_db)
+    assert ("", "FF") in live  # the upper child has not run: the parent is still live
+    for span in (("", "1000"), ("1000", "2000")):
+        assert state_of(live[span]["token"]) == state_of(child_token)
+        assert feed_range(live[span]["token"]) == span
+        assert live[span]["checkpoint_time"] == now - MINUTE

@@ -54,17 +54,18 @@ def http_url(text: str) -> str:
 
 
 def writable_file(text: str) -> Path:
-    """A file path that can be written: not a directory, and in a directory that exists or can be made there
-    (checked before a run that would otherwise fail only at its end)."""
+    """A file path that can be written: not a directory, in a directory that exists and may be written (checked
+    before a run that would otherwise fail only at its end; a missing directory is refused, never made: a typo
+    in it would otherwise leave directories behind)."""
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a directory")
-    existing = path.absolute().parent
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    directory = path.absolute().parent
+    if not directory.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no directory {directory}")
+    if not directory.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {directory} is not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise argparse.ArgumentTypeError(f"{text} cannot be written (permission denied)")
     return path
 

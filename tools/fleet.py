@@ -127,14 +127,17 @@ def dose_slots(bottle: Bottle, start: datetime, end: datetime) -> list[datetime]
 
 
 class BottleLife:
-    """One bottle's days: heartbeats, doses with jitter, and now and then trouble."""
+    """One bottle's days: heartbeats, doses with jitter, and now and then trouble. Its schedule counts from
+    `schedule_from`, when the app provisioned it (default: the plan's start), as the app counts it: a bottle whose
+    requests start after its provisioning still has its first slot where the app puts it."""
 
     left_open_minutes = (10.0, 20.0)  # how long a bottle left open stays open (past the app's LEFT_OPEN_MINUTES)
 
-    def __init__(self, rng: random.Random, bottle: Bottle, plan: Plan) -> None:
+    def __init__(self, rng: random.Random, bottle: Bottle, plan: Plan, schedule_from: datetime | None = None) -> None:
         self.rng = rng
         self.bottle = bottle
         self.plan = plan
+        self.schedule_from = plan.start if schedule_from is None else schedule_from
         self.pills = rng.randint(40, 90)
         self.offline: list[tuple[datetime, datetime]] = []
         self.outbox: list[tuple[datetime, dict[str, Any]]] = []
@@ -149,11 +152,11 @@ class BottleLife:
     def _doses(self) -> None:
         """Plan every dose and its trouble, then perhaps a spell offline between doses."""
         if "times" in self.bottle.schedule:
-            for slot in dose_slots(self.bottle, self.plan.start, self.plan.end):
+            for slot in dose_slots(self.bottle, self.schedule_from, self.plan.end):
                 self._record(slot, *self._take_or_skip(slot))
         else:
             every = timedelta(hours=self.bottle.schedule["every_hours"])
-            due = self.plan.start + every
+            due = self.schedule_from + every
             while due < self.plan.end:
                 taken, late = self._take_or_skip_interval(due)
                 self._record(due, taken, late)

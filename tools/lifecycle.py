@@ -2,14 +2,14 @@
 provisioned, re-keyed and reassigned) on the Cosmos-faithful store (docs/cosmos-store.md) through simulated days
 of a growing, scaled-down fleet, compressed in time; then one screen of what happened and a verdict.
 
-    ./dev lifecycle [--days 60] [--bottles 24] [--seed 7] [--workers 3] [--chart PATH]
+    ./dev lifecycle [--days 60] [--bottles 16] [--seed 7] [--workers 3] [--chart PATH]
 
 What it does to the app (docs/lifecycle.md): physical partitions that split as the collections grow (bottle
 actions' while a report worker reads them), queue workers each with its own clock skewed by up to 2 minutes and
 killed at random in the middle of a store call, throttling episodes, a morning late-dose peak every day, key
 rotations and reassignments, buffered uploads hours late and devices sending a request twice. Exit 1 if any
-report differs from the source, a notification kind's precision or recall is below 1, or a notification was
-sent twice."""
+report differs from the source, a notification kind's precision or recall is below 1, a notification was sent
+twice or never, the actions' reports lagged past their bound, or the actions were re-read past theirs."""
 
 import argparse
 import heapq
@@ -22,7 +22,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from tools.arguments import int_between, writable_file
 from tools.cosmos_store.partitions import parse_bound
 from tools.fleet import Bottle, BottleLife, Expected, Plan, Request, make_fleet
 from tools.lifecycle_faults import SkewedClock, Watch, store_calls_watched
-from tools.lifecycle_result import LifecycleResult, PeakDrain, Sample, SplitDone
+from tools.lifecycle_result import RE_READ_BOUND, LifecycleResult, PeakDrain, Sample, SplitDone
 from tools.progress import Progress
 from tools.report_truth import COUNTED, complete_from, reported_totals, source_totals
 from tools.simulate import KINDS, REPORTS_TIMER, SIMULATION_START, score
@@ -69,6 +69,7 @@ SETTINGS = {
     "QUEUE_MESSAGES_PER_PARTITION": "2",  # scaled down with the fleet: a morning peak takes several runs to send
 }
 LATE_DOSES_TIMER = "check_late_doses"
+REDELIVER = "redeliver"  # a step that only delivers: the messages that failed, once visible again
 # The morning peak (docs/lifecycle.md): every bottle on a times schedule takes its first dose at 08:00 Rome time,
 # and misses or is late with a large share of those, so that one late-dose check finds several times what a run
 # may send (the design: ~100 K late bottles at the peak against 5,000 sends per partition and run).
@@ -86,6 +87,7 @@ THROTTLED_RU_PER_SECOND = 50.0
 THROTTLE_EVERY_DAYS = 4
 THROTTLE_FOR = timedelta(hours=2)
 DEVICE_RETRY_AFTER = timedelta(minutes=1)  # a device whose request was refused (503/429) sends it again
+MAX_EXTRA_DISPATCHES = 6  # after the last hour: until a report dispatch nothing disrupted (see one_more_dispatch)
 # Each collection's partition size limit (standing for 50 GB), as a share of what the plan will have written by its
 # end (its documents times their average size so far), so that every run splits them: bottle_actions at least 3
 # times (at least 4 partitions), the others at least once.
@@ -172,7 +174,7 @@ def plan_lifecycle(rng: random.Random, bottles: int, days: float) -> LifecyclePl
         joined[bottle.bottle_id] = joins
         changes.append(Change(joins, "provision", bottle))
         life = Plan(start=joins + timedelta(minutes=1), end=end, bottles=[bottle], heartbeat=HEARTBEAT)
-        LifecycleLife(rng, bottle, life).play()
+        LifecycleLife(rng, bottle, life, schedule_from=joins).play()  # its requests start a minute after
         plan.requests += life.requests
         plan.expected |= life.expected
         plan.slots += life.slots
@@ -381,6 +383,8 @@ class _Player:
         self.poisoned = 0
         self.late_runs: list[tuple[int, int]] = []  # per late-dose timer run: late-dose messages sent, left pending
         self._normal_ru = proxy.partitions.ru_per_second
+        self.lag = LagBound(life.plan.start)
+        self.extra_dispatches = 0
         self._queue: list[tuple[datetime, int, int, Any]] = []
         self._order = itertools.count()
 
@@ -418,14 +422,24 @@ class _Player:
             self._change(item)
         else:
             sent_before = len(self._queued())
-            self.host.run_timer(item)
+            if item != REDELIVER:
+                self.host.run_timer(item)
             report = self.host.deliver(now=at, workers=self.workers)
+            again = redelivery_at(report)
+            if again is not None:
+                self.schedule(again, 2, REDELIVER)
             if item == LATE_DOSES_TIMER:
                 self.late_runs.append((self._late_messages(sent_before), self._late_pending()))
             self.redeliveries += report.failed
             self.poisoned += report.poisoned
+            reports_queue = report.queues.get(get_settings().reports_queue)
+            if reports_queue is not None and reports_queue.failed:
+                self.lag.disrupted("a report worker's run failed")
             if item == REPORTS_TIMER:
-                self.samples.append(Sample(at, self._report_lag(at), self._metered()))
+                self._sample(at)
+                if one_more_dispatch(self.samples[-1], counted_from(self.life.plan.end), self.extra_dispatches):
+                    self.extra_dispatches += 1
+                    self.schedule(self.host.timers[REPORTS_TIMER].schedule.next_after(at), 2, REPORTS_TIMER)
                 if at.hour == COMPARE_AT_HOUR and at.minute == 0:
                     self.ledger.compare(self.backend, at - SETTLED)
                     self.archive_ledger.compare(self.backend, at - SETTLED, get_settings().heartbeat_window_hours)
@@ -448,6 +462,7 @@ class _Player:
     def _change(self, change: Change) -> None:
         self.changes[change.kind] += 1
         if change.kind == "throttle":
+            self.lag.disrupted("throttling")
             self.proxy.partitions.ru_per_second = THROTTLED_RU_PER_SECOND
             self.throttle_windows.append((change.at, change.at + THROTTLE_FOR))
             return
@@ -486,13 +501,72 @@ class _Player:
         database = get_settings().mongodb_database
         return {k.removeprefix(f"{database}."): v for k, v in self.proxy.metered.request_units.items()}
 
+    def _sample(self, at: datetime) -> None:
+        """The state after a report dispatch: the actions' report lag and its bound, the request units so far."""
+        if self.proxy.partitions.ru_per_second == THROTTLED_RU_PER_SECOND:
+            self.lag.disrupted("throttling")
+        mid_page = sum(s.mid_page for s in self.splitter.done if s.collection == schema.BOTTLE_ACTIONS)
+        if mid_page > self.lag.mid_page_splits:
+            self.lag.mid_page_splits = mid_page
+            self.lag.disrupted("a split of bottle_actions mid-page")
+        bound, why = self.lag.at_dispatch(at)
+        self.samples.append(Sample(at, self._report_lag(at), self._metered(), bound, why))
+
     def _report_lag(self, now: datetime) -> float:
         """How far behind the actions' reports are (minutes): now minus the oldest action that a current lease
         of the actions' feed has not read yet (none: 0)."""
         return report_lag(self.backend, self.proxy, now)
 
 
+def redelivery_at(report: Any) -> datetime | None:
+    """When the messages whose functions failed in a delivery are visible again (host.json's visibilityTimeout,
+    30 s), which is when the host delivers them again; None if none failed. Left to the next timer's delivery (up
+    to 15 minutes later), a check killed at the run's last firing ran only at the report dispatch after the end,
+    with the devices stopped: bottles whose heartbeats had ended with the plan were notified silent."""
+    times = [d.next_visible_time for d in report.deliveries if d.outcome == "retry" and d.next_visible_time]
+    return min(times, default=None)
+
+
+def one_more_dispatch(latest: Sample, last: datetime, extra: int) -> bool:
+    """Whether the run dispatches the reports once more after the dispatch `latest`, at the schedule's next firing:
+    when it is the last one (`last`: once the last hour has closed) or one more already, and something disrupted
+    it (a split of bottle_actions inside a worker's read, a killed worker: they leave part of its reads to the next
+    dispatch, which the app would run), up to MAX_EXTRA_DISPATCHES. Else the run would end with actions unread
+    and their hours reported short, which no later dispatch of the run mends."""
+    return latest.at >= last and bool(latest.disrupted_by) and extra < MAX_EXTRA_DISPATCHES
+
+
+@dataclass
+class LagBound:
+    """How far behind the actions' reports may be at a report dispatch. A dispatch reads every partition of
+    `bottle_actions` to its end, so when nothing disrupted it, nothing received before it is left unread: lag 0.
+    What disrupts one, each costing the reads of one dispatch: a split of `bottle_actions` inside a worker's read
+    (the worker stops; the children's leases exist from the next dispatch), a report worker's failed run (killed:
+    its message comes back after the visibility timeout, its lease after it expires) and throttling (streams
+    answer empty pages). So at a disrupted dispatch the lag is under the time since the last dispatch nothing
+    disrupted (or the run's start): one interval for one disruption, two for two in a row, and so on."""
+
+    clean_at: datetime  # the last dispatch nothing disrupted (the run's start before the first)
+    mid_page_splits: int = 0  # of bottle_actions, seen by the dispatches so far
+    reasons: set[str] = field(default_factory=set)  # what disrupted the dispatch under way, since the last one
+
+    def disrupted(self, why: str) -> None:
+        self.reasons.add(why)
+
+    def at_dispatch(self, at: datetime) -> tuple[float, str]:
+        """The bound (minutes) at the dispatch at `at`, and what disrupted it ("" when nothing did)."""
+        why = ", ".join(sorted(self.reasons))
+        self.reasons.clear()
+        if not why:
+            self.clean_at = at
+            return 0.0, ""
+        return (at - self.clean_at).total_seconds() / 60, why
+
+
 def report_lag(backend: Database[Any], proxy: Any, now: datetime) -> float:
+    """Now minus the oldest action that no live lease of the actions' feed holding its key has read (minutes;
+    0 when there is none). A replaced parent stays live until its children have run, and its range is read
+    once any lease holding a key has read past it."""
     leases = [
         lease
         for lease in backend[schema.LEASES].find({"feed": schema.BOTTLE_ACTIONS, "retired_at": None})
@@ -508,9 +582,14 @@ def report_lag(backend: Database[Any], proxy: Any, now: datetime) -> float:
     unread = [
         action["received_at"]
         for action in backend[schema.BOTTLE_ACTIONS].find({"received_at": {"$gt": oldest}})
-        if any(lo <= collection.hash_of(action) < hi and action["received_at"] > at for lo, hi, at in positions)
+        if action["received_at"] > max(_read_until(positions, collection.hash_of(action)), default=now)
     ]
     return max(0.0, (now - min(unread)).total_seconds() / 60) if unread else 0.0
+
+
+def _read_until(positions: list[tuple[int, int, datetime]], key: int) -> list[datetime]:
+    """The positions of the leases whose ranges hold `key`."""
+    return [at for low, high, at in positions if low <= key < high]
 
 
 def _position(lease: dict[str, Any]) -> datetime:
@@ -561,7 +640,7 @@ def _result(
         redeliveries=player.redeliveries,
         poisoned=player.poisoned,
         re_reads=watch.re_reads,
-        re_read_floor=player.splitter.re_read_floor,
+        re_read_floor=player.splitter.re_read_floor + watch.killed_unsaved,
         request_units=player._metered(),
         samples=player.samples,
         changes=player.changes,
@@ -706,9 +785,9 @@ def describe(result: LifecycleResult) -> str:
     lines.append(f"throttled operations: {result.throttled} (in {result.throttle_episodes} episodes)")
     lines.append(
         f"bottle actions re-read: {result.re_reads} (documents the actions' feed readers received more than once,"
-        f" after splits and kills); bound: {result.re_read_floor} (written since each split parent's last"
-        " checkpoint, plus the overlap)"
+        f" after splits and kills); bound: {result.re_read_floor} ({RE_READ_BOUND})"
     )
+    lines.append(lag_line(result.samples))
     lines.append("")
     for label, unit, check in (("hourly", "hour", result.hourly_check), ("daily", "day", result.daily_check)):
         since = f" from {check.since:%Y-%m-%d %H}:00" if check.since else ""
@@ -743,6 +822,25 @@ def describe(result: LifecycleResult) -> str:
     lines.append("")
     lines.append("verdict: PASS" if not failures else "verdict: FAIL: " + "; ".join(failures))
     return "\n".join(lines)
+
+
+def lag_line(samples: list[Sample]) -> str:
+    """The actions' report lag at the dispatches: how many were caught up, and the worst against its bound."""
+    caught_up = sum(s.report_lag_minutes == 0 for s in samples)
+    line = f"actions' report lag: 0 at {caught_up} of {len(samples)} dispatches"
+    if caught_up == len(samples):
+        return line
+    over = [s for s in samples if s.report_lag_minutes > s.lag_bound_minutes]
+    worst = (
+        max(over, key=lambda s: s.report_lag_minutes - s.lag_bound_minutes)
+        if over
+        else max(samples, key=lambda s: s.report_lag_minutes)
+    )
+    return (
+        f"{line}; {'over its bound' if over else 'the most'}: {worst.report_lag_minutes:.0f} min at"
+        f" {worst.at:%Y-%m-%d %H:%M}, bound {worst.lag_bound_minutes:.0f} ({worst.disrupted_by or 'not disrupted'};"
+        " the bound: the time since the last dispatch nothing disrupted)"
+    )
 
 
 def hourly_peak(samples: list[Sample], collection: str) -> float:

@@ -1,5 +1,6 @@
-"""The lifecycle run's PNG: above, how far the actions' reports lag behind at each report dispatch, with the
-splits and throttling episodes marked; below, the request units per second each collection was metered,
+"""The lifecycle run's PNG: above, how far the actions' reports lag behind at each report dispatch against the
+verdict's bound (the time since the last dispatch nothing disrupted), with the splits and throttling episodes
+marked; below, the request units per second each collection was metered,
 averaged between dispatches (simulated seconds), over the run's days."""
 
 import itertools
@@ -26,7 +27,10 @@ def draw(result: "LifecycleResult", path: Path) -> Path:
         def day(moment: datetime) -> float:
             return (moment - first).total_seconds() / 86_400
 
-        lag_axis.plot([day(s.at) for s in samples], [s.report_lag_minutes for s in samples], lw=1, color="tab:blue")
+        days = [day(s.at) for s in samples]
+        lag_axis.plot(days, [s.lag_bound_minutes for s in samples], lw=1, color="tab:gray", ls="--", label="bound")
+        lag_axis.plot(days, [s.report_lag_minutes for s in samples], lw=1, color="tab:blue", label="lag")
+        lag_axis.legend(fontsize=8, loc="upper left", frameon=False)
         for split in result.splits:
             style = "--" if split.mid_page else ":"
             lag_axis.axvline(day(split.at), color="tab:red", lw=0.8, ls=style, alpha=0.6)
@@ -43,7 +47,7 @@ def draw(result: "LifecycleResult", path: Path) -> Path:
                     ys.append(spent / seconds)
             ru_axis.plot(xs, ys, lw=0.9, label=name)
         ru_axis.legend(fontsize=8, ncol=4, loc="upper left", frameon=False)
-    lag_axis.set_ylabel("actions' report lag (minutes)")
+    lag_axis.set_ylabel("actions' report lag (minutes)\nand its bound (dashed)")
     lag_axis.set_title(
         f"Lifecycle run: {result.days:g} days, {result.bottles} bottles, {len(result.splits)} splits (red: dashed "
         "mid-page, dotted between runs), throttling episodes in orange",
@@ -52,7 +56,6 @@ def draw(result: "LifecycleResult", path: Path) -> Path:
     )
     ru_axis.set_ylabel("request units per simulated second")
     ru_axis.set_xlabel("day of the run")
-    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path

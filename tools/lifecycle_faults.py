@@ -64,6 +64,10 @@ class Watch:
     mark_kill_rate: float = 0.0  # the chance that a worker dies sending a batch's "queued" marks (after its sends)
     killed_marks: Counter[Any] = field(default_factory=Counter)  # notification ids whose mark a kill prevented
     reads: Counter[Any] = field(default_factory=Counter)
+    # What a killed worker had read of `read_collection` since its last checkpoint or release: the next run of its
+    # partition reads it again (part of the re-read bound, tools/lifecycle.py).
+    killed_unsaved: int = 0
+    _unsaved: dict[str, set[Any]] = field(default_factory=dict)  # per worker thread, read since its last save
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _feed_cursors: set[Any] = field(default_factory=set)
     _hooked: threading.local = field(default_factory=threading.local)  # inside before_read: its own reads pass
@@ -85,13 +89,19 @@ class Watch:
             self.kills += killed
             if killed:
                 self.killed_marks.update(marked)
+                self.killed_unsaved += len(self._unsaved.pop(threading.current_thread().name, set()))
         if killed:
             raise WorkerKilled(f"{threading.current_thread().name} killed before its {next(iter(command))}")
 
     def after(self, command: Mapping[str, Any], replies: list[dict[str, Any]]) -> None:
         """Count what the feed's reads returned: change streams and polling by `received_at` (not the actions the
         aggregation loads to recompute an hour, which it reads whole by design)."""
-        if not is_worker() or getattr(self._hooked, "inside", False) or _collection_of(command) != self.read_collection:
+        if not is_worker() or getattr(self._hooked, "inside", False):
+            return
+        if _saves_position(command, replies):
+            with self._lock:
+                self._unsaved.pop(threading.current_thread().name, None)
+        if _collection_of(command) != self.read_collection:
             return
         with self._lock:
             if next(iter(command)) == "getMore":
@@ -101,8 +111,9 @@ class Watch:
                 self._feed_cursors.update(_cursor_id(reply) for reply in replies)
             else:
                 return
-            ids = [_document_id(doc) for reply in replies for doc in _batch(reply)]
-            self.reads.update(i for i in ids if i is not None)
+            ids = [i for i in (_document_id(doc) for reply in replies for doc in _batch(reply)) if i is not None]
+            self.reads.update(ids)
+            self._unsaved.setdefault(threading.current_thread().name, set()).update(ids)
 
     @property
     def re_reads(self) -> int:
@@ -138,6 +149,15 @@ def _queued_marks(command: Mapping[str, Any]) -> list[Any]:
         for u in updates
         if isinstance(u, Mapping) and str(u.get("u", {}).get("$set", {}).get("delivery")) == "queued"
     ]
+
+
+def _saves_position(command: Mapping[str, Any], replies: list[dict[str, Any]]) -> bool:
+    """A lease's checkpoint or release that took (shared/reports/leases.py: an update of `leases` setting
+    `checkpoint_time` or `released_at`, guarded by its owner): what the worker read before it is not read again."""
+    if command.get("update") != "leases" or not any(reply.get("n") for reply in replies):
+        return False
+    sets = [u.get("u", {}).get("$set", {}) for u in command.get("updates") or [] if isinstance(u, Mapping)]
+    return any(isinstance(s, Mapping) and ("checkpoint_time" in s or "released_at" in s) for s in sets)
 
 
 def _collection_of(command: Mapping[str, Any]) -> str | None:

@@ -8,6 +8,11 @@ from tools.archive_truth import ArchiveCheck
 from tools.fleet import Expected
 from tools.simulation_result import ReportCheck, Score, Tally
 
+# What the bound on the actions' re-reads sums (tools/lifecycle.py: Splitter, and Watch in lifecycle_faults.py).
+RE_READ_BOUND = (
+    "written since each split parent's last checkpoint, plus the overlap, and what killed workers had read since theirs"
+)
+
 
 @dataclass
 class SplitDone:
@@ -20,11 +25,14 @@ class SplitDone:
 
 @dataclass
 class Sample:
-    """The state at one report dispatch: the reports' lag and the request units metered so far."""
+    """The state at one report dispatch: the actions' report lag, its bound (tools/lifecycle.py `LagBound`) and
+    what disrupted the dispatch ("" when nothing did), and the request units metered so far."""
 
     at: datetime
     report_lag_minutes: float
     request_units: dict[str, float]
+    lag_bound_minutes: float = 0.0
+    disrupted_by: str = ""
 
 
 @dataclass
@@ -89,10 +97,18 @@ class LifecycleResult:
             reasons.append(f"{len(self.duplicates)} notifications sent more than once")
         if self.peak.never_sent:
             reasons.append(f"{self.peak.never_sent} late-dose notifications never sent")
+        over = [s for s in self.samples if s.report_lag_minutes > s.lag_bound_minutes]
+        if over:
+            worst = max(over, key=lambda s: s.report_lag_minutes - s.lag_bound_minutes)
+            reasons.append(
+                f"the actions' reports lagged {worst.report_lag_minutes:.0f} min at {worst.at:%Y-%m-%d %H:%M},"
+                f" over the bound of {worst.lag_bound_minutes:.0f} (since the last dispatch nothing disrupted;"
+                f" {len(over)} dispatches over it)"
+            )
         if self.re_reads > self.re_read_floor:
             reasons.append(
-                f"bottle actions re-read {self.re_reads} times, over the bound of {self.re_read_floor} (written since"
-                " the split parents' last checkpoints, plus the overlap)"
+                f"bottle actions re-read {self.re_reads} times, over the bound of {self.re_read_floor}"
+                f" ({RE_READ_BOUND})"
             )
         if self.archive_check is not None and not self.archive_check.ok:
             reasons.append(f"the archive differs from the source in {len(self.archive_check.problems)} ways")

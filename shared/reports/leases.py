@@ -17,8 +17,9 @@ lease of the same kind, whose checkpoint time is the end of the closed hours it 
 Layouts change: Cosmos DB splits a physical partition as its collection grows, and REPORTS_PARTITIONS can be
 changed. As Cosmos DB's change feed processor does, a new partition starts from the position of the partitions
 it replaces (its parents: the live leases whose ranges overlap its own; a split's child on Cosmos DB also takes
-its one parent's token: its own entry of it, or the token narrowed to its range), and a replaced lease is retired
-once the leases overlapping it cover its range and have checkpointed; retired leases take part in nothing again.
+the token of the parent that holds its whole range and got furthest: its own entry of that token, or the token
+narrowed to its range), and a replaced lease is retired once the leases overlapping it cover its range and have
+checkpointed; retired leases take part in nothing again.
 """
 
 import logging
@@ -245,13 +246,15 @@ def ensure_leases(
     """Make a lease for every partition that has none, and retire the leases they replaced; what was made.
 
     A new partition of a feed that has leases (Cosmos DB split a physical partition, or REPORTS_PARTITIONS
-    changed) starts from its parents' position: the oldest checkpoint time of the live leases whose ranges
-    overlap its own, as Cosmos DB's change feed processor hands a parent's position to its children. It then
-    recovers from there (less the overlap), reading what was written since its parents' last checkpoint, and
-    never what older, replaced layouts left behind. A parent that never saved a checkpoint time has aggregated
-    nothing known: its children build from the start. A feed's first partitions start from scratch. Each split
-    child on Cosmos DB logs, and counts, how it starts: from its own entry of its parent's token, from the parent's
-    token narrowed to its range, or by time (polling the whole collection from the checkpoint time)."""
+    changed) starts from its parents' position, as Cosmos DB's change feed processor hands a parent's position to
+    its children: a split child on Cosmos DB from the token of the live lease that holds its whole range and got
+    furthest (its own entry of it, or the token narrowed to its range: `_inherited_position`); any other from the
+    oldest checkpoint time of the live leases whose ranges overlap its own, recovering from there (less the
+    overlap). Either way it reads what was written since its parents' last checkpoint, never what older, replaced
+    layouts left behind. A parent that never saved a checkpoint time has aggregated nothing known: its children
+    build from the start. A feed's first partitions start from scratch. Each split child on Cosmos DB logs, and
+    counts, how it starts: from its own entry of a parent's token, from the token narrowed to its range, or by
+    time (polling the whole collection from the checkpoint time)."""
     wanted = list(partitions)
     made = LeasesMade()
     if not wanted:
@@ -267,11 +270,8 @@ def ensure_leases(
     ops: list[Any] = []
     for partition, start in fresh:
         parents = [doc for doc in live if _overlaps(partition, doc)]
-        token: Mapping[str, Any] | None = None
-        if partition.feed.tally:
-            token = _inherited_rollups(parents)
-        elif partition.cosmos and parents:
-            token, how = _inherited_token(partition, parents)
+        token, since, how = _inherited_position(partition, parents)
+        if how is not None:
             made.child_starts[how] = made.child_starts.get(how, 0) + 1
             _log_child_start(partition, parents, how)
         lease = {
@@ -282,7 +282,7 @@ def ensure_leases(
             "of": partition.count,
             "start_token": start,
             "token": token,
-            "checkpoint_time": _start_time(parents),
+            "checkpoint_time": since,
             "polled_at": None,
             "owner": None,
             "expires_at": None,
@@ -303,20 +303,54 @@ def ensure_leases(
     return made
 
 
-def _inherited_token(partition: Partition, parents: list[Mapping[str, Any]]) -> tuple[Token | None, ChildStart]:
-    """A split child's first position on Cosmos DB, from its one parent's token: its own entry where the token
-    holds one per child, else the token narrowed to the child's range, so it reads its own range from where the
-    parent stopped (a re-read of what its range received since the parent's last checkpoint, no more). None
-    (`by_time`: the child recovers from the checkpoint time) for a merge, a parent without a token, or one whose
-    token has no entry holding the child's range."""
-    if len(parents) != 1:
-        return None, "by_time"
-    [parent] = parents
-    kind, span = _span_of(parent)
-    token = parent.get("token")
-    if kind != "cosmos" or span is None or not isinstance(token, Mapping):
-        return None, "by_time"
-    return cosmos.child_token(token, partition.span)
+def _inherited_position(
+    partition: Partition, parents: list[Mapping[str, Any]]
+) -> tuple[dict[str, Any] | None, datetime | None, ChildStart | None]:
+    """A new lease's first token and checkpoint time, and how a Cosmos DB child with parents starts (None for any
+    other lease). A tally lease: the roll-ups its parents had yet to do, from their oldest checkpoint. A split
+    child on Cosmos DB: the token of the live lease that holds its whole range and got furthest (`_holding_parent`),
+    its own entry of it or the token narrowed to its range (`cosmos.child_token`), from that lease's checkpoint
+    time. Otherwise (a merge, bucket ranges, no such lease with a usable token) no token, from the oldest
+    checkpoint of its parents (`by_time` for a Cosmos DB child)."""
+    if partition.feed.tally:
+        return _inherited_rollups(parents), _start_time(parents), None
+    if not (partition.cosmos and parents):
+        return None, _start_time(parents), None
+    parent = _holding_parent(partition, parents)
+    token = parent.get("token") if parent is not None else None
+    if parent is None or not isinstance(token, Mapping):
+        return None, _start_time(parents), "by_time"
+    inherited, how = cosmos.child_token(token, partition.span)
+    if inherited is None:
+        return None, _start_time(parents), "by_time"
+    return inherited, parent["checkpoint_time"], how
+
+
+def _holding_parent(partition: Partition, parents: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """Of a Cosmos DB child's parents, the lease whose range holds the child's whole range, with a token and a
+    checkpoint time, that checkpointed last (of two at one time, the narrower): it reads its own range from where
+    that lease stopped (a re-read of what its range received since that checkpoint, no more), as Cosmos DB's own
+    change feed clients carry a parent's continuation on to its children. Two such leases are live when a child
+    splits before it ran (its parent retires only once every child ran): the child's lease holds the parent's
+    token narrowed, or, if it ran, its own newer one. Any lease holding the range is a safe start: everything in
+    its range before its checkpoint was aggregated. None for a merge (no parent holds the whole range)."""
+    if not partition.cosmos:
+        return None
+    holding: list[tuple[FeedRange, Mapping[str, Any]]] = []
+    for doc in parents:
+        kind, span = _span_of(doc)
+        usable = isinstance(doc.get("token"), Mapping) and isinstance(doc.get("checkpoint_time"), datetime)
+        if kind == "cosmos" and span is not None and _within(partition.span, span) and usable:
+            holding.append((span, doc))
+    if not holding:
+        return None
+    spans = [span for span, _ in holding]
+    _, parent = max(holding, key=lambda held: (held[1]["checkpoint_time"], sum(_within(held[0], s) for s in spans)))
+    return parent
+
+
+def _within(inner: FeedRange, outer: FeedRange) -> bool:
+    return outer[0] <= inner[0] and inner[1] <= outer[1]
 
 
 def _log_child_start(partition: Partition, parents: list[Mapping[str, Any]], how: ChildStart) -> None:
