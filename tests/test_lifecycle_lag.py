@@ -91,8 +91,8 @@ def test_a_lag_over_its_bound_fails_the_verdict_and_one_at_it_passes():
 
     assert at_bound.failures() == []
     assert over.failures() == [
-        "the actions' reports lagged 5 min at 2026-03-31 10:00, over the bound of 0 (since the last dispatch"
+        "the actions' reports lagged 5.0 min at 2026-03-31 10:00, over the bound of 0 (since the last dispatch"
         " nothing disrupted; 2 dispatches over it)"
     ]
-    assert lag_line(at_bound.samples).startswith("actions' report lag: 0 at 2 of 3 dispatches; the most: 120 min")
-    assert "over its bound: 5 min at 2026-03-31 10:00, bound 0 (not disrupted" in lag_line(over.samples)
+    assert lag_line(at_bound.samples).startswith("actions' report lag: 0 at 2 of 3 dispatches; the most: 120.0 min")
+    assert "over its bound: 5.0 min at 2026-03-31 10:00, bound 0 (not disrupted" in lag_line(over.samples)

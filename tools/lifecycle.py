@@ -837,7 +837,7 @@ def lag_line(samples: list[Sample]) -> str:
         else max(samples, key=lambda s: s.report_lag_minutes)
     )
     return (
-        f"{line}; {'over its bound' if over else 'the most'}: {worst.report_lag_minutes:.0f} min at"
+        f"{line}; {'over its bound' if over else 'the most'}: {worst.report_lag_minutes:.1f} min at"
         f" {worst.at:%Y-%m-%d %H:%M}, bound {worst.lag_bound_minutes:.0f} ({worst.disrupted_by or 'not disrupted'};"
         " the bound: the time since the last dispatch nothing disrupted)"
     )

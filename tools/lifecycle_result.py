@@ -101,7 +101,7 @@ class LifecycleResult:
         if over:
             worst = max(over, key=lambda s: s.report_lag_minutes - s.lag_bound_minutes)
             reasons.append(
-                f"the actions' reports lagged {worst.report_lag_minutes:.0f} min at {worst.at:%Y-%m-%d %H:%M},"
+                f"the actions' reports lagged {worst.report_lag_minutes:.1f} min at {worst.at:%Y-%m-%d %H:%M},"
                 f" over the bound of {worst.lag_bound_minutes:.0f} (since the last dispatch nothing disrupted;"
                 f" {len(over)} dispatches over it)"
             )
