@@ -386,3 +386,27 @@ def test_a_failed_send_among_concurrent_ones_leaves_only_it_and_the_batches_afte
     queued = {n["_id"] for n in world.notifications("left_open") if n["delivery"] == "queued"}
     assert queued == set(got)
     assert refused not in queued
+
+
+def test_queue_send_concurrency_sets_how_many_sends_are_in_flight_at_once(world, monkeypatch):
+    """QUEUE_SEND_CONCURRENCY=3: a batch goes out three sends at a time, never more (the pool's own default
+    would be min(32, CPUs + 4)), and every notification is sent and marked."""
+    set_setting(monkeypatch, "QUEUE_SEND_CONCURRENCY", "3")
+    ids = pending_peak(world.db, 30, world.now)
+    lock = threading.Lock()
+    in_flight, most, sent = 0, 0, []
+
+    def send(message: str) -> None:
+        nonlocal in_flight, most
+        with lock:
+            in_flight += 1
+            most = max(most, in_flight)
+        time.sleep(0.02)
+        with lock:
+            in_flight -= 1
+            sent.append(json.loads(message)["notification_id"])
+
+    run = peak_run(world, send)
+
+    assert most == 3
+    assert (run.queued, sorted(sent)) == (30, sorted(ids))
