@@ -410,3 +410,18 @@ def test_queue_send_concurrency_sets_how_many_sends_are_in_flight_at_once(world,
 
     assert most == 3
     assert (run.queued, sorted(sent)) == (30, sorted(ids))
+
+
+def test_no_batch_starts_once_the_send_deadline_is_reached(world, monkeypatch):
+    """A run of 1 s whose first batch of 64 sends takes exactly 1 s (1/64 s each, on the run's clock): the send
+    deadline is reached, not yet passed, and the second batch is left pending for the next run all the same."""
+    set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "1")
+    set_setting(monkeypatch, "REQUEST_DEADLINE_SECONDS", "0.5")
+    monkeypatch.setattr(delivery, "MARK_BATCH", 64)
+    pending_peak(world.db, 100, world.now)
+    time_ = FakeTime()
+
+    first = peak_run(world, SlowQueue(1 / 64, time_), clock=time_)
+
+    assert (time_.now, first.queued, first.send_out_of_time) == (1.0, 64, True)
+    assert Counter(n["delivery"] for n in world.notifications("left_open")) == {"queued": 64, "pending": 36}
