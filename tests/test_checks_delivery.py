@@ -72,6 +72,8 @@ def test_a_send_that_fails_leaves_it_and_the_rest_pending_and_the_next_run_sends
         ("bottle-3", "pending"),
     ]
     assert "2 left_open notifications stay pending for the next run" in caplog.text
+    [failed] = [r.getMessage() for r in caplog.records if "sends failed" in r.getMessage()]
+    assert failed.endswith(": queue unreachable"), failed  # the operator's line names the queue's error
 
     world.queue.accepting = None  # back
     second = world.after(minutes=1).check("left_open")
