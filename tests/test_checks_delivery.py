@@ -369,7 +369,9 @@ def test_sending_stops_at_the_run_s_send_deadline_and_the_next_runs_send_the_res
     assert {n["delivery"] for n in world.notifications("left_open")} == {"queued"}
 
 
-def test_a_failed_send_among_concurrent_ones_leaves_only_it_and_the_batches_after_it_pending(world, monkeypatch):
+def test_a_failed_send_among_concurrent_ones_leaves_only_it_and_the_batches_after_it_pending(
+    world, monkeypatch, caplog
+):
     monkeypatch.setattr(delivery, "MARK_BATCH", 10)
     pending_peak(world.db, 30, world.now)
     in_order = [n["_id"] for n in world.db[schema.NOTIFICATIONS].find().sort(delivery.OLDEST_FIRST)]
@@ -388,6 +390,7 @@ def test_a_failed_send_among_concurrent_ones_leaves_only_it_and_the_batches_afte
     queued = {n["_id"] for n in world.notifications("left_open") if n["delivery"] == "queued"}
     assert queued == set(got)
     assert refused not in queued
+    assert "1 of 10 sends failed; 11 left_open notifications stay pending for the next run" in caplog.text
 
 
 def test_queue_send_concurrency_sets_how_many_sends_are_in_flight_at_once(world, monkeypatch):
