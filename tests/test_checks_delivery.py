@@ -72,6 +72,8 @@ def test_a_send_that_fails_leaves_it_and_the_rest_pending_and_the_next_run_sends
         ("bottle-3", "pending"),
     ]
     assert "2 left_open notifications stay pending for the next run" in caplog.text
+    [failed] = [r.getMessage() for r in caplog.records if "sends failed" in r.getMessage()]
+    assert failed.endswith(": queue unreachable"), failed  # the operator's line names the queue's error
 
     world.queue.accepting = None  # back
     second = world.after(minutes=1).check("left_open")
@@ -367,7 +369,9 @@ def test_sending_stops_at_the_run_s_send_deadline_and_the_next_runs_send_the_res
     assert {n["delivery"] for n in world.notifications("left_open")} == {"queued"}
 
 
-def test_a_failed_send_among_concurrent_ones_leaves_only_it_and_the_batches_after_it_pending(world, monkeypatch):
+def test_a_failed_send_among_concurrent_ones_leaves_only_it_and_the_batches_after_it_pending(
+    world, monkeypatch, caplog
+):
     monkeypatch.setattr(delivery, "MARK_BATCH", 10)
     pending_peak(world.db, 30, world.now)
     in_order = [n["_id"] for n in world.db[schema.NOTIFICATIONS].find().sort(delivery.OLDEST_FIRST)]
@@ -386,3 +390,43 @@ def test_a_failed_send_among_concurrent_ones_leaves_only_it_and_the_batches_afte
     queued = {n["_id"] for n in world.notifications("left_open") if n["delivery"] == "queued"}
     assert queued == set(got)
     assert refused not in queued
+    assert "1 of 10 sends failed; 11 left_open notifications stay pending for the next run" in caplog.text
+
+
+def test_queue_send_concurrency_sets_how_many_sends_are_in_flight_at_once(world, monkeypatch):
+    """QUEUE_SEND_CONCURRENCY=3: a batch goes out three sends at a time, never more (the pool's own default
+    would be min(32, CPUs + 4)), and every notification is sent and marked."""
+    set_setting(monkeypatch, "QUEUE_SEND_CONCURRENCY", "3")
+    ids = pending_peak(world.db, 30, world.now)
+    lock = threading.Lock()
+    in_flight, most, sent = 0, 0, []
+
+    def send(message: str) -> None:
+        nonlocal in_flight, most
+        with lock:
+            in_flight += 1
+            most = max(most, in_flight)
+        time.sleep(0.02)
+        with lock:
+            in_flight -= 1
+            sent.append(json.loads(message)["notification_id"])
+
+    run = peak_run(world, send)
+
+    assert most == 3
+    assert (run.queued, sorted(sent)) == (30, sorted(ids))
+
+
+def test_no_batch_starts_once_the_send_deadline_is_reached(world, monkeypatch):
+    """A run of 1 s whose first batch of 64 sends takes exactly 1 s (1/64 s each, on the run's clock): the send
+    deadline is reached, not yet passed, and the second batch is left pending for the next run all the same."""
+    set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "1")
+    set_setting(monkeypatch, "REQUEST_DEADLINE_SECONDS", "0.5")
+    monkeypatch.setattr(delivery, "MARK_BATCH", 64)
+    pending_peak(world.db, 100, world.now)
+    time_ = FakeTime()
+
+    first = peak_run(world, SlowQueue(1 / 64, time_), clock=time_)
+
+    assert (time_.now, first.queued, first.send_out_of_time) == (1.0, 64, True)
+    assert Counter(n["delivery"] for n in world.notifications("left_open")) == {"queued": 64, "pending": 36}

@@ -46,7 +46,7 @@ def test_a_slot_that_went_late_exactly_a_day_before_the_check_is_still_sent(worl
     messages = world.at(EVENING + h(1) + h(24)).check("late_dose")  # the checks were down for a day
 
     sent = ["2026-05-04T18:00:00.000Z", "2026-05-05T06:00:00.000Z", "2026-05-05T18:00:00.000Z"]
-    assert [m["episode_start"] for m in messages] == sent
+    assert sorted(m["episode_start"] for m in messages) == sent  # sent side by side: in any order
     assert [n["delivery"] for n in world.notifications("late_dose")] == ["queued"] * 3
 
 
