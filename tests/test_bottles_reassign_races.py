@@ -15,6 +15,7 @@ def test_a_heartbeat_written_between_a_reassignments_read_and_its_write_still_le
 ) -> None:
     """A ring write (here its `r` moved on) lands after the PUT read the document: the first guarded write
     matches nothing, the second round reads again, and the new owner and the earlier one are both recorded."""
+    provisioned("bottle-0")  # another bottle's document: the read again is of this bottle's
     provisioned()
     real = provisioning._reassign
 
