@@ -5,12 +5,14 @@ them, not at every dispatch for as long as it stays quiet (issue 28: `./dev serv
 minute, writing nothing). Writes that commit late within the overlap are still counted, and a change stream's empty
 answer (no proof on Cosmos DB: a throttled stream answers empty pages) never moves a recovery's start."""
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from pymongo.errors import OperationFailure
 
+from shared import instants
 from shared.instants import set_clock, utc_now
 from shared.reports.change_feed import process_partition
 from shared.reports.leases import ACTIONS_FEED
@@ -23,6 +25,14 @@ from tests.test_report_partitions import CosmosStream, actions_partition_with_to
 MINUTE = timedelta(minutes=1)
 BOTTLES = 6
 PAIRS = 5  # opened/closed pairs a bottle uploads in one request
+
+
+@pytest.fixture(autouse=True)
+def clock_put_back() -> Iterator[None]:
+    """These tests stop the server clock at instants of their own: the next test gets the clock it had."""
+    before = instants._clock
+    yield
+    set_clock(before)
 
 
 @pytest.fixture(params=[10, 300], ids=["dev-serve-overlap", "default-overlap"])
