@@ -62,6 +62,13 @@ CLOCK_FREE = {
     "tests/test_chart.py": "draws a chart of fixed data",
     "tests/test_command_line.py": "the commands' usage and failures: no clock; starts servers and waits on Ctrl-C",
     "tests/test_clock_matrix.py": "checks the instants themselves, and runs pytest in pytest",
+    "tests/test_functions_runtime.py": "the runtime's indexing and invocation; three commands on a copy of the app",
+    "tests/test_openapi_lint.py": "Spectral over openapi.yaml: no clock",
+    "tests/test_openapi_client.py": "a client generated from openapi.yaml: no clock",
+    "tests/test_local_settings.py": "writes settings and starts a store server: no clock",
+    "tests/test_lifecycle_end.py": "tiny lifecycle runs on their own simulated clock",
+    "tests/test_lifecycle_plan.py": "the lifecycle's plan on fixed dates",
+    "tests/test_bench_runs.py": "the bench suite's handling of failing parts: no clock",
 }
 
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
