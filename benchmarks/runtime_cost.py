@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 import azure.functions as func
 
 from benchmarks.harness import installed_store, print_table
+from benchmarks.ingestion import device_event
 from functions.device_events import post_events
 from shared.instants import set_clock, utc_now
 from shared.settings import get_settings
@@ -115,16 +115,6 @@ def provision(host: LocalHost, bottles: int, prefix: str) -> dict[str, str]:
     return keys
 
 
-def event(i: int, at: datetime) -> dict[str, Any]:
-    """The i-th event of the usual mix: heartbeats, and an opened/closed pair (a dose) among every twelve."""
-    if i % 12 == 10:
-        return {"type": "opened", "time": at.isoformat(), "mass_of_contents": 15.0, "number_of_pills": 30}
-    if i % 12 == 11:
-        closed = {"type": "closed", "time": at.isoformat(), "mass_of_contents": 14.5, "number_of_pills": 29}
-        return closed | {"pills_taken": 1}
-    return {"type": "heartbeat", "time": at.isoformat()}
-
-
 def bodies(keys: dict[str, str], requests: int, per_request: int, start: datetime) -> Iterator[tuple[str, bytes]]:
     """`requests` bodies for the bottles in turn, `per_request` events each, every event of a bottle in a
     5-minute slot of its own (so every one is stored, whichever way it is invoked)."""
@@ -132,7 +122,7 @@ def bodies(keys: dict[str, str], requests: int, per_request: int, start: datetim
     for n in range(requests):
         bottle_id = bottles[n % len(bottles)]
         first = (n // len(bottles)) * per_request
-        chunk = [event(first + i, start + timedelta(minutes=5 * (first + i))) for i in range(per_request)]
+        chunk = [device_event(first + i, start + timedelta(minutes=5 * (first + i))) for i in range(per_request)]
         yield bottle_id, json.dumps(chunk[0] if per_request == 1 else {"events": chunk}).encode()
 
 
