@@ -3,12 +3,15 @@ every command answers nonsense sizes with a one-line usage error (exit 2), never
 every option."""
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import threading
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -573,6 +576,44 @@ def test_ctrl_c_stops_a_simulation_waiting_on_a_server_in_one_line_with_exit_130
 
     assert code == 130, err
     assert err.strip().splitlines() == ["./dev simulate: interrupted"]
+
+
+def test_ctrl_c_handed_to_another_thread_still_stops_a_command_waiting_in_a_system_call(capsys):
+    """The kernel gives a process's SIGINT to any one of its threads that does not block it (numpy's OpenBLAS
+    pool in `./dev simulate --http`, say). The main thread, blocked in a socket read, is woken all the same:
+    exit 130 at once, not when the read times out."""
+
+    def wait_for_an_answer_that_never_comes() -> None:
+        left, right = socket.socketpair()
+        with left, right:
+            left.settimeout(15)
+            threading.Thread(target=ctrl_c_on_this_thread_in_a_moment).start()
+            left.recv(1)
+
+    with ctrl_c_default_action():
+        started = time.monotonic()
+        with pytest.raises(SystemExit) as stopped:
+            run_command("./dev simulate", wait_for_an_answer_that_never_comes)
+        waited = time.monotonic() - started
+
+    assert stopped.value.code == 130
+    assert waited < 5
+    assert capsys.readouterr().err.strip() == "./dev simulate: interrupted"
+
+
+def ctrl_c_on_this_thread_in_a_moment() -> None:
+    time.sleep(0.3)  # the main thread is in its read by then
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+
+@contextlib.contextmanager
+def ctrl_c_default_action() -> Iterator[None]:
+    """Python's KeyboardInterrupt for SIGINT within the block, even where the suite runs with it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize(

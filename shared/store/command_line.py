@@ -15,6 +15,7 @@ from pymongo.errors import ConfigurationError, ConnectionFailure, InvalidName, O
 
 from shared.settings import InvalidSettings, connection_string_problem, get_settings
 from shared.store.client import Document, create_client
+from shared.store.interrupts import interrupts_reach_main_thread
 from shared.store.retries import StoreUnavailable
 
 EXIT_ERROR = 2  # argparse's, for a usage error
@@ -29,10 +30,12 @@ class CommandFailed(Exception):
 def run_command(prog: str, body: Callable[[], None]) -> None:
     """Run a command's body: CommandFailed, invalid app settings, a store that cannot be used (store_errors
     names where its URI came from; here it cannot) and a file that cannot be read or written are
-    `prog: error: ...` and exit 2; Ctrl-C is `prog: interrupted` and exit 130. Anything else is a bug, and
+    `prog: error: ...` and exit 2; Ctrl-C is `prog: interrupted` and exit 130, at once whichever thread it
+    reaches (interrupts_reach_main_thread). Anything else is a bug, and
     keeps its traceback."""
     try:
-        body()
+        with interrupts_reach_main_thread():
+            body()
     except KeyboardInterrupt:
         _exit(prog, "interrupted", EXIT_INTERRUPTED)
     except Exception as error:
