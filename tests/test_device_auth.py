@@ -1,14 +1,19 @@
 """Device authentication: the key, unknown bottles, key rotation."""
 
+import logging
 import threading
+from datetime import datetime
 from typing import Any
 
 import pytest
 
+from shared.bottles import provisioning
 from shared.device_keys import hash_key
-from shared.heartbeat_document import KEY, key_digest
+from shared.heartbeat_document import KEY, KEY_VERSION, key_digest
 from shared.ingestion import authentication
+from shared.instants import utc_now
 from shared.store import schema
+from shared.store.retries import THROTTLED_SPREAD_S
 from tests.api import ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
 from tests.heartbeats import counted
 from tools.local_host import invoking_thread_name
@@ -86,6 +91,95 @@ def test_rotation_issues_a_new_key_and_the_old_one_stops_working(db):
     assert new_key != old_key
     assert post_events("bottle-1", old_key, heartbeat(ago(minutes=2))).status == 401
     assert post_events("bottle-1", new_key, heartbeat(ago(minutes=1))).status == 202
+
+
+def test_each_rotation_stores_when_it_happened_and_adds_one_to_the_key_version(db):
+    """The registry records each rotation: `key_rotated_at` (when the bottle last got a new key, for an operator
+    tracing a key) and `key_version` one more than before (docs/ingestion.md, "One valid key")."""
+    provisioned("bottle-1")
+    assert stored_key_fields(db) == (1, None)
+
+    for version in (2, 3):
+        before = utc_now().replace(microsecond=0)
+        assert put_bottle("bottle-1", rotate_key=True).status == 200
+        stored_version, rotated_at = stored_key_fields(db)
+        assert stored_version == version
+        assert rotated_at is not None
+        assert before <= rotated_at <= utc_now()
+
+
+def stored_key_fields(db: Any) -> tuple[int, datetime | None]:
+    bottle = db[schema.BOTTLES].find_one({"_id": "bottle-1"})
+    return bottle["key_version"], bottle.get("key_rotated_at")
+
+
+def test_a_bottle_lost_from_the_store_during_its_rotation_is_a_503_to_retry_and_logged_saying_so(
+    db, monkeypatch, caplog
+):
+    """Bottles are never deleted: a rotation that finds none lost it to the store (a restore, a failover). The
+    device's PUT gets a 503 with a short Retry-After, and the operator's line says where it happened."""
+    provisioned("bottle-1")
+    real_rotate = provisioning._rotate
+
+    def lost_first(rotating_db: Any, bottle_id: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        rotating_db[schema.BOTTLES].delete_one({"_id": bottle_id})
+        return real_rotate(rotating_db, bottle_id, *args, **kwargs)
+
+    monkeypatch.setattr(provisioning, "_rotate", lost_first)
+
+    with caplog.at_level(logging.WARNING):
+        response = put_bottle("bottle-1", rotate_key=True)
+
+    assert response.status == 503
+    assert response.body == {"error": "the database is busy or unavailable; retry later", "details": []}
+    # A conflict's Retry-After (shared/store/retries.py): a second, plus up to the spread.
+    assert 1 <= int(response.headers["Retry-After"]) <= 1 + THROTTLED_SPREAD_S
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "provision_bottle store unavailable: the bottle was not found during its key rotation; retry" in logged, (
+        logged
+    )
+
+
+def test_a_rotation_whose_copy_lands_after_a_newer_rotation_s_cannot_put_its_key_back(db, monkeypatch):
+    """This PUT rotates (version 2) and finds the heartbeat document's copy older; before its copy lands, another
+    worker's rotation (version 3) lands with its copy. Only a newer key replaces a copy, so the newest key works
+    for heartbeats and the one this PUT answered, rotated out already, is refused."""
+    provisioned("bottle-1")
+    real_copy = provisioning._copy_key
+
+    def newer_rotation_first(collection: Any, bottle_id: str, *args: Any, **kwargs: Any) -> None:
+        rotate_elsewhere(db, bottle_id, "the-newest-key", version=3)
+        real_copy(collection, bottle_id, *args, **kwargs)
+
+    monkeypatch.setattr(provisioning, "_copy_key", newer_rotation_first)
+    rotated = put_bottle("bottle-1", rotate_key=True)
+    monkeypatch.undo()
+
+    assert rotated.status == 200
+    assert post_events("bottle-1", "the-newest-key", heartbeat(ago(minutes=2))).status == 202
+    assert post_events("bottle-1", rotated.body["device_key"], heartbeat(ago(minutes=1))).status == 401
+
+
+def test_a_heartbeat_document_of_the_layout_without_key_versions_takes_the_next_put_s_key(db):
+    """A heartbeat document written before keys had versions has `k` but no `kv`: the next PUT replaces its key,
+    whatever version the bottle's key is at, so a rotation reaches the device's heartbeats."""
+    old_key = provisioned("bottle-1")
+    db[schema.BOTTLE_HEARTBEATS].update_one({"_id": "bottle-1"}, {"$unset": {KEY_VERSION: ""}})
+
+    rotated = put_bottle("bottle-1", rotate_key=True)
+
+    assert rotated.status == 200
+    assert post_events("bottle-1", rotated.body["device_key"], heartbeat(ago(minutes=2))).status == 202
+    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=1))).status == 401
+
+
+def rotate_elsewhere(db: Any, bottle_id: str, key: str, *, version: int) -> None:
+    """Another worker's rotation, as it leaves the store: the registry's key and version, and their copy."""
+    key_hash = hash_key(key)
+    db[schema.BOTTLES].update_one({"_id": bottle_id}, {"$set": {"key_hash": key_hash, "key_version": version}})
+    db[schema.BOTTLE_HEARTBEATS].update_one(
+        {"_id": bottle_id}, {"$set": {KEY: key_digest(key_hash), KEY_VERSION: version}}
+    )
 
 
 def test_a_key_rotated_elsewhere_is_refused_for_actions_at_once(db):

@@ -69,6 +69,30 @@ def test_an_earlier_owner_of_the_first_slot_of_the_window_keeps_its_heartbeat_wh
     assert fleet.hourly("new")[hour] == 2
 
 
+def test_a_second_reassignment_keeps_an_earlier_owner_of_the_first_slot_of_the_window(mock_db: Any) -> None:
+    """As above, but the write that comes a day later is a second reassignment (`new` to `third` at 07:30, when
+    08:00 is the first hour of the window): it must keep `old`, who owned the 08:02 heartbeat until 08:05:00 and
+    so owns that hour's first slot, among the earlier owners. Counted again after a late heartbeat, the hour is
+    still `old`'s 1 and `new`'s 2, not `new`'s 3."""
+    fleet = Fleet(mock_db, Settings())
+    hour = DAY + 8 * HOUR  # the first hour of a 4-hour field
+    fleet.provision("b1", "old", DAY)
+    fleet.beat("b1", hour + 2 * MINUTE)
+    fleet.provision("b1", "new", hour + 5 * MINUTE)
+    fleet.beat("b1", hour + 30 * MINUTE)
+    fleet.tally(hour + HOUR + 15 * MINUTE)
+    for later in (6, 12, 18):  # ring writes at most MAX_GAP_HOURS apart
+        fleet.beat("b1", hour + later * HOUR)
+
+    fleet.provision("b1", "third", hour + 23 * HOUR + 30 * MINUTE)
+    fleet.beat("b1", hour + 40 * MINUTE, received=hour + 23 * HOUR + 40 * MINUTE)  # late: its window's first hour
+    fleet.tally(hour + 24 * HOUR + 15 * MINUTE)
+
+    assert fleet.hourly("old") == {hour: 1}
+    assert fleet.hourly("new")[hour] == 2
+    assert hour not in fleet.hourly("third")
+
+
 def test_a_heartbeat_with_a_fraction_of_a_second_in_a_slot_already_stored_is_a_repeat(mock_db: Any) -> None:
     bottle = Bottle(mock_db)
     first = T0.replace(minute=5, second=0, microsecond=0)
