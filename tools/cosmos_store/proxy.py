@@ -731,7 +731,7 @@ class CosmosProxy:
         found = [t.before for t in effects.touched if t.before is not None]
         if found:
             return _unique(collection.partition_of(collection.hash_of(d)) for d in found)
-        filters = [q for q, _ in charges._statements(name, command)]
+        filters = [q for q, _ in charges.statements(name, command)]
         return _unique(p for q in filters for p in self._targets(collection, q))
 
     def _charge_reply(
