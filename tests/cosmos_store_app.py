@@ -21,7 +21,8 @@ from shared.settings import get_settings
 from shared.store import client as store
 from shared.store.setup import ensure_store
 from tools.cosmos_store.local import COSMOS_LOOKALIKE
-from tools.cosmos_store.proxy import CosmosProxy, Options
+from tools.cosmos_store.options import Options
+from tools.cosmos_store.proxy import CosmosProxy
 
 _databases = itertools.count()
 

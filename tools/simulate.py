@@ -39,7 +39,7 @@ from tools.archive_history import archive_setting, fresh_folder
 from tools.archive_truth import ArchiveCheck, check_archive, swept_until, tallied_until
 from tools.arguments import float_above, http_url, int_between, positive_float, positive_int, writable_file
 from tools.command_tally import CommandTally
-from tools.cosmos_store.proxy import Options
+from tools.cosmos_store.options import Options
 from tools.fleet import Bottle, Expected, Request, make_fleet, plan_fleet
 from tools.progress import Progress
 from tools.report_truth import complete_from, reported_totals, source_totals

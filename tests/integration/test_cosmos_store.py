@@ -28,8 +28,9 @@ from shared.store.setup import ensure_store
 from tests.api import SPEC, closed, heartbeat, opened, post_events, provisioned
 from tests.checking import World
 from tests.report_client import aggregate, get_reports
+from tools.cosmos_store.options import Options
 from tools.cosmos_store.partitions import TOP, effective_key
-from tools.cosmos_store.proxy import CosmosProxy, Options
+from tools.cosmos_store.proxy import CosmosProxy
 from tools.simulate import run_simulation
 
 pytestmark = pytest.mark.integration

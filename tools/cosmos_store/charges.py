@@ -41,7 +41,7 @@ class WriteEffects:
     failed_inserts: set[int] = field(default_factory=set)
 
 
-def _statements(name: str, command: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], bool]]:
+def statements(name: str, command: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], bool]]:
     """(filter, whether it may touch many) per statement of an update, delete or findAndModify."""
     if name == "update":
         return [(u.get("q", {}), bool(u.get("multi"))) for u in command.get("updates", [])]
@@ -57,7 +57,7 @@ def look_before(collection: Collection[Document], name: str, command: Mapping[st
     if name == "insert":
         effects.inserted = [dict(d) for d in command.get("documents", [])]
         return effects
-    for query, multi in _statements(name, command):
+    for query, multi in statements(name, command):
         found = list(collection.find(query)) if multi else [d for d in [collection.find_one(query)] if d]
         effects.touched += [Touched(d["_id"], d) for d in found]
         if not found and "_id" in query and not isinstance(query["_id"], Mapping):

@@ -12,7 +12,8 @@ from typing import Any
 
 from pymongo.database import Database
 
-from tools.cosmos_store.proxy import CosmosProxy, Options
+from tools.cosmos_store.options import Options
+from tools.cosmos_store.proxy import CosmosProxy
 from tools.local_store import local_store, secantus_process, setting_defaults
 
 COSMOS_LOOKALIKE = "mongodb://cosmos-faithful-store.mongo.cosmos.azure.com:10255/?ssl=true"

@@ -63,6 +63,11 @@ def id_key(document_id: Any) -> Key:
     return bson.encode({"": document_id})
 
 
+def id_of(key: Key) -> Any:
+    """The `_id` a key of `id_key` stands for."""
+    return bson.decode(key)[""]
+
+
 def document_ttl(document: dict[str, Any]) -> int | None:
     """A document's own TTL: "The TTL value must be an int32. Alternatively, an int64 that fits in an int32, or a
     double with no decimal part that fits in an int32. Values for the TTL property that do not conform to these
