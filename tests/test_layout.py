@@ -81,16 +81,59 @@ def test_the_developer_tools_are_not_imported_by_the_deployed_code():
     assert {m: t for m, t in leaks.items() if t} == {}
 
 
-# The Cosmos-faithful store charges every operation by the benchmarks' cost model, through one adapter module.
+# The developer code's layers, lowest first: each may import the ones before it, never one after it. The cost
+# model, the cost meter and the sort rule are shared by all three, so they live in tools/ (tools/costs/,
+# tools/sort_audit.py).
+LAYERS = ("tools", "benchmarks", "tests")
+
+
+def climbing_imports(path: Path) -> list[str]:
+    """`file:line imports module` for each import in `path` (at any depth: functions and TYPE_CHECKING included,
+    relative ones resolved, importlib.import_module of a literal too) of a layer above the file's own."""
+    relative = path.relative_to(ROOT)
+    layer = LAYERS.index(relative.parts[0])
+    package = module_name(path).split(".")[: -1 if path.name != "__init__.py" else None]
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.stmt | ast.expr):
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            names = [".".join([*base, *([node.module] if node.module else [])])]
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("importlib.import_module", "import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names = [node.args[0].value]
+        found += [
+            f"{relative}:{node.lineno} imports {name}" for name in names if name.split(".")[0] in LAYERS[layer + 1 :]
+        ]
+    return found
+
+
+def test_no_import_climbs_from_tools_to_benchmarks_or_tests_nor_from_benchmarks_to_tests():
+    files = [path for layer in LAYERS[:-1] for path in sorted(ROOT.joinpath(layer).rglob("*.py"))]
+    assert len(files) > 20, "expected the tools' and the benchmarks' modules"
+    climbing = [line for path in files for line in climbing_imports(path)]
+    assert climbing == [], "imports of a layer above:\n" + "\n".join(climbing)
+
+
+# The Cosmos-faithful store charges every operation by the cost model through one adapter module, so that a change
+# of the model (the honest bill) changes one module of the store.
 COST_MODEL_ADAPTER = "tools.cosmos_store.charges"
+COSTS = {m for m in MODULES if m.startswith("tools.costs.")}
 
 
-def test_the_tools_do_not_import_the_benchmarks():
-    assert {
-        m: sorted(GRAPH[m])
-        for m in GRAPH
-        if m.startswith("tools") and m != COST_MODEL_ADAPTER and any(t.startswith("benchmarks") for t in GRAPH[m])
-    } == {}
+def test_the_store_meets_the_cost_model_through_one_module():
+    store = [m for m in GRAPH if m.startswith("tools.cosmos_store") and m != COST_MODEL_ADAPTER]
+    assert {m: sorted(GRAPH[m] & COSTS) for m in store if GRAPH[m] & COSTS} == {}
+    assert GRAPH[COST_MODEL_ADAPTER] & COSTS
 
 
 def package_of(module: str) -> str | None:

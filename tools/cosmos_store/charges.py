@@ -13,11 +13,11 @@ from typing import Any
 
 from pymongo.collection import Collection
 
-from benchmarks import cost_model
-from benchmarks.cost_meter import IndexedPaths, bson_size, document_write
-from benchmarks.cost_model import DocumentWrite, Operation
 from shared.settings import Settings
 from shared.store.schema import collection_specs
+from tools.costs import model as cost_model
+from tools.costs.meter import IndexedPaths, bson_size, document_write
+from tools.costs.model import DocumentWrite, Operation
 
 READS = {"find", "getMore", "aggregate", "count", "distinct"}
 WRITES = {"insert", "update", "delete", "findAndModify"}
