@@ -100,7 +100,7 @@ class PerUnit:
 
 
 def _request(bottle_id: str, key: str, event: dict[str, Any]) -> func.HttpRequest:
-    return ingestion._request("POST", bottle_id, json.dumps(event).encode(), key)
+    return ingestion.bottle_request("POST", bottle_id, json.dumps(event).encode(), key)
 
 
 NOTES: dict[str, str] = {}  # what the last passes found that is not a number
@@ -121,7 +121,8 @@ def ingestion_costs(bottles: int, rounds: int) -> tuple[dict[str, PerUnit], dict
             for bottle_id, key in keys.items():
                 day_of_beats = [{"type": "heartbeat", "time": (T0 + timedelta(minutes=30 * i, seconds=9)).isoformat()}
                                 for i in range(48)]  # fmt: skip
-                assert ingestion._post(_request(bottle_id, key, {"events": day_of_beats})).status_code == 202
+                response = ingestion.post_device_events(_request(bottle_id, key, {"events": day_of_beats}))
+                assert response.status_code == 202, response.get_body()
         meter.recording = True
         counts: Counter[str] = Counter()
         for r in range(rounds):
@@ -136,7 +137,7 @@ def ingestion_costs(bottles: int, rounds: int) -> tuple[dict[str, PerUnit], dict
                 }  # fmt: skip
                 for kind, event in events.items():
                     with clock_at(at + timedelta(seconds=3)), meter.labelled(kind):
-                        response = ingestion._post(_request(bottle_id, key, event))
+                        response = ingestion.post_device_events(_request(bottle_id, key, event))
                     assert response.status_code == 202, response.get_body()
                     with meter.labelled(f"seeds {kind}"):
                         ingestion.naive_post(db, _request(bottle_id, key, event))

@@ -18,7 +18,7 @@ from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy
 from shared.store.schema import IndexSpec
-from tests.api import SPEC, Response, _call, ago, closed, heartbeat, iso, opened, post_events, provisioned
+from tests.api import SPEC, Response, ago, call_http, closed, heartbeat, iso, opened, post_events, provisioned
 from tests.checking import sweep_all
 from tests.report_client import aggregate, get_reports, run_round, set_setting
 from tools.sort_audit import ID_INDEX, Query, SortAudit, serving_index
@@ -38,7 +38,7 @@ def finds_on(audit: SortAudit) -> set[str]:
 
 
 def get_notifications(**params: str) -> Response:
-    return _call(_get_notifications, "GET", f"/api/users/{USER}/notifications", {"user_id": USER}, params=params)
+    return call_http(_get_notifications, "GET", f"/api/users/{USER}/notifications", {"user_id": USER}, params=params)
 
 
 def ingest(hours_ago: float = 3) -> None:
