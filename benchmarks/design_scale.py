@@ -89,8 +89,8 @@ class Variant:
     - rollup: BLOCK (every user's day at the hours that end a block of DAILY_ROLLUP_HOURS), STAGGERED (each user
       at its own hour of the block: a block's share of the users a pass, the same lag), EVERY_HOUR (every user's
       day at every pass: within an hour of its hours); None: as the app's DAILY_ROLLUP_STAGGERED has it;
-    - reports_by_in: the tally's reads of the report collections by `_id` an `$in` of a page's users (the code
-      before issue 21: each query fans out over the partitions of its users) instead of one user (one shard key
+    - reports_by_in: the tally's reads of the report collections by `_id` an `$in` of a page's users (the app's
+      earlier code: each query fans out over the partitions of its users) instead of one user (one shard key
       value) a query, as the app reads them (shared/reports/aggregation.py);
     - sweep_spread: the minutes a partition's late-dose sweep spreads its work over (None: the app's
       CHECK_LATE_DOSES_SPREAD_MINUTES; 0: unpaced), when it fills a batch a minute (shared/notifications/checks.py
@@ -161,7 +161,7 @@ ALTERNATIVES = (
         BLOCK,
         reports_by_in=True,
         sweep_spread=0,
-        status="no (the code before issue 21's part 3)",
+        status="no (the code before)",
     ),
     Variant(
         "the tally paced, every user's roll-up at the block's end",
@@ -181,7 +181,7 @@ ALTERNATIVES = (
     TODAY,
     Variant("+ daily reports within an hour (every user's day at every pass)", rollup=EVERY_HOUR),
     Variant(
-        "the tally paced over 40 minutes of each hour (the default before issue 30)",
+        "the tally paced over 40 minutes of each hour (the default before the whole hour)",
         settings=(("reports_tally_spread_minutes", 40),),
         status="REPORTS_TALLY_SPREAD_MINUTES=40",
     ),
@@ -681,8 +681,8 @@ ALTERNATIVES_HEADER = [
 ]
 
 
-GOAL_DOLLARS = 20_000  # issue 30's goal: Cosmos DB's dollars a month at the design scale, one region (issue 21's
-# goal of 200,000 RU/s is retired: the heartbeats alone bill ~172 K under the documented charge of an update)
+GOAL_DOLLARS = 20_000  # the goal: Cosmos DB's dollars a month at the design scale, one region (the earlier goal
+# of 200,000 RU/s is retired: the heartbeats alone bill ~172 K under the documented charge of an update)
 
 
 @dataclass(frozen=True)

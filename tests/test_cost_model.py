@@ -1,4 +1,4 @@
-"""The benchmarks' cost model (tools/costs/model.py): each rule reproduces the worked example it is
+"""The cost model (tools/costs/model.py): each rule reproduces the worked example it is
 documented with; the meter (tools/costs/meter.py) sees what a write changes and which partitions a read
 reaches; the design-scale bill (benchmarks/design_scale.py) bills each hour's peak, the storage floor and the
 regions."""
@@ -498,4 +498,4 @@ def test_the_floor_prices_the_heartbeats_write_and_what_a_calibration_would_chan
     assert found.per_write_for_goal == 1  # $13.3 K a month already
     assert [line[1] for line in found.lines()][:3] == ["13.00", "16,667", "216,667"]
     assert design_scale.GOAL_DOLLARS == 20_000
-    assert not hasattr(design_scale, "GOAL")  # issue 21's 200,000 RU/s, retired
+    assert not hasattr(design_scale, "GOAL")  # the earlier goal of 200,000 RU/s, retired

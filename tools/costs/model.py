@@ -508,7 +508,7 @@ def combine(parts: Iterable[tuple[UnitCost, float]], *, floor_at_zero: bool = Fa
     return UnitCost(base, queries)
 
 
-# --- the archive (issue 29): its blob storage, its transactions, and the request units of its sweep ---------------
+# --- the archive: its blob storage, its transactions, and the request units of its sweep --------------------------
 # A section of its own: the archive is billed by Azure Storage, not Cosmos DB, beside the one Cosmos DB cost it adds
 # (the sweep's reads of `bottle_actions`). docs/archive.md says how it is written; docs/costs.md shows this bill.
 
