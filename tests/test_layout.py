@@ -1,5 +1,6 @@
 """The shape of the code: `shared/` is packages by job over a few common modules, jobs never reach into each
-other, and nothing imports in a cycle (developer tools included)."""
+other, nothing imports in a cycle (developer tools included), the developer code's layers (tools/, benchmarks/,
+tests/) import only downwards, and no module uses another's private names."""
 
 import ast
 from pathlib import Path
