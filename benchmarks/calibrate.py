@@ -1,5 +1,5 @@
 """Calibration on a real account: the charge Cosmos DB reports for each kind of operation the cost model prices,
-beside the model's figure for the same command, so ops can check benchmarks/cost_model.py on their own account
+beside the model's figure for the same command, so ops can check tools/costs/model.py on their own account
 in minutes.
 
     ./dev bench --mongodb-uri "<Cosmos DB connection string>" [--database NAME] [--allow-non-empty]
@@ -25,8 +25,6 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from benchmarks.cost_meter import CostMeter
-from benchmarks.cost_model import Operation
 from benchmarks.harness import print_table
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
@@ -37,6 +35,8 @@ from shared.store import cosmos, schema
 from shared.store.client import MAX_IDLE_TIME_MS
 from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
+from tools.costs.meter import CostMeter
+from tools.costs.model import Operation
 
 BOTTLE = "calibration-bottle"
 USER = "calibration-user"

@@ -325,7 +325,7 @@ def default_fleets(
 
 # --- the morning peak -------------------------------------------------------------------------------------------
 
-SEND_MS = 10.0  # a Storage queue send's round trip from a Functions instance in the same region (the figure)
+SEND_MS = 10.0  # a Storage queue send's round trip from a Functions instance in the same region (assumed, not measured)
 
 
 class TimedQueue:

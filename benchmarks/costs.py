@@ -1,4 +1,4 @@
-"""What the app's work costs on Cosmos DB, measured on SecantusDB and priced by benchmarks/cost_model.py, beside
+"""What the app's work costs on Cosmos DB, measured on SecantusDB and priced by tools/costs/model.py, beside
 the seeds' approach measured in the same run:
 
 - per heartbeat, per opened and per closed event (one event per request, the bottle's heartbeat document at
@@ -35,8 +35,6 @@ from pymongo.database import Database
 
 from benchmarks import checks as check_bench
 from benchmarks import design_scale, ingestion
-from benchmarks.cost_meter import CostMeter, IndexedPaths, bson_size
-from benchmarks.cost_model import Operation, UnitCost, combine
 from benchmarks.design_scale import Measured
 from benchmarks.harness import installed_store, print_table
 from benchmarks.reports import NaiveConsumer, provision_fleet
@@ -48,6 +46,8 @@ from shared.reports.leases import Partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.schema import collection_specs
+from tools.costs.meter import CostMeter, IndexedPaths, bson_size
+from tools.costs.model import Operation, UnitCost, combine
 
 T0 = datetime(2026, 11, 2, 0, 0, 7, tzinfo=UTC)  # the server clock when a pass begins
 SEEDS_EVENTS = ingestion.SEEDS_EVENTS  # the seeds' one document per event
@@ -82,7 +82,7 @@ def clock_at(moment: datetime) -> Iterator[None]:
 @dataclass
 class PerUnit:
     """RU per unit of work (a heartbeat, a change, ...) by collection, its fan-out queries priced by the
-    partitions each collection has (cost_model.UnitCost)."""
+    partitions each collection has (tools.costs.model.UnitCost)."""
 
     units: int
     cost: UnitCost = field(default_factory=UnitCost)
@@ -100,7 +100,7 @@ class PerUnit:
 
 
 def _request(bottle_id: str, key: str, event: dict[str, Any]) -> func.HttpRequest:
-    return ingestion._request("POST", bottle_id, json.dumps(event).encode(), key)
+    return ingestion.bottle_request("POST", bottle_id, json.dumps(event).encode(), key)
 
 
 NOTES: dict[str, str] = {}  # what the last passes found that is not a number
@@ -121,7 +121,8 @@ def ingestion_costs(bottles: int, rounds: int) -> tuple[dict[str, PerUnit], dict
             for bottle_id, key in keys.items():
                 day_of_beats = [{"type": "heartbeat", "time": (T0 + timedelta(minutes=30 * i, seconds=9)).isoformat()}
                                 for i in range(48)]  # fmt: skip
-                assert ingestion._post(_request(bottle_id, key, {"events": day_of_beats})).status_code == 202
+                response = ingestion.post_device_events(_request(bottle_id, key, {"events": day_of_beats}))
+                assert response.status_code == 202, response.get_body()
         meter.recording = True
         counts: Counter[str] = Counter()
         for r in range(rounds):
@@ -136,7 +137,7 @@ def ingestion_costs(bottles: int, rounds: int) -> tuple[dict[str, PerUnit], dict
                 }  # fmt: skip
                 for kind, event in events.items():
                     with clock_at(at + timedelta(seconds=3)), meter.labelled(kind):
-                        response = ingestion._post(_request(bottle_id, key, event))
+                        response = ingestion.post_device_events(_request(bottle_id, key, event))
                     assert response.status_code == 202, response.get_body()
                     with meter.labelled(f"seeds {kind}"):
                         ingestion.naive_post(db, _request(bottle_id, key, event))
@@ -403,7 +404,7 @@ def table(costs: Costs, partitions: dict[str, int] | None = None) -> str:
             ]
         )
     header = ["RU per", "app", "of which fan-out", "seeds", "seeds / app"]
-    title = "Request units on Cosmos DB (benchmarks/cost_model.py), measured in the same run"
+    title = "Request units on Cosmos DB (tools/costs/model.py), measured in the same run"
     if partitions:
         title += ", queries priced at the design scale's physical partitions"
     return print_table(title, rows, header)

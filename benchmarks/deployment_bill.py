@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from benchmarks import design_scale
-from benchmarks.cost_model import HOURS_PER_MONTH, PRICE, RESERVED_MAX_DISCOUNT, Rule, archive_bill
 from shared.settings import Settings
+from tools.costs.model import HOURS_PER_MONTH, PRICE, RESERVED_MAX_DISCOUNT, Rule, archive_bill
 
 READ_ON = "2026-11-27"  # the date every price and rule below was read
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
@@ -578,7 +578,7 @@ def key_vault_line(functions: FunctionsBill) -> Line:
 
 def archive_at_design_scale() -> Line:
     """The archive on Blob Storage (shared/archive/, docs/archive.md): its sweep's request units on Cosmos DB, its
-    transactions at the most and its storage at the end of the first year (cost_model.archive_bill). A second
+    transactions at the most and its storage at the end of the first year (tools.costs.model.archive_bill). A second
     region replicates the sweep's reads of nothing: the archive is written from the first region only."""
     archive = archive_bill()
     monthly = archive.sweep_dollars_month + archive.transactions_dollars_month + archive.storage_dollars_month_year_1
@@ -593,7 +593,7 @@ def archive_at_design_scale() -> Line:
 # The archive's line: archive_at_design_scale (a test may set another).
 ARCHIVE: Callable[[], Line] | None = archive_at_design_scale
 ARCHIVE_NOT_LANDED = "not landed: the archive on Blob Storage is not in this branch; its line is 0 until it is"
-ARCHIVE_PRICE = "Blob Storage list prices assumed in benchmarks/cost_model.py (archive_bill): check the pricing page"
+ARCHIVE_PRICE = "Blob Storage list prices assumed in tools/costs/model.py (archive_bill): check the pricing page"
 
 
 def archive_line() -> Line:

@@ -1,5 +1,5 @@
 """The design-scale bill: what each collection bills at 30 M bottles of 10 M users, by the rules of
-benchmarks/cost_model.py, from the RU the benchmarks measured per unit of work (benchmarks/costs.py) and the
+tools/costs/model.py, from the RU the benchmarks measured per unit of work (benchmarks/costs.py) and the
 design scale's rates (README.md, docs/costs.md: a heartbeat per bottle every 30 minutes, ~1.4 K opened/closed
 events a second, a late-dose sweep at the morning peak finding ~100 K bottles).
 
@@ -20,7 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from benchmarks.cost_model import (
+from shared.notifications.documents import KINDS
+from shared.reports.aggregation import CLAUSES_PER_QUERY
+from shared.settings import Settings
+from shared.store import schema
+from tools.costs.model import (
     ALL,
     AUTOSCALE_MODE,
     KB,
@@ -40,10 +44,6 @@ from benchmarks.cost_model import (
     storage_floor,
     write_ru,
 )
-from shared.notifications.documents import KINDS
-from shared.reports.aggregation import CLAUSES_PER_QUERY
-from shared.settings import Settings
-from shared.store import schema
 
 BOTTLES = 30_000_000
 USERS = 10_000_000
@@ -54,9 +54,9 @@ SECONDS_PER_DAY = 86_400
 HEADROOM = 1.2  # the autoscale maximum to set: the day's peak plus a fifth, rounded up to 1,000 RU/s
 # Standard (manual) throughput to set: the day's busiest minute plus a twentieth, for the seconds within it (the
 # steady load is thousands of small requests a second, so a minute's seconds differ by far less), rounded up to
-# 100 RU/s; unlike autoscale's headroom it is billed every hour (cost_model.RULES: standard (manual) throughput).
+# 100 RU/s; unlike autoscale's headroom it is billed every hour (tools.costs.model.RULES: standard (manual) throughput).
 STANDARD_HEADROOM = 1.05
-# The busiest physical partition's load against the average (cost_model.ASSUMPTIONS): shard keys hash millions of
+# The busiest physical partition's load against the average (tools.costs.model.ASSUMPTIONS): shard keys hash millions of
 # bottles and users, so 1.0; standard throughput must cover it (T / P a partition), dynamic autoscale bills it.
 PARTITION_SKEW = 1.0
 TALLY_FIRST_MINUTE = 10  # an hour is counted SETTLE (10 minutes) after it ends (shared/reports/tally.py)
@@ -89,8 +89,8 @@ class Variant:
     - rollup: BLOCK (every user's day at the hours that end a block of DAILY_ROLLUP_HOURS), STAGGERED (each user
       at its own hour of the block: a block's share of the users a pass, the same lag), EVERY_HOUR (every user's
       day at every pass: within an hour of its hours); None: as the app's DAILY_ROLLUP_STAGGERED has it;
-    - reports_by_in: the tally's reads of the report collections by `_id` an `$in` of a page's users (the code
-      before issue 21: each query fans out over the partitions of its users) instead of one user (one shard key
+    - reports_by_in: the tally's reads of the report collections by `_id` an `$in` of a page's users (the app's
+      earlier code: each query fans out over the partitions of its users) instead of one user (one shard key
       value) a query, as the app reads them (shared/reports/aggregation.py);
     - sweep_spread: the minutes a partition's late-dose sweep spreads its work over (None: the app's
       CHECK_LATE_DOSES_SPREAD_MINUTES; 0: unpaced), when it fills a batch a minute (shared/notifications/checks.py
@@ -145,7 +145,7 @@ class Variant:
 
 
 # An insert of a heartbeat under 1 KB: 4.95 RU and 0.2 a term for `_id`, the shard key, `_ts` (its TTL) and the
-# tally's (ub, user_id) index (cost_model.RULES: write, by size; create).
+# tally's (ub, user_id) index (tools.costs.model.RULES: write, by size; create).
 HEARTBEAT_INSERT_RU = DocumentWrite(None, 300, terms_inserted=4).ru()
 
 TODAY = Variant(
@@ -161,7 +161,7 @@ ALTERNATIVES = (
         BLOCK,
         reports_by_in=True,
         sweep_spread=0,
-        status="no (the code before issue 21's part 3)",
+        status="no (the code before)",
     ),
     Variant(
         "the tally paced, every user's roll-up at the block's end",
@@ -181,7 +181,7 @@ ALTERNATIVES = (
     TODAY,
     Variant("+ daily reports within an hour (every user's day at every pass)", rollup=EVERY_HOUR),
     Variant(
-        "the tally paced over 40 minutes of each hour (the default before issue 30)",
+        "the tally paced over 40 minutes of each hour (the default before the whole hour)",
         settings=(("reports_tally_spread_minutes", 40),),
         status="REPORTS_TALLY_SPREAD_MINUTES=40",
     ),
@@ -257,7 +257,7 @@ class Row:
     average: float = 0.0  # RU/s over the day
     maximum: int = 0  # the autoscale maximum to set
     standard: int = 0  # the standard (manual) throughput to set instead
-    mode: str = AUTOSCALE_MODE  # the cheaper of the two (cost_model.cheaper_mode), which the deployment takes
+    mode: str = AUTOSCALE_MODE  # the cheaper of the two (tools.costs.model.cheaper_mode), which the deployment takes
     partitions: int = 1  # physical partitions after a year
     billed: float = 0.0  # what its busiest hour bills on autoscale, RU/s
     billed_average: float = 0.0  # what an hour bills on autoscale, averaged over the day's hours
@@ -554,7 +554,7 @@ def markdown(rows: list[Row]) -> str:
         "(they use leftover RUs). Two regions bill the throughput and the storage twice. Price: "
         f"${PRICE.standard_per_100_ru_hour:.3f} per 100 RU/s per hour standard, "
         f"${PRICE.autoscale_per_100_ru_hour:.3f} autoscale, ${PRICE.storage_per_gb_month:.2f} per GB-month of "
-        "storage (benchmarks/cost_model.py PRICE: its pages and the date read)."
+        "storage (tools/costs/model.py PRICE: its pages and the date read)."
     )
     return "\n".join(lines)
 
@@ -579,7 +579,7 @@ def deployment_parameters(rows: list[Row]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Reserved:
-    """Reserved capacity, a purchase beside the bill (cost_model.RULES: reserved capacity): the standard RU/s the
+    """Reserved capacity, a purchase beside the bill (tools.costs.model.RULES: reserved capacity): the standard RU/s the
     account bills in every hour of the day (an autoscale RU/s counting 1.5), what they cost a month pay as you go,
     and what a reservation of them saves at `discount`."""
 
@@ -681,8 +681,8 @@ ALTERNATIVES_HEADER = [
 ]
 
 
-GOAL_DOLLARS = 20_000  # issue 30's goal: Cosmos DB's dollars a month at the design scale, one region (issue 21's
-# goal of 200,000 RU/s is retired: the heartbeats alone bill ~172 K under the documented charge of an update)
+GOAL_DOLLARS = 20_000  # the goal: Cosmos DB's dollars a month at the design scale, one region (the earlier goal
+# of 200,000 RU/s is retired: the heartbeats alone bill ~172 K under the documented charge of an update)
 
 
 @dataclass(frozen=True)

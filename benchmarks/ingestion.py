@@ -115,7 +115,8 @@ FLOOR_GOAL = 1.5  # the app's events/s within this factor of the store floor's
 # (a bottle's latest heartbeat, its latest action) need.
 SEEDS_EVENTS = CollectionSpec("naive_events", "bottle_id", (IndexSpec("bottle_time", (("bottle_id", 1), ("time", 1))),))
 
-_post = post_events.build().get_user_function()
+# The app's POST /api/bottles/{id}/events as the host calls it (the benchmarks of ingestion and of its cost).
+post_device_events = post_events.build().get_user_function()
 _provision = provision_bottle.build().get_user_function()
 log = logging.getLogger(__name__)
 
@@ -125,12 +126,13 @@ def provision(bottles: int) -> dict[str, str]:
     for i in range(bottles):
         bottle_id = f"bench-{i}"
         body = {"user_id": f"user-{i // 3}", "medication": "Cordrazine", "schedule": {"every_hours": 8}}
-        response = _provision(_request("PUT", bottle_id, json.dumps(body).encode()))
+        response = _provision(bottle_request("PUT", bottle_id, json.dumps(body).encode()))
         keys[bottle_id] = json.loads(response.get_body())["device_key"]
     return keys
 
 
-def _request(method: str, bottle_id: str, body: bytes, key: str | None = None) -> func.HttpRequest:
+def bottle_request(method: str, bottle_id: str, body: bytes, key: str | None = None) -> func.HttpRequest:
+    """A request to a bottle's route: PUT /api/bottles/{id} (provisioning) or POST .../events with its device key."""
     suffix = "/events" if method == "POST" else ""
     return func.HttpRequest(
         method=method,
@@ -167,7 +169,7 @@ def post_one_by_one(post: Callable[[func.HttpRequest], func.HttpResponse], keys:
     bottles = list(keys)
     for n, event in enumerate(events):
         bottle_id = bottles[n % len(bottles)]
-        response = post(_request("POST", bottle_id, json.dumps(event).encode(), keys[bottle_id]))
+        response = post(bottle_request("POST", bottle_id, json.dumps(event).encode(), keys[bottle_id]))
         assert response.status_code == 202, response.get_body()
 
 
@@ -230,7 +232,7 @@ def sending(
             payloads = upload.events if one_by_one else [{"events": upload.events}]
             for payload in payloads:
                 body = json.dumps(payload).encode()
-                response = post(_request("POST", upload.bottle_id, body, keys[upload.bottle_id]))
+                response = post(bottle_request("POST", upload.bottle_id, body, keys[upload.bottle_id]))
                 assert response.status_code == 202, response.get_body()
                 answer = json.loads(response.get_body())
                 stored.stored += answer["stored"]
@@ -340,10 +342,10 @@ def batch_runs(events: int, bottles: int) -> list[tuple[Measurement, Stored]]:
             names = list(keys)
             for name, post, at, one_by_one in [(SEEDS_SINGLE, seeds_post_events, single, True),
                                                (SEEDS_MANY, seeds_post_batch, many, False),
-                                               (APP_BATCHES, _post, app, False)]:  # fmt: skip
-                if post is _post:  # the heartbeat documents have a ring, written an hour before the stream
+                                               (APP_BATCHES, post_device_events, app, False)]:  # fmt: skip
+                if post is post_device_events:  # the heartbeat documents have a ring, written an hour before the stream
                     clock.at = at - timedelta(minutes=30)
-                    post_one_by_one(_post, keys, device_events(2 * bottles, at - timedelta(hours=1)))
+                    post_one_by_one(post_device_events, keys, device_events(2 * bottles, at - timedelta(hours=1)))
                 run, stored = sending(post, keys, batch_stream(names, events, at), clock, one_by_one=one_by_one)
                 runs.append((measure(name, events, tally, run), stored))
         finally:
@@ -430,7 +432,7 @@ def seed_steady_fleet(uri: str, database: str, bottles: int, start: datetime) ->
     try:
         template_id = "bench-template"
         body = {"user_id": "user-template", "medication": "Cordrazine", "schedule": {"every_hours": 8}}
-        response = _provision(_request("PUT", template_id, json.dumps(body).encode()))
+        response = _provision(bottle_request("PUT", template_id, json.dumps(body).encode()))
     finally:
         set_clock(None)
     key = json.loads(response.get_body())["device_key"]
@@ -484,7 +486,7 @@ def _warm_registry(fleet: SteadyFleet) -> None:
         _SEEDS_REGISTRY[bottle_id] = RegistryEntry(bottle_id, fleet.user_id(n), "Cordrazine", fleet.key_hash)
 
 
-def _posting(
+def posting(
     post: Callable[[func.HttpRequest], func.HttpResponse],
     fleet: SteadyFleet,
     stream: list[tuple[str, datetime, dict[str, Any]]],
@@ -497,7 +499,7 @@ def _posting(
         try:
             for bottle_id, at, event in stream:
                 clock.at = at
-                response = post(_request("POST", bottle_id, json.dumps(event).encode(), fleet.key))
+                response = post(bottle_request("POST", bottle_id, json.dumps(event).encode(), fleet.key))
                 assert response.status_code == 202, response.get_body()
         finally:
             set_clock(None)
@@ -592,8 +594,8 @@ def steady_state(bottles: int, events: int, start: datetime) -> list[Measurement
         fleet = seed_steady_fleet(uri, database, bottles, start)
         seeds, app = fleet.stream(events), fleet.stream(events, offset=events)
         _warm_registry(fleet)
-        rows = [measure(SEEDS_SINGLE, events, tally, _posting(seeds_post_events, fleet, seeds))]
-        rows.append(measure(APP_SINGLE, events, tally, _posting(_post, fleet, app)))
+        rows = [measure(SEEDS_SINGLE, events, tally, posting(seeds_post_events, fleet, seeds))]
+        rows.append(measure(APP_SINGLE, events, tally, posting(post_device_events, fleet, app)))
         rows.append(measure(FLOOR, events, tally, _floor(db, fleet, fleet.stream(events, offset=2 * events))))
         rows.append(measure("store floor: insert_one of a small document", events, tally, _inserts(db, events)))
         few = max(10, events // 40)  # it scans the collection: a few are enough to show it

@@ -28,7 +28,7 @@ class Response:
     headers: dict[str, str]
 
 
-def _call(
+def call_http(
     handler: Any,
     method: str,
     url: str,
@@ -38,6 +38,7 @@ def _call(
     headers: dict[str, str] | None = None,
     params: dict[str, str] | None = None,
 ) -> Response:
+    """The HTTP function `handler` answering one request, invoked through the Functions runtime (tests/invoke.py)."""
     response = invoke.http(
         handler, method=method, url=url, headers=headers, params=params, route_params=route, body=body
     )
@@ -56,13 +57,13 @@ def put_bottle(
     body = raw if raw is not None else json.dumps(SPEC if spec is None else spec).encode()
     params = {"rotate_key": "true"} if rotate_key else {}
     headers = {"Content-Type": content_type} if content_type is not None else {}
-    return _call(
+    return call_http(
         _provision, "PUT", f"/api/bottles/{bottle_id}", {"bottle_id": bottle_id}, body, params=params, headers=headers
     )
 
 
 def get_bottle(bottle_id: str) -> Response:
-    return _call(_get_bottle, "GET", f"/api/bottles/{bottle_id}", {"bottle_id": bottle_id})
+    return call_http(_get_bottle, "GET", f"/api/bottles/{bottle_id}", {"bottle_id": bottle_id})
 
 
 def post_events(
@@ -72,7 +73,7 @@ def post_events(
     headers = {"X-Device-Key": key} if key is not None else {}
     if content_type is not None:
         headers["Content-Type"] = content_type
-    return _call(
+    return call_http(
         _post_events, "POST", f"/api/bottles/{bottle_id}/events", {"bottle_id": bottle_id}, body, headers=headers
     )
 

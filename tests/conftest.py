@@ -24,7 +24,7 @@ from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
 from tests import azurite
 from tests.command_counter import CommandCounter
-from tests.sort_audit import SortAudit
+from tools.sort_audit import SortAudit
 
 _databases = itertools.count()
 
@@ -168,7 +168,7 @@ monitoring.register(_SORTS)
 @pytest.fixture(autouse=True)
 def sort_audit() -> Iterator[SortAudit]:
     """The queries this test sent to a real server. A test whose code sorts in a way no declared index serves
-    exactly (tests/sort_audit.py: the rule) errors at teardown, naming the query."""
+    exactly (tools/sort_audit.py: the rule) errors at teardown, naming the query."""
     _SORTS.clear()
     yield _SORTS
     unserved = _SORTS.unserved(collection_specs(Settings()))

@@ -1,4 +1,4 @@
-"""What the archive costs at the design scale (benchmarks/cost_model.py, its own section): the sweep's request
+"""What the archive costs at the design scale (tools/costs/model.py, its own section): the sweep's request
 units by the model's rules at the design's rates, the heartbeats at none, files and transactions from the archive's
 layout, storage from bytes per row that its own Parquet files measure; and docs/costs.md shows that bill."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import design_scale
-from benchmarks.cost_model import FANOUT_RU, ArchiveScale, archive_bill, archive_markdown
 from shared.archive import actions, parquet
 from shared.settings import Settings, get_settings
+from tools.costs.model import FANOUT_RU, ArchiveScale, archive_bill, archive_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -240,7 +240,7 @@ def test_two_writers_merging_into_one_file_at_once_both_land(
     assert rows(archive) == {("b1", "u1", hour): [(0,)], ("b2", "u2", hour): [(15,)]}
 
 
-def test_the_file_holds_the_issue_s_columns_sorted_by_bottle_and_user(archive: FolderArchive) -> None:
+def test_the_file_holds_the_documented_columns_sorted_by_bottle_and_user(archive: FolderArchive) -> None:
     hour = DAY + 8 * HOUR
     HeartbeatArchiver(archive).merge(
         (hour, 9),

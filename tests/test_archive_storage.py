@@ -1,7 +1,7 @@
 """The archive's seam (shared/archive/storage.py) and its files (layout, parquet): a local folder and a blob
 container on Azurite keep the same contract (replace, guarded writes by version, listing by prefix), a file's name
-says what it holds, the Parquet files have the issue's columns and types, and an HTTP cold start never loads
-pyarrow.
+says what it holds, the Parquet files have the columns and types docs/archive.md gives, and an HTTP cold start
+never loads pyarrow.
 
 Blob conditional writes (If-Match, If-None-Match: *) as "Specifying conditional headers for Blob service
 operations" describes them: https://learn.microsoft.com/rest/api/storageservices/specifying-conditional-headers-for-blob-service-operations
@@ -140,7 +140,7 @@ def test_file_names_say_what_each_file_holds_and_parse_back() -> None:
 # --- Parquet -------------------------------------------------------------------------------------------------
 
 
-def test_the_parquet_files_have_the_issue_s_columns_and_types() -> None:
+def test_the_parquet_files_have_the_documented_columns_and_types() -> None:
     assert parquet.ACTION_SCHEMA.names == [
         "bottle_id",
         "user_id",
@@ -186,7 +186,7 @@ def test_an_http_cold_start_does_not_import_pyarrow_or_the_blob_sdk() -> None:
 # --- settings ------------------------------------------------------------------------------------------------
 
 
-def test_the_archive_settings_default_to_the_issue_s_and_a_bad_container_name_is_refused_by_name(
+def test_the_archive_settings_default_to_the_documented_ones_and_a_bad_container_name_is_refused_by_name(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = Settings()

@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 from benchmarks import costs, design_scale, suite
-from benchmarks.cost_model import UnitCost
 from benchmarks.harness import PRINTED, Table
 from shared.settings import Settings
 from shared.store import schema
+from tools.costs.model import UnitCost
 
 
 def block(text: str, start: str, end: str) -> str:

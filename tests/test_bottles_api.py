@@ -124,9 +124,12 @@ def test_oversize_provisioning_body_is_413(db):
 
 def test_bad_bottle_id_and_bad_rotate_flag_are_400(db):
     assert put_bottle("bad id").status == 400
-    from tests.api import _call, _provision
+    from functions.bottles import provision_bottle
+    from tests.api import call_http
 
-    response = _call(_provision, "PUT", "/api/bottles/b", {"bottle_id": "b"}, b"{}", params={"rotate_key": "maybe"})
+    response = call_http(
+        provision_bottle, "PUT", "/api/bottles/b", {"bottle_id": "b"}, b"{}", params={"rotate_key": "maybe"}
+    )
     assert response.status == 400
     assert response.body["details"] == [{"field": "rotate_key", "message": "must be true or false"}]
 

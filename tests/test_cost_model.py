@@ -1,5 +1,5 @@
-"""The benchmarks' cost model (benchmarks/cost_model.py): each rule reproduces the worked example it is
-documented with; the meter (benchmarks/cost_meter.py) sees what a write changes and which partitions a read
+"""The cost model (tools/costs/model.py): each rule reproduces the worked example it is
+documented with; the meter (tools/costs/meter.py) sees what a write changes and which partitions a read
 reaches; the design-scale bill (benchmarks/design_scale.py) bills each hour's peak, the storage floor and the
 regions."""
 
@@ -9,8 +9,14 @@ from typing import Any
 import pytest
 
 from benchmarks import design_scale
-from benchmarks.cost_meter import CostMeter, IndexedPaths, command_reach, shard_key_values
-from benchmarks.cost_model import (
+from shared.instants import set_clock, utc_now
+from shared.settings import Settings
+from shared.store import client as store
+from shared.store import schema
+from shared.store.schema import collection_specs
+from shared.store.setup import ensure_store
+from tools.costs.meter import CostMeter, IndexedPaths, command_reach, shard_key_values
+from tools.costs.model import (
     ALL,
     AUTOSCALE_MODE,
     KB,
@@ -36,12 +42,6 @@ from benchmarks.cost_model import (
     throughput_cost,
     write_ru,
 )
-from shared.instants import set_clock, utc_now
-from shared.settings import Settings
-from shared.store import client as store
-from shared.store import schema
-from shared.store.schema import collection_specs
-from shared.store.setup import ensure_store
 
 
 def test_every_rule_cites_a_microsoft_page_and_a_worked_example():
@@ -498,4 +498,4 @@ def test_the_floor_prices_the_heartbeats_write_and_what_a_calibration_would_chan
     assert found.per_write_for_goal == 1  # $13.3 K a month already
     assert [line[1] for line in found.lines()][:3] == ["13.00", "16,667", "216,667"]
     assert design_scale.GOAL_DOLLARS == 20_000
-    assert not hasattr(design_scale, "GOAL")  # issue 21's 200,000 RU/s, retired
+    assert not hasattr(design_scale, "GOAL")  # the earlier goal of 200,000 RU/s, retired

@@ -8,9 +8,9 @@ import pytest
 
 from benchmarks import deployment_bill as bill
 from benchmarks import design_scale
-from benchmarks.cost_model import archive_bill
 from benchmarks.deployment_bill import FLEX, Group, Requests, Workload
 from shared.settings import Settings
+from tools.costs.model import archive_bill
 
 NO_GRANTS = replace(FLEX, free_gb_s=0, free_executions=0)
 
@@ -151,7 +151,7 @@ def test_key_vault_bills_the_connection_strings_reads_at_instance_starts():
 
 
 def test_the_archive_line_is_its_sweep_transactions_and_first_year_storage(monkeypatch):
-    """The archive has landed: its line is what cost_model.archive_bill computes (the sweep's request units, the
+    """The archive has landed: its line is what tools.costs.model.archive_bill computes (the sweep's request units, the
     transactions at the most, the storage after a year); without one, the line is 0 and says so."""
     archive = archive_bill()
     line = bill.archive_line()

@@ -20,7 +20,8 @@ WINDOW = Window(Settings.model_fields["heartbeat_window_hours"].default)
 
 @pytest.fixture
 def now() -> Iterator[datetime]:
-    """The server clock, stopped at 08:36 UTC two days ago (an edge 24.6 hours back, as measured in the issue)."""
+    """The server clock, stopped at 08:36 UTC two days ago (the window's edge 24.6 hours back: 24 hours before its
+    hour began)."""
     stopped = (utc_now() - timedelta(days=2)).replace(hour=8, minute=36, second=0, microsecond=0)
     set_clock(lambda: stopped)
     yield stopped
@@ -42,8 +43,8 @@ def test_a_heartbeat_older_than_the_window_is_answered_expired_every_time_it_is_
 
 
 def test_a_resent_batch_reaching_past_the_window_says_it_stored_nothing(db, now):
-    """The issue's case: a device re-sent its buffer of heartbeats, some older than the window, and was told that
-    part of it was stored again."""
+    """Before, a device that re-sent its buffer of heartbeats, some older than the window, was told that part of
+    it was stored again."""
     key = provisioned()
     batch = {"events": [heartbeat(now - timedelta(minutes=30 * i)) for i in range(60)]}  # 30 hours of them
     edge = WINDOW.start(hour_number(now))

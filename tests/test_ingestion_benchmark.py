@@ -17,7 +17,7 @@ from tests.api import ago, closed, heartbeat, provisioned
 
 
 def seeds_post(bottle_id: str, key: str, event: dict[str, object]) -> tuple[int, bytes]:
-    response = ingestion.seeds_post_events(ingestion._request("POST", bottle_id, json.dumps(event).encode(), key))
+    response = ingestion.seeds_post_events(ingestion.bottle_request("POST", bottle_id, json.dumps(event).encode(), key))
     return response.status_code, response.get_body()
 
 
@@ -44,7 +44,7 @@ def test_the_seeds_baseline_checks_the_key_and_stores_each_event_once_with_its_o
 def test_the_seeds_batch_baseline_is_one_idempotent_insert_many_of_the_request(db):
     key = provisioned()
     events = {"events": [heartbeat(ago(minutes=3)), closed(ago(minutes=1), event_id="c-1")]}
-    request = ingestion._request("POST", "bottle-1", json.dumps(events).encode(), key)
+    request = ingestion.bottle_request("POST", "bottle-1", json.dumps(events).encode(), key)
 
     assert ingestion.seeds_post_batch(request).get_body() == b'{"stored":2,"duplicates":0}'
     assert ingestion.seeds_post_batch(request).get_body() == b'{"stored":0,"duplicates":2}'  # a retry
@@ -92,7 +92,7 @@ def test_the_steady_fleet_is_heard_from_every_30_minutes_inside_its_heartbeat_wi
         fleet = ingestion.seed_steady_fleet(uri, database, 4, start)
         stream = fleet.stream(9)
         first = db[schema.BOTTLE_HEARTBEATS].find_one({"_id": fleet.bottle_id(0)})
-        ingestion._posting(ingestion._post, fleet, stream)()
+        ingestion.posting(ingestion.post_device_events, fleet, stream)()
         after = db[schema.BOTTLE_HEARTBEATS].find_one({"_id": fleet.bottle_id(0)})
 
     sent = [slot_start(at) for bottle_id, at, _ in stream if bottle_id == fleet.bottle_id(0)]

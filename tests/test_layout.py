@@ -1,5 +1,6 @@
 """The shape of the code: `shared/` is packages by job over a few common modules, jobs never reach into each
-other, and nothing imports in a cycle (developer tools included)."""
+other, nothing imports in a cycle (developer tools included), the developer code's layers (tools/, benchmarks/,
+tests/) import only downwards, and no module uses another's private names."""
 
 import ast
 from pathlib import Path
@@ -81,16 +82,59 @@ def test_the_developer_tools_are_not_imported_by_the_deployed_code():
     assert {m: t for m, t in leaks.items() if t} == {}
 
 
-# The Cosmos-faithful store charges every operation by the benchmarks' cost model, through one adapter module.
+# The developer code's layers, lowest first: each may import the ones before it, never one after it. The cost
+# model, the cost meter and the sort rule are shared by all three, so they live in tools/ (tools/costs/,
+# tools/sort_audit.py).
+LAYERS = ("tools", "benchmarks", "tests")
+
+
+def climbing_imports(path: Path) -> list[str]:
+    """`file:line imports module` for each import in `path` (at any depth: functions and TYPE_CHECKING included,
+    relative ones resolved, importlib.import_module of a literal too) of a layer above the file's own."""
+    relative = path.relative_to(ROOT)
+    layer = LAYERS.index(relative.parts[0])
+    package = module_name(path).split(".")[: -1 if path.name != "__init__.py" else None]
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.stmt | ast.expr):
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            names = [".".join([*base, *([node.module] if node.module else [])])]
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("importlib.import_module", "import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names = [node.args[0].value]
+        found += [
+            f"{relative}:{node.lineno} imports {name}" for name in names if name.split(".")[0] in LAYERS[layer + 1 :]
+        ]
+    return found
+
+
+def test_no_import_climbs_from_tools_to_benchmarks_or_tests_nor_from_benchmarks_to_tests():
+    files = [path for layer in LAYERS[:-1] for path in sorted(ROOT.joinpath(layer).rglob("*.py"))]
+    assert len(files) > 20, "expected the tools' and the benchmarks' modules"
+    climbing = [line for path in files for line in climbing_imports(path)]
+    assert climbing == [], "imports of a layer above:\n" + "\n".join(climbing)
+
+
+# The Cosmos-faithful store charges every operation by the cost model through one adapter module, so that a change
+# of the model (the honest bill) changes one module of the store.
 COST_MODEL_ADAPTER = "tools.cosmos_store.charges"
+COSTS = {m for m in MODULES if m.startswith("tools.costs.")}
 
 
-def test_the_tools_do_not_import_the_benchmarks():
-    assert {
-        m: sorted(GRAPH[m])
-        for m in GRAPH
-        if m.startswith("tools") and m != COST_MODEL_ADAPTER and any(t.startswith("benchmarks") for t in GRAPH[m])
-    } == {}
+def test_the_store_meets_the_cost_model_through_one_module():
+    store = [m for m in GRAPH if m.startswith("tools.cosmos_store") and m != COST_MODEL_ADAPTER]
+    assert {m: sorted(GRAPH[m] & COSTS) for m in store if GRAPH[m] & COSTS} == {}
+    assert GRAPH[COST_MODEL_ADAPTER] & COSTS
 
 
 def package_of(module: str) -> str | None:
@@ -130,3 +174,52 @@ def test_the_common_modules_stay_few():
     # 11 since the NCRONTAB parser moved here: the settings check every schedule at start-up with it, and the local
     # host fires its timers by it, so it is common to the app and its tools rather than one job's.
     assert len(common) <= 11, f"shared/ has {len(common)} loose modules: does one belong to a job? {common}"
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_reach_ins(path: Path, modules: set[str]) -> list[tuple[str, int, str]]:
+    """(file, line, module._name) for each private name of another of `modules` that `path` imports (`from m
+    import _name`) or reads through a module it imported (`m._name`), at any depth of the file."""
+    relative, own = str(path.relative_to(ROOT)), module_name(path)
+    tree = ast.parse(path.read_text())
+    aliases: dict[str, str] = {}  # a local name bound to one of `modules`
+    found: list[tuple[str, int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases |= {alias.asname: alias.name for alias in node.names if alias.asname and alias.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            aliases |= {
+                alias.asname or alias.name: f"{node.module}.{alias.name}"
+                for alias in node.names
+                if f"{node.module}.{alias.name}" in modules
+            }
+            if node.module in modules and node.module != own:
+                found += [(relative, node.lineno, f"{node.module}.{a.name}") for a in node.names if is_private(a.name)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and is_private(node.attr):
+            target = aliases.get(node.value.id)
+            if target and target != own:
+                found.append((relative, node.lineno, f"{target}.{node.attr}"))
+    return sorted(found)
+
+
+def lines(found: list[tuple[str, int, str]]) -> str:
+    return "\n".join(f"{path}:{line} {name}" for path, line, name in found)
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    """What two modules share is public; a leading underscore means the module's own (the app, the tools and the
+    benchmarks; a test may still patch a private function to inject a fault)."""
+    found = [hit for path in source_files() for hit in private_reach_ins(path, set(MODULES))]
+    assert found == [], "private names used outside their module:\n" + lines(found)
+
+
+def test_the_tests_use_only_their_helpers_public_names():
+    helpers = {module_name(p) for p in ROOT.joinpath("tests").rglob("*.py") if not p.name.startswith(("test_", "conf"))}
+    found = [
+        hit for path in sorted(ROOT.joinpath("tests").rglob("test_*.py")) for hit in private_reach_ins(path, helpers)
+    ]
+    assert found == [], "a test helper's private names used by a test:\n" + lines(found)

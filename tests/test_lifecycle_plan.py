@@ -23,7 +23,7 @@ def test_every_bottle_s_first_planned_dose_is_due_when_the_app_counts_it_from_it
 
 
 def test_a_missed_first_dose_of_an_every_12_hours_bottle_is_expected_at_the_slot_the_app_notifies():
-    """The issue's case (`./dev lifecycle --days 3`): bottle-0009, every 12 hours, provisioned at 11:36:00, missed
+    """The case a run met (`./dev lifecycle --days 3`): bottle-0009, every 12 hours, provisioned at 11:36:00, missed
     its first two doses; the app notified the episodes 23:36:00 and 11:36:00, the plan expected them a minute
     later (it counted from the bottle's first request, a minute after its provisioning)."""
     life = plan_lifecycle(random.Random(7), 16, 3)

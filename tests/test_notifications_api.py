@@ -10,7 +10,7 @@ from functions import notifications as notification_functions
 from shared.instants import format_instant, set_clock
 from shared.notifications.documents import Episode, record
 from shared.store.retries import RetryPolicy
-from tests.api import Response, _call
+from tests.api import Response, call_http
 
 _get = notification_functions.get_user_notifications
 T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
@@ -25,7 +25,7 @@ def server_clock() -> Any:
 
 
 def get(user_id: str, **params: str) -> Response:
-    return _call(_get, "GET", f"/api/users/{user_id}/notifications", {"user_id": user_id}, params=params)
+    return call_http(_get, "GET", f"/api/users/{user_id}/notifications", {"user_id": user_id}, params=params)
 
 
 def notify(db: Any, created: datetime, kind: Any = "late_dose", user: str = "u1", bottle: str = "b1") -> str:

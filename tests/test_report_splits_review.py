@@ -134,7 +134,7 @@ def test_after_the_upgrade_a_cosmos_feed_starts_from_the_layout_the_old_code_ran
 ) -> None:
     """The old code kept every layout's leases: layout 1 (one partition) frozen when it split 30 days ago, layout 2
     running since, a minute behind. Upgraded, the feed-range leases must start from layout 2's position: starting
-    from layout 1's frozen checkpoint re-reads 30 days of the whole collection per new lease (the issue's case)."""
+    from layout 1's frozen checkpoint re-reads 30 days of the whole collection per new lease (the failure this pins)."""
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
     now = utc_now()
     t0 = now - 30 * DAY

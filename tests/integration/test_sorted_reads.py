@@ -1,6 +1,6 @@
 """Every read path of the app on a real server, with the queries it sends: each sorted read is served by the
 index declared for it in shared/store/schema.py, exactly as Cosmos DB for MongoDB needs (the rule is in
-tests/sort_audit.py). A sort Cosmos DB cannot serve from an index fails there, or costs a collection-wide
+tools/sort_audit.py). A sort Cosmos DB cannot serve from an index fails there, or costs a collection-wide
 in-memory sort; here it fails the path's test. The autouse `sort_audit` fixture (tests/conftest.py) holds every
 other SecantusDB test to the same rule."""
 
@@ -18,10 +18,10 @@ from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy
 from shared.store.schema import IndexSpec
-from tests.api import SPEC, Response, _call, ago, closed, heartbeat, iso, opened, post_events, provisioned
+from tests.api import SPEC, Response, ago, call_http, closed, heartbeat, iso, opened, post_events, provisioned
 from tests.checking import sweep_all
 from tests.report_client import aggregate, get_reports, run_round, set_setting
-from tests.sort_audit import ID_INDEX, Query, SortAudit, serving_index
+from tools.sort_audit import ID_INDEX, Query, SortAudit, serving_index
 
 SPECS = schema.collection_specs(Settings())
 USER = SPEC["user_id"]
@@ -38,7 +38,7 @@ def finds_on(audit: SortAudit) -> set[str]:
 
 
 def get_notifications(**params: str) -> Response:
-    return _call(_get_notifications, "GET", f"/api/users/{USER}/notifications", {"user_id": USER}, params=params)
+    return call_http(_get_notifications, "GET", f"/api/users/{USER}/notifications", {"user_id": USER}, params=params)
 
 
 def ingest(hours_ago: float = 3) -> None:

@@ -1,8 +1,8 @@
-"""What an operation costs, by the project's cost model (benchmarks/cost_model.py), and what a write did to the
+"""What an operation costs, by the project's cost model (tools/costs/model.py), and what a write did to the
 documents it touched (read aside on the backend, before and after, so the model has their sizes and index
 terms and the partition map their bytes).
 
-This module is the one place the store meets the benchmarks' cost model (tests/test_layout.py allows it alone):
+This module is the one place the store meets the cost model (tests/test_layout.py allows it alone):
 `request_charge` prices an operation, `document_writes` counts index terms as the cost meter does. When the model
 changes (the honest bill), only this module changes here."""
 
@@ -13,11 +13,11 @@ from typing import Any
 
 from pymongo.collection import Collection
 
-from benchmarks import cost_model
-from benchmarks.cost_meter import IndexedPaths, bson_size, document_write
-from benchmarks.cost_model import DocumentWrite, Operation
 from shared.settings import Settings
 from shared.store.schema import collection_specs
+from tools.costs import model as cost_model
+from tools.costs.meter import IndexedPaths, bson_size, document_write
+from tools.costs.model import DocumentWrite, Operation
 
 READS = {"find", "getMore", "aggregate", "count", "distinct"}
 WRITES = {"insert", "update", "delete", "findAndModify"}
@@ -138,7 +138,7 @@ def request_charge(
     return round(operation.ru(), 2)
 
 
-# --- the bill's rules the store applies (benchmarks/cost_model.py cites their pages) ---------------------------
+# --- the bill's rules the store applies (tools/costs/model.py cites their pages) ---------------------------
 
 PARTITION_GB = cost_model.PARTITION_GB
 PARTITION_RU = cost_model.PARTITION_RU

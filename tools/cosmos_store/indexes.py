@@ -1,6 +1,6 @@
 """The indexes a collection has as Cosmos DB sees them: an index counts only once its transformation has ended
 (a settable delay after `createIndexes`), a sort needs an index that matches it exactly (the project's rule,
-tests/sort_audit.py), and a TTL index may only be on `_ts`.
+tools/sort_audit.py), and a TTL index may only be on `_ts`.
 
     https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing
     "A TTL index is an index on the _ts field with an "expireAfterSeconds" value." (Cosmos DB answers one on any
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.store.schema import CollectionSpec, IndexSpec
-from tests.sort_audit import Query, serving_index
+from tools.sort_audit import Query, serving_index
 
 BAD_VALUE = 2
 SORT_UNSERVED = "The index path corresponding to the specified order-by item is excluded."

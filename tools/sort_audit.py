@@ -13,7 +13,9 @@ equality-filtered ones (which MongoDB serves from the index), is refused, becaus
 from an index whose paths match it and otherwise fails the query or sorts in memory. An equality-filtered field
 therefore goes into the sort too, where it changes no result. Filters do not matter to the rule.
 
-Commands checked: `find` (`sort`), `findAndModify` (`sort`) and `aggregate` (each `$sort` stage)."""
+Commands checked: `find` (`sort`), `findAndModify` (`sort`) and `aggregate` (each `$sort` stage). The tests audit
+every query the app sends with it (tests/conftest.py: `sort_audit`); the Cosmos-faithful store refuses a sort by the
+same rule (tools/cosmos_store/indexes.py)."""
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass

@@ -1,4 +1,4 @@
-"""Measuring what a run would cost on Cosmos DB (benchmarks/cost_model.py turns it into request units).
+"""Measuring what a run would cost on Cosmos DB (tools/costs/model.py turns it into request units).
 
 A pymongo command listener records, for each database command, its BSON size and its reply's, the documents a
 read returned (a change stream's by their `fullDocument`), and, with an observer (a second client on the same
@@ -20,10 +20,10 @@ import bson
 from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
-from benchmarks.cost_model import ALL, DocumentWrite, Operation
 from shared.settings import Settings
 from shared.store.schema import CollectionSpec, collection_specs
 from tools.command_tally import HANDSHAKE
+from tools.costs.model import ALL, DocumentWrite, Operation
 
 READS = {"find", "getMore", "aggregate", "count", "distinct"}
 WRITES = {"insert", "update", "delete", "findAndModify"}

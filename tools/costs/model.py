@@ -1,10 +1,11 @@
-"""Cosmos DB request units and the bill, by Microsoft's documented rules (benchmarks only: nothing here is
-deployed). The inputs come from benchmarks/cost_meter.py: per database command, the documents a query or a change
-feed returned (their BSON sizes) and how many shard key values its filter names, and per document a write changed,
-its stored size before and after and the index terms it deleted and inserted. The outputs are request units (RU)
-per operation, which benchmarks/costs.py turns into RU per heartbeat, per opened and closed event, per report
-change and per swept bottle, and the billing rules design_scale.py applies to them (the hourly peak, the storage
-floor, the physical partitions, the regions, the price).
+"""Cosmos DB request units and the bill, by Microsoft's documented rules (development only: nothing here is deployed;
+the benchmarks, the tests and the Cosmos-faithful store's charges use it). The inputs come from
+tools/costs/meter.py: per database command, the documents a query or a change feed returned (their BSON sizes) and
+how many shard key values its filter names, and per document a write changed, its stored size before and after and
+the index terms it deleted and inserted. The outputs are request units (RU) per operation, which
+benchmarks/costs.py turns into RU per heartbeat, per opened and closed event, per report change and per swept
+bottle, and the billing rules benchmarks/design_scale.py applies to them (the hourly peak, the storage floor, the
+physical partitions, the regions, the price).
 
 RULES is the model: one row per rule, each with the page it comes from and a worked example that
 tests/test_cost_model.py checks against the code. Where the documentation gives no figure, ASSUMPTIONS says what
@@ -507,7 +508,7 @@ def combine(parts: Iterable[tuple[UnitCost, float]], *, floor_at_zero: bool = Fa
     return UnitCost(base, queries)
 
 
-# --- the archive (issue 29): its blob storage, its transactions, and the request units of its sweep ---------------
+# --- the archive: its blob storage, its transactions, and the request units of its sweep --------------------------
 # A section of its own: the archive is billed by Azure Storage, not Cosmos DB, beside the one Cosmos DB cost it adds
 # (the sweep's reads of `bottle_actions`). docs/archive.md says how it is written; docs/costs.md shows this bill.
 

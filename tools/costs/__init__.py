@@ -1,0 +1,3 @@
+"""What a run costs on Cosmos DB: the documented request-unit and billing rules (`model`) and the meter that
+measures what a run reads and writes for them (`meter`). Shared by the Cosmos-faithful store
+(tools/cosmos_store/charges.py), the benchmarks and the tests, so it sits below all three."""
