@@ -37,7 +37,8 @@ from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
 from shared.instants import utc_now
-from shared.notifications.checks import CheckPartition, partitions, run_check
+from shared.notifications.checks.partitions import CheckPartition, partitions
+from shared.notifications.checks.run import run_check
 from shared.notifications.documents import KINDS
 from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.leases import FEEDS, Partition

@@ -11,7 +11,8 @@ import azure.functions as func
 
 from functions.bindings import QueueMessages
 from shared.instants import utc_now
-from shared.notifications.checks import CheckPartition, dispatch, run_check
+from shared.notifications.checks.partitions import CheckPartition, dispatch
+from shared.notifications.checks.run import run_check
 from shared.notifications.documents import Kind
 from shared.notifications.queue import get_sender
 from shared.observability import log_invocation
