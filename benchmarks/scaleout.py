@@ -206,7 +206,7 @@ def _sweeper(uri: str, work: Any, results: Any) -> None:
     db = client[DATABASE]
     results.put(READY)
     while (message := work.get()) is not None:
-        partition = CheckPartition.from_message(message)
+        partition = CheckPartition.from_message(json.loads(message))
         before = tally.count
         run = run_check(
             db,

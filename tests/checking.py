@@ -95,7 +95,7 @@ def sweep_all(
     dispatch(kind, settings=settings, send=messages.extend)
     done = Sweep()
     for message in messages:
-        partition = CheckPartition.from_message(message)
+        partition = CheckPartition.from_message(json.loads(message))
         done.runs.append(
             run_check(db, kind, partition=partition.buckets, now=now, settings=settings, send=send, **options)
         )

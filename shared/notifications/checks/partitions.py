@@ -3,9 +3,9 @@ queue-triggered run. A check's timer runs on one instance (timers never scale ou
 message per partition (`dispatch`), and the workers scale out over them (docs/checks.md, Partitioned sweeps)."""
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from shared.notifications.documents import KINDS, Kind
 from shared.settings import Settings
@@ -30,14 +30,10 @@ class CheckPartition:
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
-    def from_message(cls, body: str | bytes) -> "CheckPartition":
-        """The partition a work message names; ValueError for anything else (the invocation fails, so the host
-        retries the message and then moves it to the poison queue)."""
-        try:
-            message = json.loads(body)
-        except ValueError as error:
-            raise ValueError(f"a check's work message is JSON, not {body!r:.200}") from error
-        if not isinstance(message, dict) or set(message) != {"kind", "partition", "of"}:
+    def from_message(cls, message: Mapping[str, Any]) -> "CheckPartition":
+        """The partition a work message (decoded) names; ValueError for anything else (the invocation fails, so
+        the host retries the message and then moves it to the poison queue)."""
+        if set(message) != {"kind", "partition", "of"}:
             raise ValueError(f"not a check's work message: {message!r:.200}")
         kind, index, count = message["kind"], message["partition"], message["of"]
         if kind not in KINDS or type(index) is not int or type(count) is not int:
