@@ -51,7 +51,9 @@ from shared.heartbeat_document import (
     place,
     rewritten_ring,
 )
-from shared.notifications import checks, delivery
+from shared.notifications import delivery
+from shared.notifications.checks.partitions import partitions
+from shared.notifications.checks.run import run_check
 from shared.notifications.documents import KINDS, Episode, Kind, notification_document
 from shared.settings import Settings
 from shared.store import schema
@@ -188,7 +190,7 @@ def sweep(db: Database[Any], kind: Kind) -> int:
     after the other; in Azure side by side)."""
     sent: list[str] = []
     runs = [
-        checks.run_check(
+        run_check(
             db,
             kind,
             partition=partition.buckets,
@@ -197,7 +199,7 @@ def sweep(db: Database[Any], kind: Kind) -> int:
             send=sent.extend,
             sleep=_no_wait,  # as the function runs it: a late-dose run counts its batches to pace them
         )
-        for partition in checks.partitions(kind, SETTINGS)
+        for partition in partitions(kind, SETTINGS)
     ]
     return sum(run.notified for run in runs)
 

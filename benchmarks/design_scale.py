@@ -93,8 +93,9 @@ class Variant:
       earlier code: each query fans out over the partitions of its users) instead of one user (one shard key
       value) a query, as the app reads them (shared/reports/aggregation.py);
     - sweep_spread: the minutes a partition's late-dose sweep spreads its work over (None: the app's
-      CHECK_LATE_DOSES_SPREAD_MINUTES; 0: unpaced), when it fills a batch a minute (shared/notifications/checks.py
-      pace_of); an unpaced sweep's work takes about a minute (ASSUMED_RATES), the other checks' too;
+      CHECK_LATE_DOSES_SPREAD_MINUTES; 0: unpaced), when it fills a batch a minute
+      (shared/notifications/checks/pacing.py pace_of); an unpaced sweep's work takes about a minute
+      (ASSUMED_RATES), the other checks' too;
     - heartbeat_insert: each heartbeat inserted as its own document with a TTL (HEARTBEAT_INSERT_RU), the tally
       reading each of them instead of each bottle's ring once an hour; with `keep_last_heard` the heartbeat
       document is still updated at each heartbeat (the silent check needs the last time within its 60 minutes),

@@ -37,7 +37,8 @@ from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
 from shared.instants import utc_now
-from shared.notifications.checks import CheckPartition, partitions, run_check
+from shared.notifications.checks.partitions import CheckPartition, partitions
+from shared.notifications.checks.run import run_check
 from shared.notifications.documents import KINDS
 from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.leases import FEEDS, Partition
@@ -205,7 +206,7 @@ def _sweeper(uri: str, work: Any, results: Any) -> None:
     db = client[DATABASE]
     results.put(READY)
     while (message := work.get()) is not None:
-        partition = CheckPartition.from_message(message)
+        partition = CheckPartition.from_message(json.loads(message))
         before = tally.count
         run = run_check(
             db,

@@ -7,7 +7,7 @@ before they were partitioned.
 
 Each fleet is heartbeat documents as provisioning and heartbeats leave them (96 heartbeat times each, 1 % of the
 bottles silent), written straight into a fresh SecantusDB in a child process with the app's indexes; the query is
-the silent check's detect sweep, as shared/notifications/checks.py builds it, projected to `_id` (the sweep's
+the silent check's detect sweep, as shared/notifications/checks/rules.py builds it, projected to `_id` (the sweep's
 reads are not what is compared). SecantusDB bounds one range per query, so it serves the per-partition query by
 its leading `bucket` range and filters the partition's documents, and the per-bucket query exactly; MongoDB and
 Cosmos DB serve the per-partition query from the index (docs/checks.md, "One range query per partition").
@@ -24,7 +24,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from benchmarks.harness import print_table
-from shared.notifications.checks import CHECKS
+from shared.notifications.checks.rules import CHECKS
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BUCKET_FIELD, BUCKETS, BucketRange, bucket_of

@@ -10,11 +10,12 @@ import time
 import azure.functions as func
 
 from functions.bindings import QueueMessages
+from functions.invocations import Invocation, work_message
 from shared.instants import utc_now
-from shared.notifications.checks import CheckPartition, dispatch, run_check
+from shared.notifications.checks.partitions import CheckPartition, dispatch
+from shared.notifications.checks.run import run_check
 from shared.notifications.documents import Kind
 from shared.notifications.queue import get_sender
-from shared.observability import log_invocation
 from shared.settings import get_settings
 from shared.store.client import get_database
 
@@ -25,46 +26,39 @@ QUEUE = "%CHECKS_QUEUE%"
 CONNECTION = "AzureWebJobsStorage"
 
 
-def _dispatch(function: str, kind: Kind, timer: func.TimerRequest, work: func.Out[QueueMessages]) -> None:
+def _dispatch(invocation: Invocation, kind: Kind, work: func.Out[QueueMessages]) -> None:
     """A past-due run (the host was down or busy) is an ordinary run: the partitions' sweeps catch up."""
-    started = time.perf_counter()
     dispatched = dispatch(kind, settings=get_settings(), send=work.set)
-    log_invocation(
-        log,
-        function,
-        dispatched=len(dispatched),
-        past_due=timer.past_due,
-        duration_ms=round((time.perf_counter() - started) * 1000),
-    )
+    invocation.log(log, dispatched=len(dispatched))
 
 
 @bp.function_name("check_open_bottles")
 @bp.timer_trigger(arg_name="timer", schedule="%CHECK_OPEN_BOTTLES_SCHEDULE%", run_on_startup=False, use_monitor=True)
 @bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
 def check_open_bottles(timer: func.TimerRequest, work: func.Out[QueueMessages]) -> None:
-    _dispatch("check_open_bottles", "left_open", timer, work)
+    _dispatch(Invocation.of_timer("check_open_bottles", timer), "left_open", work)
 
 
 @bp.function_name("check_silent_bottles")
 @bp.timer_trigger(arg_name="timer", schedule="%CHECK_SILENT_BOTTLES_SCHEDULE%", run_on_startup=False, use_monitor=True)
 @bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
 def check_silent_bottles(timer: func.TimerRequest, work: func.Out[QueueMessages]) -> None:
-    _dispatch("check_silent_bottles", "silent", timer, work)
+    _dispatch(Invocation.of_timer("check_silent_bottles", timer), "silent", work)
 
 
 @bp.function_name("check_late_doses")
 @bp.timer_trigger(arg_name="timer", schedule="%CHECK_LATE_DOSES_SCHEDULE%", run_on_startup=False, use_monitor=True)
 @bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
 def check_late_doses(timer: func.TimerRequest, work: func.Out[QueueMessages]) -> None:
-    _dispatch("check_late_doses", "late_dose", timer, work)
+    _dispatch(Invocation.of_timer("check_late_doses", timer), "late_dose", work)
 
 
 @bp.function_name("run_check_partition")
 @bp.queue_trigger(arg_name="message", queue_name=QUEUE, connection=CONNECTION)
 def run_check_partition(message: func.QueueMessage) -> None:
     """A malformed message raises, so the host retries it and then moves it to the poison queue."""
-    started = time.perf_counter()
-    partition = CheckPartition.from_message(message.get_body())
+    invocation = Invocation.of_message("run_check_partition", message)
+    partition = CheckPartition.from_message(work_message(message))
     settings = get_settings()
     run = run_check(
         get_database(),
@@ -75,9 +69,8 @@ def run_check_partition(message: func.QueueMessage) -> None:
         send=get_sender(settings),
         sleep=time.sleep,  # a late-dose sweep waits for its paced batches (CHECK_LATE_DOSES_SPREAD_MINUTES)
     )
-    log_invocation(
+    invocation.log(
         log,
-        "run_check_partition",
         check=partition.kind,
         partition=partition.name,
         examined=run.examined,
@@ -88,6 +81,4 @@ def run_check_partition(message: func.QueueMessage) -> None:
         send_failed=run.send_failed,
         complete=run.complete,
         paced=run.paced,
-        dequeue_count=message.dequeue_count,
-        duration_ms=round((time.perf_counter() - started) * 1000),
     )

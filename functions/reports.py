@@ -2,17 +2,15 @@
 API, and a timer runs on one instance) and its workers (queue-triggered, so they scale out), and the read
 endpoint reporting consumers use."""
 
-import json
 import logging
-import time
 
 import azure.functions as func
 
 from functions.bindings import QueueMessages
+from functions.invocations import Invocation, work_message
 from functions.responses import handles_errors, json_response
 from shared.ids import check_id
 from shared.instants import utc_now
-from shared.observability import log_invocation
 from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.leases import Partition, retired
 from shared.reports.reading import parse_report_query, read_reports
@@ -30,33 +28,24 @@ CONNECTION = "AzureWebJobsStorage"
 @bp.timer_trigger(arg_name="timer", schedule="%REPORTS_SCHEDULE%", run_on_startup=False, use_monitor=True)
 @bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
 def aggregate_reports(timer: func.TimerRequest, work: func.Out[QueueMessages]) -> None:
-    started = time.perf_counter()
+    invocation = Invocation.of_timer("aggregate_reports", timer)
     run = dispatch(get_database(), now=utc_now(), settings=get_settings(), send=work.set)
-    log_invocation(
-        log,
-        "aggregate_reports",
-        partitions=run.partitions,
-        leases_created=run.leases_created,
-        dispatched=len(run.sent),
-        past_due=timer.past_due,
-        duration_ms=round((time.perf_counter() - started) * 1000),
-    )
+    invocation.log(log, partitions=run.partitions, leases_created=run.leases_created, dispatched=len(run.sent))
 
 
 @bp.function_name("aggregate_report_partition")
 @bp.queue_trigger(arg_name="message", queue_name=QUEUE, connection=CONNECTION)
 def aggregate_report_partition(message: func.QueueMessage) -> None:
     """A malformed message raises, so the host retries it and then moves it to the poison queue."""
-    started = time.perf_counter()
-    body = json.loads(message.get_body())
-    if isinstance(body, dict) and retired(body):
+    invocation = Invocation.of_message("aggregate_report_partition", message)
+    body = work_message(message)
+    if retired(body):
         log.info("aggregate_report_partition: dropped a work message of a retired feed or layout: %s", body)
         return
     partition = Partition.from_message(body)
     run = process_partition(get_database(), partition, now=utc_now(), settings=get_settings())
-    log_invocation(
+    invocation.log(
         log,
-        "aggregate_report_partition",
         partition=run.lease_id,
         claimed=run.claimed,
         pages=run.pages,
@@ -66,8 +55,6 @@ def aggregate_report_partition(message: func.QueueMessage) -> None:
         caught_up=run.caught_up,
         recovered=run.recovered,
         lost_lease=run.lost_lease,
-        dequeue_count=message.dequeue_count,
-        duration_ms=round((time.perf_counter() - started) * 1000),
     )
 
 

@@ -210,7 +210,7 @@ class Settings(BaseSettings):
     )
 
     # Notification checks: the dispatcher timers and the partition workers `run_check_partition`
-    # (shared/notifications/checks.py, functions/checks.py).
+    # (shared/notifications/checks/, functions/checks.py).
     check_open_bottles_schedule: str = Field(
         default="0 */1 * * * *", description="NCRONTAB schedule of check_open_bottles."
     )

@@ -12,7 +12,8 @@ from typing import Any
 
 from shared.instants import set_clock
 from shared.notifications import delivery
-from shared.notifications.checks import CheckPartition, CheckRun, dispatch, run_check
+from shared.notifications.checks.partitions import CheckPartition, dispatch
+from shared.notifications.checks.run import CheckRun, run_check
 from shared.notifications.delivery import SendFailed
 from shared.notifications.documents import Kind
 from shared.notifications.queue import use_sender
@@ -94,7 +95,7 @@ def sweep_all(
     dispatch(kind, settings=settings, send=messages.extend)
     done = Sweep()
     for message in messages:
-        partition = CheckPartition.from_message(message)
+        partition = CheckPartition.from_message(json.loads(message))
         done.runs.append(
             run_check(db, kind, partition=partition.buckets, now=now, settings=settings, send=send, **options)
         )

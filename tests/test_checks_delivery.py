@@ -15,8 +15,10 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from shared import metrics
-from shared.notifications import checks, delivery
+from shared.notifications import delivery
 from shared.notifications import documents as notifications
+from shared.notifications.checks.partitions import partitions
+from shared.notifications.checks.run import CheckRun, run_check
 from shared.notifications.documents import Episode
 from shared.settings import get_settings
 from shared.store import schema
@@ -53,7 +55,7 @@ def run(world: World, db=None, **kwargs) -> tuple[Sweep, list[str]]:
 
 def partition_of(bottle_id: str) -> int:
     [found] = [
-        p.buckets.index for p in checks.partitions("left_open", get_settings()) if p.buckets.holds(bucket_of(bottle_id))
+        p.buckets.index for p in partitions("left_open", get_settings()) if p.buckets.holds(bucket_of(bottle_id))
     ]
     return found
 
@@ -113,9 +115,7 @@ def test_sent_notifications_are_marked_in_batches_so_a_crash_resends_at_most_a_b
 
     everything = BucketRange(0, 1)  # one partition holding every bottle (CHECK_PARTITIONS=1)
     with pytest.raises(RuntimeError):
-        checks.run_check(
-            world.db, "left_open", partition=everything, now=world.now, settings=get_settings(), send=dying
-        )
+        run_check(world.db, "left_open", partition=everything, now=world.now, settings=get_settings(), send=dying)
 
     assert sorted(n["delivery"] for n in world.notifications("left_open")) == ["pending"] * 3 + ["queued"] * 2
 
@@ -183,7 +183,7 @@ def test_a_run_stops_at_its_time_budget_and_the_next_one_carries_on(world, monke
 
     def run_everything(**kwargs):
         settings = get_settings()
-        return checks.run_check(
+        return run_check(
             world.db, "left_open", partition=everything, now=world.now, settings=settings, send=world.queue, **kwargs
         )
 
@@ -264,9 +264,9 @@ class FakeTime:
         return self.now
 
 
-def peak_run(world: World, send, **kwargs) -> checks.CheckRun:
+def peak_run(world: World, send, **kwargs) -> CheckRun:
     everything = BucketRange(0, 1)  # one partition holding every notification
-    return checks.run_check(
+    return run_check(
         world.db, "left_open", partition=everything, now=world.now, settings=get_settings(), send=send, **kwargs
     )
 

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from shared.notifications import checks, documents
+from shared.notifications import documents
+from shared.notifications.checks.run import run_check
 from shared.notifications.documents import Episode, Kind
 from shared.settings import get_settings
 from shared.store.partitioning import BucketRange
@@ -217,7 +218,7 @@ def test_doses_uploaded_while_a_paced_sweep_waits_resolve_every_slot_it_notified
                     world.dose(bottle_id, at=due)
             fake.sleep(seconds)
 
-        paced = checks.run_check(
+        paced = run_check(
             db,
             "late_dose",
             partition=BucketRange(0, 1),

@@ -7,7 +7,7 @@ only, and the caregiver must not see the later one resolved."""
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.notifications import checks
+from shared.notifications.checks import run as check_run
 from tests import test_checks_late_doses as late_doses
 from tests.api import closed, opened
 from tests.checking import World
@@ -166,7 +166,7 @@ def test_a_dose_that_arrives_while_the_check_resolves_is_not_lost(world, monkeyp
     world.provision(schedule=THREE_OVERLAPPING)
     world.live("late_dose", until=S9 + m(90))
     world.dose(at=S8 + m(50))  # counted for 08:00 alone: 09:00 stays unresolved
-    apply = checks._apply
+    apply = check_run._apply
 
     def a_dose_lands_between_the_read_and_the_write(*args: Any, **kwargs: Any) -> None:
         if args[2].resolutions and not arrived:
@@ -176,7 +176,7 @@ def test_a_dose_that_arrives_while_the_check_resolves_is_not_lost(world, monkeyp
         apply(*args, **kwargs)
 
     arrived: list[bool] = []
-    monkeypatch.setattr(checks, "_apply", a_dose_lands_between_the_read_and_the_write)
+    monkeypatch.setattr(check_run, "_apply", a_dose_lands_between_the_read_and_the_write)
     raced = world.after(minutes=5).now
     world.check("late_dose")
     assert arrived

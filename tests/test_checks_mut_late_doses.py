@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.notifications.checks import CheckPartition
+from shared.notifications.checks.partitions import CheckPartition
 from shared.store import schema
 from shared.store.partitioning import BucketRange
 from tests.checking import World, sweep_all, work

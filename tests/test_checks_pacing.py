@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from shared.notifications import checks
+from shared.notifications.checks.partitions import CheckPartition
+from shared.notifications.checks.run import CheckRun, run_check
 from shared.notifications.documents import Kind
 from shared.settings import get_settings
 from shared.store import schema
@@ -44,12 +45,12 @@ def late(world: World, bottle_ids: list[str]) -> None:
     world.at(START + timedelta(minutes=90))
 
 
-def run(world: World, kind: Kind, fake: FakeTime, sent_at: list[float]) -> checks.CheckRun:
+def run(world: World, kind: Kind, fake: FakeTime, sent_at: list[float]) -> CheckRun:
     def send(message: str) -> None:
         world.queue(message)
         sent_at.append(fake())
 
-    return checks.run_check(
+    return run_check(
         world.db, kind, partition=WHOLE, now=world.now, settings=get_settings(), send=send, clock=fake, sleep=fake.sleep
     )
 
@@ -120,9 +121,7 @@ def test_without_a_sleep_a_run_is_unpaced_and_counts_nothing(world: World, monke
     counted: list[Any] = []
     monkeypatch.setattr(type(world.db[schema.BOTTLES]), "count_documents", lambda *a, **k: counted.append(a))
 
-    done = checks.run_check(
-        world.db, "late_dose", partition=WHOLE, now=world.now, settings=get_settings(), send=world.queue
-    )
+    done = run_check(world.db, "late_dose", partition=WHOLE, now=world.now, settings=get_settings(), send=world.queue)
 
     assert (done.paced, done.queued, counted) == (False, 6, [])
 
@@ -135,7 +134,7 @@ def test_the_partition_worker_paces_a_late_dose_sweep_and_logs_it(
     monkeypatch.setattr("functions.checks.time.sleep", slept.append)
 
     with caplog.at_level(logging.INFO):
-        work(checks.CheckPartition("late_dose", WHOLE).message())
+        work(CheckPartition("late_dose", WHOLE).message())
 
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invocation run_check_partition")]
     assert json.loads(line.split(" ", 2)[2])["paced"] is True

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from shared.notifications import checks
-from shared.notifications.checks import CheckPartition
+from shared.notifications.checks.partitions import CheckPartition, partitions
+from shared.notifications.checks.run import CheckRun, run_check
 from shared.notifications.documents import KINDS, Kind
 from shared.settings import get_settings
 from shared.store import schema
@@ -49,9 +49,7 @@ def in_trouble(world: World, *bottle_ids: str) -> None:
 
 
 def partition_of(bottle_id: str, count: int = 4) -> BucketRange:
-    [found] = [
-        p.buckets for p in checks.partitions("left_open", get_settings()) if p.buckets.holds(bucket_of(bottle_id))
-    ]
+    [found] = [p.buckets for p in partitions("left_open", get_settings()) if p.buckets.holds(bucket_of(bottle_id))]
     assert found.count == count
     return found
 
@@ -179,9 +177,9 @@ def test_each_partition_has_its_own_time_budget(world: World, monkeypatch: pytes
     in_trouble(world, "bottle-0", "bottle-1", "bottle-4", "bottle-2", "bottle-3")  # three in slow, two in quick
     ticks = iter(range(0, 1000, 2))  # every batch of the slow partition takes two "seconds"
 
-    def run(partition: BucketRange, **options: Any) -> checks.CheckRun:
+    def run(partition: BucketRange, **options: Any) -> CheckRun:
         settings = get_settings()
-        return checks.run_check(
+        return run_check(
             world.db, "left_open", partition=partition, now=world.now, settings=settings, send=world.queue, **options
         )
 
@@ -220,8 +218,8 @@ def test_partitions_side_by_side_each_swept_twice_at_once_notify_each_episode_on
             # Every partition's work message delivered twice, all eight runs at once on their own threads.
             at_once(
                 *[
-                    partial(checks.run_check, real_db, kind, partition=p.buckets, now=now, settings=settings, send=send)
-                    for p in checks.partitions(kind, settings) * 2
+                    partial(run_check, real_db, kind, partition=p.buckets, now=now, settings=settings, send=send)
+                    for p in partitions(kind, settings) * 2
                 ]
             )
 

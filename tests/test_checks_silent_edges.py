@@ -1,6 +1,6 @@
 """A silent bottle that comes back after a silence longer than the ring's gap (MAX_GAP_HOURS): its heartbeat
 takes ingestion's slow path, which rewrites the ring whole; the silent check must still see it, and resolve the
-notification (shared/ingestion/storing.py, shared/notifications/checks.py)."""
+notification (shared/ingestion/storing.py, shared/notifications/checks/rules.py)."""
 
 from collections.abc import Iterator
 from datetime import timedelta

@@ -21,7 +21,7 @@ from pymongo.errors import AutoReconnect, BulkWriteError, ExecutionTimeout, Oper
 from functions import device_events
 from shared import metrics
 from shared.instants import hour_of, set_clock, utc_now
-from shared.notifications import checks
+from shared.notifications.checks.run import CheckRun, run_check
 from shared.reports import change_feed
 from shared.reports.leases import HEARTBEAT_TALLY
 from shared.reports.tally import hours_due
@@ -195,8 +195,8 @@ def left_open(world: World, count: int) -> None:
     world.after(minutes=10)
 
 
-def run_left_open(world: World, partition: BucketRange, **kwargs: Any) -> checks.CheckRun:
-    return checks.run_check(
+def run_left_open(world: World, partition: BucketRange, **kwargs: Any) -> CheckRun:
+    return run_check(
         world.db,
         "left_open",
         partition=partition,

@@ -17,7 +17,8 @@ import pytest
 from azure.identity import ManagedIdentityCredential
 from azure.storage.queue import QueueClient
 
-from shared.notifications import checks, delivery, documents
+from shared.notifications import delivery, documents
+from shared.notifications.checks.run import run_check
 from shared.notifications.documents import Episode
 from shared.notifications.queue import get_sender, queue_client
 from shared.settings import Settings, get_settings
@@ -171,7 +172,7 @@ def test_a_peak_is_sent_side_by_side_through_the_app_s_client_each_notification_
     documents.record(world.db, episodes, world.now, RetryPolicy())
     sender = get_sender(get_settings())
 
-    run = checks.run_check(
+    run = run_check(
         world.db, "left_open", partition=BucketRange(0, 1), now=world.now, settings=get_settings(), send=sender
     )
 

@@ -3,6 +3,7 @@ and the roll-ups meet (shared/reports/tally.py). Each test drives the app's own 
 and actions consumer on one store with chosen server clocks."""
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -96,6 +97,24 @@ def test_a_work_message_of_a_retired_feed_still_queued_after_the_upgrade_is_drop
     assert mock_db[schema.LEASES].count_documents({}) == 0
     with pytest.raises(InvocationFailed, match="ValueError: not a report partition"):
         work(json.dumps({"feed": "bottles", "partition": 0, "of": 4, "cosmos": False}))
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("not json", "a work message is JSON, not b'not json'"),
+        ("[1, 2]", "a work message is a JSON object, not [1, 2]"),
+    ],
+)
+def test_a_report_work_message_that_is_not_a_json_object_fails_the_invocation_saying_so(
+    mock_db: Any, body: str, problem: str
+) -> None:
+    """The host retries it and then moves it to the poison queue; the failure its log shows names what was
+    wrong with the message (JSON that is no object failed with an AttributeError deep in the partition's parse)."""
+    with pytest.raises(InvocationFailed, match=re.escape(f"ValueError: {problem}")):
+        work(body)
+
+    assert mock_db[schema.LEASES].count_documents({}) == 0
 
 
 def user_in(low: int, high: int, prefix: str = "user") -> str:

@@ -73,7 +73,7 @@ def provision(
         **initial_fields(DosePlan(spec.schedule, spec.grace, now)),
         "key_hash": key_hash,
         KEY_VERSION_FIELD: 1,
-        # The checks sweep bottles one bucket range (partition) at a time (shared/notifications/checks.py).
+        # The checks sweep bottles one bucket range (partition) at a time (shared/notifications/checks/).
         BUCKET_FIELD: bucket_of(bottle_id),
     }
     created = with_retries(lambda: _insert_new(db, new_bottle), policy)
@@ -192,7 +192,7 @@ def _sync_heartbeat_document(
     collection = db[schema.BOTTLE_HEARTBEATS]
     update = {
         "$set": {"medication": spec.medication, BUCKET_FIELD: bucket_of(bottle_id)},
-        # silent_pending: the silent check has yet to look at this `alive_at` (shared/notifications/checks.py).
+        # silent_pending: the silent check has yet to look at this `alive_at` (shared/notifications/checks/rules.py).
         "$setOnInsert": {
             KEY: key_digest(key.key_hash),
             KEY_VERSION: key.version,

@@ -15,7 +15,6 @@ past its send deadline (the check run's budget, or one request deadline after th
 the budget up); the rest stays pending for the partition's next run."""
 
 import contextvars
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -27,8 +26,8 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.database import Database
 
-from shared.instants import format_instant
 from shared.notifications.documents import PENDING, QUEUED, Kind
+from shared.notifications.outside import queue_message
 from shared.store import schema
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, count_matched, with_retries
@@ -67,22 +66,6 @@ class Sending:
     concurrency: int
     request_policy: Callable[[], RetryPolicy]
     clock: Callable[[], float] = time.monotonic
-
-
-def queue_message(notification: Mapping[str, Any]) -> str:
-    """The queue message of a notification: JSON, `notification_id` being the key to deduplicate on."""
-    return json.dumps(
-        {
-            "notification_id": notification["_id"],
-            "user_id": notification["user_id"],
-            "bottle_id": notification["bottle_id"],
-            "medication": notification["medication"],
-            "kind": notification["kind"],
-            "episode_start": format_instant(notification["episode_start"]),
-            "created_at": format_instant(notification["created_at"]),
-        },
-        separators=(",", ":"),
-    )
 
 
 # The index delivery_pending's keys, all of them: Cosmos DB serves a sort only from an index it matches exactly.

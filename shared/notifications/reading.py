@@ -12,6 +12,7 @@ from pymongo.database import Database
 from shared.errors import BadRequest, Detail
 from shared.instants import format_instant, parse_instant
 from shared.notifications.documents import KINDS, Kind
+from shared.notifications.outside import notification_view
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries
@@ -103,17 +104,3 @@ def list_notifications(
     page = found[: query.limit]
     next_page = _encode_page(page[-1]["feed_key"]) if len(found) > query.limit else None
     return [notification_view(n) for n in page], next_page
-
-
-def notification_view(notification: Mapping[str, Any]) -> dict[str, Any]:
-    resolved = notification.get("resolved_at")
-    return {
-        "id": notification["_id"],
-        "user_id": notification["user_id"],
-        "bottle_id": notification["bottle_id"],
-        "medication": notification["medication"],
-        "kind": notification["kind"],
-        "episode_start": format_instant(notification["episode_start"]),
-        "created_at": format_instant(notification["created_at"]),
-        "resolved_at": format_instant(resolved) if resolved is not None else None,
-    }

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from shared.instants import set_clock
-from shared.notifications import checks
+from shared.notifications.checks.partitions import partitions
+from shared.notifications.checks.run import run_check
 from shared.notifications.documents import KINDS
 from shared.settings import get_settings
 from shared.store import schema
@@ -110,9 +111,9 @@ def sweep_commands(db: Any, counter: CommandCounter, healthy: int, now: datetime
         counts: dict[str, list[int]] = {}
         for kind in KINDS:
             counts[kind] = []
-            for partition in checks.partitions(kind, get_settings()):
+            for partition in partitions(kind, get_settings()):
                 counter.reset()
-                checks.run_check(
+                run_check(
                     db, kind, partition=partition.buckets, now=now, settings=get_settings(), send=lambda message: None
                 )
                 counts[kind].append(len(counter.commands))
@@ -133,7 +134,7 @@ def test_a_sweep_costs_the_same_commands_for_a_small_and_a_four_times_larger_fle
 
     assert small == large, (small, large)
     for kind, per_partition in large.items():
-        [trouble] = [i for i, p in enumerate(checks.partitions(kind, get_settings())) if p.buckets.holds(TROUBLE)]
+        [trouble] = [i for i, p in enumerate(partitions(kind, get_settings())) if p.buckets.holds(TROUBLE)]
         # Two range queries, the notification insert, the bottle's marker, the pending query and its mark;
         # the partitions without trouble: the range queries and the pending query.
         assert per_partition[trouble] <= 6, (kind, per_partition)

@@ -1,0 +1,341 @@
+"""The three checks' rules: for each, the collection and fields it reads, its detect and resolve sweeps (the
+selector of bottles in trouble, or whose notified trouble ended, and what a bottle found there leads to), and how
+it settles a marker write that a device request made miss. Nothing here reads or writes the store: `run.py` does.
+
+Every write a rule makes is guarded by the state it read, so a run racing ingestion or another run never undoes
+either. Why the selectors have this shape, and which fields each check reads and sets: docs/checks.md.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo import UpdateMany, UpdateOne
+
+from shared.doses.due_tracking import plan_of, review_update
+from shared.doses.schedules import DosePlan, Review
+from shared.notifications import documents as notifications
+from shared.notifications.documents import Episode, Kind
+from shared.settings import Settings
+from shared.store import schema
+
+# A late dose found this long after it went late (the checks were down) is recorded but not sent.
+PUSH_WITHIN = timedelta(hours=24)
+# Every stored instant is after this. As the lower bound of every sweep's range it keeps the index scan off the
+# null keys of bottles without that state (most of the fleet), on any engine, and turns "this marker is set"
+# into a range.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DETECT, RESOLVE = "detect", "resolve"
+
+Document = dict[str, Any]
+
+
+@dataclass
+class Writes:
+    """What one batch of bottles leads to, written as (at most) three bulk writes."""
+
+    episodes: list[Episode] = field(default_factory=list)
+    resolutions: list[UpdateOne | UpdateMany] = field(default_factory=list)
+    status: list[UpdateOne] = field(default_factory=list)
+
+
+Handler = Callable[[Document, Writes], None]
+# What a check does for a bottle whose episodes it recorded when the marker write may have missed: given the bottle
+# as read again and those episodes (the same bottle's, oldest first), the writes that make the notifications
+# resolved now or seen by the resolve sweep (run.py `_settle`).
+Settler = Callable[[Document, list[Episode], Writes], None]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    selector: Document
+    handle: Handler
+
+
+@dataclass(frozen=True)
+class Check:
+    kind: Kind
+    collection: str
+    projection: Document
+    sweeps: Callable[[datetime, Settings], list[Sweep]]
+    settler: Callable[[datetime, Settings], Settler]
+
+
+def detect_sweep(check: Check, now: datetime, settings: Settings) -> Sweep:
+    """The check's detect sweep at `now`."""
+    [detect] = [sweep for sweep in check.sweeps(now, settings) if sweep.name == DETECT]
+    return detect
+
+
+def _key(document: Document) -> Document:
+    return {"_id": document["_id"], "bottle_id": document["_id"]}
+
+
+def _episode(document: Document, kind: Kind, start: datetime, push: bool = True) -> Episode:
+    return Episode(document["_id"], document["user_id"], document["medication"], kind, start, push)
+
+
+# --- left open and silent: one episode at a time, held in one marker -----------------------------------------
+
+
+@dataclass(frozen=True)
+class OneMarker:
+    """A check whose bottle has at most one episode going on, which starts at `start_field` (left open:
+    `open_since`; silent: `alive_at`) and is notified once it lasted longer than `limit`; `marker` holds the
+    episode notified, `pending` says the check has yet to look at the bottle's latest state.
+
+    `current(document)`: the episode going on (None: none); `ended(document, start)`: the bottle shows the
+    episode that began at `start` over."""
+
+    kind: Kind
+    start_field: str
+    marker: str
+    pending: str
+    limit: Callable[[Settings], timedelta]
+    current: Callable[[Document], datetime | None]
+    ended: Callable[[Document, datetime], bool]
+
+    def sweeps(self, now: datetime, settings: Settings) -> list[Sweep]:
+        """Detect: the episodes going on longer than the limit and not yet marked; resolve: the bottles whose
+        marked episode may be over. Both handle a bottle alike: the notified episode that ended is resolved and
+        its marker goes; the one going on past the limit is recorded (once) and marked."""
+        cutoff = now - self.limit(settings)
+
+        def handle(document: Document, writes: Writes) -> None:
+            self._resolve_ended(document, writes, now)
+            self._record_current(document, writes, cutoff)
+
+        return [
+            Sweep(DETECT, {self.pending: True, self.start_field: {"$gte": EPOCH, "$lt": cutoff}}, handle),
+            Sweep(RESOLVE, {self.pending: True, self.marker: {"$gte": EPOCH}}, handle),
+        ]
+
+    def _resolve_ended(self, document: Document, writes: Writes, now: datetime) -> None:
+        notified = document.get(self.marker)
+        if notified is None or not self.ended(document, notified):
+            return
+        writes.resolutions.append(
+            notifications.resolve_episode(document["user_id"], document["_id"], self.kind, notified, now)
+        )
+        writes.status.append(UpdateOne({**_key(document), self.marker: notified}, {"$unset": {self.marker: ""}}))
+
+    def _record_current(self, document: Document, writes: Writes, cutoff: datetime) -> None:
+        episode, notified = self.current(document), document.get(self.marker)
+        if episode is None or not (episode < cutoff or episode == notified):
+            return
+        if episode != notified:
+            writes.episodes.append(_episode(document, self.kind, episode))
+        writes.status.append(
+            UpdateOne(
+                {**_key(document), self.start_field: episode, self.pending: True},
+                {"$set": {self.pending: False, self.marker: episode}},
+            )
+        )
+
+    def settler(self, now: datetime, settings: Settings) -> Settler:
+        """The latest episode recorded: already marked, nothing to do; over, resolved now (by the owner it was
+        recorded for); else marked, guarded by the marker as read (which only the checks write, so a device
+        request cannot make it miss), with `pending` set so the resolve sweep looks at it: an earlier episode's
+        marker found there is of an episode over (this one began after it), resolved too. An earlier episode
+        recorded for the bottle in the same batch (a cursor that met it twice) is over for the same reason."""
+
+        def settle(document: Document, recorded: list[Episode], writes: Writes) -> None:
+            *earlier, latest = recorded
+            over = [(e.user_id, e.start) for e in earlier if e.start != latest.start]  # (owner, episode start)
+            notified = document.get(self.marker)
+            if notified != latest.start and self.ended(document, latest.start):
+                over.append((latest.user_id, latest.start))
+            elif notified != latest.start:
+                if notified is not None:
+                    over.append((document["user_id"], notified))
+                writes.status.append(
+                    UpdateOne(
+                        {**_key(document), self.marker: notified},
+                        {"$set": {self.marker: latest.start, self.pending: True}},
+                    )
+                )
+            for user_id, start in over:
+                writes.resolutions.append(
+                    notifications.resolve_episode(user_id, document["_id"], self.kind, start, now)
+                )
+
+        return settle
+
+
+def _opened_at(bottle: Document) -> datetime | None:
+    """The bottle's left-open episode going on: when it was opened, if its last action is an opening."""
+    opened: datetime | None = bottle.get("open_since") if bottle.get("last_action") == "opened" else None
+    return opened
+
+
+def _over_if_not_open_since(bottle: Document, start: datetime) -> bool:
+    """A left-open episode is over once the bottle was closed, or opened again, since `start`."""
+    return bottle.get("last_action") != "opened" or bottle.get("open_since") != start
+
+
+def _last_heard(beats: Document) -> datetime:
+    """The bottle's silence going on (or to come): its last heartbeat."""
+    alive_at: datetime = beats["alive_at"]
+    return alive_at
+
+
+def _over_if_heard_since(beats: Document, start: datetime) -> bool:
+    """A silence is over once the bottle was heard from after `start` (its last heartbeat then)."""
+    return bool(beats["alive_at"] > start)
+
+
+LEFT_OPEN = OneMarker(
+    "left_open",
+    start_field="open_since",
+    marker="open_episode",
+    pending="open_pending",
+    limit=lambda settings: timedelta(minutes=settings.left_open_minutes),
+    current=_opened_at,
+    ended=_over_if_not_open_since,
+)
+SILENT = OneMarker(
+    "silent",
+    start_field="alive_at",
+    marker="silent_episode",
+    pending="silent_pending",
+    limit=lambda settings: timedelta(minutes=settings.silent_minutes),
+    current=_last_heard,
+    ended=_over_if_heard_since,
+)
+
+
+# --- late doses: a slot at a time, the marker holding the latest slot notified --------------------------------
+
+
+def _review(bottle: Document, plan: DosePlan, now: datetime, settings: Settings) -> Review:
+    """The bottle's due slot reviewed at `now` against the doses it holds (shared/doses/schedules.py)."""
+    doses = bottle.get("doses", [])
+    return plan.review(
+        bottle["dose_due"],
+        doses,
+        now,
+        since=bottle.get("dose_review_from"),
+        history_full=len(doses) >= settings.dose_history,
+    )
+
+
+def _reach(bottle: Document, now: datetime, settings: Settings) -> datetime | None:
+    """The latest slot whose late-dose notification the bottle's doses resolve (None: it has no dose). A late
+    slot's notification is resolved by a dose the schedule counts for that slot or a later one (the late dose, one
+    uploaded late that was in time), or by a dose taken after the slot's grace ran out (the next dose), never by a
+    dose counted for an earlier slot (docs/checks.md). That is every slot up to the later of the latest slot
+    counted for a dose and the last dose minus grace: on `times` a dose counted for a later slot is past the grace
+    of every earlier slot left unsatisfied (within it, it would have taken that slot), and a dose at exactly a
+    slot plus grace is within that slot's grace, so both bounds are inclusive."""
+    last_dose: datetime | None = bottle.get("last_dose_time")
+    if last_dose is None:
+        return None
+    plan = plan_of(bottle)
+    counted = _review(bottle, plan, now, settings).latest_counted
+    return last_dose - plan.grace if counted is None else max(counted, last_dose - plan.grace)
+
+
+def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
+    def detect(bottle: Document, writes: Writes) -> None:
+        plan = plan_of(bottle)
+        review = _review(bottle, plan, now, settings)
+        for slot in review.late:
+            writes.episodes.append(_episode(bottle, "late_dose", slot, push=now - (slot + plan.grace) <= PUSH_WITHIN))
+        writes.status.append(review_update(bottle, plan, review))
+
+    def resolve(bottle: Document, writes: Writes) -> None:
+        """Resolve the bottle's late-dose notifications up to the slot its doses reach (_reach); the marker goes
+        once that covers it."""
+        last_dose = bottle.get("last_dose_time")
+        notified = bottle["late_episode"]
+        # Guarded by the doses it read too: one uploaded late moves `dose_seq`, not always `last_dose_time`.
+        guard = {**_key(bottle), "last_dose_time": last_dose, "dose_seq": bottle.get("dose_seq")}
+        reach = _reach(bottle, now, settings)
+        if reach is None:
+            writes.status.append(UpdateOne(guard, {"$set": {"dose_pending": False}}))
+            return
+        writes.resolutions.append(
+            notifications.resolve_up_to(bottle["user_id"], bottle["_id"], "late_dose", reach, now)
+        )
+        if notified <= reach:
+            writes.status.append(
+                UpdateOne(
+                    {**guard, "late_episode": notified},
+                    {"$set": {"dose_pending": False}, "$unset": {"late_episode": ""}},
+                )
+            )
+        else:  # a later slot is still unresolved
+            writes.status.append(UpdateOne(guard, {"$set": {"dose_pending": False}}))
+
+    return [
+        Sweep(DETECT, {"dose_late_at": {"$gte": EPOCH, "$lte": now}}, detect),
+        Sweep(RESOLVE, {"dose_pending": True, "late_episode": {"$gte": EPOCH}}, resolve),
+    ]
+
+
+def _late_settler(now: datetime, settings: Settings) -> Settler:
+    """The late-dose check's settler. Its marker is the latest slot notified and not yet resolved (written with
+    `$max`) and its resolutions reach every slot up to one (_reach), so nothing needs a guard: the slots the
+    bottle's doses reach (as read again) are resolved now, and a later one recorded is marked with `$max` and
+    `dose_pending`, so the resolve sweep looks at it. Already marked (at or past the latest slot recorded):
+    nothing to do."""
+
+    def settle(bottle: Document, recorded: list[Episode], writes: Writes) -> None:
+        earliest, latest = recorded[0], recorded[-1]
+        notified = bottle.get("late_episode")
+        if notified is not None and notified >= latest.start:
+            return
+        reach = _reach(bottle, now, settings)
+        if reach is not None and reach >= earliest.start:
+            writes.resolutions.append(
+                notifications.resolve_up_to(earliest.user_id, bottle["_id"], "late_dose", reach, now)
+            )
+        if reach is None or reach < latest.start:
+            writes.status.append(
+                UpdateOne(_key(bottle), {"$max": {"late_episode": latest.start}, "$set": {"dose_pending": True}})
+            )
+
+    return settle
+
+
+_BOTTLE_FIELDS = ("user_id", "medication")
+CHECKS: dict[Kind, Check] = {
+    "left_open": Check(
+        "left_open",
+        schema.BOTTLES,
+        dict.fromkeys((*_BOTTLE_FIELDS, "last_action", "open_since", "open_pending", "open_episode"), 1),
+        LEFT_OPEN.sweeps,
+        LEFT_OPEN.settler,
+    ),
+    "silent": Check(
+        "silent",
+        schema.BOTTLE_HEARTBEATS,
+        dict.fromkeys((*_BOTTLE_FIELDS, "alive_at", "silent_pending", "silent_episode"), 1),
+        SILENT.sweeps,
+        SILENT.settler,
+    ),
+    "late_dose": Check(
+        "late_dose",
+        schema.BOTTLES,
+        dict.fromkeys(
+            (
+                *_BOTTLE_FIELDS,
+                "schedule",
+                "grace_minutes",
+                "provisioned_at",
+                "schedule_from",
+                "dose_due",
+                "dose_review_from",
+                "dose_seq",
+                "doses",
+                "last_dose_time",
+                "late_episode",
+            ),
+            1,
+        ),
+        _late_sweeps,
+        _late_settler,
+    ),
+}
