@@ -211,8 +211,7 @@ def test_the_design_scale_deployment_takes_the_functions_bills_memory_and_always
 def test_always_ready_http_instances_are_a_parameter_off_by_default() -> None:
     """Flex Consumption's always-ready instances bill a baseline all the time (benchmarks/deployment_bill.py
     RULES): none unless asked for, and then for the HTTP functions' group ('http')."""
-    site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
-    ready = site["properties"]["functionAppConfig"]["scaleAndConcurrency"]["alwaysReady"]["operator"]["operands"]
+    ready = site()["functionAppConfig"]["scaleAndConcurrency"]["alwaysReady"]["operator"]["operands"]
     assert ready["true_value"] == [{"name": "http", "instanceCount": "httpAlwaysReadyInstances"}]
     assert ready["false_value"] == []
     assert "httpAlwaysReadyInstances" in json.dumps(ready["condition"], default=str)
@@ -311,7 +310,7 @@ def test_alert_thresholds_are_parameters_with_sane_defaults_that_main_bicep_pass
     main = bicep.parse("main.bicep")
     passed = bicep.module("main.bicep", "alerts")["params"]
     assert set(passed) <= set(tree["parameters"])
-    for name in ("actionGroupId", "alertEmail", "reportLagMinutes", "pendingNotifications",
+    for name in ("actionGroupId", "alertEmail", "notifySubscriptionOwners", "reportLagMinutes", "pendingNotifications",
                  "checkBudgetPeriodsInARow", "unavailableResponsesPer5Minutes", "throttlesPer5Minutes",
                  "internalErrorsPer5Minutes", "http5xxPercent"):  # fmt: skip
         assert bicep.literal(main, passed[name]) == bicep.literal(tree, tree["parameters"][name]["default"]), name
@@ -328,14 +327,85 @@ def test_each_rule_is_a_log_alert_over_app_insights_that_notifies_the_action_gro
     for uses in ("query", "threshold", "measure", "aggregation", "comparison", "periods", "dimensions"):
         assert f'"operand_2": "{uses}"' in body, f"the alert rule loop no longer uses rule.{uses}"
     assert rule["properties"]["windowSize"] == "PT${rule.window}M"
-    email = bicep.resource("modules/alerts.bicep", "emailGroup")
-    assert email["type"] == "Microsoft.Insights/actionGroups"
-    assert "alertEmail" in json.dumps(email["config"]["condition"], default=str)
     assert bicep.parse("modules/alerts.bicep")["parameters"]["alertEmail"]["default"] == ""
     assert bicep.parse("modules/alerts.bicep")["parameters"]["actionGroupId"]["default"] == ""
 
 
+OWNER_ROLE = "8e3af657-a8ff-443c-a75c-2fe8c4bcb635"  # Owner, the built-in role
+
+
+def alert_notifications(passed: dict[str, Any]) -> tuple[list[Any], dict[str, Any] | None]:
+    """What the alert rules notify when infra/modules/alerts.bicep is deployed with these parameters: the action
+    groups every rule names, and the receivers of the action group the module creates (None: it creates none)."""
+    tree = bicep.parse("modules/alerts.bicep")
+    groups = bicep.evaluate(tree, bicep.variable("modules/alerts.bicep", "actionGroups"), passed)
+    if not bicep.deploys("modules/alerts.bicep", "actionGroup", passed):
+        return groups, None
+    params = bicep.module("modules/alerts.bicep", "actionGroup")["params"]
+    receivers = {kind: bicep.evaluate(tree, params[kind], passed) for kind in ("emailReceivers", "armRoleReceivers")}
+    return groups, receivers
+
+
+def test_with_the_defaults_the_alerts_email_the_subscription_owners() -> None:
+    """Before, with the defaults (no alertEmail, no alertActionGroupId) every rule's action groups were empty: an
+    alert fired in the portal and notified no one. Now an action group (the Azure Verified Module
+    avm/res/insights/action-group) emails the members of the subscription's Owner role, an Azure Resource Manager
+    role receiver ("Roles are Azure RBAC roles and only built-in roles are supported", ActionGroupData.ArmRoleReceivers,
+    https://learn.microsoft.com/dotnet/api/azure.resourcemanager.monitor.actiongroupdata.armrolereceivers; the
+    example of New-AzActionGroupArmRoleReceiverObject, https://learn.microsoft.com/powershell/module/az.monitor/
+    new-azactiongrouparmrolereceiverobject, is this role id). main.bicep passes its defaults on."""
+    groups, receivers = alert_notifications({})
+
+    assert len(groups) == 1  # the action group created here, named by every rule
+    assert receivers == {
+        "emailReceivers": [],
+        "armRoleReceivers": [{"name": "subscription-owners", "roleId": OWNER_ROLE, "useCommonAlertSchema": True}],
+    }
+    main = bicep.parse("main.bicep")["parameters"]
+    assert main["alertSubscriptionOwners"]["default"] is True
+    assert main["alertEmail"]["default"] == ""
+    passed = bicep.module("main.bicep", "alerts")["params"]
+    assert str(passed["notifySubscriptionOwners"]) == "alertSubscriptionOwners"
+    assert str(passed["alertEmail"]) == "alertEmail"
+
+
+def test_an_alert_email_is_notified_too_and_no_action_group_is_made_only_when_asked_for_none() -> None:
+    groups, receivers = alert_notifications({"alertEmail": "ops@example.com"})
+    assert receivers is not None
+    assert receivers["emailReceivers"] == [
+        {"name": "operator", "emailAddress": "ops@example.com", "useCommonAlertSchema": True}
+    ]
+    assert [r["roleId"] for r in receivers["armRoleReceivers"]] == [OWNER_ROLE]
+    assert len(groups) == 1
+
+    groups, receivers = alert_notifications({"alertEmail": "ops@example.com", "notifySubscriptionOwners": False})
+    assert receivers is not None
+    assert receivers["armRoleReceivers"] == []
+    assert len(groups) == 1
+
+    # Owners off, no email, an existing group: the rules notify that group only, and nothing is created.
+    existing = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Insights/actionGroups/oncall"
+    groups, receivers = alert_notifications({"notifySubscriptionOwners": False, "actionGroupId": existing})
+    assert receivers is None
+    assert groups == [existing]
+    # azd: ALERT_EMAIL sets alertEmail (infra/main.parameters.json).
+    given = json.loads((bicep.INFRA / "main.parameters.json").read_text())["parameters"]
+    assert given["alertEmail"] == {"value": "${ALERT_EMAIL=}"}
+
+
 # --- app settings -----------------------------------------------------------------------------------------
+
+
+def site() -> dict[str, Any]:
+    """The params infra/modules/functionapp.bicep passes to the site's Azure Verified Module (avm/res/web/site)."""
+    params: dict[str, Any] = bicep.module("modules/functionapp.bicep", "functionApp")["params"]
+    return params
+
+
+def vault() -> dict[str, Any]:
+    """The params infra/modules/keyvault.bicep passes to the vault's Azure Verified Module (avm/res/key-vault/vault)."""
+    params: dict[str, Any] = bicep.module("modules/keyvault.bicep", "vault")["params"]
+    return params
 
 
 def deployed_app_settings() -> dict[str, Any]:
@@ -377,13 +447,21 @@ def test_the_mongodb_connection_string_is_a_key_vault_reference_the_app_identity
     raw = bicep.variable("main.bicep", "appSettings")["MONGODB_CONNECTION_STRING"]
     assert raw == "@Microsoft.KeyVault(SecretUri=${keyVault.outputs.mongoSecretUri})"
     outputs = bicep.parse("modules/keyvault.bicep")["outputs"]
-    assert "secretUriWithVersion" in json.dumps(outputs["mongoSecretUri"], default=str)
-    secret = bicep.resource("modules/keyvault.bicep", "mongoSecret")["config"]
-    assert "listConnectionStrings" in json.dumps(secret["properties"]["value"], default=str)
+    assert "uriWithVersion" in json.dumps(outputs["mongoSecretUri"], default=str)  # the vault module's secrets[0]
+    [secret] = vault()["secrets"]
+    assert str(secret["name"]) == "secretName"
+    assert bicep.variable("modules/keyvault.bicep", "secretName") == "mongodb-connection-string"
+    assert "listConnectionStrings" in json.dumps(secret["value"], default=str)
     assert "entry => entry.description == connectionStringName" in code_of("modules/keyvault.bicep")
-    site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
-    assert site["properties"]["keyVaultReferenceIdentity"] == "identityId"
-    assert "4633458b-17de-408a-b874-0445c86b69e6" in bicep.text("modules/keyvault.bicep")  # Key Vault Secrets User
+    assert site()["keyVaultAccessIdentityResourceId"] == "identityId"  # the site's keyVaultReferenceIdentity
+    [reader] = vault()["roleAssignments"]
+    assert (str(reader["roleDefinitionIdOrName"]), str(reader["principalId"])) == (
+        "keyVaultSecretsUserRoleId",
+        "readerPrincipalId",
+    )
+    assert bicep.variable("modules/keyvault.bicep", "keyVaultSecretsUserRoleId") == (
+        "4633458b-17de-408a-b874-0445c86b69e6"  # Key Vault Secrets User
+    )
 
 
 def code_of(relative: str) -> str:
@@ -398,8 +476,7 @@ def test_the_secret_takes_the_connection_string_of_the_key_in_use_by_its_name_no
     list's order, which `connectionStrings[0]` relied on."""
     code = code_of("modules/keyvault.bicep")
     assert not re.search(r"connectionStrings\[\s*\w+\s*\]", code), "a connection string taken by its position"
-    secret = bicep.resource("modules/keyvault.bicep", "mongoSecret")["config"]
-    value = json.dumps(secret["properties"]["value"], default=str)
+    value = json.dumps(vault()["secrets"][0]["value"], default=str)
     assert '"type": "filter"' in value
     assert '"lambda_expression"' in value
     assert re.search(r"filter\(cosmos\.listConnectionStrings\(\)\.connectionStrings, entry => entry\.description == "
@@ -516,14 +593,16 @@ def test_azd_deploys_the_repo_to_the_function_app_the_bicep_tags() -> None:
     assert bicep.parse("main.bicep")["globals"]["scope"]["value"] == "resourceGroup"  # azd and az deployment group
 
 
-def test_the_function_app_runs_python_3_11_on_flex_consumption_with_identity_based_storage() -> None:
+def test_the_function_app_runs_python_3_13_on_flex_consumption_with_identity_based_storage() -> None:
     plan = bicep.module("main.bicep", "plan")["params"]["sku"]
     assert plan == {"name": "FC1", "tier": "FlexConsumption"}
-    site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
-    config = site["properties"]["functionAppConfig"]
+    config = site()["functionAppConfig"]
     assert config["runtime"] == {"name": "python", "version": "3.13"}
     assert config["deployment"]["storage"]["authentication"]["type"] == "UserAssignedIdentity"
-    assert site["identity"]["type"] == "UserAssigned"
+    identities = site()["managedIdentities"]
+    assert identities["systemAssigned"] is False
+    assert [str(item) for item in identities["userAssignedResourceIds"]] == ["identityId"]
+    assert site()["kind"] == "functionapp,linux"
     host, app = deployed_host_settings(), deployed_app_settings()
     assert host["AzureWebJobsStorage__credential"] == "managedidentity"
     assert "AzureWebJobsStorage" not in host | app  # no key-based connection string
@@ -559,6 +638,165 @@ def test_every_module_and_abbreviation_a_bicep_file_uses_exists(relative: str) -
         else:  # an Azure Verified Module, pinned to a version
             assert detail["path"].startswith("avm/res/"), f"{relative}: module {name}"
             assert re.fullmatch(r"\d+\.\d+\.\d+", detail["tag"]), f"{relative}: module {name} is not pinned"
+
+
+# --- the virtual network (vnetEnabled) ---------------------------------------------------------------------
+
+PRIVATE_ENDPOINTS = {  # module of main.bicep: (the service's module, its group ID, its private DNS zone)
+    "blobEndpoint": ("storage", "blob", "privatelink.blob.${environment().suffixes.storage}"),
+    "queueEndpoint": ("storage", "queue", "privatelink.queue.${environment().suffixes.storage}"),
+    "cosmosEndpoint": ("cosmos", "MongoDB", "privatelink.mongo.cosmos.azure.com"),
+    "keyVaultEndpoint": ("keyVault", "vault", "privatelink.vaultcore.azure.net"),
+}
+NETWORK_MODULES = ("vnet", *PRIVATE_ENDPOINTS)
+
+
+def main_param(module: str, name: str, scope: dict[str, Any]) -> Any:
+    """The value main.bicep passes to `name` of `module` in a deployment with these parameters."""
+    return bicep.evaluate(bicep.parse("main.bicep"), bicep.module("main.bicep", module)["params"][name], scope)
+
+
+def public_network_access(scope: dict[str, Any]) -> dict[str, Any]:
+    return {name: main_param(name, "publicNetworkAccess", scope) for name in ("storage", "cosmos", "keyVault")}
+
+
+def test_without_vnet_enabled_every_service_keeps_its_public_endpoint_and_no_network_is_made() -> None:
+    """vnetEnabled is the azd templates' switch (VNET_ENABLED; Azure-Samples/functions-quickstart-python-http-azd),
+    off unless asked for: no virtual network, no private endpoint, the app not integrated, and storage, Cosmos DB
+    and Key Vault reachable as before."""
+    main = bicep.parse("main.bicep")
+    assert main["parameters"]["vnetEnabled"] == {**main["parameters"]["vnetEnabled"], "type": "bool", "default": False}
+    given = json.loads((bicep.INFRA / "main.parameters.json").read_text())["parameters"]
+    assert given["vnetEnabled"] == {"value": "${VNET_ENABLED=false}"}
+    off: dict[str, Any] = {}
+    assert [name for name in NETWORK_MODULES if bicep.deploys("main.bicep", name, off)] == []
+    assert public_network_access(off) == {"storage": "Enabled", "cosmos": "Enabled", "keyVault": "Enabled"}
+    assert main_param("storage", "networkAcls", off) == {"defaultAction": "Allow", "bypass": "AzureServices"}
+    assert main_param("functionApp", "virtualNetworkSubnetId", off) == ""
+    module_defaults = {
+        ("modules/cosmos.bicep", "publicNetworkAccess"): "Enabled",
+        ("modules/keyvault.bicep", "publicNetworkAccess"): "Enabled",
+        ("modules/functionapp.bicep", "virtualNetworkSubnetId"): "",
+    }
+    for (relative, param), default in module_defaults.items():
+        assert bicep.parse(relative)["parameters"][param]["default"] == default, relative
+
+
+def test_with_vnet_enabled_storage_cosmos_and_key_vault_are_reached_through_private_endpoints_only() -> None:
+    """vnetEnabled: a virtual network with a subnet for private endpoints and one delegated to
+    Microsoft.App/environments (Flex Consumption's virtual network integration, as the templates' vnet.bicep); a
+    private endpoint with its private DNS zone ("Azure Private Endpoint private DNS zone values",
+    https://learn.microsoft.com/azure/private-link/private-endpoint-dns) for the storage account's blob and queue
+    services, the Cosmos DB account (MongoDB) and the vault; public network access disabled on all three (the
+    storage firewall denies, bypassing nothing); the app integrated with the subnet, starting once the endpoints
+    exist."""
+    on = {"vnetEnabled": True}
+    assert [name for name in NETWORK_MODULES if bicep.deploys("main.bicep", name, on)] == list(NETWORK_MODULES)
+    for name, (service, group, zone) in PRIVATE_ENDPOINTS.items():
+        params = bicep.module("main.bicep", name)["params"]
+        assert params["serviceResourceId"] == {
+            "operator": {"type": "property_accessor", "operands": {"operand_1": service, "operand_2": {
+                "operator": {"type": "property_accessor", "operands": {"operand_1": "outputs",
+                                                                       "operand_2": "resourceId"}}}}}
+        }, name  # fmt: skip
+        assert (params["groupId"], params["privateDnsZoneName"]) == (group, zone), name
+        assert "privateEndpointSubnetId" in json.dumps(params["subnetId"]), name
+    assert public_network_access(on) == {"storage": "Disabled", "cosmos": "Disabled", "keyVault": "Disabled"}
+    assert main_param("storage", "networkAcls", on) == {"defaultAction": "Deny", "bypass": "None"}
+    assert main_param("functionApp", "virtualNetworkSubnetId", on) is bicep.EXPRESSION  # the true branch:
+    subnet = bicep.module("main.bicep", "functionApp")["params"]["virtualNetworkSubnetId"]["operator"]["operands"]
+    assert '"operand_1": "vnet"' in json.dumps(subnet["true_value"])
+    assert "appSubnetId" in json.dumps(subnet)
+    depends = [str(item) for item in bicep.module("main.bicep", "functionApp")["dependsOn"]]
+    assert set(PRIVATE_ENDPOINTS) <= set(depends)
+    # ... and each module applies what it is given.
+    account = bicep.resource("modules/cosmos.bicep", "account")["config"]["properties"]
+    assert account["publicNetworkAccess"] == "publicNetworkAccess"
+    assert vault()["publicNetworkAccess"] == "publicNetworkAccess"
+    assert "virtualNetworkSubnetId" in json.dumps(site()["virtualNetworkSubnetResourceId"], default=str)
+    endpoint = bicep.module("modules/private-endpoint.bicep", "privateEndpoint")["params"]
+    [connection] = endpoint["privateLinkServiceConnections"]
+    assert connection["properties"] == {"privateLinkServiceId": "serviceResourceId", "groupIds": ["groupId"]}
+    assert str(endpoint["subnetResourceId"]) == "subnetId"
+    zone = bicep.module("modules/private-endpoint.bicep", "privateDnsZone")["params"]
+    assert str(zone["name"]) == "privateDnsZoneName"
+    assert str(zone["virtualNetworkLinks"][0]["virtualNetworkResourceId"]) == "virtualNetworkId"
+    subnets = bicep.module("modules/vnet.bicep", "virtualNetwork")["params"]["subnets"]
+    assert [subnet.get("delegation") for subnet in subnets] == [None, "Microsoft.App/environments"]
+
+
+AVM = json.loads((ROOT / "tests" / "avm_parameters.json").read_text())["modules"]
+
+
+@pytest.mark.parametrize("relative", BICEP_FILES)
+def test_every_verified_module_version_parameter_and_output_used_exists_in_the_registry(relative: str) -> None:
+    """Each Azure Verified Module is pinned to a version of Azure/bicep-registry-modules that its comment names (the
+    git tag avm/res/<module>/<version>), and takes only parameters that version's main.bicep declares and gives
+    only outputs it declares: tests/avm_parameters.json lists them, read from that repository at each tag. A
+    parameter a module does not declare fails the deployment; this fails here first."""
+    text = bicep.text(relative)
+    for name, used in bicep.registry_modules(relative).items():
+        key = f"{used['path']}:{used['tag']}"
+        assert key in AVM, f"{relative}: module {name} is {key}, which tests/avm_parameters.json does not list"
+        declaration = text.index(f"module {name} 'br/public:{key}'")
+        comment = text[text.rfind("\n\n", 0, declaration) : declaration]
+        assert AVM[key]["tag"] in comment, f"{relative}: module {name}: no comment names the tag {AVM[key]['tag']}"
+        unknown = set(used["params"]) - set(AVM[key]["parameters"])
+        assert not unknown, f"{relative}: module {name} ({key}) has no parameters {sorted(unknown)}"
+        outputs = set(re.findall(rf"\b{name}\.outputs\.(\w+)", text))
+        assert outputs <= set(AVM[key]["outputs"]), f"{relative}: module {name} ({key}) has no outputs {outputs}"
+    if relative == "main.bicep":  # modules whose outputs main.bicep reads through a local module's outputs
+        assert "functionApp.outputs.defaultHostName" in text
+
+
+def test_the_site_and_the_vault_are_the_verified_modules_the_azd_templates_use() -> None:
+    """The azd Python Flex Consumption templates (Azure-Samples/functions-quickstart-python-http-azd,
+    infra/app/api.bicep) deploy the site with `br/public:avm/res/web/site`; the vault is `avm/res/key-vault/vault`.
+    The site's app settings are exactly the ones given (retainCurrentAppSettings false: a setting removed from the
+    Bicep leaves the app), with no storage or Application Insights resource for the module to add key-based or
+    agent settings from; alwaysOn, the module's siteConfig default, is off (Flex Consumption has none). The vault
+    keeps what the hand-written one had, not the module's defaults (premium, purge protection, 90 days, open to
+    VM and template deployment and disk encryption)."""
+    assert {(m["path"], m["tag"]) for m in bicep.registry_modules("modules/functionapp.bicep").values()} == {
+        ("avm/res/web/site", "0.24.0")
+    }
+    [settings] = site()["configs"]
+    assert settings["name"] == "appsettings"
+    assert settings["retainCurrentAppSettings"] is False
+    assert not {"storageAccountResourceId", "applicationInsightResourceId"} & set(settings)
+    assert json.dumps(settings["properties"], default=str) == json.dumps(
+        {"function": {"type": "union", "parameters": {"arg_1": "hostSettings", "arg_2": "appSettings"}}}
+    )
+    assert site()["siteConfig"] == {"alwaysOn": False, "minTlsVersion": "1.2"}
+    assert site()["httpsOnly"] is True
+    assert {(m["path"], m["tag"]) for m in bicep.registry_modules("modules/keyvault.bicep").values()} == {
+        ("avm/res/key-vault/vault", "0.14.0")
+    }
+    kept = {
+        "sku": "standard",
+        "enableRbacAuthorization": True,
+        "enableSoftDelete": True,
+        "softDeleteRetentionInDays": 7,
+        "enablePurgeProtection": False,
+        "enableVaultForDeployment": False,
+        "enableVaultForTemplateDeployment": False,
+        "enableVaultForDiskEncryption": False,
+    }
+    assert {name: vault()[name] for name in kept} == kept
+    # The reader's role assignment keeps the name it had before the module, so a redeployment updates it.
+    [reader] = vault()["roleAssignments"]
+    assert "guid(vaultResourceId, readerPrincipalId, keyVaultSecretsUserRoleId)" in bicep.text("modules/keyvault.bicep")
+    assert "name" in reader
+
+
+def test_cosmos_db_stays_hand_written_because_the_verified_module_cannot_deploy_autoscale_collections() -> None:
+    """avm/res/document-db/database-account (newest tag 0.20.1) gives a MongoDB collection only standard
+    `throughput` (default 400) and a database shared throughput it cannot take after creation: the per-collection
+    autoscale choice (docs/costs.md) cannot be kept with it. The Bicep says why, and docs/operations.md too."""
+    assert bicep.registry_modules("modules/cosmos.bicep") == {}
+    assert "avm/res/document-db/database-account/0.20.1" in bicep.text("modules/cosmos.bicep")
+    deploys = section_of((ROOT / "docs" / "operations.md").read_text(), "## What `infra/` deploys")
+    assert "avm/res/document-db/database-account" in deploys
 
 
 def test_the_package_leaves_out_tests_tools_and_local_secrets_and_keeps_the_app() -> None:
