@@ -8,9 +8,12 @@ import ast
 import fnmatch
 import importlib.metadata
 import json
+import os
 import re
+import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import mongomock
@@ -624,6 +627,117 @@ def test_the_app_identity_holds_the_roles_its_storage_queue_and_telemetry_need()
         "3913510d-42f4-4e42-8a64-420c390055eb",  # Monitoring Metrics Publisher: Entra ID telemetry
     ):
         assert role in rbac
+
+
+HOOK = bicep.INFRA / "hooks" / "check-indexes.sh"
+
+
+def run_hook_in_pipeline(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """infra/hooks/check-indexes.sh as azd runs it on a fresh pipeline runner, from a project folder whose `./dev`
+    records how it was called, with an `az` that lists the account tagged azd-env-name=prod in rg (and no other)
+    and answers its connection strings by name."""
+    project, tools = tmp_path / "project", tmp_path / "bin"
+    project.mkdir()
+    tools.mkdir()
+    (project / "dev").write_text(f'#!/bin/sh\necho "$* uri=$MONGODB_CONNECTION_STRING" > {tmp_path}/dev.called\n')
+    (tools / "az").write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        '  *"cosmosdb list --resource-group rg"*"azd-env-name\\"==\'prod\'"*) echo cosmon-found ;;\n'
+        '  *"keys list --resource-group rg --name cosmon-found"*"\'Primary MongoDB Connection String\'"*)'
+        " echo mongodb://primary ;;\n"
+        "esac\n"
+    )
+    for script in (project / "dev", tools / "az"):
+        script.chmod(0o755)
+    return subprocess.run(
+        ["sh", str(HOOK)],
+        cwd=project,
+        env={"PATH": f"{tools}:{os.environ['PATH']}", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_index_check_runs_in_the_pipeline_too_finding_the_account_by_its_environment_tag(tmp_path: Path) -> None:
+    """A pipeline runner's azd environment is new: it has no outputs of a last provision, so the hook used to find
+    no account and skip the check on every pipeline provision. It now finds the environment's account in the
+    resource group by its azd-env-name tag (every resource carries it: main.bicep `tags`)."""
+    run = run_hook_in_pipeline(tmp_path, {"AZURE_RESOURCE_GROUP": "rg", "AZURE_ENV_NAME": "prod"})
+
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "dev.called").read_text() == "setup-store --check-deploy uri=mongodb://primary\n"
+    assert "azd-env-name" in json.dumps(bicep.variable("main.bicep", "tags"))
+
+
+def test_the_index_check_says_it_did_not_run_when_the_account_is_inside_a_virtual_network(tmp_path: Path) -> None:
+    """With VNET_ENABLED the account refuses connections from outside its network: the hook cannot check, and says
+    so on stderr rather than fail every provision or pass silently."""
+    env = {"AZURE_RESOURCE_GROUP": "rg", "AZURE_ENV_NAME": "prod", "VNET_ENABLED": "true"}
+
+    run = run_hook_in_pipeline(tmp_path, env)
+
+    assert run.returncode == 0
+    assert not (tmp_path / "dev.called").exists()
+    assert "the index check did NOT run" in run.stderr
+    assert "cosmon-found" in run.stderr
+
+
+WORKFLOW = ROOT / ".github" / "workflows" / "azure-dev.yml"
+
+
+def workflow() -> dict[str, Any]:
+    loaded: dict[Any, Any] = yaml.safe_load(WORKFLOW.read_text())
+    return {("on" if key is True else str(key)): value for key, value in loaded.items()}  # YAML 1.1: `on` is true
+
+
+def step_runs(job: dict[str, Any]) -> list[str]:
+    return [" ".join(str(step.get("run", "")).split()) for step in job["steps"]]
+
+
+def test_azd_pipeline_config_finds_a_workflow_that_runs_ci_then_provisions_and_deploys() -> None:
+    """`azd pipeline config` sets up .github/workflows/azure-dev.yml (the path of the azd templates' workflow) with
+    federated credentials and repository variables ("Advanced pipeline features": AZURE_CLIENT_ID, AZURE_TENANT_ID,
+    AZURE_SUBSCRIPTION_ID, AZURE_ENV_NAME, AZURE_LOCATION as `vars`, and azure.yaml's `pipeline.variables`,
+    https://learn.microsoft.com/azure/developer/azure-developer-cli/pipeline-advanced-features). On a push to main
+    it runs the project's CI (`bash .ci/run`) and, only once that passes, `azd provision` and `azd deploy`, logged
+    in with OpenID Connect (id-token: write; `azd auth login --federated-credential-provider github`): no client
+    secret anywhere."""
+    flow = workflow()
+    assert flow["on"]["push"]["branches"] == ["main"]
+    assert flow["permissions"] == {"id-token": "write", "contents": "read"}
+    test, deploy = flow["jobs"]["test"], flow["jobs"]["deploy"]
+    assert "bash .ci/run" in step_runs(test)
+    assert deploy["needs"] == "test"
+    runs = step_runs(deploy)
+    login = next(run for run in runs if run.startswith("azd auth login"))
+    assert '--federated-credential-provider "github"' in login
+    assert '--client-id "$AZURE_CLIENT_ID"' in login
+    assert '--tenant-id "$AZURE_TENANT_ID"' in login
+    assert runs.index(login) < runs.index("azd provision --no-prompt") < runs.index("azd deploy --no-prompt")
+    # The preprovision hook reads the account's keys with az: az is logged in with the same federated identity.
+    [az_login] = [step for step in deploy["steps"] if str(step.get("uses", "")).startswith("azure/login@")]
+    assert set(az_login["with"]) == {"client-id", "tenant-id", "subscription-id"}
+    env = deploy["env"]
+    for name in ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_SUBSCRIPTION_ID", "AZURE_ENV_NAME", "AZURE_LOCATION"):
+        assert env[name] == f"${{{{ vars.{name} }}}}", name
+    assert "client-secret" not in WORKFLOW.read_text()
+    assert re.findall(r"secrets\.(\w+)", WORKFLOW.read_text()) == ["AZD_INITIAL_ENVIRONMENT_CONFIG"]
+
+
+def test_every_variable_the_parameters_file_reads_reaches_the_pipeline() -> None:
+    """Each `${VAR}` of infra/main.parameters.json is an azd variable `azd pipeline config` copies to the
+    repository (azure.yaml `pipeline.variables`, or one azd sets itself) and the deploy job passes to azd."""
+    read = set(re.findall(r"\$\{(\w+)", (bicep.INFRA / "main.parameters.json").read_text()))
+    assert {"VNET_ENABLED", "ALERT_EMAIL", "COSMOS_KEY_IN_USE"} <= read
+    azd_own = {"AZURE_ENV_NAME", "AZURE_LOCATION"}
+    variables = yaml.safe_load((ROOT / "azure.yaml").read_text())["pipeline"]["variables"]
+    assert read - azd_own <= set(variables)
+    env = workflow()["jobs"]["deploy"]["env"]
+    for name in read | {"AZURE_RESOURCE_GROUP"}:
+        assert env[name] == f"${{{{ vars.{name} }}}}", name
 
 
 @pytest.mark.parametrize("relative", BICEP_FILES)
