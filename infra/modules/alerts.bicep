@@ -65,8 +65,8 @@ var emailReceivers = empty(alertEmail) ? [] : [
 // An Azure Resource Manager role receiver emails the members of a built-in role ("Roles are Azure RBAC roles and
 // only built-in roles are supported": ActionGroupData.ArmRoleReceivers, https://learn.microsoft.com/dotnet/api/
 // azure.resourcemanager.monitor.actiongroupdata.armrolereceivers; New-AzActionGroupArmRoleReceiverObject's example
-// is this Owner role id). With the defaults the alerts reach the subscription's Owners, whom the deployment
-// needs anyway (docs/operations.md: Prerequisites), with no address to configure.
+// is this Owner role id). With the defaults the alerts reach the subscription's Owners with no address to
+// configure (docs/operations.md: Metrics and alerts).
 var armRoleReceivers = notifySubscriptionOwners ? [
   {
     name: 'subscription-owners'
