@@ -859,8 +859,14 @@ def test_every_verified_module_version_parameter_and_output_used_exists_in_the_r
         assert not unknown, f"{relative}: module {name} ({key}) has no parameters {sorted(unknown)}"
         outputs = set(re.findall(rf"\b{name}\.outputs\.(\w+)", text))
         assert outputs <= set(AVM[key]["outputs"]), f"{relative}: module {name} ({key}) has no outputs {outputs}"
-    if relative == "main.bicep":  # modules whose outputs main.bicep reads through a local module's outputs
-        assert "functionApp.outputs.defaultHostName" in text
+    folder = (bicep.INFRA / relative).parent
+    for name, declared in bicep.parse(relative).get("modules", {}).items():
+        if declared["type"] == "local":  # and a local module's outputs are ones it declares
+            declares = bicep.parse(str((folder / declared["detail"]["path"]).relative_to(bicep.INFRA))).get(
+                "outputs", {}
+            )
+            outputs = set(re.findall(rf"\b{name}\.outputs\.(\w+)", text))
+            assert outputs <= set(declares), f"{relative}: module {name} has no outputs {outputs - set(declares)}"
 
 
 def test_the_site_and_the_vault_are_the_verified_modules_the_azd_templates_use() -> None:
