@@ -17,6 +17,9 @@ param environmentName string
 })
 param location string = resourceGroup().location
 
+@description('Put storage, Cosmos DB and Key Vault behind private endpoints in a virtual network the Function App integrates with, their public network access disabled (azd: VNET_ENABLED, as in the azd Flex Consumption templates). Off: every service keeps its public endpoint (docs/operations.md: Virtual network).')
+param vnetEnabled bool = false
+
 @description('Database the app uses (MONGODB_DATABASE).')
 param databaseName string = 'pillbottle'
 
@@ -108,8 +111,11 @@ param logDailyQuotaGb int = -1
 @description('App settings to set or override on top of the ones below, e.g. { STORE_MAX_RETRIES: \'5\' }.')
 param appSettingOverrides object = {}
 
-@description('Email address the alerts notify (through an action group created for it); empty: none (docs/operations.md: Metrics and alerts).')
+@description('Email address the alerts notify too (azd: ALERT_EMAIL); empty: none (docs/operations.md: Metrics and alerts).')
 param alertEmail string = ''
+
+@description('Email the subscription\'s Owners (an Azure Resource Manager role receiver of the action group) when an alert fires, so that alerts notify someone with no email given.')
+param alertSubscriptionOwners bool = true
 
 @description('Resource ID of an existing action group the alerts notify too; empty: none.')
 param alertActionGroupId string = ''
@@ -202,7 +208,11 @@ var appSettings = {
   ARCHIVE_DIR: ''
 }
 
+// Azure Verified Modules are pinned to versions of Azure/bicep-registry-modules; each comment names the tag
+// (avm/res/<module>/<version>) whose main.bicep declares every parameter passed, as tests/avm_parameters.json lists.
+
 // The identity the app uses for storage, the deployment package, Key Vault and telemetry.
+// Tag avm/res/managed-identity/user-assigned-identity/0.4.1 (the azd templates' version).
 module identity 'br/public:avm/res/managed-identity/user-assigned-identity:0.4.1' = {
   name: 'identity'
   params: {
@@ -212,6 +222,7 @@ module identity 'br/public:avm/res/managed-identity/user-assigned-identity:0.4.1
   }
 }
 
+// Tag avm/res/operational-insights/workspace/0.11.1.
 module logAnalytics 'br/public:avm/res/operational-insights/workspace:0.11.1' = {
   name: 'logAnalytics'
   params: {
@@ -223,6 +234,7 @@ module logAnalytics 'br/public:avm/res/operational-insights/workspace:0.11.1' = 
   }
 }
 
+// Tag avm/res/insights/component/0.6.0.
 module applicationInsights 'br/public:avm/res/insights/component:0.6.0' = {
   name: 'applicationInsights'
   params: {
@@ -236,7 +248,7 @@ module applicationInsights 'br/public:avm/res/insights/component:0.6.0' = {
 
 // The host's storage (identity-based AzureWebJobsStorage: no keys), the deployment package container, the
 // notifications queue (which the checks send to with the SDK; it is created here, not by the app) and the work
-// queues of the report and check partition workers.
+// queues of the report and check partition workers. Tag avm/res/storage/storage-account/0.8.3 (the templates').
 module storage 'br/public:avm/res/storage/storage-account:0.8.3' = {
   name: 'storage'
   params: {
@@ -247,8 +259,12 @@ module storage 'br/public:avm/res/storage/storage-account:0.8.3' = {
     allowBlobPublicAccess: false
     allowSharedKeyAccess: false
     dnsEndpointType: 'Standard'
-    publicNetworkAccess: 'Enabled'
-    networkAcls: {
+    // vnetEnabled: reached through its blob and queue private endpoints only, as in the azd templates.
+    publicNetworkAccess: vnetEnabled ? 'Disabled' : 'Enabled'
+    networkAcls: vnetEnabled ? {
+      defaultAction: 'Deny'
+      bypass: 'None'
+    } : {
       defaultAction: 'Allow'
       bypass: 'AzureServices'
     }
@@ -268,6 +284,7 @@ module storage 'br/public:avm/res/storage/storage-account:0.8.3' = {
   }
 }
 
+// Tag avm/res/web/serverfarm/0.1.1 (the azd templates' version).
 module plan 'br/public:avm/res/web/serverfarm:0.1.1' = {
   name: 'plan'
   params: {
@@ -297,6 +314,7 @@ module cosmos 'modules/cosmos.bicep' = {
     hourlyReportsRetentionDays: hourlyReportsRetentionDays
     notificationsRetentionDays: notificationsRetentionDays
     dailyReportsRetentionDays: dailyReportsRetentionDays
+    publicNetworkAccess: vnetEnabled ? 'Disabled' : 'Enabled'
   }
 }
 
@@ -309,6 +327,75 @@ module keyVault 'modules/keyvault.bicep' = {
     cosmosAccountName: cosmos.outputs.name
     cosmosKeyInUse: cosmosKeyInUse
     readerPrincipalId: identity.outputs.principalId
+    publicNetworkAccess: vnetEnabled ? 'Disabled' : 'Enabled'
+  }
+}
+
+// vnetEnabled: the network, and a private endpoint (with its private DNS zone) for each service the app calls
+// (docs/operations.md: Virtual network). The host's storage needs blob (its locks, the deployment package, the
+// archive) and queue (the work and notification queues); Application Insights stays public, as in the templates.
+module vnet 'modules/vnet.bicep' = if (vnetEnabled) {
+  name: 'vnet'
+  params: {
+    name: '${abbrs.networkVirtualNetworks}${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module blobEndpoint 'modules/private-endpoint.bicep' = if (vnetEnabled) {
+  name: 'blobEndpoint'
+  params: {
+    name: '${abbrs.networkPrivateEndpoints}blob-${resourceToken}'
+    location: location
+    tags: tags
+    serviceResourceId: storage.outputs.resourceId
+    groupId: 'blob'
+    privateDnsZoneName: 'privatelink.blob.${environment().suffixes.storage}'
+    virtualNetworkId: vnetEnabled ? vnet.outputs.resourceId : ''
+    subnetId: vnetEnabled ? vnet.outputs.privateEndpointSubnetId : ''
+  }
+}
+
+module queueEndpoint 'modules/private-endpoint.bicep' = if (vnetEnabled) {
+  name: 'queueEndpoint'
+  params: {
+    name: '${abbrs.networkPrivateEndpoints}queue-${resourceToken}'
+    location: location
+    tags: tags
+    serviceResourceId: storage.outputs.resourceId
+    groupId: 'queue'
+    privateDnsZoneName: 'privatelink.queue.${environment().suffixes.storage}'
+    virtualNetworkId: vnetEnabled ? vnet.outputs.resourceId : ''
+    subnetId: vnetEnabled ? vnet.outputs.privateEndpointSubnetId : ''
+  }
+}
+
+module cosmosEndpoint 'modules/private-endpoint.bicep' = if (vnetEnabled) {
+  name: 'cosmosEndpoint'
+  params: {
+    name: '${abbrs.networkPrivateEndpoints}cosmos-${resourceToken}'
+    location: location
+    tags: tags
+    serviceResourceId: cosmos.outputs.resourceId
+    groupId: 'MongoDB'
+    privateDnsZoneName: 'privatelink.mongo.cosmos.azure.com'
+    virtualNetworkId: vnetEnabled ? vnet.outputs.resourceId : ''
+    subnetId: vnetEnabled ? vnet.outputs.privateEndpointSubnetId : ''
+  }
+}
+
+module keyVaultEndpoint 'modules/private-endpoint.bicep' = if (vnetEnabled) {
+  name: 'keyVaultEndpoint'
+  params: {
+    name: '${abbrs.networkPrivateEndpoints}kv-${resourceToken}'
+    location: location
+    tags: tags
+    serviceResourceId: keyVault.outputs.resourceId
+    groupId: 'vault'
+    privateDnsZoneName: 'privatelink.vaultcore.azure.net'
+    virtualNetworkId: vnetEnabled ? vnet.outputs.resourceId : ''
+    subnetId: vnetEnabled ? vnet.outputs.privateEndpointSubnetId : ''
   }
 }
 
@@ -345,6 +432,7 @@ module alerts 'modules/alerts.bicep' = {
     applicationInsightsName: applicationInsights.outputs.name
     actionGroupId: alertActionGroupId
     alertEmail: alertEmail
+    notifySubscriptionOwners: alertSubscriptionOwners
     reportLagMinutes: alertReportLagMinutes
     pendingNotifications: alertPendingNotifications
     checkBudgetPeriodsInARow: alertCheckBudgetPeriodsInARow
@@ -371,11 +459,17 @@ module functionApp 'modules/functionapp.bicep' = {
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     httpAlwaysReadyInstances: httpAlwaysReadyInstances
+    virtualNetworkSubnetId: vnetEnabled ? vnet.outputs.appSubnetId : ''
   }
-  // Start the app only once its identity may read its storage, queue and secret, and write its archive.
+  // Start the app only once its identity may read its storage, queue and secret, and write its archive, and (with
+  // vnetEnabled) once it can reach them through their private endpoints.
   dependsOn: [
     rbac
     archive
+    blobEndpoint
+    queueEndpoint
+    cosmosEndpoint
+    keyVaultEndpoint
   ]
 }
 

@@ -58,35 +58,52 @@ def literal(tree: Tree, value: Any) -> Any:
 
 def evaluate(tree: Tree, value: Any, scope: dict[str, Any]) -> Any:
     """`value` computed for one deployment: `scope` gives the loop item and any parameter values passed (others
-    take their defaults); conditionals, `empty`, `contains`, `min`, `c.x` and `x[y]` are evaluated, literals and
-    objects as `literal` reads them. Anything else is EXPRESSION."""
+    take their defaults); a var is computed the same way; conditionals, `!`, `||`, `&&`, `empty`, `contains`,
+    `min`, `concat`, `c.x` and `x[y]` are evaluated, literals and objects as `literal` reads them. Anything else
+    (a module's output, a resource's property) is EXPRESSION."""
     if isinstance(value, BicepElement) and str(value) in scope:
         return scope[str(value)]
+    if isinstance(value, BicepElement) and str(value) in tree.get("variables", {}):
+        return evaluate(tree, tree["variables"][str(value)]["value"], scope)
     if isinstance(value, dict) and "operator" in value and isinstance(value["operator"], dict):
-        kind, operands = value["operator"]["type"], value["operator"]["operands"]
-        if kind == "conditional":
-            branch = "true_value" if evaluate(tree, operands["condition"], scope) else "false_value"
-            return evaluate(tree, operands[branch], scope)
-        if kind in ("property_accessor", "index_accessor"):
-            container = evaluate(tree, operands["operand_1"], scope)
-            key = operands["operand_2"] if kind == "property_accessor" else evaluate(tree, operands["operand_2"], scope)
-            return container[str(key)] if isinstance(container, dict) else EXPRESSION
-        return literal(tree, value)
+        return _operator(tree, value, scope)
     if isinstance(value, dict) and "function" in value and isinstance(value["function"], dict):
-        kind, arguments = value["function"]["type"], value["function"]["parameters"]
-        values = [evaluate(tree, argument, scope) for argument in arguments.values()]
-        if kind == "empty":
-            return not values[0]
-        if kind == "contains":
-            return values[1] in values[0]
-        if kind == "min":
-            return min(values)
-        return EXPRESSION
+        return _function(tree, value["function"]["type"], value["function"]["parameters"], scope)
     if isinstance(value, dict):
         return {str(key).strip("'"): evaluate(tree, item, scope) for key, item in value.items()}
     if isinstance(value, list):
         return [evaluate(tree, item, scope) for item in value]
     return literal(tree, value)
+
+
+def _operator(tree: Tree, value: dict[str, Any], scope: dict[str, Any]) -> Any:
+    kind, operands = value["operator"]["type"], value["operator"]["operands"]
+    if kind == "conditional":
+        branch = "true_value" if evaluate(tree, operands["condition"], scope) else "false_value"
+        return evaluate(tree, operands[branch], scope)
+    if kind == "not":
+        return not evaluate(tree, operands["bool_value"], scope)
+    if kind in ("or", "and"):
+        left, right = (evaluate(tree, operands[key], scope) for key in ("operand_1", "operand_2"))
+        return (left or right) if kind == "or" else (left and right)
+    if kind in ("property_accessor", "index_accessor"):
+        container = evaluate(tree, operands["operand_1"], scope)
+        key = operands["operand_2"] if kind == "property_accessor" else evaluate(tree, operands["operand_2"], scope)
+        return container[str(key)] if isinstance(container, dict) else EXPRESSION
+    return literal(tree, value)
+
+
+def _function(tree: Tree, kind: str, arguments: dict[str, Any], scope: dict[str, Any]) -> Any:
+    values = [evaluate(tree, argument, scope) for argument in arguments.values()]
+    if kind == "empty":
+        return not values[0]
+    if kind == "contains":
+        return values[1] in values[0]
+    if kind == "min":
+        return min(values)
+    if kind == "concat" and all(isinstance(item, list) for item in values):
+        return [item for items in values for item in items]
+    return EXPRESSION
 
 
 def variable(relative: str, name: str) -> Any:
@@ -97,10 +114,31 @@ def variable(relative: str, name: str) -> Any:
 
 
 def module(relative: str, name: str) -> Tree:
+    """`module name` of infra/<relative>: its name, params and dependsOn (inside its `if`, when it has one)."""
     modules = parse(relative)["modules"]
     assert name in modules, f"infra/{relative} has no module `{name}`"
     config: Tree = modules[name]["config"]
-    return config
+    return config["config"] if "condition" in config else config
+
+
+def deploys(relative: str, name: str, scope: dict[str, Any]) -> bool:
+    """Whether `module name` of infra/<relative> is deployed with these parameter values (its `if`, if any)."""
+    config = parse(relative)["modules"][name]["config"]
+    return "condition" not in config or bool(evaluate(parse(relative), config["condition"], scope))
+
+
+def registry_modules(relative: str) -> dict[str, dict[str, Any]]:
+    """The modules of infra/<relative> that come from the public Bicep registry (Azure Verified Modules), by name:
+    their `path`, `tag` and the params passed."""
+    return {
+        name: {
+            "path": declared["detail"]["path"],
+            "tag": declared["detail"]["tag"],
+            "params": module(relative, name)["params"],
+        }
+        for name, declared in parse(relative).get("modules", {}).items()
+        if declared["type"] != "local"
+    }
 
 
 def resource(relative: str, name: str) -> Tree:

@@ -8,9 +8,12 @@ import ast
 import fnmatch
 import importlib.metadata
 import json
+import os
 import re
+import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import mongomock
@@ -211,8 +214,7 @@ def test_the_design_scale_deployment_takes_the_functions_bills_memory_and_always
 def test_always_ready_http_instances_are_a_parameter_off_by_default() -> None:
     """Flex Consumption's always-ready instances bill a baseline all the time (benchmarks/deployment_bill.py
     RULES): none unless asked for, and then for the HTTP functions' group ('http')."""
-    site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
-    ready = site["properties"]["functionAppConfig"]["scaleAndConcurrency"]["alwaysReady"]["operator"]["operands"]
+    ready = site()["functionAppConfig"]["scaleAndConcurrency"]["alwaysReady"]["operator"]["operands"]
     assert ready["true_value"] == [{"name": "http", "instanceCount": "httpAlwaysReadyInstances"}]
     assert ready["false_value"] == []
     assert "httpAlwaysReadyInstances" in json.dumps(ready["condition"], default=str)
@@ -311,7 +313,7 @@ def test_alert_thresholds_are_parameters_with_sane_defaults_that_main_bicep_pass
     main = bicep.parse("main.bicep")
     passed = bicep.module("main.bicep", "alerts")["params"]
     assert set(passed) <= set(tree["parameters"])
-    for name in ("actionGroupId", "alertEmail", "reportLagMinutes", "pendingNotifications",
+    for name in ("actionGroupId", "alertEmail", "notifySubscriptionOwners", "reportLagMinutes", "pendingNotifications",
                  "checkBudgetPeriodsInARow", "unavailableResponsesPer5Minutes", "throttlesPer5Minutes",
                  "internalErrorsPer5Minutes", "http5xxPercent"):  # fmt: skip
         assert bicep.literal(main, passed[name]) == bicep.literal(tree, tree["parameters"][name]["default"]), name
@@ -328,14 +330,85 @@ def test_each_rule_is_a_log_alert_over_app_insights_that_notifies_the_action_gro
     for uses in ("query", "threshold", "measure", "aggregation", "comparison", "periods", "dimensions"):
         assert f'"operand_2": "{uses}"' in body, f"the alert rule loop no longer uses rule.{uses}"
     assert rule["properties"]["windowSize"] == "PT${rule.window}M"
-    email = bicep.resource("modules/alerts.bicep", "emailGroup")
-    assert email["type"] == "Microsoft.Insights/actionGroups"
-    assert "alertEmail" in json.dumps(email["config"]["condition"], default=str)
     assert bicep.parse("modules/alerts.bicep")["parameters"]["alertEmail"]["default"] == ""
     assert bicep.parse("modules/alerts.bicep")["parameters"]["actionGroupId"]["default"] == ""
 
 
+OWNER_ROLE = "8e3af657-a8ff-443c-a75c-2fe8c4bcb635"  # Owner, the built-in role
+
+
+def alert_notifications(passed: dict[str, Any]) -> tuple[list[Any], dict[str, Any] | None]:
+    """What the alert rules notify when infra/modules/alerts.bicep is deployed with these parameters: the action
+    groups every rule names, and the receivers of the action group the module creates (None: it creates none)."""
+    tree = bicep.parse("modules/alerts.bicep")
+    groups = bicep.evaluate(tree, bicep.variable("modules/alerts.bicep", "actionGroups"), passed)
+    if not bicep.deploys("modules/alerts.bicep", "actionGroup", passed):
+        return groups, None
+    params = bicep.module("modules/alerts.bicep", "actionGroup")["params"]
+    receivers = {kind: bicep.evaluate(tree, params[kind], passed) for kind in ("emailReceivers", "armRoleReceivers")}
+    return groups, receivers
+
+
+def test_with_the_defaults_the_alerts_email_the_subscription_owners() -> None:
+    """Before, with the defaults (no alertEmail, no alertActionGroupId) every rule's action groups were empty: an
+    alert fired in the portal and notified no one. Now an action group (the Azure Verified Module
+    avm/res/insights/action-group) emails the members of the subscription's Owner role, an Azure Resource Manager
+    role receiver ("Roles are Azure RBAC roles and only built-in roles are supported", ActionGroupData.ArmRoleReceivers,
+    https://learn.microsoft.com/dotnet/api/azure.resourcemanager.monitor.actiongroupdata.armrolereceivers; the
+    example of New-AzActionGroupArmRoleReceiverObject, https://learn.microsoft.com/powershell/module/az.monitor/
+    new-azactiongrouparmrolereceiverobject, is this role id). main.bicep passes its defaults on."""
+    groups, receivers = alert_notifications({})
+
+    assert len(groups) == 1  # the action group created here, named by every rule
+    assert receivers == {
+        "emailReceivers": [],
+        "armRoleReceivers": [{"name": "subscription-owners", "roleId": OWNER_ROLE, "useCommonAlertSchema": True}],
+    }
+    main = bicep.parse("main.bicep")["parameters"]
+    assert main["alertSubscriptionOwners"]["default"] is True
+    assert main["alertEmail"]["default"] == ""
+    passed = bicep.module("main.bicep", "alerts")["params"]
+    assert str(passed["notifySubscriptionOwners"]) == "alertSubscriptionOwners"
+    assert str(passed["alertEmail"]) == "alertEmail"
+
+
+def test_an_alert_email_is_notified_too_and_no_action_group_is_made_only_when_asked_for_none() -> None:
+    groups, receivers = alert_notifications({"alertEmail": "ops@example.com"})
+    assert receivers is not None
+    assert receivers["emailReceivers"] == [
+        {"name": "operator", "emailAddress": "ops@example.com", "useCommonAlertSchema": True}
+    ]
+    assert [r["roleId"] for r in receivers["armRoleReceivers"]] == [OWNER_ROLE]
+    assert len(groups) == 1
+
+    groups, receivers = alert_notifications({"alertEmail": "ops@example.com", "notifySubscriptionOwners": False})
+    assert receivers is not None
+    assert receivers["armRoleReceivers"] == []
+    assert len(groups) == 1
+
+    # Owners off, no email, an existing group: the rules notify that group only, and nothing is created.
+    existing = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Insights/actionGroups/oncall"
+    groups, receivers = alert_notifications({"notifySubscriptionOwners": False, "actionGroupId": existing})
+    assert receivers is None
+    assert groups == [existing]
+    # azd: ALERT_EMAIL sets alertEmail (infra/main.parameters.json).
+    given = json.loads((bicep.INFRA / "main.parameters.json").read_text())["parameters"]
+    assert given["alertEmail"] == {"value": "${ALERT_EMAIL=}"}
+
+
 # --- app settings -----------------------------------------------------------------------------------------
+
+
+def site() -> dict[str, Any]:
+    """The params infra/modules/functionapp.bicep passes to the site's Azure Verified Module (avm/res/web/site)."""
+    params: dict[str, Any] = bicep.module("modules/functionapp.bicep", "functionApp")["params"]
+    return params
+
+
+def vault() -> dict[str, Any]:
+    """The params infra/modules/keyvault.bicep passes to the vault's Azure Verified Module (avm/res/key-vault/vault)."""
+    params: dict[str, Any] = bicep.module("modules/keyvault.bicep", "vault")["params"]
+    return params
 
 
 def deployed_app_settings() -> dict[str, Any]:
@@ -377,13 +450,21 @@ def test_the_mongodb_connection_string_is_a_key_vault_reference_the_app_identity
     raw = bicep.variable("main.bicep", "appSettings")["MONGODB_CONNECTION_STRING"]
     assert raw == "@Microsoft.KeyVault(SecretUri=${keyVault.outputs.mongoSecretUri})"
     outputs = bicep.parse("modules/keyvault.bicep")["outputs"]
-    assert "secretUriWithVersion" in json.dumps(outputs["mongoSecretUri"], default=str)
-    secret = bicep.resource("modules/keyvault.bicep", "mongoSecret")["config"]
-    assert "listConnectionStrings" in json.dumps(secret["properties"]["value"], default=str)
+    assert "uriWithVersion" in json.dumps(outputs["mongoSecretUri"], default=str)  # the vault module's secrets[0]
+    [secret] = vault()["secrets"]
+    assert str(secret["name"]) == "secretName"
+    assert bicep.variable("modules/keyvault.bicep", "secretName") == "mongodb-connection-string"
+    assert "listConnectionStrings" in json.dumps(secret["value"], default=str)
     assert "entry => entry.description == connectionStringName" in code_of("modules/keyvault.bicep")
-    site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
-    assert site["properties"]["keyVaultReferenceIdentity"] == "identityId"
-    assert "4633458b-17de-408a-b874-0445c86b69e6" in bicep.text("modules/keyvault.bicep")  # Key Vault Secrets User
+    assert site()["keyVaultAccessIdentityResourceId"] == "identityId"  # the site's keyVaultReferenceIdentity
+    [reader] = vault()["roleAssignments"]
+    assert (str(reader["roleDefinitionIdOrName"]), str(reader["principalId"])) == (
+        "keyVaultSecretsUserRoleId",
+        "readerPrincipalId",
+    )
+    assert bicep.variable("modules/keyvault.bicep", "keyVaultSecretsUserRoleId") == (
+        "4633458b-17de-408a-b874-0445c86b69e6"  # Key Vault Secrets User
+    )
 
 
 def code_of(relative: str) -> str:
@@ -398,8 +479,7 @@ def test_the_secret_takes_the_connection_string_of_the_key_in_use_by_its_name_no
     list's order, which `connectionStrings[0]` relied on."""
     code = code_of("modules/keyvault.bicep")
     assert not re.search(r"connectionStrings\[\s*\w+\s*\]", code), "a connection string taken by its position"
-    secret = bicep.resource("modules/keyvault.bicep", "mongoSecret")["config"]
-    value = json.dumps(secret["properties"]["value"], default=str)
+    value = json.dumps(vault()["secrets"][0]["value"], default=str)
     assert '"type": "filter"' in value
     assert '"lambda_expression"' in value
     assert re.search(r"filter\(cosmos\.listConnectionStrings\(\)\.connectionStrings, entry => entry\.description == "
@@ -516,14 +596,16 @@ def test_azd_deploys_the_repo_to_the_function_app_the_bicep_tags() -> None:
     assert bicep.parse("main.bicep")["globals"]["scope"]["value"] == "resourceGroup"  # azd and az deployment group
 
 
-def test_the_function_app_runs_python_3_11_on_flex_consumption_with_identity_based_storage() -> None:
+def test_the_function_app_runs_python_3_13_on_flex_consumption_with_identity_based_storage() -> None:
     plan = bicep.module("main.bicep", "plan")["params"]["sku"]
     assert plan == {"name": "FC1", "tier": "FlexConsumption"}
-    site = bicep.resource("modules/functionapp.bicep", "functionApp")["config"]
-    config = site["properties"]["functionAppConfig"]
+    config = site()["functionAppConfig"]
     assert config["runtime"] == {"name": "python", "version": "3.13"}
     assert config["deployment"]["storage"]["authentication"]["type"] == "UserAssignedIdentity"
-    assert site["identity"]["type"] == "UserAssigned"
+    identities = site()["managedIdentities"]
+    assert identities["systemAssigned"] is False
+    assert [str(item) for item in identities["userAssignedResourceIds"]] == ["identityId"]
+    assert site()["kind"] == "functionapp,linux"
     host, app = deployed_host_settings(), deployed_app_settings()
     assert host["AzureWebJobsStorage__credential"] == "managedidentity"
     assert "AzureWebJobsStorage" not in host | app  # no key-based connection string
@@ -547,6 +629,117 @@ def test_the_app_identity_holds_the_roles_its_storage_queue_and_telemetry_need()
         assert role in rbac
 
 
+HOOK = bicep.INFRA / "hooks" / "check-indexes.sh"
+
+
+def run_hook_in_pipeline(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """infra/hooks/check-indexes.sh as azd runs it on a fresh pipeline runner, from a project folder whose `./dev`
+    records how it was called, with an `az` that lists the account tagged azd-env-name=prod in rg (and no other)
+    and answers its connection strings by name."""
+    project, tools = tmp_path / "project", tmp_path / "bin"
+    project.mkdir()
+    tools.mkdir()
+    (project / "dev").write_text(f'#!/bin/sh\necho "$* uri=$MONGODB_CONNECTION_STRING" > {tmp_path}/dev.called\n')
+    (tools / "az").write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        '  *"cosmosdb list --resource-group rg"*"azd-env-name\\"==\'prod\'"*) echo cosmon-found ;;\n'
+        '  *"keys list --resource-group rg --name cosmon-found"*"\'Primary MongoDB Connection String\'"*)'
+        " echo mongodb://primary ;;\n"
+        "esac\n"
+    )
+    for script in (project / "dev", tools / "az"):
+        script.chmod(0o755)
+    return subprocess.run(
+        ["sh", str(HOOK)],
+        cwd=project,
+        env={"PATH": f"{tools}:{os.environ['PATH']}", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_index_check_runs_in_the_pipeline_too_finding_the_account_by_its_environment_tag(tmp_path: Path) -> None:
+    """A pipeline runner's azd environment is new: it has no outputs of a last provision, so the hook used to find
+    no account and skip the check on every pipeline provision. It now finds the environment's account in the
+    resource group by its azd-env-name tag (every resource carries it: main.bicep `tags`)."""
+    run = run_hook_in_pipeline(tmp_path, {"AZURE_RESOURCE_GROUP": "rg", "AZURE_ENV_NAME": "prod"})
+
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "dev.called").read_text() == "setup-store --check-deploy uri=mongodb://primary\n"
+    assert "azd-env-name" in json.dumps(bicep.variable("main.bicep", "tags"))
+
+
+def test_the_index_check_says_it_did_not_run_when_the_account_is_inside_a_virtual_network(tmp_path: Path) -> None:
+    """With VNET_ENABLED the account refuses connections from outside its network: the hook cannot check, and says
+    so on stderr rather than fail every provision or pass silently."""
+    env = {"AZURE_RESOURCE_GROUP": "rg", "AZURE_ENV_NAME": "prod", "VNET_ENABLED": "true"}
+
+    run = run_hook_in_pipeline(tmp_path, env)
+
+    assert run.returncode == 0
+    assert not (tmp_path / "dev.called").exists()
+    assert "the index check did NOT run" in run.stderr
+    assert "cosmon-found" in run.stderr
+
+
+WORKFLOW = ROOT / ".github" / "workflows" / "azure-dev.yml"
+
+
+def workflow() -> dict[str, Any]:
+    loaded: dict[Any, Any] = yaml.safe_load(WORKFLOW.read_text())
+    return {("on" if key is True else str(key)): value for key, value in loaded.items()}  # YAML 1.1: `on` is true
+
+
+def step_runs(job: dict[str, Any]) -> list[str]:
+    return [" ".join(str(step.get("run", "")).split()) for step in job["steps"]]
+
+
+def test_azd_pipeline_config_finds_a_workflow_that_runs_ci_then_provisions_and_deploys() -> None:
+    """`azd pipeline config` sets up .github/workflows/azure-dev.yml (the path of the azd templates' workflow) with
+    federated credentials and repository variables ("Advanced pipeline features": AZURE_CLIENT_ID, AZURE_TENANT_ID,
+    AZURE_SUBSCRIPTION_ID, AZURE_ENV_NAME, AZURE_LOCATION as `vars`, and azure.yaml's `pipeline.variables`,
+    https://learn.microsoft.com/azure/developer/azure-developer-cli/pipeline-advanced-features). On a push to main
+    it runs the project's CI (`bash .ci/run`) and, only once that passes, `azd provision` and `azd deploy`, logged
+    in with OpenID Connect (id-token: write; `azd auth login --federated-credential-provider github`): no client
+    secret anywhere."""
+    flow = workflow()
+    assert flow["on"]["push"]["branches"] == ["main"]
+    assert flow["permissions"] == {"id-token": "write", "contents": "read"}
+    test, deploy = flow["jobs"]["test"], flow["jobs"]["deploy"]
+    assert "bash .ci/run" in step_runs(test)
+    assert deploy["needs"] == "test"
+    runs = step_runs(deploy)
+    login = next(run for run in runs if run.startswith("azd auth login"))
+    assert '--federated-credential-provider "github"' in login
+    assert '--client-id "$AZURE_CLIENT_ID"' in login
+    assert '--tenant-id "$AZURE_TENANT_ID"' in login
+    assert runs.index(login) < runs.index("azd provision --no-prompt") < runs.index("azd deploy --no-prompt")
+    # The preprovision hook reads the account's keys with az: az is logged in with the same federated identity.
+    [az_login] = [step for step in deploy["steps"] if str(step.get("uses", "")).startswith("azure/login@")]
+    assert set(az_login["with"]) == {"client-id", "tenant-id", "subscription-id"}
+    env = deploy["env"]
+    for name in ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_SUBSCRIPTION_ID", "AZURE_ENV_NAME", "AZURE_LOCATION"):
+        assert env[name] == f"${{{{ vars.{name} }}}}", name
+    assert "client-secret" not in WORKFLOW.read_text()
+    assert re.findall(r"secrets\.(\w+)", WORKFLOW.read_text()) == ["AZD_INITIAL_ENVIRONMENT_CONFIG"]
+
+
+def test_every_variable_the_parameters_file_reads_reaches_the_pipeline() -> None:
+    """Each `${VAR}` of infra/main.parameters.json is an azd variable `azd pipeline config` copies to the
+    repository (azure.yaml `pipeline.variables`, or one azd sets itself) and the deploy job passes to azd."""
+    read = set(re.findall(r"\$\{(\w+)", (bicep.INFRA / "main.parameters.json").read_text()))
+    assert {"VNET_ENABLED", "ALERT_EMAIL", "COSMOS_KEY_IN_USE"} <= read
+    azd_own = {"AZURE_ENV_NAME", "AZURE_LOCATION"}
+    variables = yaml.safe_load((ROOT / "azure.yaml").read_text())["pipeline"]["variables"]
+    assert read - azd_own <= set(variables)
+    env = workflow()["jobs"]["deploy"]["env"]
+    for name in read | {"AZURE_RESOURCE_GROUP"}:
+        assert env[name] == f"${{{{ vars.{name} }}}}", name
+
+
 @pytest.mark.parametrize("relative", BICEP_FILES)
 def test_every_module_and_abbreviation_a_bicep_file_uses_exists(relative: str) -> None:
     abbreviations = json.loads((bicep.INFRA / "abbreviations.json").read_text())
@@ -559,6 +752,171 @@ def test_every_module_and_abbreviation_a_bicep_file_uses_exists(relative: str) -
         else:  # an Azure Verified Module, pinned to a version
             assert detail["path"].startswith("avm/res/"), f"{relative}: module {name}"
             assert re.fullmatch(r"\d+\.\d+\.\d+", detail["tag"]), f"{relative}: module {name} is not pinned"
+
+
+# --- the virtual network (vnetEnabled) ---------------------------------------------------------------------
+
+PRIVATE_ENDPOINTS = {  # module of main.bicep: (the service's module, its group ID, its private DNS zone)
+    "blobEndpoint": ("storage", "blob", "privatelink.blob.${environment().suffixes.storage}"),
+    "queueEndpoint": ("storage", "queue", "privatelink.queue.${environment().suffixes.storage}"),
+    "cosmosEndpoint": ("cosmos", "MongoDB", "privatelink.mongo.cosmos.azure.com"),
+    "keyVaultEndpoint": ("keyVault", "vault", "privatelink.vaultcore.azure.net"),
+}
+NETWORK_MODULES = ("vnet", *PRIVATE_ENDPOINTS)
+
+
+def main_param(module: str, name: str, scope: dict[str, Any]) -> Any:
+    """The value main.bicep passes to `name` of `module` in a deployment with these parameters."""
+    return bicep.evaluate(bicep.parse("main.bicep"), bicep.module("main.bicep", module)["params"][name], scope)
+
+
+def public_network_access(scope: dict[str, Any]) -> dict[str, Any]:
+    return {name: main_param(name, "publicNetworkAccess", scope) for name in ("storage", "cosmos", "keyVault")}
+
+
+def test_without_vnet_enabled_every_service_keeps_its_public_endpoint_and_no_network_is_made() -> None:
+    """vnetEnabled is the azd templates' switch (VNET_ENABLED; Azure-Samples/functions-quickstart-python-http-azd),
+    off unless asked for: no virtual network, no private endpoint, the app not integrated, and storage, Cosmos DB
+    and Key Vault reachable as before."""
+    main = bicep.parse("main.bicep")
+    assert main["parameters"]["vnetEnabled"] == {**main["parameters"]["vnetEnabled"], "type": "bool", "default": False}
+    given = json.loads((bicep.INFRA / "main.parameters.json").read_text())["parameters"]
+    assert given["vnetEnabled"] == {"value": "${VNET_ENABLED=false}"}
+    off: dict[str, Any] = {}
+    assert [name for name in NETWORK_MODULES if bicep.deploys("main.bicep", name, off)] == []
+    assert public_network_access(off) == {"storage": "Enabled", "cosmos": "Enabled", "keyVault": "Enabled"}
+    assert main_param("storage", "networkAcls", off) == {"defaultAction": "Allow", "bypass": "AzureServices"}
+    assert main_param("functionApp", "virtualNetworkSubnetId", off) == ""
+    module_defaults = {
+        ("modules/cosmos.bicep", "publicNetworkAccess"): "Enabled",
+        ("modules/keyvault.bicep", "publicNetworkAccess"): "Enabled",
+        ("modules/functionapp.bicep", "virtualNetworkSubnetId"): "",
+    }
+    for (relative, param), default in module_defaults.items():
+        assert bicep.parse(relative)["parameters"][param]["default"] == default, relative
+
+
+def test_with_vnet_enabled_storage_cosmos_and_key_vault_are_reached_through_private_endpoints_only() -> None:
+    """vnetEnabled: a virtual network with a subnet for private endpoints and one delegated to
+    Microsoft.App/environments (Flex Consumption's virtual network integration, as the templates' vnet.bicep); a
+    private endpoint with its private DNS zone ("Azure Private Endpoint private DNS zone values",
+    https://learn.microsoft.com/azure/private-link/private-endpoint-dns) for the storage account's blob and queue
+    services, the Cosmos DB account (MongoDB) and the vault; public network access disabled on all three (the
+    storage firewall denies, bypassing nothing); the app integrated with the subnet, starting once the endpoints
+    exist."""
+    on = {"vnetEnabled": True}
+    assert [name for name in NETWORK_MODULES if bicep.deploys("main.bicep", name, on)] == list(NETWORK_MODULES)
+    for name, (service, group, zone) in PRIVATE_ENDPOINTS.items():
+        params = bicep.module("main.bicep", name)["params"]
+        assert params["serviceResourceId"] == {
+            "operator": {"type": "property_accessor", "operands": {"operand_1": service, "operand_2": {
+                "operator": {"type": "property_accessor", "operands": {"operand_1": "outputs",
+                                                                       "operand_2": "resourceId"}}}}}
+        }, name  # fmt: skip
+        assert (params["groupId"], params["privateDnsZoneName"]) == (group, zone), name
+        assert "privateEndpointSubnetId" in json.dumps(params["subnetId"]), name
+    assert public_network_access(on) == {"storage": "Disabled", "cosmos": "Disabled", "keyVault": "Disabled"}
+    assert main_param("storage", "networkAcls", on) == {"defaultAction": "Deny", "bypass": "None"}
+    assert main_param("functionApp", "virtualNetworkSubnetId", on) is bicep.EXPRESSION  # the true branch:
+    subnet = bicep.module("main.bicep", "functionApp")["params"]["virtualNetworkSubnetId"]["operator"]["operands"]
+    assert '"operand_1": "vnet"' in json.dumps(subnet["true_value"])
+    assert "appSubnetId" in json.dumps(subnet)
+    depends = [str(item) for item in bicep.module("main.bicep", "functionApp")["dependsOn"]]
+    assert set(PRIVATE_ENDPOINTS) <= set(depends)
+    # ... and each module applies what it is given.
+    account = bicep.resource("modules/cosmos.bicep", "account")["config"]["properties"]
+    assert account["publicNetworkAccess"] == "publicNetworkAccess"
+    assert vault()["publicNetworkAccess"] == "publicNetworkAccess"
+    assert "virtualNetworkSubnetId" in json.dumps(site()["virtualNetworkSubnetResourceId"], default=str)
+    endpoint = bicep.module("modules/private-endpoint.bicep", "privateEndpoint")["params"]
+    [connection] = endpoint["privateLinkServiceConnections"]
+    assert connection["properties"] == {"privateLinkServiceId": "serviceResourceId", "groupIds": ["groupId"]}
+    assert str(endpoint["subnetResourceId"]) == "subnetId"
+    zone = bicep.module("modules/private-endpoint.bicep", "privateDnsZone")["params"]
+    assert str(zone["name"]) == "privateDnsZoneName"
+    assert str(zone["virtualNetworkLinks"][0]["virtualNetworkResourceId"]) == "virtualNetworkId"
+    subnets = bicep.module("modules/vnet.bicep", "virtualNetwork")["params"]["subnets"]
+    assert [subnet.get("delegation") for subnet in subnets] == [None, "Microsoft.App/environments"]
+
+
+AVM = json.loads((ROOT / "tests" / "avm_parameters.json").read_text())["modules"]
+
+
+@pytest.mark.parametrize("relative", BICEP_FILES)
+def test_every_verified_module_version_parameter_and_output_used_exists_in_the_registry(relative: str) -> None:
+    """Each Azure Verified Module is pinned to a version of Azure/bicep-registry-modules that its comment names (the
+    git tag avm/res/<module>/<version>), and takes only parameters that version's main.bicep declares and gives
+    only outputs it declares: tests/avm_parameters.json lists them, read from that repository at each tag. A
+    parameter a module does not declare fails the deployment; this fails here first."""
+    text = bicep.text(relative)
+    for name, used in bicep.registry_modules(relative).items():
+        key = f"{used['path']}:{used['tag']}"
+        assert key in AVM, f"{relative}: module {name} is {key}, which tests/avm_parameters.json does not list"
+        declaration = text.index(f"module {name} 'br/public:{key}'")
+        comment = text[text.rfind("\n\n", 0, declaration) : declaration]
+        assert AVM[key]["tag"] in comment, f"{relative}: module {name}: no comment names the tag {AVM[key]['tag']}"
+        unknown = set(used["params"]) - set(AVM[key]["parameters"])
+        assert not unknown, f"{relative}: module {name} ({key}) has no parameters {sorted(unknown)}"
+        outputs = set(re.findall(rf"\b{name}\.outputs\.(\w+)", text))
+        assert outputs <= set(AVM[key]["outputs"]), f"{relative}: module {name} ({key}) has no outputs {outputs}"
+    folder = (bicep.INFRA / relative).parent
+    for name, declared in bicep.parse(relative).get("modules", {}).items():
+        if declared["type"] == "local":  # and a local module's outputs are ones it declares
+            declares = bicep.parse(str((folder / declared["detail"]["path"]).relative_to(bicep.INFRA))).get(
+                "outputs", {}
+            )
+            outputs = set(re.findall(rf"\b{name}\.outputs\.(\w+)", text))
+            assert outputs <= set(declares), f"{relative}: module {name} has no outputs {outputs - set(declares)}"
+
+
+def test_the_site_and_the_vault_are_the_verified_modules_the_azd_templates_use() -> None:
+    """The azd Python Flex Consumption templates (Azure-Samples/functions-quickstart-python-http-azd,
+    infra/app/api.bicep) deploy the site with `br/public:avm/res/web/site`; the vault is `avm/res/key-vault/vault`.
+    The site's app settings are exactly the ones given (retainCurrentAppSettings false: a setting removed from the
+    Bicep leaves the app), with no storage or Application Insights resource for the module to add key-based or
+    agent settings from; alwaysOn, the module's siteConfig default, is off (Flex Consumption has none). The vault
+    keeps what the hand-written one had, not the module's defaults (premium, purge protection, 90 days, open to
+    VM and template deployment and disk encryption)."""
+    assert {(m["path"], m["tag"]) for m in bicep.registry_modules("modules/functionapp.bicep").values()} == {
+        ("avm/res/web/site", "0.24.0")
+    }
+    [settings] = site()["configs"]
+    assert settings["name"] == "appsettings"
+    assert settings["retainCurrentAppSettings"] is False
+    assert not {"storageAccountResourceId", "applicationInsightResourceId"} & set(settings)
+    assert json.dumps(settings["properties"], default=str) == json.dumps(
+        {"function": {"type": "union", "parameters": {"arg_1": "hostSettings", "arg_2": "appSettings"}}}
+    )
+    assert site()["siteConfig"] == {"alwaysOn": False, "minTlsVersion": "1.2"}
+    assert site()["httpsOnly"] is True
+    assert {(m["path"], m["tag"]) for m in bicep.registry_modules("modules/keyvault.bicep").values()} == {
+        ("avm/res/key-vault/vault", "0.14.0")
+    }
+    kept = {
+        "sku": "standard",
+        "enableRbacAuthorization": True,
+        "enableSoftDelete": True,
+        "softDeleteRetentionInDays": 7,
+        "enablePurgeProtection": False,
+        "enableVaultForDeployment": False,
+        "enableVaultForTemplateDeployment": False,
+        "enableVaultForDiskEncryption": False,
+    }
+    assert {name: vault()[name] for name in kept} == kept
+    # The reader's role assignment keeps the name it had before the module, so a redeployment updates it.
+    [reader] = vault()["roleAssignments"]
+    assert "guid(vaultResourceId, readerPrincipalId, keyVaultSecretsUserRoleId)" in bicep.text("modules/keyvault.bicep")
+    assert "name" in reader
+
+
+def test_cosmos_db_stays_hand_written_because_the_verified_module_cannot_deploy_autoscale_collections() -> None:
+    """avm/res/document-db/database-account (newest tag 0.20.1) gives a MongoDB collection only standard
+    `throughput` (default 400) and a database shared throughput it cannot take after creation: the per-collection
+    autoscale choice (docs/costs.md) cannot be kept with it. The Bicep says why, and docs/operations.md too."""
+    assert bicep.registry_modules("modules/cosmos.bicep") == {}
+    assert "avm/res/document-db/database-account/0.20.1" in bicep.text("modules/cosmos.bicep")
+    deploys = section_of((ROOT / "docs" / "operations.md").read_text(), "## What `infra/` deploys")
+    assert "avm/res/document-db/database-account" in deploys
 
 
 def test_the_package_leaves_out_tests_tools_and_local_secrets_and_keeps_the_app() -> None:

@@ -3,10 +3,28 @@
 # index of the live account in place (docs/operations.md, "Changing an index's keys"). It asks
 # `./dev setup-store --check-deploy`, which exits 1 naming each index the deployment would drop or build; run
 # `./dev setup-store` against the account first, then provision again. azd passes its environment's values
-# (the outputs of the last provision): before the first there is no account, and nothing to check.
+# (the outputs of the last provision); a fresh environment (a CI runner's, `azd pipeline config`) has none, so the
+# account is looked up in the resource group by its azd-env-name tag. Before the first provision there is no
+# account, and nothing to check.
 set -eu
-if [ -z "${AZURE_COSMOS_ACCOUNT_NAME:-}" ] || [ -z "${AZURE_RESOURCE_GROUP:-}" ]; then
-  echo "check-indexes: no Cosmos DB account deployed yet (first provision): nothing to check"
+if [ -z "${AZURE_RESOURCE_GROUP:-}" ]; then
+  echo "check-indexes: no resource group chosen yet (first provision): nothing to check"
+  exit 0
+fi
+if [ -z "${AZURE_COSMOS_ACCOUNT_NAME:-}" ]; then
+  AZURE_COSMOS_ACCOUNT_NAME=$(az cosmosdb list --resource-group "$AZURE_RESOURCE_GROUP" \
+    --query "[?tags.\"azd-env-name\"=='${AZURE_ENV_NAME:-}'].name | [0]" --output tsv 2>/dev/null || true)
+fi
+if [ -z "${AZURE_COSMOS_ACCOUNT_NAME:-}" ]; then
+  echo "check-indexes: no Cosmos DB account deployed yet in $AZURE_RESOURCE_GROUP (first provision): nothing to check"
+  exit 0
+fi
+# With VNET_ENABLED the account takes no connection from outside its virtual network (public network access is
+# disabled): this machine cannot read its indexes. Say so loudly rather than pass for a check that did not run.
+if [ "${VNET_ENABLED:-false}" = "true" ]; then
+  echo "check-indexes: WARNING: VNET_ENABLED=true, account $AZURE_COSMOS_ACCOUNT_NAME is reachable only from its" >&2
+  echo "check-indexes: virtual network; the index check did NOT run. Run ./dev setup-store --check-deploy from" >&2
+  echo "check-indexes: inside it before a release that changes an index (docs/operations.md)." >&2
   exit 0
 fi
 if [ "${COSMOS_KEY_IN_USE:-primary}" = "secondary" ]; then kind=Secondary; else kind=Primary; fi

@@ -16,8 +16,11 @@ param applicationInsightsName string
 @description('Resource ID of an existing action group to notify (optional).')
 param actionGroupId string = ''
 
-@description('Email address to notify through an action group created here (optional).')
+@description('Email address the action group created here notifies (optional).')
 param alertEmail string = ''
+
+@description('The action group created here emails the subscription\'s Owners (an Azure Resource Manager role receiver).')
+param notifySubscriptionOwners bool = true
 
 @description('A report feed alerts when every consumer run of reportLagWindowMinutes left it more than this many minutes behind.')
 param reportLagMinutes int = 10
@@ -50,24 +53,44 @@ resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing
   name: applicationInsightsName
 }
 
-resource emailGroup 'Microsoft.Insights/actionGroups@2023-01-01' = if (!empty(alertEmail)) {
-  name: '${namePrefix}-email'
-  location: 'Global'
-  tags: tags
-  properties: {
+// Owner, the built-in role (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/general#owner).
+var ownerRoleId = '8e3af657-a8ff-443c-a75c-2fe8c4bcb635'
+var emailReceivers = empty(alertEmail) ? [] : [
+  {
+    name: 'operator'
+    emailAddress: alertEmail
+    useCommonAlertSchema: true
+  }
+]
+// An Azure Resource Manager role receiver emails the members of a built-in role ("Roles are Azure RBAC roles and
+// only built-in roles are supported": ActionGroupData.ArmRoleReceivers, https://learn.microsoft.com/dotnet/api/
+// azure.resourcemanager.monitor.actiongroupdata.armrolereceivers; New-AzActionGroupArmRoleReceiverObject's example
+// is this Owner role id). With the defaults the alerts reach the subscription's Owners with no address to
+// configure (docs/operations.md: Metrics and alerts).
+var armRoleReceivers = notifySubscriptionOwners ? [
+  {
+    name: 'subscription-owners'
+    roleId: ownerRoleId
+    useCommonAlertSchema: true
+  }
+] : []
+var notifies = (!empty(alertEmail)) || notifySubscriptionOwners
+
+// The action group is the Azure Verified Module of Azure/bicep-registry-modules, tag avm/res/insights/action-group/0.8.0
+// (`name`, `groupShortName`, `location`, `tags`, `emailReceivers`, `armRoleReceivers` are its parameters).
+module actionGroup 'br/public:avm/res/insights/action-group:0.8.0' = if (notifies) {
+  name: 'actionGroup'
+  params: {
+    name: '${namePrefix}-email'
     groupShortName: 'pillbottle'
-    enabled: true
-    emailReceivers: [
-      {
-        name: 'operator'
-        emailAddress: alertEmail
-        useCommonAlertSchema: true
-      }
-    ]
+    location: 'global'
+    tags: tags
+    emailReceivers: emailReceivers
+    armRoleReceivers: armRoleReceivers
   }
 }
 
-var actionGroups = concat(empty(actionGroupId) ? [] : [actionGroupId], empty(alertEmail) ? [] : [emailGroup.id])
+var actionGroups = concat(empty(actionGroupId) ? [] : [actionGroupId], notifies ? [actionGroup.outputs.resourceId] : [])
 
 // Each rule: the metrics it reads (`metrics`: pillbottle.* names of shared/metrics.py, or `requests` for the 5xx
 // rate); a KQL query returning one numeric `measure` column per `dimensions` and 5-minute bin (no measure: its rows

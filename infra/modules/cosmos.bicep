@@ -1,6 +1,15 @@
 // Azure Cosmos DB for MongoDB (RU): the account, the app's database, and every collection with its shard key and
 // indexes. The collections come from shared/store/schema.py (the one source the setup command also follows):
 // `python -m tools.bicep_collections` prints the block below, and tests/test_infra.py fails when they differ.
+//
+// Not the Azure Verified Module (avm/res/document-db/database-account), unlike the vault and the site: at its
+// newest version in Azure/bicep-registry-modules (tag avm/res/document-db/database-account/0.20.1) a MongoDB
+// collection (mongodb-database/collection/main.bicep) takes only `throughput int = 400`, always set as standard
+// throughput, with no autoscale option, so every autoscale collection here would be turned to standard RU/s; the
+// account's kind is MongoDB only when `mongodbDatabases` is given, and each database given there gets shared
+// `throughput` (default 400) that a database created without it cannot take; its collections deploy in parallel
+// (this file deploys them one at a time: @batchSize(1) below); and its connection-string outputs take the list by
+// position (`connectionStrings[0]`), which keyvault.bicep does not. docs/operations.md: What `infra/` deploys.
 
 @description('Cosmos DB account name (3-44 lowercase letters, digits and hyphens).')
 param name string
@@ -42,6 +51,10 @@ param unshardedThroughput int = 400
 // (https://learn.microsoft.com/azure/cosmos-db/how-to-choose-offer). A collection busy at its peak most hours is
 // cheaper on standard: the design-scale bill (benchmarks/design_scale.py) chooses per collection and writes the
 // choice to design-scale.parameters.json (docs/costs.md: Throughput to deploy).
+@description('Enabled, or Disabled when the account is reached through its private endpoint only (vnetEnabled).')
+@allowed(['Enabled', 'Disabled'])
+param publicNetworkAccess string = 'Enabled'
+
 @description('Per-collection standard (manual) RU/s: a collection named here gets that fixed throughput instead of autoscale, e.g. { bottle_heartbeats: 195000 }.')
 param standardThroughputByCollection object = {}
 
@@ -172,7 +185,7 @@ resource account 'Microsoft.DocumentDB/databaseAccounts@2024-11-15' = {
       // within each invocation's deadline (shared/store/retries.py); see docs/cosmos-db.md, "Throttling".
     ]
     minimalTlsVersion: 'Tls12'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
     // Continuous backup, 7-day tier, chosen over periodic (docs/operations.md, "Backup and restore"): a restore to
     // any second of the last 7 days, self-service, at no backup-storage charge, in backup storage Cosmos DB makes
     // locally or zone redundant itself, so a region without a pair needs no choice of redundancy (periodic backup
@@ -227,4 +240,5 @@ resource collection 'Microsoft.DocumentDB/databaseAccounts/mongodbDatabases/coll
 ]
 
 output name string = account.name
+output resourceId string = account.id
 output databaseName string = database.name

@@ -16,6 +16,9 @@ param applicationInsightsName string
 param identityId string
 param identityClientId string
 
+@description('Resource ID of the subnet for regional virtual network integration (vnetEnabled); empty: none.')
+param virtualNetworkSubnetId string = ''
+
 @description('Settings the code reads (shared/settings.py), merged over the host settings.')
 param appSettings object
 
@@ -73,22 +76,32 @@ var hostSettings = {
   OTEL_TRACES_SAMPLER_ARG: '5'
 }
 
-resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
-  name: name
-  location: location
-  tags: union(tags, { 'azd-service-name': serviceName })
-  kind: 'functionapp,linux'
-  identity: {
-    type: 'UserAssigned'
-    userAssignedIdentities: {
-      '${identityId}': {}
+// The site itself is the Azure Verified Module the azd Flex Consumption templates use (their infra/app/api.bicep:
+// `br/public:avm/res/web/site`), at a version of Azure/bicep-registry-modules (tag avm/res/web/site/0.24.0, whose
+// avm/res/web/site/main.bicep declares every parameter passed here; tests/avm_parameters.json lists them).
+module functionApp 'br/public:avm/res/web/site:0.24.0' = {
+  name: 'site'
+  params: {
+    name: name
+    location: location
+    tags: union(tags, { 'azd-service-name': serviceName })
+    kind: 'functionapp,linux'
+    serverFarmResourceId: planId
+    managedIdentities: {
+      systemAssigned: false
+      userAssignedResourceIds: [
+        identityId
+      ]
     }
-  }
-  properties: {
-    serverFarmId: planId
     httpsOnly: true
-    keyVaultReferenceIdentity: identityId
+    keyVaultAccessIdentityResourceId: identityId
+    // Regional virtual network integration (vnetEnabled): the app's outbound calls (storage, Cosmos DB, Key Vault)
+    // go through the subnet to the private endpoints. Devices still reach the app's public endpoint.
+    virtualNetworkSubnetResourceId: empty(virtualNetworkSubnetId) ? null : virtualNetworkSubnetId
+    publicNetworkAccess: 'Enabled'
+    // The module's default siteConfig turns alwaysOn on, which Flex Consumption does not have.
     siteConfig: {
+      alwaysOn: false
       minTlsVersion: '1.2'
     }
     functionAppConfig: {
@@ -122,13 +135,18 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         version: '3.13'
       }
     }
-  }
-
-  resource settings 'config' = {
-    name: 'appsettings'
-    properties: union(hostSettings, appSettings)
+    // The app settings are exactly these: retainCurrentAppSettings false, so a setting removed here is removed from
+    // the app (the module's default merges in whatever the app had). No storageAccountResourceId or
+    // applicationInsightResourceId either: the module would add key-based or agent settings the app does not use.
+    configs: [
+      {
+        name: 'appsettings'
+        retainCurrentAppSettings: false
+        properties: union(hostSettings, appSettings)
+      }
+    ]
   }
 }
 
-output name string = functionApp.name
-output defaultHostName string = functionApp.properties.defaultHostName
+output name string = functionApp.outputs.name
+output defaultHostName string = functionApp.outputs.defaultHostname

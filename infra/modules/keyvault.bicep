@@ -16,6 +16,10 @@ param cosmosKeyInUse string = 'primary'
 @description('Principal id of the Function App identity that reads the secret.')
 param readerPrincipalId string
 
+@description('Enabled, or Disabled when the vault is reached through a private endpoint only (vnetEnabled).')
+@allowed(['Enabled', 'Disabled'])
+param publicNetworkAccess string = 'Enabled'
+
 var secretName = 'mongodb-connection-string'
 // listConnectionStrings() of a MongoDB account lists its connection strings, each with a `description` naming it:
 // "Primary MongoDB Connection String", "Secondary MongoDB Connection String" and their read-only twins
@@ -24,48 +28,55 @@ var secretName = 'mongodb-connection-string'
 // the list lacks fails the deployment rather than storing another key's string.
 var connectionStringName = cosmosKeyInUse == 'primary' ? 'Primary MongoDB Connection String' : 'Secondary MongoDB Connection String'
 var keyVaultSecretsUserRoleId = '4633458b-17de-408a-b874-0445c86b69e6'
+var vaultResourceId = resourceId('Microsoft.KeyVault/vaults', name)
 
 resource cosmos 'Microsoft.DocumentDB/databaseAccounts@2024-05-15' existing = {
   name: cosmosAccountName
 }
 
-resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
-  name: name
-  location: location
-  tags: tags
-  properties: {
-    tenantId: subscription().tenantId
-    sku: {
-      family: 'A'
-      name: 'standard'
-    }
+// The vault is the Azure Verified Module (Azure/bicep-registry-modules, tag avm/res/key-vault/vault/0.14.0: every
+// parameter below is one its avm/res/key-vault/vault/main.bicep declares; tests/avm_parameters.json lists them). Its
+// defaults differ from what this vault was: premium SKU, purge protection, 90 days of soft delete and the vault
+// open to VM deployment, template deployment and disk encryption. Each is set back below, so `azd down --purge`
+// still removes the vault and no other service may read its secrets.
+module vault 'br/public:avm/res/key-vault/vault:0.14.0' = {
+  name: 'vault'
+  params: {
+    name: name
+    location: location
+    tags: tags
+    sku: 'standard'
     enableRbacAuthorization: true
     enableSoftDelete: true
     softDeleteRetentionInDays: 7
-    publicNetworkAccess: 'Enabled'
+    enablePurgeProtection: false
+    enableVaultForDeployment: false
+    enableVaultForTemplateDeployment: false
+    enableVaultForDiskEncryption: false
+    // vnetEnabled: reachable only through its private endpoint (main.bicep); ARM still writes the secret.
+    publicNetworkAccess: publicNetworkAccess
+    secrets: [
+      {
+        name: secretName
+        contentType: 'MongoDB connection string'
+        value: filter(cosmos.listConnectionStrings().connectionStrings, entry => entry.description == connectionStringName)[0].connectionString
+      }
+    ]
+    roleAssignments: [
+      {
+        // The name the assignment had before the module (guid of the vault, the reader and the role): a
+        // redeployment updates it rather than failing on a second assignment of the same role.
+        name: guid(vaultResourceId, readerPrincipalId, keyVaultSecretsUserRoleId)
+        roleDefinitionIdOrName: keyVaultSecretsUserRoleId
+        principalId: readerPrincipalId
+        principalType: 'ServicePrincipal'
+      }
+    ]
   }
 }
 
-resource mongoSecret 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = {
-  parent: vault
-  name: secretName
-  properties: {
-    contentType: 'MongoDB connection string'
-    value: filter(cosmos.listConnectionStrings().connectionStrings, entry => entry.description == connectionStringName)[0].connectionString
-  }
-}
-
-resource secretsUser 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(vault.id, readerPrincipalId, keyVaultSecretsUserRoleId)
-  scope: vault
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', keyVaultSecretsUserRoleId)
-    principalId: readerPrincipalId
-    principalType: 'ServicePrincipal'
-  }
-}
-
-output name string = vault.name
+output name string = vault.outputs.name
+output resourceId string = vault.outputs.resourceId
 // The versioned URI: a new secret version (a rotation) changes the app setting, so the app restarts on the new
 // connection string at once instead of within the 24 h a versionless reference may take.
-output mongoSecretUri string = mongoSecret.properties.secretUriWithVersion
+output mongoSecretUri string = vault.outputs.secrets[0].uriWithVersion
