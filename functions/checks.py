@@ -5,7 +5,7 @@ notifications queue (with the Storage Queue SDK, inside the invocation, so a not
 once the queue has its message)."""
 
 import logging
-import time
+from time import sleep
 
 import azure.functions as func
 
@@ -67,7 +67,7 @@ def run_check_partition(message: func.QueueMessage) -> None:
         now=utc_now(),
         settings=settings,
         send=get_sender(settings),
-        sleep=time.sleep,  # a late-dose sweep waits for its paced batches (CHECK_LATE_DOSES_SPREAD_MINUTES)
+        sleep=sleep,  # a late-dose sweep waits for its paced batches (CHECK_LATE_DOSES_SPREAD_MINUTES)
     )
     invocation.log(
         log,
