@@ -44,7 +44,7 @@ from shared.ingestion.receive import receive
 from shared.instants import set_clock
 from shared.notifications.documents import KINDS
 from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import Partition
+from shared.reports.partitions import Partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.schema import collection_specs

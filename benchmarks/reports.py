@@ -38,7 +38,7 @@ from shared.ingestion.receive import receive
 from shared.instants import set_clock, utc_now
 from shared.reports.change_feed import MAX_AWAIT_MS, PIPELINE, dispatch, process_partition
 from shared.reports.documents import COUNTERS, daily_id, hourly_id, parse_hourly_id
-from shared.reports.leases import Partition
+from shared.reports.partitions import Partition
 from shared.reports.tally import counted_from
 from shared.settings import Settings
 from shared.store import schema

@@ -40,7 +40,7 @@ from shared.instants import utc_now
 from shared.notifications.checks import CheckPartition, partitions, run_check
 from shared.notifications.documents import KINDS
 from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import FEEDS, Partition
+from shared.reports.partitions import FEEDS, Partition
 from shared.reports.tally import SETTLE
 from shared.settings import Settings, get_settings
 from shared.store import schema

@@ -23,7 +23,7 @@ from shared import metrics
 from shared.instants import hour_of, set_clock, utc_now
 from shared.notifications import checks
 from shared.reports import change_feed
-from shared.reports.leases import HEARTBEAT_TALLY
+from shared.reports.partitions import HEARTBEAT_TALLY
 from shared.reports.tally import hours_due
 from shared.settings import get_settings
 from shared.store import schema

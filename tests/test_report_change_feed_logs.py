@@ -12,7 +12,7 @@ from pymongo.errors import AutoReconnect, OperationFailure
 from shared.instants import format_instant, utc_now
 from shared.reports import change_feed
 from shared.reports.change_feed import process_partition
-from shared.reports.leases import Partition
+from shared.reports.partitions import Partition
 from shared.settings import get_settings
 from shared.store import schema
 from tests.cosmos_fakes import CosmosTokens

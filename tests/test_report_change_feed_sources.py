@@ -11,7 +11,7 @@ from pymongo.errors import OperationFailure
 
 from shared.instants import utc_now
 from shared.reports.change_feed import ChangeStreamSource, PollingSource, PyMongoReader, process_partition
-from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.reports.partitions import ACTIONS_FEED, Partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange

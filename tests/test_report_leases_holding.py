@@ -9,16 +9,9 @@ from typing import Any
 import pytest
 
 from shared.instants import utc_now
-from shared.reports.leases import (
-    ACTIONS_FEED,
-    HEARTBEAT_TALLY,
-    Lease,
-    Partition,
-    checkpoint,
-    claim,
-    ensure_leases,
-    leases_to_dispatch,
-)
+from shared.reports.layouts import ensure_leases
+from shared.reports.leases import Lease, checkpoint, claim, leases_to_dispatch
+from shared.reports.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.store import schema
 from shared.store.retries import RetryPolicy
 

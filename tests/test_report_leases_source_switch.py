@@ -9,7 +9,7 @@ from typing import Any
 
 from shared.instants import utc_now
 from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.reports.partitions import ACTIONS_FEED, Partition
 from shared.settings import Settings
 from shared.store import schema
 from tests.cosmos_fakes import EPK_TOP, QuietStream

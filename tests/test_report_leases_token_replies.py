@@ -12,7 +12,7 @@ from pymongo.errors import OperationFailure
 
 from shared.instants import utc_now
 from shared.reports.change_feed import dispatch
-from shared.reports.leases import ACTIONS_FEED, NoPartitionTokens
+from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens
 from shared.settings import get_settings
 from shared.store import schema
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, cosmos_token

@@ -11,7 +11,7 @@ import pytest
 
 from shared.instants import utc_now
 from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
+from shared.reports.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.settings import Settings
 from shared.store import schema
 from tests.cosmos_fakes import CosmosTokens

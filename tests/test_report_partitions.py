@@ -17,16 +17,8 @@ from shared import instants
 from shared.instants import utc_now
 from shared.reports import aggregation, change_feed
 from shared.reports.change_feed import THROTTLED_RETRIES, ChangeStreamSource, dispatch, process_partition
-from shared.reports.leases import (
-    ACTIONS_FEED,
-    FEEDS,
-    HEARTBEAT_TALLY,
-    Lease,
-    Partition,
-    checkpoint,
-    claim,
-    release,
-)
+from shared.reports.leases import Lease, checkpoint, claim, release
+from shared.reports.partitions import ACTIONS_FEED, FEEDS, HEARTBEAT_TALLY, Partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range

@@ -15,7 +15,7 @@ from pymongo.errors import OperationFailure
 from shared import instants
 from shared.instants import utc_now
 from shared.reports.change_feed import PartitionRun, dispatch, process_partition
-from shared.reports.leases import ACTIONS_FEED, NoPartitionTokens, Partition
+from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range

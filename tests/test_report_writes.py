@@ -14,7 +14,7 @@ from shared.reports import aggregation, tally
 from shared.reports.aggregation import Change, refresh_hourly
 from shared.reports.change_feed import dispatch, process_partition
 from shared.reports.documents import ActionPart, HeartbeatPart, hourly_document, hourly_id, merged_entry
-from shared.reports.leases import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
+from shared.reports.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange, bucket_of

@@ -16,7 +16,7 @@ from shared.reports import aggregation, change_feed
 from shared.reports import rebuild as rebuild_reports
 from shared.reports.aggregation import refresh_daily
 from shared.reports.documents import hourly_document, hourly_id
-from shared.reports.leases import HEARTBEAT_TALLY
+from shared.reports.partitions import HEARTBEAT_TALLY
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy, StoreUnavailable

@@ -16,7 +16,8 @@ from shared.instants import day_of, utc_now
 from shared.reports import aggregation
 from shared.reports.aggregation import Change, Stamper, refresh_hourly, write_guarded
 from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import Lease, Partition
+from shared.reports.leases import Lease
+from shared.reports.partitions import Partition
 from shared.reports.rebuild import rebuild
 from shared.reports.tally import UserPages, rolled_up_before
 from shared.settings import Settings

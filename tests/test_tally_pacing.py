@@ -14,7 +14,7 @@ from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
 from shared.instants import day_of, utc_now
 from shared.reports.change_feed import PartitionRun, dispatch, process_partition
-from shared.reports.leases import Partition
+from shared.reports.partitions import Partition
 from shared.reports.tally import CLOCK_MARGIN
 from shared.settings import Settings
 from shared.store import schema

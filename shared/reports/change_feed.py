@@ -56,24 +56,16 @@ from shared.archive.heartbeats import HeartbeatArchiver
 from shared.archive.storage import ArchiveUnavailable
 from shared.instants import format_instant, to_stored
 from shared.reports.aggregation import Change, Stamper, find_all, refresh_hourly
-from shared.reports.leases import (
+from shared.reports.layouts import ensure_leases, feed_coverage, leases_over
+from shared.reports.leases import Lease, checkpoint, claim, feed_lags, leases_to_dispatch, new_owner, release
+from shared.reports.partitions import (
     Feed,
-    Lease,
     NoPartitionTokens,
     Partition,
     Token,
-    checkpoint,
-    claim,
     cosmos_partitions,
-    ensure_leases,
-    feed_coverage,
-    feed_lags,
     feed_partitions,
     feeds_to_run,
-    leases_over,
-    leases_to_dispatch,
-    new_owner,
-    release,
 )
 from shared.reports.tally import CLOCK_MARGIN, hours_due, rolled_up_before, run_tally
 from shared.settings import Settings

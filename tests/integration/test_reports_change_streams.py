@@ -13,7 +13,7 @@ from shared import instants
 from shared.instants import day_of, utc_now
 from shared.reports import change_feed
 from shared.reports import rebuild as rebuild_reports
-from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.reports.partitions import ACTIONS_FEED, Partition
 from shared.settings import get_settings
 from shared.store import client as store
 from shared.store import schema
