@@ -39,9 +39,10 @@ from shared.ingestion.receive import receive
 from shared.instants import utc_now
 from shared.notifications.checks import CheckPartition, partitions, run_check
 from shared.notifications.documents import KINDS
-from shared.reports.change_feed import dispatch, process_partition
+from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import FEEDS, Partition
 from shared.reports.tally import SETTLE
+from shared.reports.worker import process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.setup import ensure_store

@@ -13,9 +13,10 @@ from functions.responses import handles_errors, json_response
 from shared.ids import check_id
 from shared.instants import utc_now
 from shared.observability import log_invocation
-from shared.reports.change_feed import dispatch, process_partition
+from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import Partition, retired
 from shared.reports.reading import parse_report_query, read_reports
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store.client import get_database
 

@@ -10,8 +10,9 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from shared.instants import utc_now
-from shared.reports.change_feed import ChangeStreamSource, PollingSource, PyMongoReader, process_partition
 from shared.reports.partitions import ACTIONS_FEED, Partition
+from shared.reports.sources import ChangeStreamSource, PollingSource, PyMongoReader
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange

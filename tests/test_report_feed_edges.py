@@ -10,7 +10,7 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from shared.instants import set_clock, utc_now
-from shared.reports.change_feed import process_partition
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from tests.api import SPEC, iso, opened, post_events, provisioned

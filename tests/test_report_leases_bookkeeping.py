@@ -9,10 +9,11 @@ from datetime import timedelta
 from typing import Any
 
 from shared.instants import utc_now
-from shared.reports.change_feed import dispatch, process_partition
+from shared.reports.dispatcher import dispatch
 from shared.reports.layouts import ensure_leases
 from shared.reports.leases import Lease, checkpoint, claim, feed_lags, leases_to_dispatch
 from shared.reports.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy

@@ -8,8 +8,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.instants import utc_now
-from shared.reports.change_feed import dispatch, process_partition
+from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import ACTIONS_FEED, Partition
+from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from tests.cosmos_fakes import EPK_TOP, QuietStream

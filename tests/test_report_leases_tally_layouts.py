@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.reports.change_feed import dispatch
+from shared.reports.dispatcher import dispatch
 from shared.settings import Settings
 from tests.test_report_splits_review import tally_passes
 from tests.test_tally import DAY, HOUR, Fleet, opened

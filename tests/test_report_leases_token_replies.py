@@ -11,7 +11,7 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from shared.instants import utc_now
-from shared.reports.change_feed import dispatch
+from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens
 from shared.settings import get_settings
 from shared.store import schema

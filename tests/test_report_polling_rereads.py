@@ -14,8 +14,8 @@ from pymongo.errors import OperationFailure
 
 from shared import instants
 from shared.instants import set_clock, utc_now
-from shared.reports.change_feed import process_partition
 from shared.reports.partitions import ACTIONS_FEED
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from tests.api import SPEC, closed, iso, opened, post_events, provisioned

@@ -15,8 +15,9 @@ from pymongo.errors import OperationFailure
 
 from shared import metrics
 from shared.instants import set_clock, utc_now
-from shared.reports.change_feed import dispatch, process_partition
+from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range

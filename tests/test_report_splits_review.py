@@ -14,8 +14,9 @@ from pymongo.errors import OperationFailure
 
 from shared import instants
 from shared.instants import utc_now
-from shared.reports.change_feed import PartitionRun, dispatch, process_partition
+from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
+from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range

@@ -18,7 +18,7 @@ from pymongo.errors import ConfigurationError, OperationFailure
 
 from benchmarks.cost_meter import IndexedPaths
 from benchmarks.cost_model import DocumentWrite, Operation
-from shared.reports.change_feed import PIPELINE
+from shared.reports.sources import PIPELINE
 from shared.settings import get_settings
 from shared.store import client as store
 from shared.store import cosmos as cosmos_seam
