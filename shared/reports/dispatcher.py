@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DispatchRun:
+    """What one dispatch did: for its log line, its metrics and the tests."""
+
     partitions: int = 0  # of every feed
     leases_created: int = 0
     # Per way a new Cosmos DB lease with parents (a split's child) starts: `own_entry`, `narrowed`, `by_time`.
@@ -54,49 +56,80 @@ def dispatch(
     # store: a Cosmos DB partition has no bucket range, so each would poll the whole collection (and an account
     # with change streams off has no tokens to name them by).
     by_feed_range = cosmos and settings.change_source != "polling"
-    partitions: list[tuple[Partition, Token | None]] = []
-    unpartitioned: list[NoPartitionTokens] = []
-    stranded: list[str] = []
+    found = _partitions_of_every_feed(db, settings, by_feed_range=by_feed_range, policy=policy)
+    partitions = [p for p, _ in found.partitions]
+    run = DispatchRun(partitions=len(partitions))
+    made = ensure_leases(db, found.partitions, now=now, policy=policy)
+    run.leases_created, run.child_starts = made.count, made.child_starts
+    due = _due(db, partitions, now=now, settings=settings, policy=policy)
+    send([_json(p.message()) for p in due])
+    run.sent = [p.lease_id for p in due]
+    run.lag_seconds = _recorded_lags(db, partitions, now=now, settings=settings, policy=policy, also=found.stranded)
+    if found.unpartitioned:  # the other feeds are dispatched; the invocation still fails, for the alerts
+        raise found.unpartitioned[0]
+    return run
+
+
+@dataclass
+class _Found:
+    """Every feed's partitions with their start tokens, the feeds a token reply left unpartitioned, and the
+    leases over the ranges a token reply left out (`_check_coverage`)."""
+
+    partitions: list[tuple[Partition, Token | None]] = field(default_factory=list)
+    unpartitioned: list[NoPartitionTokens] = field(default_factory=list)
+    stranded: list[str] = field(default_factory=list)
+
+
+def _partitions_of_every_feed(
+    db: Database[Any], settings: Settings, *, by_feed_range: bool, policy: RetryPolicy
+) -> _Found:
+    """The partitions of every feed the app keeps; a feed whose token reply partitions nothing is logged and
+    counted, and left out."""
+    found = _Found()
     for source in feeds_to_run(archived=get_archive(settings) is not None):
         try:
-            found = feed_partitions(
+            partitions = feed_partitions(
                 db, source, count=settings.reports_partitions, on_cosmos=by_feed_range, policy=policy
             )
         except NoPartitionTokens as error:
             log.error("reports: %s is not dispatched: %s", source.key, error)
             metrics.feed_unpartitioned(source.key)
-            unpartitioned.append(error)
+            found.unpartitioned.append(error)
             continue
-        partitions += found
+        found.partitions += partitions
         if by_feed_range and not source.hourly:
-            stranded += _check_coverage(db, source, [p for p, _ in found], policy)
-    run = DispatchRun(partitions=len(partitions))
-    made = ensure_leases(db, partitions, now=now, policy=policy)
-    run.leases_created, run.child_starts = made.count, made.child_starts
+            found.stranded += _check_coverage(db, source, [p for p, _ in partitions], policy)
+    return found
+
+
+def _due(
+    db: Database[Any], partitions: list[Partition], *, now: datetime, settings: Settings, policy: RetryPolicy
+) -> list[Partition]:
+    """The partitions to send a work message for, each marked as sent (`leases_to_dispatch`). A tally partition
+    (or the archive's sweep) is sent only when an hour it has yet to do is due (or its pass is under way)."""
     hold = timedelta(seconds=settings.reports_lease_seconds)
-    feeds = [p for p, _ in partitions if not p.feed.hourly]
-    tallies = [p for p, _ in partitions if p.feed.hourly]
-    # A tally partition (or the archive's sweep) is sent only when an hour it has yet to do is due (or its pass is
-    # under way).
+    feeds = [p for p in partitions if not p.feed.hourly]
+    tallies = [p for p in partitions if p.feed.hourly]
     due = leases_to_dispatch(db, feeds, now=now, hold_for=hold, policy=policy)
     due += leases_to_dispatch(db, tallies, now=now, hold_for=hold, policy=policy, behind=hours_due(now))
-    send([_json(p.message()) for p in due])
-    run.sent = [p.lease_id for p in due]
+    return due
+
+
+def _recorded_lags(
+    db: Database[Any],
+    partitions: list[Partition],
+    *,
+    now: datetime,
+    settings: Settings,
+    policy: RetryPolicy,
+    also: list[str],
+) -> dict[str, float]:
+    """Each feed's lag (`feed_lags`, with the leases `also` over ranges no partition reads), recorded as a metric."""
     pacing = timedelta(minutes=settings.reports_tally_spread_minutes) + CLOCK_MARGIN
-    run.lag_seconds = feed_lags(
-        db,
-        [p for p, _ in partitions],
-        now=now,
-        policy=policy,
-        tally_due=hours_due(now),
-        tally_pacing=pacing,
-        also=stranded,
-    )
-    for feed, lag in run.lag_seconds.items():
+    lags = feed_lags(db, partitions, now=now, policy=policy, tally_due=hours_due(now), tally_pacing=pacing, also=also)
+    for feed, lag in lags.items():
         metrics.report_lag(feed, lag)
-    if unpartitioned:  # the other feeds are dispatched; the invocation still fails, for the alerts
-        raise unpartitioned[0]
-    return run
+    return lags
 
 
 def _check_coverage(db: Database[Any], feed: Feed, partitions: list[Partition], policy: RetryPolicy) -> list[str]:

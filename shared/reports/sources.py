@@ -258,38 +258,76 @@ def open_source(
     policy: RetryPolicy,
     watch: Watch | None = None,
 ) -> tuple[Source, bool]:
-    """The partition's source positioned from its lease, and whether it has to recover from a checkpoint time.
-    `watch` opens a change stream (tests pass a fake that behaves as Cosmos DB's)."""
-    feed, page_size = partition.feed, settings.reports_page_size
+    """The partition's source positioned from its lease, and whether it has to recover from a checkpoint time:
+    polling where the setting says so; else the change stream resumed from the lease's token; else (no token, or
+    one the store rejected) a recovery. `watch` opens a change stream (tests pass a fake that behaves as Cosmos
+    DB's)."""
     since = aggregated_before(lease, settings)
     if settings.change_source == "polling":
-        return PollingSource(db, feed, partition.buckets, since=since, page_size=page_size, policy=policy), False
-    watch = watch or (lambda p, token: PyMongoReader(_opener(db, p, page_size), token, policy))
+        return _polling(db, partition, since, settings, policy), False
+    watch = watch or (lambda p, token: PyMongoReader(_opener(db, p, settings.reports_page_size), token, policy))
     if lease.token is not None:
-        try:
-            return ChangeStreamSource(watch(partition, lease.token), feed, page_size), False
-        except OperationFailure as cause:  # with_retries raises what is not transient as it is
-            if is_transient(cause):
-                raise
-            log.warning(
-                "reports: the resume token of %s was rejected (code %s: %s); recovering from its checkpoint time "
-                "%s minus %ds, then continuing on a new change stream",
-                partition.lease_id,
-                cause.code,
-                cause.details.get("errmsg") if cause.details else cause,
-                format_instant(lease.checkpoint_time) if lease.checkpoint_time else "(none: from the start)",
-                settings.reports_poll_overlap_seconds,
-            )
+        resumed = _resumed(watch, partition, lease, settings)
+        if resumed is not None:
+            return resumed, False
     elif lease.checkpoint_time is None:
         log.info("reports: %s has no saved position; building from the start of its source", partition.lease_id)
+    return _recovering(db, partition, lease, since, settings, policy=policy, watch=watch), True
+
+
+def _polling(
+    db: Database[Any], partition: Partition, since: datetime | None, settings: Settings, policy: RetryPolicy
+) -> PollingSource:
+    page_size = settings.reports_page_size
+    return PollingSource(db, partition.feed, partition.buckets, since=since, page_size=page_size, policy=policy)
+
+
+def _resumed(watch: Watch, partition: Partition, lease: Lease, settings: Settings) -> ChangeStreamSource | None:
+    """The change stream resumed from the lease's token; None if the store rejected the token (logged: the
+    partition then recovers from its checkpoint time). A transient error propagates."""
+    try:
+        return ChangeStreamSource(watch(partition, lease.token), partition.feed, settings.reports_page_size)
+    except OperationFailure as cause:  # with_retries raises what is not transient as it is
+        if is_transient(cause):
+            raise
+        log.warning(
+            "reports: the resume token of %s was rejected (code %s: %s); recovering from its checkpoint time "
+            "%s minus %ds, then continuing on a new change stream",
+            partition.lease_id,
+            cause.code,
+            cause.details.get("errmsg") if cause.details else cause,
+            format_instant(lease.checkpoint_time) if lease.checkpoint_time else "(none: from the start)",
+            settings.reports_poll_overlap_seconds,
+        )
+        return None
+
+
+def _recovering(
+    db: Database[Any],
+    partition: Partition,
+    lease: Lease,
+    since: datetime | None,
+    settings: Settings,
+    *,
+    policy: RetryPolicy,
+    watch: Watch,
+) -> RecoveringSource:
+    """Polling from `since` until caught up, then a change stream opened before the polling began: from the
+    lease's first token on a bucket partition, from a fresh token of its feed range on Cosmos DB."""
     start = lease.start_token
     if partition.cosmos:
         # Rejected, a recovery that ran out of budget, or a first run: the stream need only start before the
         # polling, and the lease's first token may be as stale as one rejected, or name a range that has split
         # since (its message was queued before the split). Ask again: a range gone leaves it to its children.
         start = _fresh_start_token(db, partition, policy)
+    stream = _new_stream(watch, partition, start, settings.reports_page_size)
+    return RecoveringSource(_polling(db, partition, since, settings, policy), stream)
+
+
+def _new_stream(watch: Watch, partition: Partition, start: Token | None, page_size: int) -> ChangeStreamSource:
+    """A change stream from `start`; a store that has none is logged as needing CHANGE_SOURCE=polling."""
     try:
-        stream = ChangeStreamSource(watch(partition, start), feed, page_size)
+        return ChangeStreamSource(watch(partition, start), partition.feed, page_size)
     except OperationFailure as error:
         if not is_transient(error):
             log.error(
@@ -299,8 +337,6 @@ def open_source(
                 error,
             )
         raise
-    polling = PollingSource(db, feed, partition.buckets, since=since, page_size=page_size, policy=policy)
-    return RecoveringSource(polling, stream), True
 
 
 class PartitionLayoutChanged(Exception):

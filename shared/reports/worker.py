@@ -26,6 +26,7 @@ from shared.reports.sources import (
     Page,
     PartitionLayoutChanged,
     PollingSource,
+    Source,
     Watch,
     aggregated_before,
     open_source,
@@ -124,16 +125,19 @@ class _Worker:
         self.lease_for = timedelta(seconds=settings.reports_lease_seconds)
         self.owner = new_owner()
         self.run = PartitionRun(partition.lease_id)
-        self._now, self._clock, self._sleep, self._started = now, clock, sleep, clock()
+        self.now, self.clock, self.sleep, self._started = now, clock, sleep, clock()
+        self.deadline = self._started + settings.reports_time_budget_seconds  # on `clock`
 
     def wall_clock(self) -> datetime:
         """The server clock as the run goes on (the trigger read `now` once, at the start)."""
-        return self._now + timedelta(seconds=self._clock() - self._started)
+        return self.now + timedelta(seconds=self.clock() - self._started)
+
+    def out_of_time(self) -> bool:
+        return self.clock() >= self.deadline
 
     def tally(self, held: Lease) -> Lease:
         """The heartbeat tally's due hours, until done or out of budget; the position reached."""
         assert self.partition.buckets is not None, "the tally's partitions are bucket ranges"
-        deadline = self._started + self.settings.reports_time_budget_seconds
         archive = get_archive(self.settings)
         held, tallied = run_tally(
             self.db,
@@ -142,9 +146,9 @@ class _Worker:
             settings=self.settings,
             policy=self.policy,
             wall_clock=self.wall_clock,
-            out_of_time=lambda: self._clock() >= deadline,
-            save=lambda lease: self._save(lease, "tally"),
-            pause=lambda seconds: self._pause(seconds, deadline),
+            out_of_time=self.out_of_time,
+            save=lambda lease: self.save(lease, "tally"),
+            pause=self._pause,
             archive=None if archive is None else HeartbeatArchiver(archive),
         )
         self.run.pages += tallied.pages
@@ -160,7 +164,6 @@ class _Worker:
         archive = get_archive(self.settings)
         if archive is None:
             return held
-        deadline = self._started + self.settings.reports_time_budget_seconds
         held, swept = run_actions_sweep(
             self.db,
             held,
@@ -168,144 +171,37 @@ class _Worker:
             archive=archive,
             policy=self.policy,
             wall_clock=self.wall_clock,
-            out_of_time=lambda: self._clock() >= deadline,
-            save=lambda lease: self._save(lease, "archive"),
-            pause=lambda seconds: self._pause(seconds, deadline),
+            out_of_time=self.out_of_time,
+            save=lambda lease: self.save(lease, "archive"),
+            pause=self._pause,
         )
         self.run.pages += swept.pages
         self.run.changes += swept.events
         self.run.caught_up = swept.caught_up
         return held
 
-    def _pause(self, seconds: float, deadline: float) -> bool:
+    def _pause(self, seconds: float) -> bool:
         """Wait `seconds` for a paced tally's next page if the budget leaves time for it; False: it does not."""
-        if self._clock() + seconds >= deadline:
+        if self.clock() + seconds >= self.deadline:
             return False
-        self._sleep(seconds)
+        self.sleep(seconds)
         return True
 
     def read_and_aggregate(self, held: Lease, watch: Watch | None) -> Lease:
         """Pages until caught up or out of budget; the position reached (saved unless the lease was lost)."""
-        deadline = self._started + self.settings.reports_time_budget_seconds
-        stamper = Stamper(self._now)
         source, self.run.recovered = open_source(
             self.db, self.partition, held, self.settings, policy=self.policy, watch=watch
         )
-        saved, backoff = held, _Backoff(self._clock, self._sleep, deadline)
-        polled_at = self.wall_clock() if source.name == PollingSource.name else None  # before its first query
-        # The last run stopped after a full page (its budget ran out with more waiting): an empty first page is
-        # as likely throttling as the end, unless nothing was written after the checkpoint (asked once).
-        backoff.arm(held.behind)
-        unchecked = held.behind
         try:
-            while self._clock() < deadline:
-                try:
-                    page = source.next_page()
-                except OperationFailure as refused:
-                    if is_transient(refused) or self.run.pages or self.run.recovered or held.token is None:
-                        raise
-                    held = self._position_refused(held, refused)
-                    break
-                if page is not None:
-                    held = _advanced(held, page, polled_at)
-                if page is None or not page.changes:
-                    # Nothing new: caught up, unless the last page was full (a throttled stream answers empty
-                    # pages, its position unmoved). An empty page that moved the position was answered: the
-                    # partition is idle, and asking on would spin until the budget is spent (an empty getMore's
-                    # token moves with others' writes: MongoDB's postBatchResumeToken). Saved at the end.
-                    if page is not None or (unchecked and not self._written_after(held)):
-                        held = replace(held, behind=False)
-                        backoff.arm(False)
-                    unchecked = False
-                    if not backoff.armed or not backoff.wait():
-                        self.run.caught_up = not backoff.armed
-                        break
-                    self.run.empty_retries += 1
-                    continue
-                self._aggregate(page, stamper)
-                full = page.token is not None and len(page.changes) >= self.settings.reports_page_size
-                backoff.arm(full)
-                held, unchecked = replace(held, behind=full), False
-                if not self._save(held, source.name):
-                    return held
-                saved = held
-            if backoff.exhausted:
-                # Throttled for that long, or idle with a position that stands still: the next run does not wait
-                # again on its first empty page (`behind` forgotten), and carries on from the same position.
-                held = replace(held, behind=False)
-                log.warning(
-                    "reports: %s: the change stream answered %d empty pages in a row after a full one, its position "
-                    "unmoved (throttled, or nothing new and a position that stands still); the run ends and the "
-                    "next run carries on",
-                    self.partition.lease_id,
-                    self.run.empty_retries,
-                )
-            elif self.run.empty_retries and not self.run.caught_up:
-                log.warning(
-                    "reports: %s: the change stream kept answering empty pages after a full one (%d asked again, "
-                    "throttled?); the run ends with its budget and the next run carries on",
-                    self.partition.lease_id,
-                    self.run.empty_retries,
-                )
-            held = self._polled(held, polled_at)
-            if held != saved:
-                self._save(held, source.name)
+            reading = _Reading(self, source, held)
+            if reading.read_pages():
+                reading.finish()
         finally:
             source.close()
-        return held
+        return reading.held
 
-    def _polled(self, held: Lease, polled_at: datetime | None) -> Lease:
-        """After a polling run that read its partition to the end (`polled_at`: when it began), the position with
-        when it began, if that moves where the next run starts; else the position as it was, so the runs of a
-        partition quiet for longer than the overlap save nothing (and read nothing)."""
-        if polled_at is None or not self.run.caught_up:
-            return held
-        moved = replace(held, polled_at=polled_at)
-        if aggregated_before(moved, self.settings) == aggregated_before(held, self.settings):
-            return held
-        return moved
-
-    def _position_refused(self, held: Lease, refused: OperationFailure) -> Lease:
-        """The stream accepted the lease's token when it opened, then refused it at its first read (a store may
-        check a token only then: a split parent's, or a child's inherited one it does not take): the position
-        without the token, so the next run recovers from the checkpoint time instead of failing on it again."""
-        log.warning(
-            "reports: %s: the change stream refused its saved position at its first read (code %s: %s); the next "
-            "run recovers from the checkpoint time %s minus %ds",
-            self.partition.lease_id,
-            refused.code,
-            refused.details.get("errmsg") if refused.details else refused,
-            format_instant(held.checkpoint_time) if held.checkpoint_time else "(none: from the start)",
-            self.settings.reports_poll_overlap_seconds,
-        )
-        return replace(held, token=None)
-
-    def _written_after(self, held: Lease) -> bool:
-        """Whether the feed holds a document received after the lease's checkpoint time (within the partition's
-        buckets where it has them; on Cosmos DB in any partition: a query cannot name a physical partition)."""
-        if held.checkpoint_time is None:
-            return True
-        feed, buckets = self.partition.feed, self.partition.buckets
-        query = {feed.time_field: {"$gt": held.checkpoint_time}}
-        if buckets is not None:
-            query.update(buckets.selector(BUCKET_FIELD))
-        found = with_retries(lambda: self.db[feed.collection].find_one(query, {"_id": 1}), self.policy)
-        return found is not None
-
-    def _aggregate(self, page: Page, stamper: Stamper) -> None:
-        written = self.wall_clock()
-        result = refresh_hourly(
-            self.db,
-            page.changes,
-            stamp=stamper.next(to_stored(written)),
-            policy=self.policy,
-            rolled_up_before=rolled_up_before(written),
-        )
-        self.run.hourly_written += result.written
-        self.run.pages += 1
-        self.run.changes += len(page.changes)
-
-    def _save(self, held: Lease, source: str) -> bool:
+    def save(self, held: Lease, source: str) -> bool:
+        """Checkpoint the position and renew the lease; False (logged, and the run marked) if the lease was lost."""
         saved = checkpoint(
             self.db,
             self.partition,
@@ -329,6 +225,164 @@ class _Worker:
             release(self.db, self.partition, held, now=self.wall_clock(), policy=self.release_policy())
         except (PyMongoError, StoreUnavailable) as error:  # the lease then expires on its own
             log.warning("reports: could not release %s: %s", self.partition.lease_id, type(error).__name__)
+
+
+class _Reading:
+    """A worker's pages from one source: each page with changes is aggregated and its position saved; an empty
+    page ends the run unless it may be throttling (after a full page), which is asked again with back-off."""
+
+    def __init__(self, worker: _Worker, source: Source, held: Lease) -> None:
+        self._worker, self._run, self._source = worker, worker.run, source
+        self.held = self._saved = held  # the position reached, and the last one saved
+        self._stamper = Stamper(worker.now)
+        self._backoff = _Backoff(worker.clock, worker.sleep, worker.deadline)
+        # When a polling run began, before its first query (None for a change stream): see `_polled`.
+        self._polled_at = worker.wall_clock() if source.name == PollingSource.name else None
+        # The last run stopped after a full page (its budget ran out with more waiting): an empty first page is
+        # as likely throttling as the end, unless nothing was written after the checkpoint (asked once).
+        self._backoff.arm(held.behind)
+        self._unchecked = held.behind
+
+    def read_pages(self) -> bool:
+        """Read until caught up, out of retries or out of budget, or until the stream refuses the saved position at
+        its first read; False if the lease was lost (the run stops there, unsaved)."""
+        while not self._worker.out_of_time():
+            try:
+                page = self._source.next_page()
+            except OperationFailure as error:
+                if not self._refuses_saved_position(error):
+                    raise
+                self.held = self._without_refused_position(error)
+                return True
+            if page is not None:
+                self.held = _advanced(self.held, page, self._polled_at)
+            if page is None or not page.changes:
+                if not self._asks_again_after_no_changes(page):
+                    return True
+                continue
+            if not self._aggregated_and_saved(page):
+                return False
+        return True
+
+    def finish(self) -> None:
+        """The run's end: a back-off ended without an answer is logged, and the position is saved if it moved
+        since the last save (a polling run that read to the end also keeps when it began: `_polled`)."""
+        if self._backoff.exhausted:
+            self._gave_up_asking_again()
+        elif self._run.empty_retries and not self._run.caught_up:
+            log.warning(
+                "reports: %s: the change stream kept answering empty pages after a full one (%d asked again, "
+                "throttled?); the run ends with its budget and the next run carries on",
+                self._worker.partition.lease_id,
+                self._run.empty_retries,
+            )
+        self.held = self._polled(self.held)
+        if self.held != self._saved:
+            self._worker.save(self.held, self._source.name)
+
+    def _refuses_saved_position(self, error: OperationFailure) -> bool:
+        """Whether a read's error is the stream refusing the lease's token at its first read: not transient, before
+        any page, on a stream resumed from the lease's token (not a recovery). Anything else fails the run."""
+        return not (is_transient(error) or self._run.pages or self._run.recovered or self.held.token is None)
+
+    def _without_refused_position(self, refused: OperationFailure) -> Lease:
+        """The stream accepted the lease's token when it opened, then refused it at its first read (a store may
+        check a token only then: a split parent's, or a child's inherited one it does not take): the position
+        without the token, so the next run recovers from the checkpoint time instead of failing on it again."""
+        log.warning(
+            "reports: %s: the change stream refused its saved position at its first read (code %s: %s); the next "
+            "run recovers from the checkpoint time %s minus %ds",
+            self._worker.partition.lease_id,
+            refused.code,
+            refused.details.get("errmsg") if refused.details else refused,
+            format_instant(self.held.checkpoint_time) if self.held.checkpoint_time else "(none: from the start)",
+            self._worker.settings.reports_poll_overlap_seconds,
+        )
+        return replace(self.held, token=None)
+
+    def _asks_again_after_no_changes(self, page: Page | None) -> bool:
+        """After a read with no changes: True once a back-off was waited out (ask again), False when the run ends
+        (caught up, or out of retries or budget). Nothing new is caught up unless the last page was full (a
+        throttled stream answers empty pages, its position unmoved); the position is saved at the end."""
+        if self._is_idle(page):
+            self.held = replace(self.held, behind=False)
+            self._backoff.arm(False)
+        self._unchecked = False
+        if not self._backoff.armed or not self._backoff.wait():
+            self._run.caught_up = not self._backoff.armed
+            return False
+        self._run.empty_retries += 1
+        return True
+
+    def _is_idle(self, page: Page | None) -> bool:
+        """Whether a read with no changes shows the partition idle: an empty page that moved the position was
+        answered (asking on would spin until the budget is spent: an empty getMore's token moves with others'
+        writes, MongoDB's postBatchResumeToken); and so was a run's first read after a full page when the feed
+        holds nothing received after the checkpoint."""
+        return page is not None or (self._unchecked and not self._written_after_checkpoint())
+
+    def _aggregated_and_saved(self, page: Page) -> bool:
+        """Aggregate a page of changes and save the position after it; False if the lease was lost. A full page
+        of a stream arms the back-off: more may be waiting, so an empty page after it is asked again."""
+        self._aggregate(page)
+        full = page.token is not None and len(page.changes) >= self._worker.settings.reports_page_size
+        self._backoff.arm(full)
+        self.held, self._unchecked = replace(self.held, behind=full), False
+        if not self._worker.save(self.held, self._source.name):
+            return False
+        self._saved = self.held
+        return True
+
+    def _aggregate(self, page: Page) -> None:
+        written = self._worker.wall_clock()
+        result = refresh_hourly(
+            self._worker.db,
+            page.changes,
+            stamp=self._stamper.next(to_stored(written)),
+            policy=self._worker.policy,
+            rolled_up_before=rolled_up_before(written),
+        )
+        self._run.hourly_written += result.written
+        self._run.pages += 1
+        self._run.changes += len(page.changes)
+
+    def _gave_up_asking_again(self) -> None:
+        """Out of retries after a full page (throttled for that long, or idle with a position that stands still):
+        the next run does not wait again on its first empty page (`behind` forgotten), and carries on from the
+        same position."""
+        self.held = replace(self.held, behind=False)
+        log.warning(
+            "reports: %s: the change stream answered %d empty pages in a row after a full one, its position "
+            "unmoved (throttled, or nothing new and a position that stands still); the run ends and the "
+            "next run carries on",
+            self._worker.partition.lease_id,
+            self._run.empty_retries,
+        )
+
+    def _polled(self, held: Lease) -> Lease:
+        """After a polling run that read its partition to the end, the position with when it began, if that moves
+        where the next run starts; else the position as it was, so the runs of a partition quiet for longer than
+        the overlap save nothing (and read nothing)."""
+        if self._polled_at is None or not self._run.caught_up:
+            return held
+        moved = replace(held, polled_at=self._polled_at)
+        settings = self._worker.settings
+        if aggregated_before(moved, settings) == aggregated_before(held, settings):
+            return held
+        return moved
+
+    def _written_after_checkpoint(self) -> bool:
+        """Whether the feed holds a document received after the position's checkpoint time (within the partition's
+        buckets where it has them; on Cosmos DB in any partition: a query cannot name a physical partition)."""
+        if self.held.checkpoint_time is None:
+            return True
+        feed, buckets = self._worker.partition.feed, self._worker.partition.buckets
+        query = {feed.time_field: {"$gt": self.held.checkpoint_time}}
+        if buckets is not None:
+            query.update(buckets.selector(BUCKET_FIELD))
+        db = self._worker.db
+        found = with_retries(lambda: db[feed.collection].find_one(query, {"_id": 1}), self._worker.policy)
+        return found is not None
 
 
 class _Backoff:
