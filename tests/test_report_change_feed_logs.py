@@ -1,6 +1,7 @@
-"""What the report feeds' log says when something is wrong (shared/reports/change_feed.py), as an operator reads it
-to act: which partition, what the store answered, from where it carries on; which GetChangeStreamTokens ranges
-were left out or named twice, and which leases are left over them; a lease a failed run could not release."""
+"""What the report feeds' log says when something is wrong (shared/reports/sources.py, dispatcher.py, worker.py), as an
+operator reads it to act: which partition, what the store answered, from where it carries on; which
+GetChangeStreamTokens ranges were left out or named twice, and which leases are left over them; a lease a failed run
+could not release."""
 
 import logging
 from datetime import datetime, timedelta

@@ -1,4 +1,4 @@
-"""Where a report feed's pages come from (shared/reports/change_feed.py): polling pages that end on a whole
+"""Where a report feed's pages come from (shared/reports/sources.py): polling pages that end on a whole
 server-time instant within the partition's buckets, a pymongo change stream read to the end of its server batch
 from the saved token, an empty page whose token moved, and a recovery that hands over to its change stream."""
 

@@ -1,4 +1,4 @@
-"""The report feeds at their edges (shared/reports/change_feed.py): polling reads back an overlap before its
+"""The report feeds at their edges (shared/reports/sources.py): polling reads back an overlap before its
 checkpoint, so an action stored by an instance whose clock is behind, after the run that checkpointed past its
 time, still reaches the hourly report its user reads; and a resume that failed for a passing reason is not taken
 for a rejected token."""

@@ -1,8 +1,8 @@
-"""The leases' bookkeeping that the dispatcher and its lag metric rely on (shared/reports/leases.py): a feed's lag
-counts its current partitions only, from when a lease was made until its first checkpoint; a tally pass under way
-counts as on time only within its pacing; the tally is sent only when it is behind; a replaced partition retires
-wherever it comes in the layout; and a lease that comes back keeps counting its versions, so a run of its
-earlier life is fenced even when the same worker holds it again."""
+"""The leases' bookkeeping that the dispatcher and its lag metric rely on (shared/reports/leases.py, layouts.py): a
+feed's lag counts its current partitions only, from when a lease was made until its first checkpoint; a tally pass under
+way counts as on time only within its pacing; the tally is sent only when it is behind; a replaced partition retires
+wherever it comes in the layout; and a lease that comes back keeps counting its versions, so a run of its earlier life
+is fenced even when the same worker holds it again."""
 
 import json
 from datetime import timedelta

@@ -1,4 +1,4 @@
-"""What the dispatcher makes of Cosmos DB's `GetChangeStreamTokens` replies (shared/reports/leases.py): it asks for
+"""What the dispatcher makes of Cosmos DB's `GetChangeStreamTokens` replies (shared/reports/partitions.py): it asks for
 the actions collection's tokens; a reply it cannot partition by fails the actions feed's dispatch loudly, saying
 why; a reply that leaves a range out names the live leases over that range (and only those), whose lag counts."""
 

@@ -1,4 +1,4 @@
-"""The upgrade over the leases the code before feed ranges left on MongoDB (shared/reports/leases.py): bucket
+"""The upgrade over the leases the code before feed ranges left on MongoDB (shared/reports/layouts.py): bucket
 leases `reports:<feed>:buckets:<index>/<count>` without `kind` or `range`, every layout it ever ran still live.
 A new REPORTS_PARTITIONS layout must start each range from the legacy leases over that range in the layout that
 ran last, retire the earlier layouts at once, and retire the last one once the new leases have run."""

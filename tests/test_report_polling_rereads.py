@@ -1,4 +1,4 @@
-"""What a polling report partition reads again (shared/reports/change_feed.py `aggregated_before`): a run reads back
+"""What a polling report partition reads again (shared/reports/sources.py `aggregated_before`): a run reads back
 REPORTS_POLL_OVERLAP_SECONDS before its checkpoint time, for writes that commit late and for clock skew between
 instances, but a partition that has gone quiet reads its last changes again only until the overlap has passed since
 them, not at every dispatch for as long as it stays quiet (issue 28: `./dev serve` re-read the same 333 changes every

@@ -36,16 +36,9 @@ def ensure_leases(
 ) -> LeasesMade:
     """Make a lease for every partition that has none, and retire the leases they replaced; what was made.
 
-    A new partition of a feed that has leases (Cosmos DB split a physical partition, or REPORTS_PARTITIONS
-    changed) starts from its parents' position, as Cosmos DB's change feed processor hands a parent's position to
-    its children: a split child on Cosmos DB from the token of the live lease that holds its whole range and got
-    furthest (its own entry of it, or the token narrowed to its range: `_inherited_position`); any other from the
-    oldest checkpoint time of the live leases whose ranges overlap its own, recovering from there (less the
-    overlap). Either way it reads what was written since its parents' last checkpoint, never what older, replaced
-    layouts left behind. A parent that never saved a checkpoint time has aggregated nothing known: its children
-    build from the start. A feed's first partitions start from scratch. Each split child on Cosmos DB logs, and
-    counts, how it starts: from its own entry of a parent's token, from the token narrowed to its range, or by
-    time (polling the whole collection from the checkpoint time)."""
+    A new partition of a feed that has leases starts from its parents' position (`_inherited_position`), so it
+    reads what was written since their last checkpoint, never what older, replaced layouts left behind; a feed's
+    first partitions start from scratch. Each split child on Cosmos DB logs, and counts, how it starts."""
     wanted = list(partitions)
     made = LeasesMade()
     if not wanted:

@@ -192,8 +192,8 @@ class _Worker:
         source, self.run.recovered = open_source(
             self.db, self.partition, held, self.settings, policy=self.policy, watch=watch
         )
+        reading = _Reading(self, source, held)
         try:
-            reading = _Reading(self, source, held)
             if reading.read_pages():
                 reading.finish()
         finally:
