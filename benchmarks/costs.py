@@ -41,8 +41,9 @@ from benchmarks.reports import NaiveConsumer, provision_fleet
 from shared.ingestion.receive import receive
 from shared.instants import set_clock
 from shared.notifications.documents import KINDS
-from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import Partition
+from shared.reports.dispatcher import dispatch
+from shared.reports.partitions import Partition
+from shared.reports.worker import process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.schema import collection_specs

@@ -36,10 +36,12 @@ from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
 from shared.instants import set_clock, utc_now
-from shared.reports.change_feed import MAX_AWAIT_MS, PIPELINE, dispatch, process_partition
+from shared.reports.dispatcher import dispatch
 from shared.reports.documents import COUNTERS, daily_id, hourly_id, parse_hourly_id
-from shared.reports.leases import Partition
+from shared.reports.partitions import Partition
+from shared.reports.sources import MAX_AWAIT_MS, PIPELINE
 from shared.reports.tally import counted_from
+from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy

@@ -40,9 +40,10 @@ from shared.instants import utc_now
 from shared.notifications.checks.partitions import CheckPartition, partitions
 from shared.notifications.checks.run import run_check
 from shared.notifications.documents import KINDS
-from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import FEEDS, Partition
+from shared.reports.dispatcher import dispatch
+from shared.reports.partitions import FEEDS, Partition
 from shared.reports.tally import SETTLE
+from shared.reports.worker import process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.setup import ensure_store

@@ -11,9 +11,10 @@ from functions.invocations import Invocation, work_message
 from functions.responses import handles_errors, json_response
 from shared.ids import check_id
 from shared.instants import utc_now
-from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import Partition, retired
+from shared.reports.dispatcher import dispatch
+from shared.reports.partitions import Partition, retired
 from shared.reports.reading import parse_report_query, read_reports
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store.client import get_database
 

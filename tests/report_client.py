@@ -14,8 +14,9 @@ from pymongo.errors import PyMongoError
 
 from shared import instants
 from shared.instants import set_clock, utc_now
-from shared.reports.change_feed import PartitionRun, dispatch, process_partition
-from shared.reports.leases import FEEDS, Partition
+from shared.reports.dispatcher import dispatch
+from shared.reports.partitions import FEEDS, Partition
+from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import StoreUnavailable

@@ -16,8 +16,10 @@ from shared.archive import actions
 from shared.archive.actions import SweepRun, run_actions_sweep
 from shared.archive.current import use_archive
 from shared.archive.storage import Archive, ArchiveUnavailable, FolderArchive
-from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import ACTIONS_ARCHIVE, Lease, Partition
+from shared.reports.dispatcher import dispatch
+from shared.reports.leases import Lease
+from shared.reports.partitions import ACTIONS_ARCHIVE, Partition
+from shared.reports.worker import process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from tests.cosmos_fakes import CosmosTokens

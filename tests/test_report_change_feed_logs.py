@@ -1,6 +1,7 @@
-"""What the report feeds' log says when something is wrong (shared/reports/change_feed.py), as an operator reads it
-to act: which partition, what the store answered, from where it carries on; which GetChangeStreamTokens ranges
-were left out or named twice, and which leases are left over them; a lease a failed run could not release."""
+"""What the report feeds' log says when something is wrong (shared/reports/sources.py, dispatcher.py, worker.py), as an
+operator reads it to act: which partition, what the store answered, from where it carries on; which
+GetChangeStreamTokens ranges were left out or named twice, and which leases are left over them; a lease a failed run
+could not release."""
 
 import logging
 from datetime import datetime, timedelta
@@ -10,9 +11,9 @@ import pytest
 from pymongo.errors import AutoReconnect, OperationFailure
 
 from shared.instants import format_instant, utc_now
-from shared.reports import change_feed
-from shared.reports.change_feed import process_partition
-from shared.reports.leases import Partition
+from shared.reports import worker
+from shared.reports.partitions import Partition
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from tests.cosmos_fakes import CosmosTokens
@@ -27,10 +28,12 @@ from tests.test_report_partitions import (
 from tests.test_report_splits import ReplyLeavingOut, dispatch_run, dispatched
 
 MINUTE = timedelta(minutes=1)
+# The report feeds' modules that log: the pages' sources, the dispatcher, the worker.
+LOGGERS = {"shared.reports.sources", "shared.reports.dispatcher", "shared.reports.worker"}
 
 
 def messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno == level and r.name == "shared.reports.change_feed"]
+    return [r.getMessage() for r in caplog.records if r.levelno == level and r.name in LOGGERS]
 
 
 class RefusingStream:
@@ -331,7 +334,7 @@ def test_a_run_that_lost_its_lease_logs_which_one(
 ) -> None:
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
     partition = actions_partition_with_token(mock_db, utc_now())
-    monkeypatch.setattr(change_feed, "checkpoint", lambda *args, **kwargs: False)  # taken over: the fence fails
+    monkeypatch.setattr(worker, "checkpoint", lambda *args, **kwargs: False)  # taken over: the fence fails
 
     with caplog.at_level(logging.WARNING):
         run = run_on_stream(mock_db, partition, [[change("b0", 30)]], FakeTime())

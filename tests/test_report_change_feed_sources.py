@@ -1,4 +1,4 @@
-"""Where a report feed's pages come from (shared/reports/change_feed.py): polling pages that end on a whole
+"""Where a report feed's pages come from (shared/reports/sources.py): polling pages that end on a whole
 server-time instant within the partition's buckets, a pymongo change stream read to the end of its server batch
 from the saved token, an empty page whose token moved, and a recovery that hands over to its change stream."""
 
@@ -10,8 +10,9 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from shared.instants import utc_now
-from shared.reports.change_feed import ChangeStreamSource, PollingSource, PyMongoReader, process_partition
-from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.reports.partitions import ACTIONS_FEED, Partition
+from shared.reports.sources import ChangeStreamSource, PollingSource, PyMongoReader
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange

@@ -1,4 +1,4 @@
-"""A report feed's worker run (shared/reports/change_feed.py) as a user sees its result: a Cosmos DB change stream
+"""A report feed's worker run (shared/reports/worker.py) as a user sees its result: a Cosmos DB change stream
 opened as Cosmos DB requires and its changes in the hourly reports, a late action of a day already rolled up in
 that day's report at once, reports stamped with the time they were written, the run's count of what it wrote,
 a throttled stream asked again up to the budget's very end, and an empty first page after a full one on Cosmos
@@ -13,8 +13,9 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from shared.instants import set_clock, utc_now
-from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.reports.dispatcher import dispatch
+from shared.reports.partitions import ACTIONS_FEED, Partition
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from tests.api import SPEC, iso, opened, post_events, provisioned

@@ -1,26 +1,19 @@
-"""The leases' bookkeeping that the dispatcher and its lag metric rely on (shared/reports/leases.py): a feed's lag
-counts its current partitions only, from when a lease was made until its first checkpoint; a tally pass under way
-counts as on time only within its pacing; the tally is sent only when it is behind; a replaced partition retires
-wherever it comes in the layout; and a lease that comes back keeps counting its versions, so a run of its
-earlier life is fenced even when the same worker holds it again."""
+"""The leases' bookkeeping that the dispatcher and its lag metric rely on (shared/reports/leases.py, layouts.py): a
+feed's lag counts its current partitions only, from when a lease was made until its first checkpoint; a tally pass under
+way counts as on time only within its pacing; the tally is sent only when it is behind; a replaced partition retires
+wherever it comes in the layout; and a lease that comes back keeps counting its versions, so a run of its earlier life
+is fenced even when the same worker holds it again."""
 
 import json
 from datetime import timedelta
 from typing import Any
 
 from shared.instants import utc_now
-from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import (
-    ACTIONS_FEED,
-    HEARTBEAT_TALLY,
-    Lease,
-    Partition,
-    checkpoint,
-    claim,
-    ensure_leases,
-    feed_lags,
-    leases_to_dispatch,
-)
+from shared.reports.dispatcher import dispatch
+from shared.reports.layouts import ensure_leases
+from shared.reports.leases import Lease, checkpoint, claim, feed_lags, leases_to_dispatch
+from shared.reports.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy

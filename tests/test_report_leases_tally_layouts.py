@@ -1,4 +1,4 @@
-"""The heartbeat tally's roll-ups across a REPORTS_PARTITIONS change (shared/reports/leases.py): the new layout's
+"""The heartbeat tally's roll-ups across a REPORTS_PARTITIONS change (shared/reports/layouts.py): the new layout's
 leases take over the days their parents had yet to roll up (a first pass that never ran: every day since its
 lease was made; a pass that fell behind: from its `rollups_from`). Those days' hours were counted already, or
 hold actions counted while the day was open, so nothing else brings them into the daily reports. The gaps here
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.reports.change_feed import dispatch
+from shared.reports.dispatcher import dispatch
 from shared.settings import Settings
 from tests.test_report_splits_review import tally_passes
 from tests.test_tally import DAY, HOUR, Fleet, opened

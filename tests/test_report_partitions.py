@@ -15,18 +15,13 @@ from pymongo.errors import AutoReconnect, OperationFailure
 
 from shared import instants
 from shared.instants import utc_now
-from shared.reports import aggregation, change_feed
-from shared.reports.change_feed import THROTTLED_RETRIES, ChangeStreamSource, dispatch, process_partition
-from shared.reports.leases import (
-    ACTIONS_FEED,
-    FEEDS,
-    HEARTBEAT_TALLY,
-    Lease,
-    Partition,
-    checkpoint,
-    claim,
-    release,
-)
+from shared.reports import aggregation
+from shared.reports import worker as partition_worker
+from shared.reports.dispatcher import dispatch
+from shared.reports.leases import Lease, checkpoint, claim, release
+from shared.reports.partitions import ACTIONS_FEED, FEEDS, HEARTBEAT_TALLY, Partition
+from shared.reports.sources import ChangeStreamSource
+from shared.reports.worker import THROTTLED_RETRIES, process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range
@@ -314,7 +309,7 @@ def test_a_worker_that_loses_its_lease_mid_run_stops_without_saving(mock_db, mon
         claim(db, part, "worker-b", now=now + timedelta(hours=1), lease_for=MINUTE, policy=POLICY)  # it expired
         return saved
 
-    monkeypatch.setattr(change_feed, "checkpoint", taken_over_after_the_first_page)
+    monkeypatch.setattr(partition_worker, "checkpoint", taken_over_after_the_first_page)
     run = process_partition(mock_db, partition, now=now, settings=get_settings())
 
     assert run.claimed
@@ -346,13 +341,13 @@ def test_a_worker_whose_page_ran_past_its_deadline_still_releases_its_lease(mock
         time.sleep(0.35)  # past the budget and the request deadline after it
         return real_refresh(*args, **kwargs)
 
-    monkeypatch.setattr(change_feed, "refresh_hourly", throttled_until_the_deadline)
+    monkeypatch.setattr(partition_worker, "refresh_hourly", throttled_until_the_deadline)
     with pytest.raises(StoreUnavailable):
         process_partition(mock_db, partition, now=now, settings=get_settings())
 
     lease = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
     assert lease["owner"] is None
-    monkeypatch.setattr(change_feed, "refresh_hourly", real_refresh)
+    monkeypatch.setattr(partition_worker, "refresh_hourly", real_refresh)
     retry = process_partition(mock_db, partition, now=now, settings=get_settings())
     assert retry.claimed
     assert retry.caught_up

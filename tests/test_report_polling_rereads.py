@@ -1,4 +1,4 @@
-"""What a polling report partition reads again (shared/reports/change_feed.py `aggregated_before`): a run reads back
+"""What a polling report partition reads again (shared/reports/sources.py `aggregated_before`): a run reads back
 REPORTS_POLL_OVERLAP_SECONDS before its checkpoint time, for writes that commit late and for clock skew between
 instances, but a partition that has gone quiet reads its last changes again only until the overlap has passed since
 them, not at every dispatch for as long as it stays quiet (before, `./dev serve` re-read the same 333 changes every
@@ -14,8 +14,8 @@ from pymongo.errors import OperationFailure
 
 from shared import instants
 from shared.instants import set_clock, utc_now
-from shared.reports.change_feed import process_partition
-from shared.reports.leases import ACTIONS_FEED
+from shared.reports.partitions import ACTIONS_FEED
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from tests.api import SPEC, closed, iso, opened, post_events, provisioned

@@ -1,4 +1,4 @@
-"""A hostile review of the report feeds through layout changes (shared/reports/leases.py): layouts that come back
+"""A hostile review of the report feeds through layout changes (shared/reports/layouts.py): layouts that come back
 (REPORTS_PARTITIONS 4 -> 8 -> 4, a Cosmos DB partition merged back), the leases the previous code left, and the
 tally's pass state across a layout change. Each test plays the app's own dispatcher and workers."""
 
@@ -14,8 +14,9 @@ from pymongo.errors import OperationFailure
 
 from shared import instants
 from shared.instants import utc_now
-from shared.reports.change_feed import PartitionRun, dispatch, process_partition
-from shared.reports.leases import ACTIONS_FEED, NoPartitionTokens, Partition
+from shared.reports.dispatcher import dispatch
+from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
+from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range

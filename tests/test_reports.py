@@ -12,11 +12,11 @@ import pytest
 
 from shared import instants
 from shared.instants import day_of, hour_of, set_clock, utc_now
-from shared.reports import aggregation, change_feed
+from shared.reports import aggregation, worker
 from shared.reports import rebuild as rebuild_reports
 from shared.reports.aggregation import refresh_daily
 from shared.reports.documents import hourly_document, hourly_id
-from shared.reports.leases import HEARTBEAT_TALLY
+from shared.reports.partitions import HEARTBEAT_TALLY
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy, StoreUnavailable
@@ -246,8 +246,8 @@ def test_a_page_aggregated_again_after_a_crash_before_its_checkpoint_gives_the_s
     def crash(*args: Any, **kwargs: Any) -> None:
         raise StoreUnavailable("the process died before the checkpoint", retry_after_s=1)
 
-    real_checkpoint = change_feed.checkpoint  # type: ignore[attr-defined]
-    monkeypatch.setattr(change_feed, "checkpoint", crash)
+    real_checkpoint = worker.checkpoint  # type: ignore[attr-defined]
+    monkeypatch.setattr(worker, "checkpoint", crash)
     summary = run_round(db)
     assert db[schema.USER_HOURLY_REPORTS].count_documents({}) > 0  # written, but never checkpointed
     assert summary.failed
@@ -255,7 +255,7 @@ def test_a_page_aggregated_again_after_a_crash_before_its_checkpoint_gives_the_s
     assert all(lease["owner"] is None for lease in db[schema.LEASES].find())  # released for the retry
     # Only the crash is undone: `monkeypatch.undo()` would also undo the store's settings (MONGODB_DATABASE), and
     # the retry would then run on another database, its replay never reaching the reports it is to give again.
-    monkeypatch.setattr(change_feed, "checkpoint", real_checkpoint)
+    monkeypatch.setattr(worker, "checkpoint", real_checkpoint)
 
     aggregate()
 
@@ -350,14 +350,14 @@ def test_a_throttled_page_is_not_checkpointed_and_the_next_run_completes_it(db):
 def test_a_worker_fails_its_invocation_when_its_partition_fails_and_the_retried_message_completes(db, monkeypatch):
     key = provisioned("bottle-1")
     post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2))]})
-    real_checkpoint = change_feed.checkpoint  # type: ignore[attr-defined]
+    real_checkpoint = worker.checkpoint  # type: ignore[attr-defined]
 
     def heartbeats_checkpoint_throttled(store: Any, partition: Any, *args: Any, **kwargs: Any) -> bool:
         if partition.feed.collection == schema.BOTTLE_HEARTBEATS:
             raise StoreUnavailable("leases: request rate is large", retry_after_s=1)
         return bool(real_checkpoint(store, partition, *args, **kwargs))
 
-    monkeypatch.setattr(change_feed, "checkpoint", heartbeats_checkpoint_throttled)
+    monkeypatch.setattr(worker, "checkpoint", heartbeats_checkpoint_throttled)
     failed, reasons = [], set()
     for message in dispatched():
         try:
@@ -374,7 +374,7 @@ def test_a_worker_fails_its_invocation_when_its_partition_fails_and_the_retried_
     assert any(lease["checkpoint_time"] for lease in leases if lease["feed"] == schema.BOTTLE_ACTIONS)
     assert [r["opened"] for r in hourly()] == [1]
 
-    monkeypatch.setattr(change_feed, "checkpoint", real_checkpoint)
+    monkeypatch.setattr(worker, "checkpoint", real_checkpoint)
     for message in failed:
         work(message)  # the host delivers the messages again: the store is back
 

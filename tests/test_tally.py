@@ -16,10 +16,12 @@ from shared.ingestion.receive import receive
 from shared.instants import day_of, utc_now
 from shared.reports import aggregation
 from shared.reports.aggregation import Change, Stamper, refresh_hourly, write_guarded
-from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import Lease, Partition
+from shared.reports.dispatcher import dispatch
+from shared.reports.leases import Lease
+from shared.reports.partitions import Partition
 from shared.reports.rebuild import rebuild
 from shared.reports.tally import UserPages, rolled_up_before
+from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange, bucket_of

@@ -5,7 +5,7 @@ to the next run. The worker's clock here moves with its waits, and with the time
 from datetime import timedelta
 from typing import Any
 
-from shared.reports.change_feed import PartitionRun
+from shared.reports.worker import PartitionRun
 from tests.test_tally_pacing import DAY, USERS, Worker, fleet, hourly, settings
 
 BUDGET = 50.0  # not a multiple of the pace's 15 s a page: a wait past the budget would show

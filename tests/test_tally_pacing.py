@@ -13,9 +13,10 @@ from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
 from shared.instants import day_of, utc_now
-from shared.reports.change_feed import PartitionRun, dispatch, process_partition
-from shared.reports.leases import Partition
+from shared.reports.dispatcher import dispatch
+from shared.reports.partitions import Partition
 from shared.reports.tally import CLOCK_MARGIN
+from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import bucket_of

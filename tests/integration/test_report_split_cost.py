@@ -12,8 +12,9 @@ import pytest
 from pymongo import monitoring
 
 from shared.instants import set_clock, utc_now
-from shared.reports.change_feed import dispatch, process_partition
-from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.reports.dispatcher import dispatch
+from shared.reports.partitions import ACTIONS_FEED, Partition
+from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.client import create_client

@@ -11,9 +11,9 @@ from pymongo import MongoClient
 
 from shared import instants
 from shared.instants import day_of, utc_now
-from shared.reports import change_feed
 from shared.reports import rebuild as rebuild_reports
-from shared.reports.leases import ACTIONS_FEED, Partition
+from shared.reports import worker
+from shared.reports.partitions import ACTIONS_FEED, Partition
 from shared.settings import get_settings
 from shared.store import client as store
 from shared.store import schema
@@ -127,7 +127,7 @@ def test_a_page_written_but_not_checkpointed_is_aggregated_again_with_the_same_r
         raise StoreUnavailable("the worker died after the writes, before the checkpoint", retry_after_s=1)
 
     with monkeypatch.context() as patched:
-        patched.setattr(change_feed, "checkpoint", die)
+        patched.setattr(worker, "checkpoint", die)
         written_before = stored_reports(real_db, with_updated_at=True)
         crashed = run()
     assert crashed.failed
@@ -175,7 +175,7 @@ def test_a_rejected_resume_token_rebuilds_from_the_checkpoint_time_and_says_so(r
     real_db[schema.LEASES].update_many({}, {"$set": {"token": token}})
     history_part_two(keys)
 
-    with caplog.at_level(logging.WARNING, logger="shared.reports.change_feed"):
+    with caplog.at_level(logging.WARNING, logger="shared.reports.sources"):
         summary = run()
 
     assert summary.recovered == [schema.BOTTLE_ACTIONS]
@@ -321,7 +321,7 @@ def test_a_caught_up_partition_ends_its_run_though_other_writes_move_its_token(r
         seconds[0] += 1
         return seconds[0]
 
-    idle = change_feed.process_partition(real_db, partition, now=utc_now(), settings=get_settings(), clock=clock)
+    idle = worker.process_partition(real_db, partition, now=utc_now(), settings=get_settings(), clock=clock)
 
     assert idle.caught_up
     assert seconds[0] < 10
