@@ -1,8 +1,8 @@
-"""A lifecycle run's result with nothing wrong (tools/lifecycle_result.py), for tests that plant one fault in it."""
+"""A lifecycle run's result with nothing wrong (tools/lifecycle/result.py), for tests that plant one fault in it."""
 
 from collections import Counter
 
-from tools.lifecycle_result import LifecycleResult
+from tools.lifecycle.result import LifecycleResult
 from tools.simulate import KINDS
 from tools.simulation_result import ReportCheck, Score, Tally
 
