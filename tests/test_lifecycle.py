@@ -194,7 +194,7 @@ def test_a_worker_killed_marking_a_sent_batch_records_the_batch_s_ids():
 
 @contextlib.contextmanager
 def worker_thread() -> Iterator[None]:
-    """Run the block as a queue worker would (tools/local_host.py names its delivery threads so)."""
+    """Run the block as a queue worker would (tools/local_delivery.py names its delivery threads so)."""
     thread = threading.current_thread()
     name, thread.name = thread.name, f"{WORKER_PREFIX}0"
     try:

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 from tools.lifecycle.play import MAX_EXTRA_DISPATCHES, one_more_dispatch, redelivery_at
 from tools.lifecycle.result import Sample
-from tools.local_host import Delivery, DeliveryReport
+from tools.local_delivery import Delivery, DeliveryReport
 
 T0 = datetime(2026, 3, 29, 5, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

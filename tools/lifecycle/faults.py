@@ -18,7 +18,7 @@ from typing import Any
 
 from pymongo.synchronous import command_runner
 
-WORKER_PREFIX = "queue-worker-"  # tools/local_host.py names its delivery threads so
+WORKER_PREFIX = "queue-worker-"  # tools/local_delivery.py names its delivery threads so
 
 
 class WorkerKilled(Exception):
