@@ -3,8 +3,8 @@
 from collections import Counter
 
 from tools.lifecycle.result import LifecycleResult
-from tools.simulate import KINDS
-from tools.simulation_result import ReportCheck, Score, Tally
+from tools.simulate.result import ReportCheck, Score, Tally
+from tools.simulate.scoring import KINDS
 
 PERFECT = {kind: Score(2, 2, 2) for kind in KINDS}
 

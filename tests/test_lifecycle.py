@@ -24,7 +24,7 @@ from tools.archive_truth import ArchiveCheck
 from tools.lifecycle import screen, verdict
 from tools.lifecycle.faults import WORKER_PREFIX, Watch, WorkerKilled
 from tools.lifecycle.result import PeakDrain
-from tools.simulation_result import ReportCheck, Score
+from tools.simulate.result import ReportCheck, Score
 
 pytestmark = pytest.mark.integration
 

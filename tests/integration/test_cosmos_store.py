@@ -30,7 +30,7 @@ from tests.checking import World
 from tests.report_client import aggregate, get_reports
 from tools.cosmos_store.partitions import TOP, effective_key
 from tools.cosmos_store.proxy import CosmosProxy, Options
-from tools.simulate import run_simulation
+from tools.simulate.in_process import run_simulation
 
 pytestmark = pytest.mark.integration
 _databases = itertools.count()

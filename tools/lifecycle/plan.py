@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 from shared.store import schema
 from tools.fleet import Bottle, BottleLife, Expected, Plan, make_fleet
-from tools.simulate import SIMULATION_START
+from tools.simulate.in_process import SIMULATION_START
 
 # The compressed schedules (the app's semantics on coarser clocks, and the trouble planned to match them): a bottle
 # left open 35-40 minutes meets an open-bottle check every 15 minutes after its 15 minutes open, even on a clock 2

@@ -25,8 +25,9 @@ from tools.lifecycle.result import Sample
 from tools.lifecycle.splits import Splitter
 from tools.lifecycle.verdict import ReportLedger
 from tools.progress import Progress
-from tools.simulate import REPORTS_TIMER
-from tools.simulation_result import Tally
+from tools.simulate.devices import host_sender
+from tools.simulate.in_process import REPORTS_TIMER
+from tools.simulate.result import Tally
 
 LATE_DOSES_TIMER = "check_late_doses"
 REDELIVER = "redeliver"  # a step that only delivers: the messages that failed, once visible again
@@ -53,6 +54,7 @@ class Player:
     ) -> None:
         self.host, self.clock, self.splitter, self.proxy, self.backend = host, clock, splitter, proxy, backend
         self.workers, self.life = workers, life
+        self._send = host_sender(host)
         self.keys: dict[str, str] = {}
         self.owners: dict[str, str] = {}
         self.tally = Tally()
@@ -177,13 +179,6 @@ class Player:
             raise CommandFailed(f"{change.kind} of {bottle_id} at {change.at:%Y-%m-%d %H:%M} failed: {status} {body}")
         if body.get("device_key"):
             self.keys[bottle_id] = body["device_key"]
-
-    def _send(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
-        route, _, query = path.partition("?")
-        params = dict(p.split("=", 1) for p in query.split("&") if p)
-        response = self.host.handle(method, route, headers=headers, params=params, body=body)
-        raw = response.get_body()
-        return response.status_code, json.loads(raw) if raw else None
 
     def _queued(self) -> list[str]:
         return list(self.host.queues.get(get_settings().notifications_queue, []))

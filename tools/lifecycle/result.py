@@ -6,7 +6,7 @@ from datetime import datetime
 
 from tools.archive_truth import ArchiveCheck
 from tools.fleet import Expected
-from tools.simulation_result import ReportCheck, Score, Tally
+from tools.simulate.result import ReportCheck, Score, Tally
 
 # What the bound on the actions' re-reads sums (Splitter in tools/lifecycle/splits.py, Watch in faults.py).
 RE_READ_BOUND = (

@@ -23,7 +23,7 @@ from tools.lifecycle.play import Player, request_units_by_collection
 from tools.lifecycle.result import LifecycleResult
 from tools.lifecycle.splits import Splitter
 from tools.lifecycle.verdict import notifications_sent, peak_drain, peak_late_doses
-from tools.simulate import score
+from tools.simulate.scoring import score
 
 MAX_SKEW = timedelta(minutes=2)
 KILL_RATE = 0.001  # per store call of a queue worker

@@ -6,7 +6,7 @@ from collections import Counter
 
 from tools.lifecycle.result import RE_READ_BOUND, LifecycleResult, Sample
 from tools.lifecycle.run import MAX_SKEW
-from tools.simulate import KINDS
+from tools.simulate.scoring import KINDS
 
 
 def describe(result: LifecycleResult) -> str:

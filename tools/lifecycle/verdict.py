@@ -14,7 +14,7 @@ from tools.fleet import Plan
 from tools.lifecycle.plan import SETTINGS
 from tools.lifecycle.result import PeakDrain
 from tools.report_truth import COUNTED, complete_from, reported_totals, source_totals
-from tools.simulation_result import ReportCheck
+from tools.simulate.result import ReportCheck
 
 
 def peak_late_doses(plan: Plan) -> int:
