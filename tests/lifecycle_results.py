@@ -1,10 +1,10 @@
-"""A lifecycle run's result with nothing wrong (tools/lifecycle_result.py), for tests that plant one fault in it."""
+"""A lifecycle run's result with nothing wrong (tools/lifecycle/result.py), for tests that plant one fault in it."""
 
 from collections import Counter
 
-from tools.lifecycle_result import LifecycleResult
-from tools.simulate import KINDS
-from tools.simulation_result import ReportCheck, Score, Tally
+from tools.lifecycle.result import LifecycleResult
+from tools.simulate.result import ReportCheck, Score, Tally
+from tools.simulate.scoring import KINDS
 
 PERFECT = {kind: Score(2, 2, 2) for kind in KINDS}
 

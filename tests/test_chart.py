@@ -10,10 +10,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tools.chart import ClockChange, Span, chosen_users, clock_changes, draw, episodes_of, wall_clock
 from tools.fleet import Expected, Plan, make_fleet, plan_fleet
-from tools.simulate import SIMULATION_START, score
-from tools.simulation_result import ReportCheck, SimulationResult, Tally
+from tools.simulate.chart import ClockChange, Span, chosen_users, clock_changes, draw, episodes_of, wall_clock
+from tools.simulate.in_process import SIMULATION_START
+from tools.simulate.result import ReportCheck, SimulationResult, Tally
+from tools.simulate.scoring import score
 
 END = SIMULATION_START + timedelta(days=2)
 

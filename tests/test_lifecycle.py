@@ -21,9 +21,10 @@ from shared.store import schema
 from tests.lifecycle_results import PERFECT, clean_result
 from tools import lifecycle
 from tools.archive_truth import ArchiveCheck
-from tools.lifecycle_faults import WORKER_PREFIX, Watch, WorkerKilled
-from tools.lifecycle_result import PeakDrain
-from tools.simulation_result import ReportCheck, Score
+from tools.lifecycle import screen, verdict
+from tools.lifecycle.faults import WORKER_PREFIX, Watch, WorkerKilled
+from tools.lifecycle.result import PeakDrain
+from tools.simulate.result import ReportCheck, Score
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +125,7 @@ def test_each_failure_alone_fails_the_verdict(change, reason):
     failed = dataclasses.replace(clean_result(), **change)
 
     assert failed.failures() == [reason]
-    assert "verdict: FAIL: " + reason in lifecycle.describe(failed)
+    assert "verdict: FAIL: " + reason in screen.describe(failed)
 
 
 def test_re_reads_at_the_bound_pass():
@@ -132,7 +133,7 @@ def test_re_reads_at_the_bound_pass():
 
 
 class Queued:
-    """A host whose notifications queue holds `messages` (what tools/lifecycle.py reads of it)."""
+    """A host whose notifications queue holds `messages` (what tools/lifecycle/verdict.py reads of it)."""
 
     def __init__(self, *messages: tuple[str, str]) -> None:
         self.queues = {
@@ -149,12 +150,12 @@ def test_a_resend_after_a_killed_mark_is_no_duplicate_but_any_other_second_send_
     resent = Queued(("n1", "e1"), ("n1", "e1"))
     twice_under_two_ids = Queued(("n1", "e1"), ("n2", "e1"))
 
-    assert lifecycle.notifications_sent(resent, Counter({"n1": 1}))[1] == []
-    assert lifecycle.notifications_sent(resent, Counter()) == (
+    assert verdict.notifications_sent(resent, Counter({"n1": 1}))[1] == []
+    assert verdict.notifications_sent(resent, Counter()) == (
         Counter({"late_dose": 2}),
         ["late_dose bottle-1 episode e1 x2"],
     )
-    assert lifecycle.notifications_sent(twice_under_two_ids, Counter({"n1": 1, "n2": 1}))[1] == [
+    assert verdict.notifications_sent(twice_under_two_ids, Counter({"n1": 1, "n2": 1}))[1] == [
         "late_dose bottle-1 episode e1 x2"
     ]
 
@@ -167,7 +168,7 @@ def test_the_peak_counts_its_backlog_its_runs_and_each_notification_s_sends():
     ]
     runs = [(0, 0), (2, 5), (2, 3), (2, 1), (1, 0), (0, 0), (1, 0)]  # a backlog of 7 drained in 4 runs
 
-    drain = lifecycle.peak_drain(runs, notifications, host, Counter({"n2": 1}))
+    drain = verdict.peak_drain(runs, notifications, host, Counter({"n2": 1}))
 
     assert drain == PeakDrain(cap=2, largest_backlog=7, runs_to_drain=4, sent_once=2, resent_after_kill=1, never_sent=1)
 
@@ -193,7 +194,7 @@ def test_a_worker_killed_marking_a_sent_batch_records_the_batch_s_ids():
 
 @contextlib.contextmanager
 def worker_thread() -> Iterator[None]:
-    """Run the block as a queue worker would (tools/local_host.py names its delivery threads so)."""
+    """Run the block as a queue worker would (tools/local_delivery.py names its delivery threads so)."""
     thread = threading.current_thread()
     name, thread.name = thread.name, f"{WORKER_PREFIX}0"
     try:

@@ -1,11 +1,11 @@
-"""How the lifecycle run (tools/lifecycle.py) ends and redelivers, so that what it checks at the end is what the
+"""How the lifecycle run (tools/lifecycle/play.py) ends and redelivers, so that what it checks at the end is what the
 app would have done: no check runs after the devices stopped, and no report dispatch is left half done."""
 
 from datetime import UTC, datetime, timedelta
 
-from tools.lifecycle import MAX_EXTRA_DISPATCHES, one_more_dispatch, redelivery_at
-from tools.lifecycle_result import Sample
-from tools.local_host import Delivery, DeliveryReport
+from tools.lifecycle.play import MAX_EXTRA_DISPATCHES, one_more_dispatch, redelivery_at
+from tools.lifecycle.result import Sample
+from tools.local_delivery import Delivery, DeliveryReport
 
 T0 = datetime(2026, 3, 29, 5, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -1,4 +1,4 @@
-"""The lifecycle run's report lag (tools/lifecycle.py): measured as what no lease holding a key has read, and held
+"""The lifecycle run's report lag (tools/lifecycle/lag.py): measured as what no lease holding a key has read, and held
 to a bound in the verdict: 0 at a report dispatch nothing disrupted, and at a disrupted one the time since the
 last dispatch nothing disrupted (docs/lifecycle.md, "Reading the chart")."""
 
@@ -8,8 +8,9 @@ from typing import Any
 
 from shared.store import schema
 from tests.lifecycle_results import clean_result
-from tools.lifecycle import LagBound, lag_line, report_lag
-from tools.lifecycle_result import Sample
+from tools.lifecycle.lag import LagBound, report_lag
+from tools.lifecycle.result import Sample
+from tools.lifecycle.screen import lag_line
 
 T0 = datetime(2026, 3, 31, 6, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -1,4 +1,4 @@
-"""The lifecycle run's plan (tools/lifecycle.py) expects what the app's rules make of it: a bottle that joins the
+"""The lifecycle run's plan (tools/lifecycle/plan.py) expects what the app's rules make of it: a bottle that joins the
 fleet mid-run has its schedule counted from its provisioning, as the app counts it (shared/doses/schedules.py:
 "the next dose is due N hours after the last dose (or after the schedule started)"; a schedule starts at
 provisioning), so the late doses the plan injects are the slots the app finds late, whatever the run's length."""
@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from shared.doses.schedules import DosePlan, parse_schedule
-from tools.lifecycle import plan_lifecycle
+from tools.lifecycle.plan import plan_lifecycle
 
 
 @pytest.mark.parametrize(("days", "seed"), [(3, 7), (1, 2), (2, 5), (5, 3)])

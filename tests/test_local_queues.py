@@ -18,7 +18,8 @@ import pytest
 from functions.bindings import QueueMessages
 from shared.instants import set_clock
 from shared.settings import get_settings
-from tools.local_host import PROCESSING_LEASE, LocalHost, QueueTally
+from tools.local_delivery import PROCESSING_LEASE, QueueTally
+from tools.local_host import LocalHost
 from tools.local_queues import MessageNotFound, QueueOptions, QueueService, parse_timespan
 from tools.serve import LocalServer
 
@@ -195,7 +196,7 @@ def test_after_max_dequeue_count_failures_the_message_moves_to_the_poison_queue(
     host = make_host(rec, clock)
     host.service.send("doomed", "bad")
     reports = []
-    with caplog.at_level(logging.WARNING, logger="tools.local_host"):
+    with caplog.at_level(logging.WARNING, logger="tools.local_delivery"):
         for attempt in range(7):
             clock[0] = T0 + attempt * timedelta(seconds=30)
             reports.append(host.deliver())

@@ -7,7 +7,8 @@ from shared.settings import get_settings
 from tools.fleet import make_fleet, plan_fleet
 from tools.local_host import LocalHost
 from tools.serve import LocalServer
-from tools.simulate import SIMULATION_START, run_over_http, run_simulation
+from tools.simulate.in_process import SIMULATION_START, run_simulation
+from tools.simulate.over_http import run_over_http
 
 pytestmark = pytest.mark.integration
 

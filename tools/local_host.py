@@ -1,22 +1,21 @@
 """The Functions host's side, locally: it loads the app through the pinned Azure Functions Python runtime (which
 indexes and validates it as in Azure) and invokes every function through the runtime's `invocation_request`, HTTP
-requests by route, timers on their schedules, queue triggers with the queue trigger's delivery rules; queue output
-bindings send to in-process Storage queues, and so do the notifications the checks send with the queue SDK. No
-logic of its own: the simulator, the local server, the lifecycle run and the tests drive the real functions
-through it (tools/host/ has the protocol's messages and the worker)."""
+requests by route, timers on their schedules, queue triggers through the host's queue listener
+(tools/local_delivery.py); queue output bindings send to in-process Storage queues, and so do the notifications the
+checks send with the queue SDK. No logic of its own: the simulator, the local server, the lifecycle run and the
+tests drive the real functions through it (tools/host/ has the protocol's messages and the worker)."""
 
 import json
 import logging
 import re
 import threading
 import uuid
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 import azure.functions as func
 
@@ -26,14 +25,8 @@ from shared.settings import get_settings
 from tools.host import bindings
 from tools.host.protocol import ParameterBinding, RpcFunctionMetadata, TypedData
 from tools.host.worker import InvocationFailed, LoadedApp, current_invocation_id, load_app, load_app_object
-from tools.local_queues import (
-    Clock,
-    MessageNotFound,
-    QueueOptions,
-    QueueService,
-    ReceivedMessage,
-    check_queue_name,
-)
+from tools.local_delivery import PROCESSING_LEASE, Delivery, DeliveryReport, QueueListener, QueueTrigger
+from tools.local_queues import Clock, QueueOptions, QueueService, check_queue_name
 from tools.ncrontab import Schedule
 
 log = logging.getLogger(__name__)
@@ -74,82 +67,6 @@ class Timer:
 
 
 @dataclass
-class QueueTrigger:
-    name: str
-    queue: str
-    trigger_arg: str
-    outputs: dict[str, str]  # argument name -> queue name
-    function: RpcFunctionMetadata
-
-
-Outcome = Literal["delivered", "retry", "poisoned"]
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One message handed to a queue-triggered function (or moved to the poison queue unseen).
-
-    `delivered`: the function returned, its output messages were sent and the message deleted; `retry`:
-    it raised and the message is visible again at `next_visible_time`; `poisoned`: it raised on the
-    last allowed dequeue (or the message came back over the limit) and the message moved to `poison_queue`."""
-
-    queue: str
-    function: str
-    message_id: str
-    dequeue_count: int
-    outcome: Outcome
-    error: str | None = None  # what the function raised
-    next_visible_time: datetime | None = None
-    poison_queue: str | None = None
-
-    @property
-    def invoked(self) -> bool:
-        return self.outcome != "poisoned" or self.error is not None
-
-
-@dataclass(frozen=True)
-class QueueTally:
-    delivered: int = 0  # invocations that succeeded
-    failed: int = 0  # invocations that raised (the last one before a poisoning included)
-    poisoned: int = 0  # messages moved to the poison queue
-
-
-@dataclass
-class DeliveryReport:
-    """What one `LocalHost.deliver` call did, in the order it happened."""
-
-    deliveries: list[Delivery] = field(default_factory=list)
-
-    @property
-    def queues(self) -> dict[str, QueueTally]:
-        """Per triggered queue: its deliveries, failures and poisonings."""
-        counts: dict[str, Counter[str]] = {}
-        for item in self.deliveries:
-            count = counts.setdefault(item.queue, Counter())
-            count["delivered"] += item.outcome == "delivered"
-            count["failed"] += item.error is not None
-            count["poisoned"] += item.outcome == "poisoned"
-        return {queue: QueueTally(c["delivered"], c["failed"], c["poisoned"]) for queue, c in counts.items()}
-
-    @property
-    def delivered(self) -> int:
-        return sum(1 for item in self.deliveries if item.outcome == "delivered")
-
-    @property
-    def failed(self) -> int:
-        return sum(1 for item in self.deliveries if item.error is not None)
-
-    @property
-    def poisoned(self) -> int:
-        return sum(1 for item in self.deliveries if item.outcome == "poisoned")
-
-
-# How long the host keeps a message it is processing invisible (it renews this lease at half time while
-# the function runs, and a function runs at most host.json's functionTimeout).
-PROCESSING_LEASE = timedelta(minutes=10)
-
-
-@dataclass
 class LocalHost:
     app: LoadedApp
     routes: list[HttpRoute] = field(default_factory=list)
@@ -163,7 +80,10 @@ class LocalHost:
     # None: function keys are not checked (as under `func start`); a key: a function whose auth level is not
     # anonymous answers 401 without it (`x-functions-key` or `?code=`), before it runs, as the host in Azure does.
     function_key: str | None = None
-    _turn: int = field(default=0, repr=False)  # which trigger's queue is polled first next
+    _listener: QueueListener = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._listener = QueueListener(self.service, self.options, self.triggers, self._invoke_trigger)
 
     @classmethod
     def load(
@@ -367,7 +287,11 @@ class LocalHost:
                 invocation.sent.append(body)
         return response.return_value, invocation.sent
 
-    # --- queue triggers ---------------------------------------------------------------------------
+    def _invoke_trigger(
+        self, trigger: QueueTrigger, received: ParameterBinding, metadata: dict[str, TypedData], now: datetime
+    ) -> None:
+        """The queue listener's invocation of `trigger`'s function with one received message, at `now`."""
+        self._invoke(trigger.function, [received], metadata, trigger.outputs, now)
 
     def deliver(
         self,
@@ -381,142 +305,8 @@ class LocalHost:
         same call. `workers` threads take batches side by side (1: on the calling thread). Time is `now`
         throughout (the simulator's instant) or the clock's. `on_delivery` sees each delivery as it
         happens (from the worker's thread). Queues nobody triggers on just accumulate."""
-        if workers < 1:
-            raise ValueError("deliver needs at least one worker")
-        run = _Run(self.clock if now is None else (lambda: now), on_delivery)
-        if workers == 1:
-            self._work(run)
-        else:
-            threads = [
-                threading.Thread(target=self._work, args=(run,), name=f"queue-worker-{i}") for i in range(workers)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        if run.errors:
-            raise run.errors[0]
-        return run.report
-
-    def _work(self, run: "_Run") -> None:
-        """One worker: take a batch, process it, again, until nothing is visible and nobody is busy."""
-        try:
-            while True:
-                with run.idle:
-                    while (taken := self._next_batch(run.clock())) is None:
-                        if run.busy == 0:
-                            run.idle.notify_all()
-                            return
-                        run.idle.wait(0.05)  # a busy worker may send more, or finish
-                    run.busy += 1
-                try:
-                    trigger, batch = taken
-                    for message in batch:
-                        self._process(trigger, message, run)
-                finally:
-                    with run.idle:
-                        run.busy -= 1
-                        run.idle.notify_all()
-        except Exception as error:  # not the function's (those are handled): the host's own, re-raised
-            run.errors.append(error)
-
-    def _next_batch(self, now: datetime) -> tuple[QueueTrigger, list[ReceivedMessage]] | None:
-        """The next trigger (in turn) with visible messages, and up to batchSize of them, leased."""
-        triggers = list(self.triggers.values())
-        for step in range(len(triggers)):
-            trigger = triggers[(self._turn + step) % len(triggers)]
-            batch = self.service.receive(
-                trigger.queue, self.options.batch_size, visibility_timeout=PROCESSING_LEASE, now=now
-            )
-            if batch:
-                self._turn = (self._turn + step + 1) % len(triggers)
-                return trigger, batch
-        return None
-
-    def _process(self, trigger: QueueTrigger, message: ReceivedMessage, run: "_Run") -> None:
-        now = run.clock()
-        if now >= message.next_visible_time - PROCESSING_LEASE / 2:  # a long batch: renew, as the host does
-            try:
-                message = self.service.update_visibility(
-                    message.queue, message.id, message.pop_receipt, PROCESSING_LEASE, now=now
-                )
-            except MessageNotFound:
-                return  # the lease ran out and another worker has it now
-        if message.dequeue_count > self.options.max_dequeue_count:  # came back without a verdict
-            run.record(self._poison(trigger, message, None, now))
-            return
-        received, metadata = bindings.queue_message(
-            trigger.trigger_arg,
-            id=message.id,
-            body=message.body,
-            dequeue_count=message.dequeue_count,
-            insertion_time=message.insertion_time,
-            expiration_time=message.expiration_time,
-            next_visible_time=message.next_visible_time,
-            pop_receipt=message.pop_receipt,
-        )
-        try:
-            self._invoke(trigger.function, [received], metadata, trigger.outputs, now)
-        except Exception as error:
-            log.exception(
-                "function %s failed on message %s of queue %s (dequeue count %d)",
-                trigger.name,
-                message.id,
-                message.queue,
-                message.dequeue_count,
-            )
-            if message.dequeue_count >= self.options.max_dequeue_count:
-                run.record(self._poison(trigger, message, error, now))
-                return
-            try:
-                released = self.service.update_visibility(
-                    message.queue, message.id, message.pop_receipt, self.options.visibility_timeout, now=now
-                )
-            except MessageNotFound:
-                released = None
-            run.record(
-                Delivery(
-                    message.queue,
-                    trigger.name,
-                    message.id,
-                    message.dequeue_count,
-                    "retry",
-                    error=repr(error),
-                    next_visible_time=released.next_visible_time if released else None,
-                )
-            )
-            return
-        try:
-            self.service.delete(message.queue, message.id, message.pop_receipt)
-        except MessageNotFound:  # the lease ran out: it will be delivered again (at least once)
-            log.warning("message %s of queue %s was done after its lease ran out", message.id, message.queue)
-        run.record(Delivery(message.queue, trigger.name, message.id, message.dequeue_count, "delivered"))
-
-    def _poison(
-        self, trigger: QueueTrigger, message: ReceivedMessage, error: Exception | None, now: datetime
-    ) -> Delivery:
-        """Copy the message to `<queue>-poison` and delete it, as the host does."""
-        poison = f"{message.queue}-poison"
-        log.warning(
-            "Message has reached MaxDequeueCount of %d. Moving message %s to queue '%s'.",
-            self.options.max_dequeue_count,
-            message.id,
-            poison,
-        )
-        self.service.send(poison, message.body, now=now)
-        try:
-            self.service.delete(message.queue, message.id, message.pop_receipt)
-        except MessageNotFound:
-            log.warning("message %s of queue %s was poisoned after its lease ran out", message.id, message.queue)
-        return Delivery(
-            message.queue,
-            trigger.name,
-            message.id,
-            message.dequeue_count,
-            "poisoned",
-            error=None if error is None else repr(error),
-            poison_queue=poison,
-        )
+        clock = self.clock if now is None else (lambda: now)
+        return self._listener.deliver(clock=clock, workers=workers, on_delivery=on_delivery)
 
     def due_timers(self, since: datetime, until: datetime) -> list[tuple[datetime, str]]:
         """Every (firing time, timer) in (since, until], in time order."""
@@ -560,25 +350,6 @@ def _send_notification(body: str) -> None:
         raise RuntimeError(f"a notification was sent outside a local invocation (invocation id {invocation_id})")
     invocation.host.service.send(get_settings().notifications_queue, body, now=invocation.now)
     invocation.sent.append(body)
-
-
-class _Run:
-    """One deliver call's shared state: its clock, how many workers hold a batch, what happened."""
-
-    def __init__(self, clock: Clock, on_delivery: Callable[[Delivery], None] | None) -> None:
-        self.clock = clock
-        self.on_delivery = on_delivery
-        self.idle = threading.Condition()
-        self.busy = 0
-        self.report = DeliveryReport()
-        self.errors: list[Exception] = []
-        self._lock = threading.Lock()
-
-    def record(self, delivery: Delivery) -> None:
-        with self._lock:
-            self.report.deliveries.append(delivery)
-        if self.on_delivery is not None:
-            self.on_delivery(delivery)
 
 
 def no_route(path: str) -> func.HttpResponse:

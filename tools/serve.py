@@ -34,7 +34,8 @@ from tools.archive_history import DEFAULT_DIR as DEFAULT_ARCHIVE_DIR
 from tools.archive_history import archive_setting
 from tools.arguments import int_between
 from tools.http_bounds import Limits, bounded_channel
-from tools.local_host import Delivery, LocalHost, no_route
+from tools.local_delivery import Delivery
+from tools.local_host import LocalHost, no_route
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment

@@ -31,7 +31,7 @@ from tools.cosmos_store.partitions import TOP, effective_key
 from tools.cosmos_store.proxy import CosmosProxy
 from tools.costs.meter import IndexedPaths
 from tools.costs.model import DocumentWrite, Operation
-from tools.simulate import run_simulation
+from tools.simulate.in_process import run_simulation
 
 pytestmark = pytest.mark.integration
 _databases = itertools.count()

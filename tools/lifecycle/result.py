@@ -1,4 +1,4 @@
-"""What a lifecycle run found (tools/lifecycle.py): shared by the run that fills it, the screen and the chart."""
+"""What a lifecycle run found (tools/lifecycle/): shared by the run that fills it, the screen and the chart."""
 
 from collections import Counter
 from dataclasses import dataclass, field
@@ -6,9 +6,9 @@ from datetime import datetime
 
 from tools.archive_truth import ArchiveCheck
 from tools.fleet import Expected
-from tools.simulation_result import ReportCheck, Score, Tally
+from tools.simulate.result import ReportCheck, Score, Tally
 
-# What the bound on the actions' re-reads sums (tools/lifecycle.py: Splitter, and Watch in lifecycle_faults.py).
+# What the bound on the actions' re-reads sums (Splitter in tools/lifecycle/splits.py, Watch in faults.py).
 RE_READ_BOUND = (
     "written since each split parent's last checkpoint, plus the overlap, and what killed workers had read since theirs"
 )
@@ -25,7 +25,7 @@ class SplitDone:
 
 @dataclass
 class Sample:
-    """The state at one report dispatch: the actions' report lag, its bound (tools/lifecycle.py `LagBound`) and
+    """The state at one report dispatch: the actions' report lag, its bound (`LagBound` in tools/lifecycle/lag.py) and
     what disrupted the dispatch ("" when nothing did), and the request units metered so far."""
 
     at: datetime

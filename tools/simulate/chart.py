@@ -16,7 +16,7 @@ from tools.fleet import Bottle, DoseSlot
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from tools.simulation_result import SimulationResult
+    from tools.simulate.result import SimulationResult
 
 DOSE_STYLE = {  # outcome: marker, colour, legend
     "on_time": ("o", "#2ca02c", "dose taken on time"),

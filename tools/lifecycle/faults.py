@@ -18,7 +18,7 @@ from typing import Any
 
 from pymongo.synchronous import command_runner
 
-WORKER_PREFIX = "queue-worker-"  # tools/local_host.py names its delivery threads so
+WORKER_PREFIX = "queue-worker-"  # tools/local_delivery.py names its delivery threads so
 
 
 class WorkerKilled(Exception):
@@ -65,7 +65,7 @@ class Watch:
     killed_marks: Counter[Any] = field(default_factory=Counter)  # notification ids whose mark a kill prevented
     reads: Counter[Any] = field(default_factory=Counter)
     # What a killed worker had read of `read_collection` since its last checkpoint or release: the next run of its
-    # partition reads it again (part of the re-read bound, tools/lifecycle.py).
+    # partition reads it again (part of the re-read bound, tools/lifecycle/run.py).
     killed_unsaved: int = 0
     _unsaved: dict[str, set[Any]] = field(default_factory=dict)  # per worker thread, read since its last save
     _lock: threading.Lock = field(default_factory=threading.Lock)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tools.lifecycle_result import LifecycleResult
+    from tools.lifecycle.result import LifecycleResult
 
 
 def draw(result: "LifecycleResult", path: Path) -> Path:
