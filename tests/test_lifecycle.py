@@ -10,19 +10,25 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from shared.archive import parquet
 from shared.archive.current import get_archive
+from shared.instants import utc_now
+from shared.notifications.checks.partitions import CheckPartition
 from shared.settings import get_settings
 from shared.store import schema
+from shared.store.partitioning import BucketRange
+from tests.checking import work
 from tests.lifecycle_results import PERFECT, clean_result
 from tools import lifecycle
 from tools.archive_truth import ArchiveCheck
+from tools.host.worker import InvocationFailed
 from tools.lifecycle import screen, verdict
-from tools.lifecycle.faults import WORKER_PREFIX, Watch, WorkerKilled
+from tools.lifecycle.faults import WORKER_PREFIX, SkewedClock, Watch, WorkerKilled, store_calls_watched
 from tools.lifecycle.result import PeakDrain
 from tools.simulate.result import ReportCheck, Score
 
@@ -240,3 +246,29 @@ def test_a_worker_that_released_its_lease_has_nothing_unsaved_when_it_is_killed_
             watch.before({"find": "bottles"})
 
     assert watch.killed_unsaved == 0
+
+
+def test_a_function_a_queue_worker_invoked_is_that_worker_s_to_kill_and_skew(real_db: Any) -> None:
+    """The function runs on the Functions runtime's thread pool, not on the delivery thread that invoked it: the
+    run's faults tell a worker's store calls and clock by the thread that asked for the invocation. (Told by the
+    running thread's name, no worker was ever killed or skewed once every invocation went through the runtime.)"""
+    clock = SkewedClock(utc_now(), {f"{WORKER_PREFIX}0": timedelta(minutes=2)})
+    seen: dict[str, Any] = {}
+    # Called inside the function, on the runtime's thread, before the worker's first read.
+    watch = Watch(random.Random(1), kill_rate=1.0, before_read=lambda name: seen.setdefault("clock", clock()))
+
+    def sweep_as_worker() -> None:
+        try:
+            work(CheckPartition("silent", BucketRange(0, 1)).message())
+        except InvocationFailed as error:
+            seen["failure"] = str(error)
+
+    with store_calls_watched(watch):
+        worker = threading.Thread(target=sweep_as_worker, name=f"{WORKER_PREFIX}0")
+        worker.start()
+        worker.join(timeout=120)
+        work(CheckPartition("silent", BucketRange(0, 1)).message())  # the main thread's invocation: no worker's
+
+    assert watch.kills == 1
+    assert f"{WORKER_PREFIX}0 killed before its" in seen["failure"]
+    assert seen["clock"] == clock.now + timedelta(minutes=2)

@@ -18,7 +18,11 @@ from typing import Any
 
 from pymongo.synchronous import command_runner
 
+from tools.local_host import invoking_thread_name
+
 WORKER_PREFIX = "queue-worker-"  # tools/local_delivery.py names its delivery threads so
+# A function runs on the Functions runtime's thread pool, not on the delivery thread that invoked it: a store call
+# is told to be a worker's by the thread that asked for its invocation (invoking_thread_name).
 
 
 class WorkerKilled(Exception):
@@ -28,7 +32,8 @@ class WorkerKilled(Exception):
 
 
 def is_worker() -> bool:
-    return threading.current_thread().name.startswith(WORKER_PREFIX)
+    """Whether this store call is made by a function a queue worker invoked."""
+    return invoking_thread_name().startswith(WORKER_PREFIX)
 
 
 @dataclass
@@ -46,7 +51,7 @@ class SkewedClock:
         return cls(start, offsets)
 
     def __call__(self) -> datetime:
-        return self.now + self.offsets.get(threading.current_thread().name, timedelta(0))
+        return self.now + self.offsets.get(invoking_thread_name(), timedelta(0))
 
 
 @dataclass
@@ -89,9 +94,9 @@ class Watch:
             self.kills += killed
             if killed:
                 self.killed_marks.update(marked)
-                self.killed_unsaved += len(self._unsaved.pop(threading.current_thread().name, set()))
+                self.killed_unsaved += len(self._unsaved.pop(invoking_thread_name(), set()))
         if killed:
-            raise WorkerKilled(f"{threading.current_thread().name} killed before its {next(iter(command))}")
+            raise WorkerKilled(f"{invoking_thread_name()} killed before its {next(iter(command))}")
 
     def after(self, command: Mapping[str, Any], replies: list[dict[str, Any]]) -> None:
         """Count what the feed's reads returned: change streams and polling by `received_at` (not the actions the
@@ -100,7 +105,7 @@ class Watch:
             return
         if _saves_position(command, replies):
             with self._lock:
-                self._unsaved.pop(threading.current_thread().name, None)
+                self._unsaved.pop(invoking_thread_name(), None)
         if _collection_of(command) != self.read_collection:
             return
         with self._lock:
@@ -113,7 +118,7 @@ class Watch:
                 return
             ids = [i for i in (_document_id(doc) for reply in replies for doc in _batch(reply)) if i is not None]
             self.reads.update(ids)
-            self._unsaved.setdefault(threading.current_thread().name, set()).update(ids)
+            self._unsaved.setdefault(invoking_thread_name(), set()).update(ids)
 
     @property
     def re_reads(self) -> int:
