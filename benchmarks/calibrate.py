@@ -36,7 +36,7 @@ from shared.store.client import MAX_IDLE_TIME_MS
 from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
 from tools.costs.meter import CostMeter
-from tools.costs.model import Operation
+from tools.costs.request_units import Operation
 
 BOTTLE = "calibration-bottle"
 USER = "calibration-user"

@@ -48,7 +48,7 @@ from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.schema import collection_specs
 from tools.costs.meter import CostMeter, IndexedPaths, bson_size
-from tools.costs.model import Operation, UnitCost, combine
+from tools.costs.request_units import Operation, UnitCost, combine
 
 T0 = datetime(2026, 11, 2, 0, 0, 7, tzinfo=UTC)  # the server clock when a pass begins
 SEEDS_EVENTS = ingestion.SEEDS_EVENTS  # the seeds' one document per event

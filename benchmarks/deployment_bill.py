@@ -21,7 +21,8 @@ from pathlib import Path
 
 from benchmarks import design_scale
 from shared.settings import Settings
-from tools.costs.model import HOURS_PER_MONTH, PRICE, RESERVED_MAX_DISCOUNT, Rule, archive_bill
+from tools.costs.billing import HOURS_PER_MONTH, PRICE, RESERVED_MAX_DISCOUNT, archive_bill
+from tools.costs.rules import Rule
 
 READ_ON = "2026-11-27"  # the date every price and rule below was read
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600

@@ -24,26 +24,21 @@ from shared.notifications.documents import KINDS
 from shared.reports.aggregation import CLAUSES_PER_QUERY
 from shared.settings import Settings
 from shared.store import schema
-from tools.costs.model import (
-    ALL,
+from tools.costs.billing import (
     AUTOSCALE_MODE,
-    KB,
     PRICE,
     STANDARD,
-    DocumentWrite,
-    UnitCost,
     autoscale_billed,
     autoscale_max,
     cheaper_mode,
-    combine,
     monthly_cost,
     partition_peaks,
     physical_partitions,
     reserved_equivalent,
     standard_throughput,
     storage_floor,
-    write_ru,
 )
+from tools.costs.request_units import ALL, KB, DocumentWrite, UnitCost, combine, write_ru
 
 BOTTLES = 30_000_000
 USERS = 10_000_000

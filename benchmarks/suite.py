@@ -43,7 +43,7 @@ from benchmarks.harness import PRINTED, Table, print_table
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.command_line import CommandFailed, user_problem
-from tools.costs.model import ASSUMPTIONS, RULES
+from tools.costs.rules import ASSUMPTIONS, RULES
 from tools.progress import Ticker
 
 RESULTS = Path(__file__).with_name("RESULTS.md")

@@ -10,7 +10,8 @@ from typing import Any
 from benchmarks import design_scale
 from shared.archive import actions, parquet
 from shared.settings import Settings, get_settings
-from tools.costs.model import FANOUT_RU, ArchiveScale, archive_bill, archive_markdown
+from tools.costs.billing import ArchiveScale, archive_bill, archive_markdown
+from tools.costs.request_units import FANOUT_RU
 
 ROOT = Path(__file__).resolve().parent.parent
 

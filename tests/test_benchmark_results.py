@@ -10,7 +10,7 @@ from benchmarks import costs, design_scale, suite
 from benchmarks.harness import PRINTED, Table
 from shared.settings import Settings
 from shared.store import schema
-from tools.costs.model import UnitCost
+from tools.costs.request_units import UnitCost
 
 
 def block(text: str, start: str, end: str) -> str:

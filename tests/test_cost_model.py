@@ -15,33 +15,26 @@ from shared.store import client as store
 from shared.store import schema
 from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
-from tools.costs.meter import CostMeter, IndexedPaths, command_reach, shard_key_values
-from tools.costs.model import (
-    ALL,
+from tools.costs.billing import (
     AUTOSCALE_MODE,
-    KB,
     PRICE,
-    RULES,
     STANDARD,
-    DocumentWrite,
-    Operation,
-    UnitCost,
     autoscale_billed,
     autoscale_max,
     billed_in_hour,
     cheaper_mode,
-    fanout_ru,
     monthly_cost,
     partition_peaks,
     physical_partitions,
-    read_ru,
     reserved_equivalent,
     standard_minimum,
     standard_throughput,
     storage_floor,
     throughput_cost,
-    write_ru,
 )
+from tools.costs.meter import CostMeter, IndexedPaths, command_reach, shard_key_values
+from tools.costs.request_units import ALL, KB, DocumentWrite, Operation, UnitCost, fanout_ru, read_ru, write_ru
+from tools.costs.rules import RULES
 
 
 def test_every_rule_cites_a_microsoft_page_and_a_worked_example():

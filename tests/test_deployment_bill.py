@@ -10,7 +10,7 @@ from benchmarks import deployment_bill as bill
 from benchmarks import design_scale
 from benchmarks.deployment_bill import FLEX, Group, Requests, Workload
 from shared.settings import Settings
-from tools.costs.model import archive_bill
+from tools.costs.billing import archive_bill
 
 NO_GRANTS = replace(FLEX, free_gb_s=0, free_executions=0)
 

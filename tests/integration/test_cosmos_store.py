@@ -30,7 +30,7 @@ from tools.cosmos_store.options import Options
 from tools.cosmos_store.partitions import TOP, effective_key
 from tools.cosmos_store.proxy import CosmosProxy
 from tools.costs.meter import IndexedPaths
-from tools.costs.model import DocumentWrite, Operation
+from tools.costs.request_units import DocumentWrite, Operation
 from tools.simulate.in_process import run_simulation
 
 pytestmark = pytest.mark.integration

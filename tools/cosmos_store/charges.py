@@ -15,9 +15,9 @@ from pymongo.collection import Collection
 
 from shared.settings import Settings
 from shared.store.schema import collection_specs
-from tools.costs import model as cost_model
+from tools.costs import billing
 from tools.costs.meter import IndexedPaths, bson_size, document_write
-from tools.costs.model import DocumentWrite, Operation
+from tools.costs.request_units import DocumentWrite, Operation
 
 READS = {"find", "getMore", "aggregate", "count", "distinct"}
 WRITES = {"insert", "update", "delete", "findAndModify"}
@@ -140,21 +140,21 @@ def request_charge(
 
 # --- the bill's rules the store applies (tools/costs/model.py cites their pages) ---------------------------
 
-PARTITION_GB = cost_model.PARTITION_GB
-PARTITION_RU = cost_model.PARTITION_RU
+PARTITION_GB = billing.PARTITION_GB
+PARTITION_RU = billing.PARTITION_RU
 
 
 def autoscale_maximum(requested_ru_per_second: float, stored_gb: float) -> int:
     """A container's autoscale maximum as Cosmos DB keeps it: as set (in steps of 1,000 RU/s), and raised by
     Cosmos DB itself to the storage floor (10 RU/s per GB stored, at least 1,000)."""
-    return max(cost_model.round_up(requested_ru_per_second), cost_model.storage_floor(stored_gb))
+    return max(billing.round_up(requested_ru_per_second), billing.storage_floor(stored_gb))
 
 
 def forced_partitions(stored_gb: float, maximum: int) -> int:
     """The physical partitions a container's storage (50 GB each) and maximum (10,000 RU/s each) force."""
-    return cost_model.physical_partitions(stored_gb, maximum)
+    return billing.physical_partitions(stored_gb, maximum)
 
 
 def billed_in_hour(peak_ru_per_second: float, maximum: float) -> float:
     """What an autoscale hour bills: its peak RU/s, and at least a tenth of the maximum."""
-    return max(peak_ru_per_second, cost_model.BILLED_FLOOR * maximum)
+    return max(peak_ru_per_second, billing.BILLED_FLOOR * maximum)

@@ -23,7 +23,7 @@ from pymongo.database import Database
 from shared.settings import Settings
 from shared.store.schema import CollectionSpec, collection_specs
 from tools.command_tally import HANDSHAKE
-from tools.costs.model import ALL, DocumentWrite, Operation
+from tools.costs.request_units import ALL, DocumentWrite, Operation
 
 READS = {"find", "getMore", "aggregate", "count", "distinct"}
 WRITES = {"insert", "update", "delete", "findAndModify"}
