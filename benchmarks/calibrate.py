@@ -1,5 +1,5 @@
 """Calibration on a real account: the charge Cosmos DB reports for each kind of operation the cost model prices,
-beside the model's figure for the same command, so ops can check tools/costs/model.py on their own account
+beside the model's figure for the same command, so ops can check tools/costs/request_units.py on their own account
 in minutes.
 
     ./dev bench --mongodb-uri "<Cosmos DB connection string>" [--database NAME] [--allow-non-empty]

@@ -1,4 +1,4 @@
-"""What the app's work costs on Cosmos DB, measured on SecantusDB and priced by tools/costs/model.py, beside
+"""What the app's work costs on Cosmos DB, measured on SecantusDB and priced by tools/costs/request_units.py, beside
 the seeds' approach measured in the same run:
 
 - per heartbeat, per opened and per closed event (one event per request, the bottle's heartbeat document at
@@ -83,7 +83,7 @@ def clock_at(moment: datetime) -> Iterator[None]:
 @dataclass
 class PerUnit:
     """RU per unit of work (a heartbeat, a change, ...) by collection, its fan-out queries priced by the
-    partitions each collection has (tools.costs.model.UnitCost)."""
+    partitions each collection has (tools.costs.request_units.UnitCost)."""
 
     units: int
     cost: UnitCost = field(default_factory=UnitCost)
@@ -405,7 +405,7 @@ def table(costs: Costs, partitions: dict[str, int] | None = None) -> str:
             ]
         )
     header = ["RU per", "app", "of which fan-out", "seeds", "seeds / app"]
-    title = "Request units on Cosmos DB (tools/costs/model.py), measured in the same run"
+    title = "Request units on Cosmos DB (tools/costs/request_units.py), measured in the same run"
     if partitions:
         title += ", queries priced at the design scale's physical partitions"
     return print_table(title, rows, header)

@@ -579,7 +579,7 @@ def key_vault_line(functions: FunctionsBill) -> Line:
 
 def archive_at_design_scale() -> Line:
     """The archive on Blob Storage (shared/archive/, docs/archive.md): its sweep's request units on Cosmos DB, its
-    transactions at the most and its storage at the end of the first year (tools.costs.model.archive_bill). A second
+    transactions at the most and its storage at the end of the first year (tools.costs.billing.archive_bill). A second
     region replicates the sweep's reads of nothing: the archive is written from the first region only."""
     archive = archive_bill()
     monthly = archive.sweep_dollars_month + archive.transactions_dollars_month + archive.storage_dollars_month_year_1
@@ -594,7 +594,7 @@ def archive_at_design_scale() -> Line:
 # The archive's line: archive_at_design_scale (a test may set another).
 ARCHIVE: Callable[[], Line] | None = archive_at_design_scale
 ARCHIVE_NOT_LANDED = "not landed: the archive on Blob Storage is not in this branch; its line is 0 until it is"
-ARCHIVE_PRICE = "Blob Storage list prices assumed in tools/costs/model.py (archive_bill): check the pricing page"
+ARCHIVE_PRICE = "Blob Storage list prices assumed in tools/costs/billing.py (archive_bill): check the pricing page"
 
 
 def archive_line() -> Line:

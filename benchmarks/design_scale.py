@@ -1,5 +1,5 @@
 """The design-scale bill: what each collection bills at 30 M bottles of 10 M users, by the rules of
-tools/costs/model.py, from the RU the benchmarks measured per unit of work (benchmarks/costs.py) and the
+tools/costs/billing.py, from the RU the benchmarks measured per unit of work (benchmarks/costs.py) and the
 design scale's rates (README.md, docs/costs.md: a heartbeat per bottle every 30 minutes, ~1.4 K opened/closed
 events a second, a late-dose sweep at the morning peak finding ~100 K bottles).
 
@@ -49,9 +49,9 @@ SECONDS_PER_DAY = 86_400
 HEADROOM = 1.2  # the autoscale maximum to set: the day's peak plus a fifth, rounded up to 1,000 RU/s
 # Standard (manual) throughput to set: the day's busiest minute plus a twentieth, for the seconds within it (the
 # steady load is thousands of small requests a second, so a minute's seconds differ by far less), rounded up to
-# 100 RU/s; unlike autoscale's headroom it is billed every hour (tools.costs.model.RULES: standard (manual) throughput).
+# 100 RU/s; unlike autoscale's headroom it is billed every hour (tools.costs.rules.RULES: standard (manual) throughput).
 STANDARD_HEADROOM = 1.05
-# The busiest physical partition's load against the average (tools.costs.model.ASSUMPTIONS): shard keys hash millions of
+# The busiest physical partition's load against the average (tools.costs.rules.ASSUMPTIONS): shard keys hash millions of
 # bottles and users, so 1.0; standard throughput must cover it (T / P a partition), dynamic autoscale bills it.
 PARTITION_SKEW = 1.0
 TALLY_FIRST_MINUTE = 10  # an hour is counted SETTLE (10 minutes) after it ends (shared/reports/tally.py)
@@ -141,7 +141,7 @@ class Variant:
 
 
 # An insert of a heartbeat under 1 KB: 4.95 RU and 0.2 a term for `_id`, the shard key, `_ts` (its TTL) and the
-# tally's (ub, user_id) index (tools.costs.model.RULES: write, by size; create).
+# tally's (ub, user_id) index (tools.costs.rules.RULES: write, by size; create).
 HEARTBEAT_INSERT_RU = DocumentWrite(None, 300, terms_inserted=4).ru()
 
 TODAY = Variant(
@@ -253,7 +253,7 @@ class Row:
     average: float = 0.0  # RU/s over the day
     maximum: int = 0  # the autoscale maximum to set
     standard: int = 0  # the standard (manual) throughput to set instead
-    mode: str = AUTOSCALE_MODE  # the cheaper of the two (tools.costs.model.cheaper_mode), which the deployment takes
+    mode: str = AUTOSCALE_MODE  # the cheaper of the two (tools.costs.billing.cheaper_mode), which the deployment takes
     partitions: int = 1  # physical partitions after a year
     billed: float = 0.0  # what its busiest hour bills on autoscale, RU/s
     billed_average: float = 0.0  # what an hour bills on autoscale, averaged over the day's hours
@@ -550,7 +550,7 @@ def markdown(rows: list[Row]) -> str:
         "(they use leftover RUs). Two regions bill the throughput and the storage twice. Price: "
         f"${PRICE.standard_per_100_ru_hour:.3f} per 100 RU/s per hour standard, "
         f"${PRICE.autoscale_per_100_ru_hour:.3f} autoscale, ${PRICE.storage_per_gb_month:.2f} per GB-month of "
-        "storage (tools/costs/model.py PRICE: its pages and the date read)."
+        "storage (tools/costs/billing.py PRICE: its pages and the date read)."
     )
     return "\n".join(lines)
 
@@ -575,7 +575,7 @@ def deployment_parameters(rows: list[Row]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Reserved:
-    """Reserved capacity, a purchase beside the bill (tools.costs.model.RULES: reserved capacity): the standard RU/s the
+    """Reserved capacity, a purchase beside the bill (tools.costs.rules.RULES: reserved capacity): the standard RU/s the
     account bills in every hour of the day (an autoscale RU/s counting 1.5), what they cost a month pay as you go,
     and what a reservation of them saves at `discount`."""
 

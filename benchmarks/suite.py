@@ -1,5 +1,5 @@
 """Every benchmark in one run: ingestion, the notification checks, the report consumer, and what the app's work
-costs on Cosmos DB in request units (benchmarks/costs.py, by the rules of tools/costs/model.py), each beside
+costs on Cosmos DB in request units (benchmarks/costs.py, by the rules of tools/costs/rules.py), each beside
 its same-run baseline (the seeds' approach) with the ratio; then the design-scale bill (benchmarks/design_scale.py)
 from those costs. Prints the tables; a full run writes them, with the commit and the machine, to
 benchmarks/RESULTS.md so results can be compared across commits, and its summary, scale-out table and
@@ -218,7 +218,7 @@ def headline(rows: list[design_scale.Row], lines: list[deployment_bill.Line]) ->
 
 def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> CostSection:
     """The RU table, the steady-state heartbeat document, the design-scale bill, the whole deployment's and the
-    models' rules, all from the one honest model (tools/costs/model.py, benchmarks/deployment_bill.py).
+    models' rules, all from the one honest model (tools/costs/rules.py, benchmarks/deployment_bill.py).
     `http_cpu_ms`: the CPU an HTTP request takes, as the ingestion benchmark measured it (None: the model's
     HTTP_CPU_MS, benchmarks/deployment_bill.py)."""
     sizes = measured.sizes
@@ -270,7 +270,7 @@ def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> Cos
     text = (
         f"{per_unit}\n\n{heartbeat}\n\nDesign scale ({design_scale.BOTTLES:,} bottles, {design_scale.USERS:,} users), "
         f"from the RU above:\n\n{TABLE_START}\n{bill}\n{TABLE_END}\n\n{alternatives}\n\n{floor}\n\n"
-        f"Rules (tools/costs/model.py, benchmarks/deployment_bill.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
+        f"Rules (tools/costs/rules.py, benchmarks/deployment_bill.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
         f"Rates the design does not give (benchmarks/design_scale.py):\n{rates}"
     )
     money = money_lines(lines[0].one_region, deployment_bill.total(lines, 1))

@@ -1,4 +1,4 @@
-"""What the archive costs at the design scale (tools/costs/model.py, its own section): the sweep's request
+"""What the archive costs at the design scale (tools/costs/billing.py, its own section): the sweep's request
 units by the model's rules at the design's rates, the heartbeats at none, files and transactions from the archive's
 layout, storage from bytes per row that its own Parquet files measure; and docs/costs.md shows that bill."""
 

@@ -1,4 +1,4 @@
-"""The cost model (tools/costs/model.py): each rule reproduces the worked example it is
+"""The cost model (tools/costs/rules.py, request_units.py, billing.py): each rule reproduces the worked example it is
 documented with; the meter (tools/costs/meter.py) sees what a write changes and which partitions a read
 reaches; the design-scale bill (benchmarks/design_scale.py) bills each hour's peak, the storage floor and the
 regions."""

@@ -151,8 +151,8 @@ def test_key_vault_bills_the_connection_strings_reads_at_instance_starts():
 
 
 def test_the_archive_line_is_its_sweep_transactions_and_first_year_storage(monkeypatch):
-    """The archive has landed: its line is what tools.costs.model.archive_bill computes (the sweep's request units, the
-    transactions at the most, the storage after a year); without one, the line is 0 and says so."""
+    """The archive has landed: its line is what tools.costs.billing.archive_bill computes (the sweep's request units,
+    the transactions at the most, the storage after a year); without one, the line is 0 and says so."""
     archive = archive_bill()
     line = bill.archive_line()
     expected = archive.sweep_dollars_month + archive.transactions_dollars_month + archive.storage_dollars_month_year_1

@@ -227,7 +227,7 @@ def test_always_ready_http_instances_are_a_parameter_off_by_default() -> None:
 
 def test_the_cosmos_account_scales_each_partition_and_region_on_its_own() -> None:
     """Dynamic scaling (https://learn.microsoft.com/azure/cosmos-db/autoscale-per-partition-region): an autoscale
-    collection's partitions bill their own peaks, the model's autoscale rule (tools/costs/model.py RULES);
+    collection's partitions bill their own peaks, the model's autoscale rule (tools/costs/rules.py RULES);
     the property needs API 2024-11-15 or later (autoscale FAQ)."""
     account = bicep.resource("modules/cosmos.bicep", "account")
     assert account["config"]["properties"]["enablePerRegionPerPartitionAutoscale"] is True

@@ -414,7 +414,7 @@ def _load_by_id(collection: Collection[Any], ids: Sequence[str], policy: RetryPo
     routes a query that filters on one partition key value to that partition ("it routes the query to the
     physical partitions corresponding to the partition key values specified in the filter",
     https://learn.microsoft.com/azure/cosmos-db/how-to-query-container), while an `$in` of a page's users
-    reaches the partitions of all of them and pays each one's index lookup (tools/costs/model.py, query
+    reaches the partitions of all of them and pays each one's index lookup (tools/costs/rules.py, query
     fan-out: about half of `user_hourly_reports`' 234 partitions for a page's ~170 users, ~300 RU, against ~1 RU
     for each user's own query)."""
     by_user: dict[str, list[str]] = defaultdict(list)

@@ -7,7 +7,7 @@ for Cosmos); a 4.2 account may put it on one custom field instead, with the Enab
 which then excludes `_ts` (https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-42#custom-ttl):
 the app keeps `_ts`, which every write moves, so a document expires its days after its last write.
 
-Every indexed field a write changes costs index terms on Cosmos DB (tools/costs/model.py), so a heartbeat's
+Every indexed field a write changes costs index terms on Cosmos DB (tools/costs/request_units.py), so a heartbeat's
 write changes only what the silent check and the report feed's time need (`alive_at`, `r`). Retention: the
 growing collections expire a document RETENTION days after its last write on Cosmos DB (a TTL index on `_ts`)
 and after its own time elsewhere (a TTL index on a date field); the days are settings.

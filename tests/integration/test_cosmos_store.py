@@ -261,7 +261,7 @@ RATE_LIMITING = "https://learn.microsoft.com/azure/cosmos-db/mongodb/prevent-rat
 def test_every_operation_is_charged_by_the_cost_model_and_read_with_get_last_request_statistics(cosmos, cosmos_db):
     """FIND_CHARGE: "The RU charge is exposed by a custom database command named getLastRequestStatistics. The
     command returns a document that contains the name of the last operation executed, its request charge, and its
-    duration." The charge is tools/costs/model.py's for what the operation did."""
+    duration." The charge is tools/costs/request_units.py's for what the operation did."""
     actions = cosmos_db[schema.BOTTLE_ACTIONS]
     document = action("bottle-1")
     paths = IndexedPaths.of(next(s for s in collection_specs(get_settings()) if s.name == schema.BOTTLE_ACTIONS))
@@ -862,7 +862,7 @@ AUTOSCALE = "https://learn.microsoft.com/azure/cosmos-db/provision-throughput-au
 
 def test_an_autoscale_maximum_forces_partitions_and_is_the_collections_throughput(secantus_uri, clock, monkeypatch):
     """LIMITS: "Maximum RUs per partition (logical & physical) | 10,000": a maximum of 25,000 RU/s needs three
-    physical partitions from the start (tools/costs/model.py: physical_partitions), each serving its share.
+    physical partitions from the start (tools/costs/billing.py: physical_partitions), each serving its share.
     Scaled: `partition_ru_per_second` 20 stands for 10,000, so a maximum of 4 stands for 2,000 RU/s, one partition
     whose 4 RU/s throttle a second write (~5 RU each) within one second."""
     with proxy_of(secantus_uri, autoscale_max_ru_per_second=25_000, clock=clock) as proxy:
@@ -890,9 +890,9 @@ def test_an_autoscale_maximum_forces_partitions_and_is_the_collections_throughpu
 
 def test_cosmos_raises_an_autoscale_maximum_to_ten_ru_per_second_per_gb_stored(secantus_uri, clock, monkeypatch):
     """AUTOSCALE (Minimum autoscale max RU/s for a container): the maximum is at least 10 x the GB stored (data and
-    index), at least 1,000, in steps of 1,000, and Cosmos DB raises it by itself (tools.costs.model.storage_floor). Here
-    6,000 bytes stand for a partition's 50 GB: 60 actions (~15.6 KB, ~130 GB) lift a 1,000 RU/s maximum to 2,000,
-    spread over the partitions their storage forced."""
+    index), at least 1,000, in steps of 1,000, and Cosmos DB raises it by itself (tools.costs.billing.storage_floor).
+    Here 6,000 bytes stand for a partition's 50 GB: 60 actions (~15.6 KB, ~130 GB) lift a 1,000 RU/s maximum to
+    2,000, spread over the partitions their storage forced."""
     with proxy_of(secantus_uri, partition_bytes=6_000, autoscale_max_ru_per_second=1_000, clock=clock) as proxy:
         db = next(app_database(proxy, monkeypatch))
         actions = db[schema.BOTTLE_ACTIONS]

@@ -1,4 +1,4 @@
-"""What an operation costs, by the project's cost model (tools/costs/model.py), and what a write did to the
+"""What an operation costs, by the project's cost model (tools/costs/request_units.py), and what a write did to the
 documents it touched (read aside on the backend, before and after, so the model has their sizes and index
 terms and the partition map their bytes).
 
@@ -138,7 +138,7 @@ def request_charge(
     return round(operation.ru(), 2)
 
 
-# --- the bill's rules the store applies (tools/costs/model.py cites their pages) ---------------------------
+# --- the bill's rules the store applies (tools/costs/billing.py; rules.py cites their pages) ----------
 
 PARTITION_GB = billing.PARTITION_GB
 PARTITION_RU = billing.PARTITION_RU

@@ -1,4 +1,4 @@
-"""Measuring what a run would cost on Cosmos DB (tools/costs/model.py turns it into request units).
+"""Measuring what a run would cost on Cosmos DB (tools/costs/request_units.py turns it into request units).
 
 A pymongo command listener records, for each database command, its BSON size and its reply's, the documents a
 read returned (a change stream's by their `fullDocument`), and, with an observer (a second client on the same
