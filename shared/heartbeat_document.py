@@ -48,23 +48,100 @@ import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final, TypedDict
 
 from bson import Binary
 from bson.int64 import Int64
 
 from shared.device_time import LATE_AFTER, MAX_FUTURE_SKEW
 
-RING = "w"
-RING_TIME = "r"
-USER_BUCKET = "ub"
-LATE_AT = "la"
-KEY = "k"
-KEY_VERSION = "kv"  # the bottle's `key_version` whose key `k` is (shared/bottles/provisioning.py)
-LAST = "last"
-ALIVE_AT = "alive_at"
-SILENT_PENDING = "silent_pending"
-OWNERS = "owners"
+# The field names, `Final` so that mypy checks them as keys of the types below.
+RING: Final = "w"
+RING_TIME: Final = "r"
+USER_BUCKET: Final = "ub"
+LATE_AT: Final = "la"
+KEY: Final = "k"
+KEY_VERSION: Final = "kv"  # the bottle's `key_version` whose key `k` is (shared/bottles/provisioning.py)
+LAST: Final = "last"
+ALIVE_AT: Final = "alive_at"
+SILENT_PENDING: Final = "silent_pending"
+OWNERS: Final = "owners"
+
+# A query operator's expression (`{"$gte": t}`): what a filter may hold in place of a field's value.
+Query = Mapping[str, Any]
+
+
+class Owner(TypedDict):
+    """An earlier owner of the bottle, until it was reassigned."""
+
+    user_id: str
+    until: datetime
+
+
+class HeartbeatDocument(TypedDict, total=False):
+    """The heartbeat document's fields, as provisioning, ingestion and the silent check write and read them (each
+    write sets a few, a projection reads a few). A field with nothing to hold is absent, never null."""
+
+    _id: str
+    bottle_id: str
+    bucket: int
+    ub: int
+    k: Binary
+    kv: int
+    user_id: str
+    medication: str
+    owners: list[Owner]
+    last: datetime
+    alive_at: datetime
+    silent_pending: bool
+    silent_episode: datetime
+    r: datetime
+    # The ring, by field name: the names are computed (`field_name`), which a TypedDict cannot list.
+    w: dict[str, Int64]
+    la: datetime
+
+
+# The fields a guarded write of the heartbeat document matches on: a value (None matches an absent field), or a
+# query operator's expression. (A TypedDict's class syntax cannot name `$or`.)
+HeartbeatFilter = TypedDict(
+    "HeartbeatFilter",
+    {
+        "_id": str,
+        "bottle_id": str,
+        "k": Binary,
+        "kv": Query,
+        "user_id": str | None,
+        "owners": list[Owner] | None,
+        "alive_at": Query,
+        "r": datetime | Query | None,
+        "w": dict[str, Int64] | None,
+        "$or": list["HeartbeatFilter"],
+    },
+    total=False,
+)
+
+
+class OwnersPull(TypedDict):
+    """A `$pull` of earlier owners: those matching the owner query."""
+
+    owners: Query
+
+
+# An update of the heartbeat document. `$unset` and `$bit` name ring fields by dotted path (`w.3`), and `$unset`
+# fields of an earlier layout too, which a TypedDict cannot list: those stay plain dicts.
+HeartbeatUpdate = TypedDict(
+    "HeartbeatUpdate",
+    {
+        "$set": HeartbeatDocument,
+        "$setOnInsert": HeartbeatDocument,
+        "$max": HeartbeatDocument,
+        "$unset": dict[str, str],
+        "$pull": OwnersPull,
+        "$bit": dict[str, dict[str, Int64]],
+    },
+    total=False,
+)
+
 
 SLOT_MINUTES = 5  # a heartbeat is its bottle and its 5-minute slot of the hour
 SLOTS_PER_HOUR = 60 // SLOT_MINUTES
@@ -235,11 +312,11 @@ def ring_bits(placements: Iterable[Placement]) -> dict[int, int]:
 
 def ring_write(
     bottle_id: str, key: Binary, times: list[datetime], placements: list[Placement], *, now: datetime, window: Window
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[HeartbeatFilter, HeartbeatUpdate]:
     """(filter, update) of the one write that stores a request's heartbeats: the key check and the ring's
     clock in the filter; `alive_at` moved forward, the ring's bits set and the fields before its window cleared."""
     server_hour = hour_number(now)
-    update: dict[str, Any] = {
+    update: HeartbeatUpdate = {
         "$max": newest(times, placements, now),
         # silent_pending: the silent check has yet to look at this bottle's (possibly new) `alive_at`.
         "$set": {SILENT_PENDING: True},
@@ -250,20 +327,25 @@ def ring_write(
     bits = ring_bits(placements)
     if bits:
         update["$bit"] = {f"{RING}.{field_name(field)}": {"or": Int64(value)} for field, value in bits.items()}
-    guard = {"_id": bottle_id, "bottle_id": bottle_id, KEY: key, RING_TIME: {"$gte": window.guard(server_hour)}}
+    guard: HeartbeatFilter = {
+        "_id": bottle_id,
+        "bottle_id": bottle_id,
+        KEY: key,
+        RING_TIME: {"$gte": window.guard(server_hour)},
+    }
     return guard, update
 
 
-def newest(times: list[datetime], placements: list[Placement], now: datetime) -> dict[str, datetime]:
+def newest(times: list[datetime], placements: list[Placement], now: datetime) -> HeartbeatDocument:
     """The `$max` of a ring write: the newest heartbeat (`last`, `alive_at`), the write (`r`), a late one."""
-    latest = {LAST: max(times), ALIVE_AT: max(times), RING_TIME: now}
+    latest: HeartbeatDocument = {LAST: max(times), ALIVE_AT: max(times), RING_TIME: now}
     if any(p.late for p in placements):
         latest[LATE_AT] = now
     return latest
 
 
 def rewritten_ring(
-    document: Mapping[str, Any], placements: list[Placement], now: datetime, window: Window
+    document: HeartbeatDocument, placements: list[Placement], now: datetime, window: Window
 ) -> dict[str, Int64]:
     """The whole ring after these heartbeats, from a document read: for a write after a long gap."""
     live = window.live(hour_number(now))
@@ -276,7 +358,7 @@ def rewritten_ring(
     return {field_name(field): Int64(value) for field, value in sorted(kept.items())}
 
 
-def already_counted(document: Mapping[str, Any] | None, placement: Placement) -> bool:
+def already_counted(document: HeartbeatDocument | None, placement: Placement) -> bool:
     """Whether the ring of `document` (as it was before a write) has this heartbeat's slot already: its one bit,
     read from the one field that holds its hour (as `ring_hours` maps fields back from `r`, without decoding
     the others: a heartbeat request tests each of its heartbeats)."""

@@ -25,6 +25,10 @@ from shared.heartbeat_document import (
     RING_TIME,
     SILENT_PENDING,
     USER_BUCKET,
+    HeartbeatDocument,
+    HeartbeatFilter,
+    HeartbeatUpdate,
+    Owner,
     Window,
     hour_number,
     key_digest,
@@ -189,8 +193,8 @@ def _sync_heartbeat_document(
     never reads the registry. A PUT copies the key its own registry write left, which a concurrent rotation may
     have replaced since, so the copy is written with its version, and never over a newer one (`_copy_key`). A new
     owner is recorded by a second write (below)."""
-    collection = db[schema.BOTTLE_HEARTBEATS]
-    update = {
+    collection: Collection[HeartbeatDocument] = db[schema.BOTTLE_HEARTBEATS]
+    update: HeartbeatUpdate = {
         "$set": {"medication": spec.medication, BUCKET_FIELD: bucket_of(bottle_id)},
         # silent_pending: the silent check has yet to look at this `alive_at` (shared/notifications/checks/rules.py).
         "$setOnInsert": {
@@ -205,7 +209,7 @@ def _sync_heartbeat_document(
         "$unset": dict.fromkeys(_FORMER_FIELDS, ""),
     }
 
-    def upsert() -> dict[str, Any] | Literal[Round.AGAIN]:
+    def upsert() -> HeartbeatDocument | Literal[Round.AGAIN]:
         """The document after the upsert; AGAIN where a concurrent PUT's create won the race (a duplicate key,
         or, on some stores, an upsert that answers no document): it exists now, and the next round updates it."""
         try:
@@ -221,7 +225,7 @@ def _sync_heartbeat_document(
             )
         except DuplicateKeyError:
             return AGAIN
-        return AGAIN if found is None else dict(found)
+        return AGAIN if found is None else found
 
     document = until_landed(upsert, "the heartbeat document", policy)
     if document.get(KEY_VERSION, -1) < key.version:
@@ -230,24 +234,25 @@ def _sync_heartbeat_document(
         _reassign(collection, bottle_id, document, spec.user_id, now=now, window=window, policy=policy)
 
 
-def _copy_key(collection: Collection[Any], bottle_id: str, key: VersionedKey, policy: RetryPolicy) -> None:
+def _copy_key(
+    collection: Collection[HeartbeatDocument], bottle_id: str, key: VersionedKey, policy: RetryPolicy
+) -> None:
     """Write the key into the heartbeat document unless it holds the same or a newer version: a PUT that read the
     bottle before a rotation (and so holds the old key) cannot put it back after the rotation's copy. Matching
     nothing is the newer copy winning; a copy of the earlier layout has no version and is replaced."""
-    older = {"$or": [{KEY_VERSION: {"$lt": key.version}}, {KEY_VERSION: {"$exists": False}}]}
+    older: HeartbeatFilter = {"$or": [{KEY_VERSION: {"$lt": key.version}}, {KEY_VERSION: {"$exists": False}}]}
+    guard: HeartbeatFilter = {"_id": bottle_id, "bottle_id": bottle_id, **older}
+    copied: HeartbeatUpdate = {"$set": {KEY: key_digest(key.key_hash), KEY_VERSION: key.version}}
     with_retries(
-        lambda: collection.update_one(
-            {"_id": bottle_id, "bottle_id": bottle_id, **older},
-            {"$set": {KEY: key_digest(key.key_hash), KEY_VERSION: key.version}},
-        ),
+        lambda: collection.update_one(guard, copied),
         policy,
     )
 
 
 def _reassign(
-    collection: Collection[Any],
+    collection: Collection[HeartbeatDocument],
     bottle_id: str,
-    document: dict[str, Any],
+    document: HeartbeatDocument,
     user_id: str,
     *,
     now: datetime,
@@ -261,8 +266,8 @@ def _reassign(
     heartbeat of the window (ring writes drop the others); `ub` follows the owner, so the tally finds the bottle
     under its new owner. The write moves `r` on, and so writes the ring as ring writes do; it is guarded by what
     it read, and a retried PUT finds the owner already recorded."""
-    key = {"_id": bottle_id, "bottle_id": bottle_id}
-    as_read: dict[str, Any] | None = document
+    key: HeartbeatFilter = {"_id": bottle_id, "bottle_id": bottle_id}
+    as_read: HeartbeatDocument | None = document
 
     def reassign_round() -> Literal[Round.AGAIN] | None:
         nonlocal as_read
@@ -271,17 +276,25 @@ def _reassign(
         if current is None or current["user_id"] == user_id:  # already recorded (a retried PUT, a racing one)
             return None
         oldest = window.start(hour_number(now)) - MAX_FUTURE_SKEW
-        earlier = [o for o in current.get(OWNERS) or [] if o["until"] > oldest]
+        earlier: list[Owner] = [o for o in current.get(OWNERS) or [] if o["until"] > oldest]
         earlier.append({"user_id": current["user_id"], "until": now})
-        fields: dict[str, Any] = {
+        fields: HeartbeatDocument = {
             "user_id": user_id,
             USER_BUCKET: bucket_of(user_id),
             OWNERS: earlier,
             RING: rewritten_ring(current, [], now, window),
             RING_TIME: max(now, current.get(RING_TIME) or now),
         }
-        guard = {**key, **{name: current.get(name) for name in _OWNERSHIP}}
-        if with_retries(lambda: collection.update_one(guard, {"$set": fields}), policy).matched_count == 1:
+        # The ownership as read (_OWNERSHIP's fields, in its order).
+        guard: HeartbeatFilter = {
+            **key,
+            "user_id": current.get("user_id"),
+            OWNERS: current.get(OWNERS),
+            RING: current.get(RING),
+            RING_TIME: current.get(RING_TIME),
+        }
+        update: HeartbeatUpdate = {"$set": fields}
+        if with_retries(lambda: collection.update_one(guard, update), policy).matched_count == 1:
             return None
         return AGAIN
 

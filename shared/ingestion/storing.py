@@ -30,6 +30,9 @@ from shared.heartbeat_document import (
     RING,
     RING_TIME,
     SILENT_PENDING,
+    HeartbeatDocument,
+    HeartbeatFilter,
+    HeartbeatUpdate,
     Placement,
     Window,
     already_counted,
@@ -162,7 +165,7 @@ def store_heartbeats(
     placements = [place(t, now, window) for t in times]
     placed = [p for p in placements if p is not None]
     guard, update = ring_write(bottle_id, key, times, placed, now=now, window=window)
-    collection = db[schema.BOTTLE_HEARTBEATS]
+    collection: Collection[HeartbeatDocument] = db[schema.BOTTLE_HEARTBEATS]
     fresh = _fresh(guard, times)
     if with_retries(lambda: collection.update_one(fresh, update), policy).matched_count == 1:
         return _new_heartbeats({}, placements)
@@ -186,7 +189,7 @@ def store_heartbeats(
     return until_landed(ring_round, "the heartbeat document", policy)
 
 
-def _fresh(guard: dict[str, Any], times: list[datetime]) -> dict[str, Any]:
+def _fresh(guard: HeartbeatFilter, times: list[datetime]) -> HeartbeatFilter:
     """The ring write's filter, matching only if every heartbeat of the request is new: `alive_at` (never moved
     back; at least every heartbeat time the bottle stored, and its provisioning time) before the start of the
     earliest one's 5-minute slot, so no stored heartbeat shares a slot with any of them. (Not `last`: a bottle
@@ -196,22 +199,22 @@ def _fresh(guard: dict[str, Any], times: list[datetime]) -> dict[str, Any]:
     return {**guard, ALIVE_AT: {"$lt": slot_start(min(times))}}
 
 
-def _read_for_key(db: Database[Any], bottle_id: str, key: Binary, policy: RetryPolicy) -> dict[str, Any]:
+def _read_for_key(db: Database[Any], bottle_id: str, key: Binary, policy: RetryPolicy) -> HeartbeatDocument:
     """The heartbeat document, read after a ring write matched nothing; Unauthorized for an unknown bottle or a
     wrong key (the same answer, after the same steps)."""
-    collection = db[schema.BOTTLE_HEARTBEATS]
+    collection: Collection[HeartbeatDocument] = db[schema.BOTTLE_HEARTBEATS]
     found = with_retries(lambda: collection.find_one({"_id": bottle_id, "bottle_id": bottle_id}), policy)
     stored_key = bytes((found or {}).get(KEY) or b"\0" * len(key))
     if not compare_digest(stored_key, bytes(key)) or found is None:
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
-    return dict(found)
+    return found
 
 
 def _rewrite_after_gap(
     db: Database[Any],
     bottle_id: str,
     key: Binary,
-    found: dict[str, Any],
+    found: HeartbeatDocument,
     *,
     times: list[datetime],
     placed: list[Placement],
@@ -221,16 +224,22 @@ def _rewrite_after_gap(
 ) -> bool:
     """The slow way, after a silence of more than MAX_GAP_HOURS: the ring written whole from the document as it
     was read, guarded by it. False if the guard failed (a concurrent write: the caller starts again)."""
-    collection = db[schema.BOTTLE_HEARTBEATS]
-    update = {
+    collection: Collection[HeartbeatDocument] = db[schema.BOTTLE_HEARTBEATS]
+    update: HeartbeatUpdate = {
         "$set": {RING: rewritten_ring(found, placed, now, window), SILENT_PENDING: True},
         "$max": newest(times, placed, now),
     }
-    guard = {"_id": bottle_id, "bottle_id": bottle_id, KEY: key, RING_TIME: found.get(RING_TIME), RING: found.get(RING)}
+    guard: HeartbeatFilter = {
+        "_id": bottle_id,
+        "bottle_id": bottle_id,
+        KEY: key,
+        RING_TIME: found.get(RING_TIME),
+        RING: found.get(RING),
+    }
     return bool(with_retries(lambda: collection.update_one(guard, update), policy).matched_count == 1)
 
 
-def _new_heartbeats(before: dict[str, Any], placements: list[Placement | None]) -> int:
+def _new_heartbeats(before: HeartbeatDocument, placements: list[Placement | None]) -> int:
     """How many of the request's heartbeats were new: not one older than the window (no slot: expired, which
     `ingest_events` counts), nor one whose 5-minute slot the ring had, or another of this request has (a repeat)."""
     new = 0
