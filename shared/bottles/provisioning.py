@@ -3,17 +3,19 @@ its device key, restart its dose tracking when the schedule changes, and keep it
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
+from shared.bottles.entries import bottle_documents
 from shared.bottles.spec import BottleSpec
 from shared.bottles.status import registry_view
 from shared.device_keys import hash_key, new_device_key
 from shared.device_time import MAX_FUTURE_SKEW
+from shared.doses.bottle_document import BottleDocument, BottleFilter, BottleUpdate
 from shared.doses.due_tracking import initial_fields
 from shared.doses.schedules import DosePlan
 from shared.heartbeat_document import (
@@ -42,13 +44,13 @@ from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
 
 # The bottle's key version: 1 at the create, one more at each rotation, changed in the same write as `key_hash`.
 # The heartbeat document's copy of the key carries the version it was copied at, and only a newer one replaces it.
-KEY_VERSION_FIELD = "key_version"
+KEY_VERSION_FIELD: Final = "key_version"
 
 
 @dataclass(frozen=True)
 class Provisioned:
     created: bool
-    bottle: dict[str, Any]
+    bottle: dict[str, Any]  # as the API shows it (registry_view)
     device_key: str | None  # only on create or rotation: shown once, never stored
 
 
@@ -60,7 +62,7 @@ def provision(
     key; the others update the bottle it made and get no key (an upsert is not atomic on every store)."""
     policy = RetryPolicy.for_request(settings)
     device_key = new_device_key()
-    registry = {
+    registry: BottleDocument = {
         "user_id": spec.user_id,
         "medication": spec.medication,
         "schedule": spec.schedule.model_dump(),
@@ -69,7 +71,7 @@ def provision(
     }
     key_hash = hash_key(device_key)
     # Status fields start absent: `$max` (last_dose_time) treats a missing field as "no value yet".
-    new_bottle = {
+    new_bottle: BottleDocument = {
         "_id": bottle_id,
         "bottle_id": bottle_id,
         **registry,
@@ -81,15 +83,15 @@ def provision(
         BUCKET_FIELD: bucket_of(bottle_id),
     }
     created = with_retries(lambda: _insert_new(db, new_bottle), policy)
+    after: BottleDocument
     if created:
         after = new_bottle
     else:
         # `bucket` too: a bottle stored before the checks swept by bucket gets it with its next PUT.
-        update = {"$set": {**registry, BUCKET_FIELD: bucket_of(bottle_id)}}
+        update: BottleUpdate = {"$set": {**registry, BUCKET_FIELD: bucket_of(bottle_id)}}
+        point: BottleFilter = {"_id": bottle_id, "bottle_id": bottle_id}
         before = with_retries(
-            lambda: db[schema.BOTTLES].find_one_and_update(
-                {"_id": bottle_id, "bottle_id": bottle_id}, update, return_document=ReturnDocument.BEFORE
-            ),
+            lambda: bottle_documents(db).find_one_and_update(point, update, return_document=ReturnDocument.BEFORE),
             policy,
         )
         if before is None:  # bottles are never deleted: only a store that lost the insert gets here
@@ -111,7 +113,7 @@ def provision(
     )
 
 
-def _rotate(db: Database[Any], bottle_id: str, key_hash: str, *, now: datetime, policy: RetryPolicy) -> dict[str, Any]:
+def _rotate(db: Database[Any], bottle_id: str, key_hash: str, *, now: datetime, policy: RetryPolicy) -> BottleDocument:
     """Give the bottle a new key and the next key version, in one write; the key and version as it left them.
 
     The version is read from the write's own after-image: every rotation gets its own, and the newest key has the
@@ -119,10 +121,11 @@ def _rotate(db: Database[Any], bottle_id: str, key_hash: str, *, now: datetime, 
     under concurrency, a before-image older than the document it updated, so two rotations got one version.)
     Cosmos DB for MongoDB supports `findAndModify` and `$inc` ("Database commands" and "Update operators" in
     https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-40)."""
-    update = {"$set": {"key_hash": key_hash, "key_rotated_at": now}, "$inc": {KEY_VERSION_FIELD: 1}}
+    update: BottleUpdate = {"$set": {"key_hash": key_hash, "key_rotated_at": now}, "$inc": {KEY_VERSION_FIELD: 1}}
+    key: BottleFilter = {"_id": bottle_id, "bottle_id": bottle_id}
     after = with_retries(
-        lambda: db[schema.BOTTLES].find_one_and_update(
-            {"_id": bottle_id, "bottle_id": bottle_id},
+        lambda: bottle_documents(db).find_one_and_update(
+            key,
             update,
             projection={"key_hash": 1, "key_rotated_at": 1, KEY_VERSION_FIELD: 1, "_id": 0},
             return_document=ReturnDocument.AFTER,
@@ -133,32 +136,31 @@ def _rotate(db: Database[Any], bottle_id: str, key_hash: str, *, now: datetime, 
         raise StoreUnavailable(
             "the bottle was not found during its key rotation; retry", policy.contended_retry_after()
         )
-    return dict(after)
+    return after
 
 
-def _insert_new(db: Database[Any], bottle: dict[str, Any]) -> bool:
+def _insert_new(db: Database[Any], bottle: BottleDocument) -> bool:
     """Insert a new bottle; False if one with its `_id` exists (the unique `_id` decides between racers)."""
     try:
-        db[schema.BOTTLES].insert_one(bottle)
+        bottle_documents(db).insert_one(bottle)
     except DuplicateKeyError:
         return False
     return True
 
 
-def _schedule_changed(before: dict[str, Any], registry: dict[str, Any]) -> bool:
+def _schedule_changed(before: BottleDocument, registry: BottleDocument) -> bool:
     return bool(
         before.get("schedule") != registry["schedule"] or before.get("grace_minutes") != registry["grace_minutes"]
     )
 
 
 def _restart_schedule(
-    db: Database[Any], bottle_id: str, plan: DosePlan, before: dict[str, Any], policy: RetryPolicy
+    db: Database[Any], bottle_id: str, plan: DosePlan, before: BottleDocument, policy: RetryPolicy
 ) -> None:
     """A changed schedule (or grace) takes effect now: slots before the change are never late under it."""
-    fields = initial_fields(plan, before.get("doses", []))
-    with_retries(
-        lambda: db[schema.BOTTLES].update_one({"_id": bottle_id, "bottle_id": bottle_id}, {"$set": fields}), policy
-    )
+    key: BottleFilter = {"_id": bottle_id, "bottle_id": bottle_id}
+    update: BottleUpdate = {"$set": initial_fields(plan, before.get("doses", []))}
+    with_retries(lambda: bottle_documents(db).update_one(key, update), policy)
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,11 @@ from typing import Any
 
 from pymongo import UpdateOne
 
+from shared.doses.bottle_document import BottleDocument, BottleFilter, BottleUpdate
 from shared.doses.schedules import DosePlan, IntervalSchedule, Review, TimesSchedule, parse_schedule
 
 
-def plan_of(bottle: dict[str, Any]) -> DosePlan:
+def plan_of(bottle: Mapping[str, Any]) -> DosePlan:
     """The dose plan stored on a `bottles` document (`schedule_from` defaults to provisioning)."""
     return DosePlan(
         schedule=parse_schedule(bottle["schedule"]),
@@ -34,7 +35,7 @@ def plan_of(bottle: dict[str, Any]) -> DosePlan:
     )
 
 
-def initial_fields(plan: DosePlan, doses: Sequence[datetime] = ()) -> dict[str, Any]:
+def initial_fields(plan: DosePlan, doses: Sequence[datetime] = ()) -> BottleDocument:
     """The status fields of a schedule that takes effect at `plan.start`."""
     due = plan.first_due(doses)
     return {"schedule_from": plan.start, "dose_due": due, "dose_late_at": due + plan.grace}
@@ -45,11 +46,11 @@ class DoseAdvance:
     """What a bottle's new doses change of its dose tracking: the fields to set (`dose_due`, `dose_late_at`, only
     those that change) and, on `every_hours` schedules, the earliest new dose for the check to review from."""
 
-    fields: dict[str, datetime]
+    fields: BottleDocument
     review_from: datetime | None = None
 
 
-def after_doses(plan: DosePlan, stored: Mapping[str, Any], new: Sequence[datetime]) -> DoseAdvance:
+def after_doses(plan: DosePlan, stored: BottleDocument, new: Sequence[datetime]) -> DoseAdvance:
     """The dose tracking after the doses `new` to the bottle (not in its `doses` yet), from the state `stored`
     (the bottle as read, whose `schedule_from` is `plan.start`). Pure: the caller writes it guarded by that state.
 
@@ -72,11 +73,11 @@ def after_doses(plan: DosePlan, stored: Mapping[str, Any], new: Sequence[datetim
     else:
         known = sorted({*(stored.get("doses") or []), *new})
         due, late_at = _times_advances(plan, plan.schedule, known, due, late_at)
-    changed = {
-        name: value
-        for name, value in (("dose_due", due), ("dose_late_at", late_at))
-        if value is not None and value != stored.get(name)
-    }
+    changed: BottleDocument = {}
+    if due is not None and due != stored.get("dose_due"):
+        changed["dose_due"] = due
+    if late_at is not None and late_at != stored.get("dose_late_at"):
+        changed["dose_late_at"] = late_at
     return DoseAdvance(changed, review_from)
 
 
@@ -115,18 +116,18 @@ def _interval_advances(
     return due, late_at
 
 
-def _due(due: datetime, grace: timedelta) -> dict[str, datetime]:
+def _due(due: datetime, grace: timedelta) -> BottleDocument:
     return {"dose_due": due, "dose_late_at": due + grace}
 
 
-def review_update(bottle: dict[str, Any], plan: DosePlan, review: Review) -> UpdateOne:
+def review_update(bottle: Mapping[str, Any], plan: DosePlan, review: Review) -> UpdateOne:
     """The check's write after reviewing a bottle: the next due slot, and the latest slot notified late.
     Guarded by the state it reviewed, so a dose that arrived meanwhile is never undone: the bottle then
     stays in the sweep and the next run reviews it with that dose."""
-    update: dict[str, Any] = {"$set": _due(review.next_due, plan.grace), "$unset": {"dose_review_from": ""}}
+    update: BottleUpdate = {"$set": _due(review.next_due, plan.grace), "$unset": {"dose_review_from": ""}}
     if review.late:
         update["$max"] = {"late_episode": review.late[-1]}
-    guard = {
+    guard: BottleFilter = {
         "_id": bottle["_id"],
         "bottle_id": bottle["_id"],
         "schedule_from": plan.start,
