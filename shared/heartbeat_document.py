@@ -1,48 +1,8 @@
-"""The layout of a bottle's heartbeat document (`bottle_heartbeats`, one per bottle), which three jobs share:
-provisioning creates it, ingestion writes it (one write per request of heartbeats), the silent check sweeps it,
-the report consumer counts it. Its size is what every heartbeat write costs on Cosmos DB, so it is compact and
-bounded: at steady state it holds the same fields whatever the bottle sent before (docs/architecture.md).
-
-    _id, bottle_id   the bottle (the shard key)
-    bucket           the shard key's hash bucket (the silent check's partitions)
-    ub               the hash bucket of `user_id` (the heartbeat tally's partitions: shared/reports/tally.py)
-    k                the device key's SHA-256, first KEY_BYTES bytes: a heartbeat's write checks it in its filter
-    user_id, medication  denormalised from the registry (the silent check and the reports read them)
-    owners           [{user_id, until}]: earlier owners, each until it was reassigned, while that is within the window
-    last             newest heartbeat time (the status view)
-    alive_at         newest heartbeat time, or the provisioning time before any (the silent check)
-    silent_pending, silent_episode  the silent check's markers (silent_episode absent, not null, when there is none)
-    r                server time of the last write to the ring (the ring's clock)
-    w                the ring: one 64-bit field per 4 UTC hours of the window, named by its number modulo FIELD_NAMES
-    la               server time of the newest late heartbeat written to the ring (absent until one)
-
-A field with nothing to hold is absent, never null (a null costs its name and a type byte on every write): every
-reader takes absent as none, and the silent check's index queries (`alive_at` and `silent_episode` >= EPOCH)
-match neither.
-
-The ring. A heartbeat is identified by its bottle and its 5-minute slot of the UTC hour (minute // 5): two in one
-slot are one heartbeat (a device sends one every 30 minutes, and a retry has the same time). An hour is 13 bits:
-a bit per slot in which a heartbeat was stored (bits 0-11), and LATE_FLAG (bit 12) once a heartbeat of that hour
-arrived more than LATE_AFTER after its time. A 64-bit field holds HOURS_PER_FIELD (4) consecutive hours, aligned:
-hour number h is in field h // 4, at bits 13 * (h % 4) to 13 * (h % 4) + 12 (bits 52-63 stay 0, so a field is
-never negative). The field of 00:00-03:59 UTC, of 04:00-07:59 and so on: a UTC day is six fields. A repeated
-heartbeat sets a bit already set, so it is never counted twice, and a buffered one sets the bit of its own hour.
-
-The window is whole fields: those from the field of the oldest of the `hours` up to the write's server hour,
-to the field of the next hour (a device clock may run up to MAX_FUTURE_SKEW ahead). `hours` + 1 consecutive
-hours span at most floor((hours + 3) / 4) + 1 fields (for 24 hours, 7 whatever the alignment: 25 to 28 hours are
-kept, never fewer than 24 up to the server hour), and a heartbeat of any hour of those fields is counted.
-
-Every write unsets the fields before its window back to MAX_GAP_FIELDS (3) fields before the first field of the
-widest window (MAX_WINDOW_HOURS), so the fields present after a write are those of its window, each holding only
-its own hours. That holds while ring writes are at most MAX_GAP_HOURS (12) hours apart, whatever the window
-setting of either write: an earlier write at server hour S' >= S - 12 kept fields from field(S' - 47) on, and
-field(x - 12) = field(x) - 3, so they are at most 3 fields before field(S - 47), where the clearing starts. (A
-window shrunk from 48 hours to 1 leaves nothing behind either.) A write after a longer gap is refused by its
-filter (`r` too old) and goes the slow way (ingestion reads the document and writes the ring whole). The field of
-a name is found again from `r`: each name stands for the one field of the FIELD_NAMES fields up to the one of
-the hour after `r`'s that has it.
-"""
+"""A bottle's heartbeat document (`bottle_heartbeats`, one per bottle): its typed fields, the ring write's filter
+and update, and the ring read back. Provisioning creates it, ingestion writes it (one write per request of
+heartbeats), the silent check sweeps it, the report consumer counts it. It is compact and bounded because its size
+is what every heartbeat write costs on Cosmos DB: the fields, the ring's bits and window, and why the clearing keeps
+it clean are in docs/architecture.md ("The heartbeat document")."""
 
 import string
 from collections.abc import Iterable, Mapping
@@ -80,7 +40,8 @@ class Owner(TypedDict):
 
 class HeartbeatDocument(TypedDict, total=False):
     """The heartbeat document's fields, as provisioning, ingestion and the silent check write and read them (each
-    write sets a few, a projection reads a few). A field with nothing to hold is absent, never null."""
+    write sets a few, a projection reads a few). A field with nothing to hold is absent, never null. What each
+    holds: docs/architecture.md, "The heartbeat document"."""
 
     _id: str
     bottle_id: str

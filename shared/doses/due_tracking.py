@@ -1,18 +1,8 @@
-"""The next-dose status kept on each `bottles` document, so that the late-dose check is one indexed range query
-(`dose_late_at <= now`) that returns only the bottles whose due dose is late, however large the fleet.
-
-Fields: `schedule_from` (when the schedule took effect), `dose_due` (the earliest slot neither satisfied nor
-found late), `dose_late_at` (when the check must look next: `dose_due` + grace, or earlier), `doses` (the newest
-dose times, in order: what the check re-plays), `dose_pending` (a dose arrived since the check last resolved
-this bottle's late notifications), `late_episode` (the latest slot notified late and not yet resolved),
-`dose_seq` (the status's version: every ingestion write to the bottle's status adds one, and both ingestion's
-write and the check's are guarded by it), and for `every_hours` schedules `dose_review_from` (the earliest dose
-that arrived since the last review).
-
-Ingestion moves `dose_due` forward from the state it read (`after_doses`), in the one write that adds the
-request's new doses, guarded by that state, so no dose is lost to a concurrent write and none counts twice. Where
-`dose_due` cannot move, it lags, and the check re-plays the doses and moves it on without notifying: it never
-passes a slot that is still unsatisfied (docs/checks.md: "How the next dose due moves on").
+"""The next dose due kept on each `bottles` document: its fields at provisioning (`initial_fields`), as a
+request's new doses move them on (`after_doses`, pure: ingestion writes it guarded by the state it read), and the
+check's write after a review (`review_update`). Kept so that the late-dose check is one indexed range query
+(`dose_late_at <= now`) however large the fleet. The fields, and why a lagging `dose_due` never skips an
+unsatisfied slot: docs/checks.md, "How the next dose due moves on".
 """
 
 from collections.abc import Mapping, Sequence

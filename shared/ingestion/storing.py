@@ -1,12 +1,7 @@
-"""Storing validated device events: idempotent, bulk, and in as few writes as the events allow.
-
-Per request: one write of the bottle's heartbeat document for all its heartbeats (an update whose filter is the
-key check and says they are all new; for anything else a findAndModify, whose reply is the ring as it was, so
-repeats are told apart: store_heartbeats), one bulk insert
-into `bottle_actions`, and one update of the bottle's status in `bottles`: a single statement, because Cosmos DB
-charges each statement that changes a document as a replace of the whole document. A request of heartbeats costs
-one write; an opened/closed event two, plus the read of its bottle (which authenticates it: every request with
-actions reads it); a batch of any size at most three writes.
+"""Storing a request's validated events, idempotent: its heartbeats in one write of the bottle's heartbeat document
+(`store_heartbeats`), its opened/closed events in one bulk insert into `bottle_actions`, and the bottle's status
+in one guarded update of `bottles` (`store_status`). At most three writes whatever the request's size, because Cosmos
+DB charges each statement that changes a document as a replace of the whole document (docs/ingestion.md).
 """
 
 from dataclasses import dataclass
