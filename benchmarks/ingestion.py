@@ -45,7 +45,7 @@ import argparse
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -539,7 +539,7 @@ def _floor(db: Database[Any], fleet: SteadyFleet, stream: list[tuple[str, dateti
     return run
 
 
-def _updated(collection: Collection[Any], write: tuple[dict[str, Any], dict[str, Any]]) -> None:
+def _updated(collection: Collection[Any], write: tuple[Mapping[str, Any], Mapping[str, Any]]) -> None:
     assert collection.update_one(*write).matched_count
 
 

@@ -1,70 +1,108 @@
-"""The layout of a bottle's heartbeat document (`bottle_heartbeats`, one per bottle), which three jobs share:
-provisioning creates it, ingestion writes it (one write per request of heartbeats), the silent check sweeps it,
-the report consumer counts it. Its size is what every heartbeat write costs on Cosmos DB, so it is compact and
-bounded: at steady state it holds the same fields whatever the bottle sent before (docs/architecture.md).
-
-    _id, bottle_id   the bottle (the shard key)
-    bucket           the shard key's hash bucket (the silent check's partitions)
-    ub               the hash bucket of `user_id` (the heartbeat tally's partitions: shared/reports/tally.py)
-    k                the device key's SHA-256, first KEY_BYTES bytes: a heartbeat's write checks it in its filter
-    user_id, medication  denormalised from the registry (the silent check and the reports read them)
-    owners           [{user_id, until}]: earlier owners, each until it was reassigned, while that is within the window
-    last             newest heartbeat time (the status view)
-    alive_at         newest heartbeat time, or the provisioning time before any (the silent check)
-    silent_pending, silent_episode  the silent check's markers (silent_episode absent, not null, when there is none)
-    r                server time of the last write to the ring (the ring's clock)
-    w                the ring: one 64-bit field per 4 UTC hours of the window, named by its number modulo FIELD_NAMES
-    la               server time of the newest late heartbeat written to the ring (absent until one)
-
-A field with nothing to hold is absent, never null (a null costs its name and a type byte on every write): every
-reader takes absent as none, and the silent check's index queries (`alive_at` and `silent_episode` >= EPOCH)
-match neither.
-
-The ring. A heartbeat is identified by its bottle and its 5-minute slot of the UTC hour (minute // 5): two in one
-slot are one heartbeat (a device sends one every 30 minutes, and a retry has the same time). An hour is 13 bits:
-a bit per slot in which a heartbeat was stored (bits 0-11), and LATE_FLAG (bit 12) once a heartbeat of that hour
-arrived more than LATE_AFTER after its time. A 64-bit field holds HOURS_PER_FIELD (4) consecutive hours, aligned:
-hour number h is in field h // 4, at bits 13 * (h % 4) to 13 * (h % 4) + 12 (bits 52-63 stay 0, so a field is
-never negative). The field of 00:00-03:59 UTC, of 04:00-07:59 and so on: a UTC day is six fields. A repeated
-heartbeat sets a bit already set, so it is never counted twice, and a buffered one sets the bit of its own hour.
-
-The window is whole fields: those from the field of the oldest of the `hours` up to the write's server hour,
-to the field of the next hour (a device clock may run up to MAX_FUTURE_SKEW ahead). `hours` + 1 consecutive
-hours span at most floor((hours + 3) / 4) + 1 fields (for 24 hours, 7 whatever the alignment: 25 to 28 hours are
-kept, never fewer than 24 up to the server hour), and a heartbeat of any hour of those fields is counted.
-
-Every write unsets the fields before its window back to MAX_GAP_FIELDS (3) fields before the first field of the
-widest window (MAX_WINDOW_HOURS), so the fields present after a write are those of its window, each holding only
-its own hours. That holds while ring writes are at most MAX_GAP_HOURS (12) hours apart, whatever the window
-setting of either write: an earlier write at server hour S' >= S - 12 kept fields from field(S' - 47) on, and
-field(x - 12) = field(x) - 3, so they are at most 3 fields before field(S - 47), where the clearing starts. (A
-window shrunk from 48 hours to 1 leaves nothing behind either.) A write after a longer gap is refused by its
-filter (`r` too old) and goes the slow way (ingestion reads the document and writes the ring whole). The field of
-a name is found again from `r`: each name stands for the one field of the FIELD_NAMES fields up to the one of
-the hour after `r`'s that has it.
-"""
+"""A bottle's heartbeat document (`bottle_heartbeats`, one per bottle): its typed fields, the ring write's filter
+and update, and the ring read back. Provisioning creates it, ingestion writes it (one write per request of
+heartbeats), the silent check sweeps it, the report consumer counts it. It is compact and bounded because its size
+is what every heartbeat write costs on Cosmos DB: the fields, the ring's bits and window, and why the clearing keeps
+it clean are in docs/architecture.md ("The heartbeat document")."""
 
 import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final, TypedDict
 
 from bson import Binary
 from bson.int64 import Int64
 
 from shared.device_time import LATE_AFTER, MAX_FUTURE_SKEW
 
-RING = "w"
-RING_TIME = "r"
-USER_BUCKET = "ub"
-LATE_AT = "la"
-KEY = "k"
-KEY_VERSION = "kv"  # the bottle's `key_version` whose key `k` is (shared/bottles/provisioning.py)
-LAST = "last"
-ALIVE_AT = "alive_at"
-SILENT_PENDING = "silent_pending"
-OWNERS = "owners"
+# The field names, `Final` so that mypy checks them as keys of the types below.
+RING: Final = "w"
+RING_TIME: Final = "r"
+USER_BUCKET: Final = "ub"
+LATE_AT: Final = "la"
+KEY: Final = "k"
+KEY_VERSION: Final = "kv"  # the bottle's `key_version` whose key `k` is (shared/bottles/provisioning.py)
+LAST: Final = "last"
+ALIVE_AT: Final = "alive_at"
+SILENT_PENDING: Final = "silent_pending"
+OWNERS: Final = "owners"
+
+# A query operator's expression (`{"$gte": t}`): what a filter may hold in place of a field's value.
+Query = Mapping[str, Any]
+
+
+class Owner(TypedDict):
+    """An earlier owner of the bottle, until it was reassigned."""
+
+    user_id: str
+    until: datetime
+
+
+class HeartbeatDocument(TypedDict, total=False):
+    """The heartbeat document's fields, as provisioning, ingestion and the silent check write and read them (each
+    write sets a few, a projection reads a few). A field with nothing to hold is absent, never null. What each
+    holds: docs/architecture.md, "The heartbeat document"."""
+
+    _id: str
+    bottle_id: str
+    bucket: int
+    ub: int
+    k: Binary
+    kv: int
+    user_id: str
+    medication: str
+    owners: list[Owner]
+    last: datetime
+    alive_at: datetime
+    silent_pending: bool
+    silent_episode: datetime
+    r: datetime
+    # The ring, by field name: the names are computed (`field_name`), which a TypedDict cannot list.
+    w: dict[str, Int64]
+    la: datetime
+
+
+# The fields a guarded write of the heartbeat document matches on: a value (None matches an absent field), or a
+# query operator's expression. (A TypedDict's class syntax cannot name `$or`.)
+HeartbeatFilter = TypedDict(
+    "HeartbeatFilter",
+    {
+        "_id": str,
+        "bottle_id": str,
+        "k": Binary,
+        "kv": Query,
+        "user_id": str | None,
+        "owners": list[Owner] | None,
+        "alive_at": Query,
+        "r": datetime | Query | None,
+        "w": dict[str, Int64] | None,
+        "$or": list["HeartbeatFilter"],
+    },
+    total=False,
+)
+
+
+class OwnersPull(TypedDict):
+    """A `$pull` of earlier owners: those matching the owner query."""
+
+    owners: Query
+
+
+# An update of the heartbeat document. `$unset` and `$bit` name ring fields by dotted path (`w.3`), and `$unset`
+# fields of an earlier layout too, which a TypedDict cannot list: those stay plain dicts.
+HeartbeatUpdate = TypedDict(
+    "HeartbeatUpdate",
+    {
+        "$set": HeartbeatDocument,
+        "$setOnInsert": HeartbeatDocument,
+        "$max": HeartbeatDocument,
+        "$unset": dict[str, str],
+        "$pull": OwnersPull,
+        "$bit": dict[str, dict[str, Int64]],
+    },
+    total=False,
+)
+
 
 SLOT_MINUTES = 5  # a heartbeat is its bottle and its 5-minute slot of the hour
 SLOTS_PER_HOUR = 60 // SLOT_MINUTES
@@ -235,11 +273,11 @@ def ring_bits(placements: Iterable[Placement]) -> dict[int, int]:
 
 def ring_write(
     bottle_id: str, key: Binary, times: list[datetime], placements: list[Placement], *, now: datetime, window: Window
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[HeartbeatFilter, HeartbeatUpdate]:
     """(filter, update) of the one write that stores a request's heartbeats: the key check and the ring's
     clock in the filter; `alive_at` moved forward, the ring's bits set and the fields before its window cleared."""
     server_hour = hour_number(now)
-    update: dict[str, Any] = {
+    update: HeartbeatUpdate = {
         "$max": newest(times, placements, now),
         # silent_pending: the silent check has yet to look at this bottle's (possibly new) `alive_at`.
         "$set": {SILENT_PENDING: True},
@@ -250,20 +288,25 @@ def ring_write(
     bits = ring_bits(placements)
     if bits:
         update["$bit"] = {f"{RING}.{field_name(field)}": {"or": Int64(value)} for field, value in bits.items()}
-    guard = {"_id": bottle_id, "bottle_id": bottle_id, KEY: key, RING_TIME: {"$gte": window.guard(server_hour)}}
+    guard: HeartbeatFilter = {
+        "_id": bottle_id,
+        "bottle_id": bottle_id,
+        KEY: key,
+        RING_TIME: {"$gte": window.guard(server_hour)},
+    }
     return guard, update
 
 
-def newest(times: list[datetime], placements: list[Placement], now: datetime) -> dict[str, datetime]:
+def newest(times: list[datetime], placements: list[Placement], now: datetime) -> HeartbeatDocument:
     """The `$max` of a ring write: the newest heartbeat (`last`, `alive_at`), the write (`r`), a late one."""
-    latest = {LAST: max(times), ALIVE_AT: max(times), RING_TIME: now}
+    latest: HeartbeatDocument = {LAST: max(times), ALIVE_AT: max(times), RING_TIME: now}
     if any(p.late for p in placements):
         latest[LATE_AT] = now
     return latest
 
 
 def rewritten_ring(
-    document: Mapping[str, Any], placements: list[Placement], now: datetime, window: Window
+    document: HeartbeatDocument, placements: list[Placement], now: datetime, window: Window
 ) -> dict[str, Int64]:
     """The whole ring after these heartbeats, from a document read: for a write after a long gap."""
     live = window.live(hour_number(now))
@@ -276,7 +319,7 @@ def rewritten_ring(
     return {field_name(field): Int64(value) for field, value in sorted(kept.items())}
 
 
-def already_counted(document: Mapping[str, Any] | None, placement: Placement) -> bool:
+def already_counted(document: HeartbeatDocument | None, placement: Placement) -> bool:
     """Whether the ring of `document` (as it was before a write) has this heartbeat's slot already: its one bit,
     read from the one field that holds its hour (as `ring_hours` maps fields back from `r`, without decoding
     the others: a heartbeat request tests each of its heartbeats)."""

@@ -121,7 +121,7 @@ def test_a_bottle_lost_from_the_store_during_its_rotation_is_a_503_to_retry_and_
     provisioned("bottle-1")
     real_rotate = provisioning._rotate
 
-    def lost_first(rotating_db: Any, bottle_id: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def lost_first(rotating_db: Any, bottle_id: str, *args: Any, **kwargs: Any) -> Any:
         rotating_db[schema.BOTTLES].delete_one({"_id": bottle_id})
         return real_rotate(rotating_db, bottle_id, *args, **kwargs)
 

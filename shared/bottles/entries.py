@@ -6,8 +6,10 @@
 from dataclasses import dataclass
 from typing import Any
 
+from pymongo.collection import Collection
 from pymongo.database import Database
 
+from shared.doses.bottle_document import BottleDocument, BottleFilter
 from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries
 
@@ -45,12 +47,17 @@ BOTTLE_FIELDS = dict.fromkeys(
 )
 
 
-def read_bottle(db: Database[Any], bottle_id: str, policy: RetryPolicy) -> dict[str, Any] | None:
+def bottle_documents(db: Database[Any]) -> Collection[BottleDocument]:
+    """The `bottles` collection, its documents typed."""
+    return db[schema.BOTTLES]
+
+
+def read_bottle(db: Database[Any], bottle_id: str, policy: RetryPolicy) -> BottleDocument | None:
     """The bottle's registry and status fields (BOTTLE_FIELDS), one point read; None if it is unknown."""
-    key = {"_id": bottle_id, "bottle_id": bottle_id}
-    return with_retries(lambda: db[schema.BOTTLES].find_one(key, BOTTLE_FIELDS), policy)
+    key: BottleFilter = {"_id": bottle_id, "bottle_id": bottle_id}
+    return with_retries(lambda: bottle_documents(db).find_one(key, BOTTLE_FIELDS), policy)
 
 
-def entry_of(found: dict[str, Any]) -> RegistryEntry:
+def entry_of(found: BottleDocument) -> RegistryEntry:
     """The registry entry of a bottle as read (`read_bottle`)."""
     return RegistryEntry(found["_id"], found["user_id"], found["medication"], found["key_hash"])

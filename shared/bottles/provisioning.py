@@ -3,17 +3,19 @@ its device key, restart its dose tracking when the schedule changes, and keep it
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
+from shared.bottles.entries import bottle_documents
 from shared.bottles.spec import BottleSpec
 from shared.bottles.status import registry_view
 from shared.device_keys import hash_key, new_device_key
 from shared.device_time import MAX_FUTURE_SKEW
+from shared.doses.bottle_document import BottleDocument, BottleFilter, BottleUpdate
 from shared.doses.due_tracking import initial_fields
 from shared.doses.schedules import DosePlan
 from shared.heartbeat_document import (
@@ -25,6 +27,10 @@ from shared.heartbeat_document import (
     RING_TIME,
     SILENT_PENDING,
     USER_BUCKET,
+    HeartbeatDocument,
+    HeartbeatFilter,
+    HeartbeatUpdate,
+    Owner,
     Window,
     hour_number,
     key_digest,
@@ -38,13 +44,13 @@ from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
 
 # The bottle's key version: 1 at the create, one more at each rotation, changed in the same write as `key_hash`.
 # The heartbeat document's copy of the key carries the version it was copied at, and only a newer one replaces it.
-KEY_VERSION_FIELD = "key_version"
+KEY_VERSION_FIELD: Final = "key_version"
 
 
 @dataclass(frozen=True)
 class Provisioned:
     created: bool
-    bottle: dict[str, Any]
+    bottle: dict[str, Any]  # as the API shows it (registry_view)
     device_key: str | None  # only on create or rotation: shown once, never stored
 
 
@@ -56,7 +62,7 @@ def provision(
     key; the others update the bottle it made and get no key (an upsert is not atomic on every store)."""
     policy = RetryPolicy.for_request(settings)
     device_key = new_device_key()
-    registry = {
+    registry: BottleDocument = {
         "user_id": spec.user_id,
         "medication": spec.medication,
         "schedule": spec.schedule.model_dump(),
@@ -65,7 +71,7 @@ def provision(
     }
     key_hash = hash_key(device_key)
     # Status fields start absent: `$max` (last_dose_time) treats a missing field as "no value yet".
-    new_bottle = {
+    new_bottle: BottleDocument = {
         "_id": bottle_id,
         "bottle_id": bottle_id,
         **registry,
@@ -77,15 +83,15 @@ def provision(
         BUCKET_FIELD: bucket_of(bottle_id),
     }
     created = with_retries(lambda: _insert_new(db, new_bottle), policy)
+    after: BottleDocument
     if created:
         after = new_bottle
     else:
         # `bucket` too: a bottle stored before the checks swept by bucket gets it with its next PUT.
-        update = {"$set": {**registry, BUCKET_FIELD: bucket_of(bottle_id)}}
+        update: BottleUpdate = {"$set": {**registry, BUCKET_FIELD: bucket_of(bottle_id)}}
+        point: BottleFilter = {"_id": bottle_id, "bottle_id": bottle_id}
         before = with_retries(
-            lambda: db[schema.BOTTLES].find_one_and_update(
-                {"_id": bottle_id, "bottle_id": bottle_id}, update, return_document=ReturnDocument.BEFORE
-            ),
+            lambda: bottle_documents(db).find_one_and_update(point, update, return_document=ReturnDocument.BEFORE),
             policy,
         )
         if before is None:  # bottles are never deleted: only a store that lost the insert gets here
@@ -107,7 +113,7 @@ def provision(
     )
 
 
-def _rotate(db: Database[Any], bottle_id: str, key_hash: str, *, now: datetime, policy: RetryPolicy) -> dict[str, Any]:
+def _rotate(db: Database[Any], bottle_id: str, key_hash: str, *, now: datetime, policy: RetryPolicy) -> BottleDocument:
     """Give the bottle a new key and the next key version, in one write; the key and version as it left them.
 
     The version is read from the write's own after-image: every rotation gets its own, and the newest key has the
@@ -115,10 +121,11 @@ def _rotate(db: Database[Any], bottle_id: str, key_hash: str, *, now: datetime, 
     under concurrency, a before-image older than the document it updated, so two rotations got one version.)
     Cosmos DB for MongoDB supports `findAndModify` and `$inc` ("Database commands" and "Update operators" in
     https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-40)."""
-    update = {"$set": {"key_hash": key_hash, "key_rotated_at": now}, "$inc": {KEY_VERSION_FIELD: 1}}
+    update: BottleUpdate = {"$set": {"key_hash": key_hash, "key_rotated_at": now}, "$inc": {KEY_VERSION_FIELD: 1}}
+    key: BottleFilter = {"_id": bottle_id, "bottle_id": bottle_id}
     after = with_retries(
-        lambda: db[schema.BOTTLES].find_one_and_update(
-            {"_id": bottle_id, "bottle_id": bottle_id},
+        lambda: bottle_documents(db).find_one_and_update(
+            key,
             update,
             projection={"key_hash": 1, "key_rotated_at": 1, KEY_VERSION_FIELD: 1, "_id": 0},
             return_document=ReturnDocument.AFTER,
@@ -129,32 +136,31 @@ def _rotate(db: Database[Any], bottle_id: str, key_hash: str, *, now: datetime, 
         raise StoreUnavailable(
             "the bottle was not found during its key rotation; retry", policy.contended_retry_after()
         )
-    return dict(after)
+    return after
 
 
-def _insert_new(db: Database[Any], bottle: dict[str, Any]) -> bool:
+def _insert_new(db: Database[Any], bottle: BottleDocument) -> bool:
     """Insert a new bottle; False if one with its `_id` exists (the unique `_id` decides between racers)."""
     try:
-        db[schema.BOTTLES].insert_one(bottle)
+        bottle_documents(db).insert_one(bottle)
     except DuplicateKeyError:
         return False
     return True
 
 
-def _schedule_changed(before: dict[str, Any], registry: dict[str, Any]) -> bool:
+def _schedule_changed(before: BottleDocument, registry: BottleDocument) -> bool:
     return bool(
         before.get("schedule") != registry["schedule"] or before.get("grace_minutes") != registry["grace_minutes"]
     )
 
 
 def _restart_schedule(
-    db: Database[Any], bottle_id: str, plan: DosePlan, before: dict[str, Any], policy: RetryPolicy
+    db: Database[Any], bottle_id: str, plan: DosePlan, before: BottleDocument, policy: RetryPolicy
 ) -> None:
     """A changed schedule (or grace) takes effect now: slots before the change are never late under it."""
-    fields = initial_fields(plan, before.get("doses", []))
-    with_retries(
-        lambda: db[schema.BOTTLES].update_one({"_id": bottle_id, "bottle_id": bottle_id}, {"$set": fields}), policy
-    )
+    key: BottleFilter = {"_id": bottle_id, "bottle_id": bottle_id}
+    update: BottleUpdate = {"$set": initial_fields(plan, before.get("doses", []))}
+    with_retries(lambda: bottle_documents(db).update_one(key, update), policy)
 
 
 @dataclass(frozen=True)
@@ -189,8 +195,8 @@ def _sync_heartbeat_document(
     never reads the registry. A PUT copies the key its own registry write left, which a concurrent rotation may
     have replaced since, so the copy is written with its version, and never over a newer one (`_copy_key`). A new
     owner is recorded by a second write (below)."""
-    collection = db[schema.BOTTLE_HEARTBEATS]
-    update = {
+    collection: Collection[HeartbeatDocument] = db[schema.BOTTLE_HEARTBEATS]
+    update: HeartbeatUpdate = {
         "$set": {"medication": spec.medication, BUCKET_FIELD: bucket_of(bottle_id)},
         # silent_pending: the silent check has yet to look at this `alive_at` (shared/notifications/checks/rules.py).
         "$setOnInsert": {
@@ -205,7 +211,7 @@ def _sync_heartbeat_document(
         "$unset": dict.fromkeys(_FORMER_FIELDS, ""),
     }
 
-    def upsert() -> dict[str, Any] | Literal[Round.AGAIN]:
+    def upsert() -> HeartbeatDocument | Literal[Round.AGAIN]:
         """The document after the upsert; AGAIN where a concurrent PUT's create won the race (a duplicate key,
         or, on some stores, an upsert that answers no document): it exists now, and the next round updates it."""
         try:
@@ -221,7 +227,7 @@ def _sync_heartbeat_document(
             )
         except DuplicateKeyError:
             return AGAIN
-        return AGAIN if found is None else dict(found)
+        return AGAIN if found is None else found
 
     document = until_landed(upsert, "the heartbeat document", policy)
     if document.get(KEY_VERSION, -1) < key.version:
@@ -230,24 +236,25 @@ def _sync_heartbeat_document(
         _reassign(collection, bottle_id, document, spec.user_id, now=now, window=window, policy=policy)
 
 
-def _copy_key(collection: Collection[Any], bottle_id: str, key: VersionedKey, policy: RetryPolicy) -> None:
+def _copy_key(
+    collection: Collection[HeartbeatDocument], bottle_id: str, key: VersionedKey, policy: RetryPolicy
+) -> None:
     """Write the key into the heartbeat document unless it holds the same or a newer version: a PUT that read the
     bottle before a rotation (and so holds the old key) cannot put it back after the rotation's copy. Matching
     nothing is the newer copy winning; a copy of the earlier layout has no version and is replaced."""
-    older = {"$or": [{KEY_VERSION: {"$lt": key.version}}, {KEY_VERSION: {"$exists": False}}]}
+    older: HeartbeatFilter = {"$or": [{KEY_VERSION: {"$lt": key.version}}, {KEY_VERSION: {"$exists": False}}]}
+    guard: HeartbeatFilter = {"_id": bottle_id, "bottle_id": bottle_id, **older}
+    copied: HeartbeatUpdate = {"$set": {KEY: key_digest(key.key_hash), KEY_VERSION: key.version}}
     with_retries(
-        lambda: collection.update_one(
-            {"_id": bottle_id, "bottle_id": bottle_id, **older},
-            {"$set": {KEY: key_digest(key.key_hash), KEY_VERSION: key.version}},
-        ),
+        lambda: collection.update_one(guard, copied),
         policy,
     )
 
 
 def _reassign(
-    collection: Collection[Any],
+    collection: Collection[HeartbeatDocument],
     bottle_id: str,
-    document: dict[str, Any],
+    document: HeartbeatDocument,
     user_id: str,
     *,
     now: datetime,
@@ -261,8 +268,8 @@ def _reassign(
     heartbeat of the window (ring writes drop the others); `ub` follows the owner, so the tally finds the bottle
     under its new owner. The write moves `r` on, and so writes the ring as ring writes do; it is guarded by what
     it read, and a retried PUT finds the owner already recorded."""
-    key = {"_id": bottle_id, "bottle_id": bottle_id}
-    as_read: dict[str, Any] | None = document
+    key: HeartbeatFilter = {"_id": bottle_id, "bottle_id": bottle_id}
+    as_read: HeartbeatDocument | None = document
 
     def reassign_round() -> Literal[Round.AGAIN] | None:
         nonlocal as_read
@@ -271,17 +278,25 @@ def _reassign(
         if current is None or current["user_id"] == user_id:  # already recorded (a retried PUT, a racing one)
             return None
         oldest = window.start(hour_number(now)) - MAX_FUTURE_SKEW
-        earlier = [o for o in current.get(OWNERS) or [] if o["until"] > oldest]
+        earlier: list[Owner] = [o for o in current.get(OWNERS) or [] if o["until"] > oldest]
         earlier.append({"user_id": current["user_id"], "until": now})
-        fields: dict[str, Any] = {
+        fields: HeartbeatDocument = {
             "user_id": user_id,
             USER_BUCKET: bucket_of(user_id),
             OWNERS: earlier,
             RING: rewritten_ring(current, [], now, window),
             RING_TIME: max(now, current.get(RING_TIME) or now),
         }
-        guard = {**key, **{name: current.get(name) for name in _OWNERSHIP}}
-        if with_retries(lambda: collection.update_one(guard, {"$set": fields}), policy).matched_count == 1:
+        # The ownership as read (_OWNERSHIP's fields, in its order).
+        guard: HeartbeatFilter = {
+            **key,
+            "user_id": current.get("user_id"),
+            OWNERS: current.get(OWNERS),
+            RING: current.get(RING),
+            RING_TIME: current.get(RING_TIME),
+        }
+        update: HeartbeatUpdate = {"$set": fields}
+        if with_retries(lambda: collection.update_one(guard, update), policy).matched_count == 1:
             return None
         return AGAIN
 

@@ -1,5 +1,6 @@
 """How the API shows a bottle: its registry fields and its live status (GET /api/bottles/{bottle_id})."""
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -36,7 +37,7 @@ def bottle_status(db: Database[Any], bottle_id: str, *, settings: Settings) -> d
 _SCHEDULE = TypeAdapter(Schedule)
 
 
-def registry_view(bottle: dict[str, Any]) -> dict[str, Any]:
+def registry_view(bottle: Mapping[str, Any]) -> dict[str, Any]:
     """The registry fields of a bottle as the API shows them (never the key or its hash)."""
     return {
         "bottle_id": bottle["_id"],

@@ -1,18 +1,8 @@
-"""The next-dose status kept on each `bottles` document, so that the late-dose check is one indexed range query
-(`dose_late_at <= now`) that returns only the bottles whose due dose is late, however large the fleet.
-
-Fields: `schedule_from` (when the schedule took effect), `dose_due` (the earliest slot neither satisfied nor
-found late), `dose_late_at` (when the check must look next: `dose_due` + grace, or earlier), `doses` (the newest
-dose times, in order: what the check re-plays), `dose_pending` (a dose arrived since the check last resolved
-this bottle's late notifications), `late_episode` (the latest slot notified late and not yet resolved),
-`dose_seq` (the status's version: every ingestion write to the bottle's status adds one, and both ingestion's
-write and the check's are guarded by it), and for `every_hours` schedules `dose_review_from` (the earliest dose
-that arrived since the last review).
-
-Ingestion moves `dose_due` forward from the state it read (`after_doses`), in the one write that adds the
-request's new doses, guarded by that state, so no dose is lost to a concurrent write and none counts twice. Where
-`dose_due` cannot move, it lags, and the check re-plays the doses and moves it on without notifying: it never
-passes a slot that is still unsatisfied (docs/checks.md: "How the next dose due moves on").
+"""The next dose due kept on each `bottles` document: its fields at provisioning (`initial_fields`), as a
+request's new doses move them on (`after_doses`, pure: ingestion writes it guarded by the state it read), and the
+check's write after a review (`review_update`). Kept so that the late-dose check is one indexed range query
+(`dose_late_at <= now`) however large the fleet. The fields, and why a lagging `dose_due` never skips an
+unsatisfied slot: docs/checks.md, "How the next dose due moves on".
 """
 
 from collections.abc import Mapping, Sequence
@@ -22,10 +12,11 @@ from typing import Any
 
 from pymongo import UpdateOne
 
+from shared.doses.bottle_document import BottleDocument, BottleFilter, BottleUpdate
 from shared.doses.schedules import DosePlan, IntervalSchedule, Review, TimesSchedule, parse_schedule
 
 
-def plan_of(bottle: dict[str, Any]) -> DosePlan:
+def plan_of(bottle: Mapping[str, Any]) -> DosePlan:
     """The dose plan stored on a `bottles` document (`schedule_from` defaults to provisioning)."""
     return DosePlan(
         schedule=parse_schedule(bottle["schedule"]),
@@ -34,7 +25,7 @@ def plan_of(bottle: dict[str, Any]) -> DosePlan:
     )
 
 
-def initial_fields(plan: DosePlan, doses: Sequence[datetime] = ()) -> dict[str, Any]:
+def initial_fields(plan: DosePlan, doses: Sequence[datetime] = ()) -> BottleDocument:
     """The status fields of a schedule that takes effect at `plan.start`."""
     due = plan.first_due(doses)
     return {"schedule_from": plan.start, "dose_due": due, "dose_late_at": due + plan.grace}
@@ -45,11 +36,11 @@ class DoseAdvance:
     """What a bottle's new doses change of its dose tracking: the fields to set (`dose_due`, `dose_late_at`, only
     those that change) and, on `every_hours` schedules, the earliest new dose for the check to review from."""
 
-    fields: dict[str, datetime]
+    fields: BottleDocument
     review_from: datetime | None = None
 
 
-def after_doses(plan: DosePlan, stored: Mapping[str, Any], new: Sequence[datetime]) -> DoseAdvance:
+def after_doses(plan: DosePlan, stored: BottleDocument, new: Sequence[datetime]) -> DoseAdvance:
     """The dose tracking after the doses `new` to the bottle (not in its `doses` yet), from the state `stored`
     (the bottle as read, whose `schedule_from` is `plan.start`). Pure: the caller writes it guarded by that state.
 
@@ -72,11 +63,11 @@ def after_doses(plan: DosePlan, stored: Mapping[str, Any], new: Sequence[datetim
     else:
         known = sorted({*(stored.get("doses") or []), *new})
         due, late_at = _times_advances(plan, plan.schedule, known, due, late_at)
-    changed = {
-        name: value
-        for name, value in (("dose_due", due), ("dose_late_at", late_at))
-        if value is not None and value != stored.get(name)
-    }
+    changed: BottleDocument = {}
+    if due is not None and due != stored.get("dose_due"):
+        changed["dose_due"] = due
+    if late_at is not None and late_at != stored.get("dose_late_at"):
+        changed["dose_late_at"] = late_at
     return DoseAdvance(changed, review_from)
 
 
@@ -115,18 +106,18 @@ def _interval_advances(
     return due, late_at
 
 
-def _due(due: datetime, grace: timedelta) -> dict[str, datetime]:
+def _due(due: datetime, grace: timedelta) -> BottleDocument:
     return {"dose_due": due, "dose_late_at": due + grace}
 
 
-def review_update(bottle: dict[str, Any], plan: DosePlan, review: Review) -> UpdateOne:
+def review_update(bottle: Mapping[str, Any], plan: DosePlan, review: Review) -> UpdateOne:
     """The check's write after reviewing a bottle: the next due slot, and the latest slot notified late.
     Guarded by the state it reviewed, so a dose that arrived meanwhile is never undone: the bottle then
     stays in the sweep and the next run reviews it with that dose."""
-    update: dict[str, Any] = {"$set": _due(review.next_due, plan.grace), "$unset": {"dose_review_from": ""}}
+    update: BottleUpdate = {"$set": _due(review.next_due, plan.grace), "$unset": {"dose_review_from": ""}}
     if review.late:
         update["$max"] = {"late_episode": review.late[-1]}
-    guard = {
+    guard: BottleFilter = {
         "_id": bottle["_id"],
         "bottle_id": bottle["_id"],
         "schedule_from": plan.start,

@@ -7,6 +7,7 @@ from pymongo.database import Database
 
 from shared.bottles.entries import RegistryEntry, entry_of, read_bottle
 from shared.device_keys import MAX_KEY_LENGTH, hash_key, same_hash
+from shared.doses.bottle_document import BottleDocument
 from shared.errors import Unauthorized
 from shared.store.retries import RetryPolicy
 
@@ -23,7 +24,7 @@ def check_key_shape(device_key: str | None) -> str:
 
 def authenticate(
     db: Database[Any], bottle_id: str, device_key: str | None, policy: RetryPolicy
-) -> tuple[RegistryEntry, dict[str, Any]]:
+) -> tuple[RegistryEntry, BottleDocument]:
     """The registry entry of a bottle whose device presented the right key, and the bottle as read (registry and
     status fields); Unauthorized otherwise.
 

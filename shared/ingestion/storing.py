@@ -1,15 +1,9 @@
-"""Storing validated device events: idempotent, bulk, and in as few writes as the events allow.
-
-Per request: one write of the bottle's heartbeat document for all its heartbeats (an update whose filter is the
-key check and says they are all new; for anything else a findAndModify, whose reply is the ring as it was, so
-repeats are told apart: store_heartbeats), one bulk insert
-into `bottle_actions`, and one update of the bottle's status in `bottles`: a single statement, because Cosmos DB
-charges each statement that changes a document as a replace of the whole document. A request of heartbeats costs
-one write; an opened/closed event two, plus the read of its bottle (which authenticates it: every request with
-actions reads it); a batch of any size at most three writes.
+"""Storing a request's validated events, idempotent: its heartbeats in one write of the bottle's heartbeat document
+(`store_heartbeats`), its opened/closed events in one bulk insert into `bottle_actions`, and the bottle's status
+in one guarded update of `bottles` (`store_status`). At most three writes whatever the request's size, because Cosmos
+DB charges each statement that changes a document as a replace of the whole document (docs/ingestion.md).
 """
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from hmac import compare_digest
@@ -20,8 +14,9 @@ from pymongo import InsertOne, ReturnDocument, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.bottles.entries import RegistryEntry, read_bottle
+from shared.bottles.entries import RegistryEntry, bottle_documents, read_bottle
 from shared.device_time import action_order
+from shared.doses.bottle_document import BottleDocument, BottleFilter, BottleUpdate
 from shared.doses.due_tracking import after_doses, plan_of
 from shared.errors import Unauthorized
 from shared.heartbeat_document import (
@@ -30,6 +25,9 @@ from shared.heartbeat_document import (
     RING,
     RING_TIME,
     SILENT_PENDING,
+    HeartbeatDocument,
+    HeartbeatFilter,
+    HeartbeatUpdate,
     Placement,
     Window,
     already_counted,
@@ -68,7 +66,7 @@ def ingest_events(
     events: list[DeviceEvent],
     *,
     registry: RegistryEntry | None,
-    bottle: Mapping[str, Any] | None = None,
+    bottle: BottleDocument | None = None,
     now: datetime,
     policy: RetryPolicy,
     window: Window,
@@ -162,7 +160,7 @@ def store_heartbeats(
     placements = [place(t, now, window) for t in times]
     placed = [p for p in placements if p is not None]
     guard, update = ring_write(bottle_id, key, times, placed, now=now, window=window)
-    collection = db[schema.BOTTLE_HEARTBEATS]
+    collection: Collection[HeartbeatDocument] = db[schema.BOTTLE_HEARTBEATS]
     fresh = _fresh(guard, times)
     if with_retries(lambda: collection.update_one(fresh, update), policy).matched_count == 1:
         return _new_heartbeats({}, placements)
@@ -186,7 +184,7 @@ def store_heartbeats(
     return until_landed(ring_round, "the heartbeat document", policy)
 
 
-def _fresh(guard: dict[str, Any], times: list[datetime]) -> dict[str, Any]:
+def _fresh(guard: HeartbeatFilter, times: list[datetime]) -> HeartbeatFilter:
     """The ring write's filter, matching only if every heartbeat of the request is new: `alive_at` (never moved
     back; at least every heartbeat time the bottle stored, and its provisioning time) before the start of the
     earliest one's 5-minute slot, so no stored heartbeat shares a slot with any of them. (Not `last`: a bottle
@@ -196,22 +194,22 @@ def _fresh(guard: dict[str, Any], times: list[datetime]) -> dict[str, Any]:
     return {**guard, ALIVE_AT: {"$lt": slot_start(min(times))}}
 
 
-def _read_for_key(db: Database[Any], bottle_id: str, key: Binary, policy: RetryPolicy) -> dict[str, Any]:
+def _read_for_key(db: Database[Any], bottle_id: str, key: Binary, policy: RetryPolicy) -> HeartbeatDocument:
     """The heartbeat document, read after a ring write matched nothing; Unauthorized for an unknown bottle or a
     wrong key (the same answer, after the same steps)."""
-    collection = db[schema.BOTTLE_HEARTBEATS]
+    collection: Collection[HeartbeatDocument] = db[schema.BOTTLE_HEARTBEATS]
     found = with_retries(lambda: collection.find_one({"_id": bottle_id, "bottle_id": bottle_id}), policy)
     stored_key = bytes((found or {}).get(KEY) or b"\0" * len(key))
     if not compare_digest(stored_key, bytes(key)) or found is None:
         raise Unauthorized(UNAUTHORIZED_MESSAGE)
-    return dict(found)
+    return found
 
 
 def _rewrite_after_gap(
     db: Database[Any],
     bottle_id: str,
     key: Binary,
-    found: dict[str, Any],
+    found: HeartbeatDocument,
     *,
     times: list[datetime],
     placed: list[Placement],
@@ -221,16 +219,22 @@ def _rewrite_after_gap(
 ) -> bool:
     """The slow way, after a silence of more than MAX_GAP_HOURS: the ring written whole from the document as it
     was read, guarded by it. False if the guard failed (a concurrent write: the caller starts again)."""
-    collection = db[schema.BOTTLE_HEARTBEATS]
-    update = {
+    collection: Collection[HeartbeatDocument] = db[schema.BOTTLE_HEARTBEATS]
+    update: HeartbeatUpdate = {
         "$set": {RING: rewritten_ring(found, placed, now, window), SILENT_PENDING: True},
         "$max": newest(times, placed, now),
     }
-    guard = {"_id": bottle_id, "bottle_id": bottle_id, KEY: key, RING_TIME: found.get(RING_TIME), RING: found.get(RING)}
+    guard: HeartbeatFilter = {
+        "_id": bottle_id,
+        "bottle_id": bottle_id,
+        KEY: key,
+        RING_TIME: found.get(RING_TIME),
+        RING: found.get(RING),
+    }
     return bool(with_retries(lambda: collection.update_one(guard, update), policy).matched_count == 1)
 
 
-def _new_heartbeats(before: dict[str, Any], placements: list[Placement | None]) -> int:
+def _new_heartbeats(before: HeartbeatDocument, placements: list[Placement | None]) -> int:
     """How many of the request's heartbeats were new: not one older than the window (no slot: expired, which
     `ingest_events` counts), nor one whose 5-minute slot the ring had, or another of this request has (a repeat)."""
     new = 0
@@ -277,7 +281,7 @@ def store_status(
     bottle_id: str,
     actions: list[DeviceEvent],
     *,
-    bottle: Mapping[str, Any] | None,
+    bottle: BottleDocument | None,
     dose_history: int,
     policy: RetryPolicy,
 ) -> None:
@@ -289,7 +293,7 @@ def store_status(
     bottle is read again and the write computed again (`until_landed`: a few rounds, then 503; a retry is
     safe). A write already applied (a retry whose first answer was lost, a repeated request) computes to
     nothing, and is not sent."""
-    collection = db[schema.BOTTLES]
+    collection = bottle_documents(db)
     if not any(e.is_dose for e in actions):
         for guarded in status_writes(bottle_id, actions):
             if _applied(collection, guarded, policy):
@@ -311,7 +315,9 @@ def store_status(
     until_landed(status_round, "the bottle's status", policy)
 
 
-def _applied(collection: Collection[Any], write: tuple[dict[str, Any], dict[str, Any]], policy: RetryPolicy) -> bool:
+def _applied(
+    collection: Collection[BottleDocument], write: tuple[BottleFilter, BottleUpdate], policy: RetryPolicy
+) -> bool:
     """One guarded update (retried on throttling and faults); whether its filter matched."""
     return bool(with_retries(lambda: collection.update_one(*write), policy).matched_count == 1)
 
@@ -320,7 +326,7 @@ def _latest(actions: list[DeviceEvent]) -> DeviceEvent:
     return max(actions, key=lambda e: action_order(e.time, e.type))
 
 
-def _status_fields(latest: DeviceEvent) -> dict[str, Any]:
+def _status_fields(latest: DeviceEvent) -> BottleDocument:
     """What the latest action sets. `open_pending` tells the left-open check the open/closed state changed
     since it last looked."""
     return {
@@ -333,10 +339,10 @@ def _status_fields(latest: DeviceEvent) -> dict[str, Any]:
 
 # Every ingestion write of the status adds one (shared/doses/due_tracking.py), so a write computed from the
 # bottle as read applies only if no other ingestion write came in between.
-_VERSION = {"$inc": {"dose_seq": 1}}
+_VERSION: BottleUpdate = {"$inc": {"dose_seq": 1}}
 
 
-def status_writes(bottle_id: str, actions: list[DeviceEvent]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def status_writes(bottle_id: str, actions: list[DeviceEvent]) -> list[tuple[BottleFilter, BottleUpdate]]:
     """The status write of actions without a dose, as (filter, update)s to try in turn until one matches (their
     filters exclude each other): guarded so an older event never moves the status backwards (`action_order`, as
     filters). The first matches a bottle whose last action is older, or which has none; for a close, the second an
@@ -347,23 +353,25 @@ def status_writes(bottle_id: str, actions: list[DeviceEvent]) -> list[tuple[dict
     the field, as MongoDB's does; the API for MongoDB supports it ("Logical operators: $not", Azure Cosmos DB for
     MongoDB, supported features and syntax: https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-42)."""
     latest = _latest(actions)
-    update = {"$set": _status_fields(latest), **_VERSION}
-    key: dict[str, Any] = {"_id": bottle_id, "bottle_id": bottle_id}
-    writes = [({**key, "last_action_time": {"$not": {"$gte": latest.time}}}, update)]
+    update: BottleUpdate = {"$set": _status_fields(latest), **_VERSION}
+    key: BottleFilter = {"_id": bottle_id, "bottle_id": bottle_id}
+    writes: list[tuple[BottleFilter, BottleUpdate]] = [
+        ({**key, "last_action_time": {"$not": {"$gte": latest.time}}}, update)
+    ]
     if latest.type == "closed":
         writes.append(({**key, "last_action_time": latest.time, "last_action": "opened"}, update))
     return writes
 
 
-def _moves_status(stored: Mapping[str, Any], latest: DeviceEvent) -> bool:
+def _moves_status(stored: BottleDocument, latest: DeviceEvent) -> bool:
     """`status_writes`' filters, on the bottle as read."""
     last: datetime | None = stored.get("last_action_time")
     return last is None or action_order(last, stored.get("last_action")) < action_order(latest.time, latest.type)
 
 
 def computed_status_write(
-    stored: Mapping[str, Any], actions: list[DeviceEvent], *, dose_history: int
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    stored: BottleDocument, actions: list[DeviceEvent], *, dose_history: int
+) -> tuple[BottleFilter, BottleUpdate] | None:
     """The status write of actions with doses, computed from the bottle as read (`stored`): (filter, update),
     or None when the bottle already shows them all (nothing to write).
 
@@ -375,9 +383,9 @@ def computed_status_write(
     tracking was computed, the fields the check and provisioning write too (`schedule_from`, `dose_due`,
     `dose_late_at`)."""
     bottle_id = stored["_id"]
-    guard: dict[str, Any] = {"_id": bottle_id, "bottle_id": bottle_id, "dose_seq": stored.get("dose_seq")}
-    fields: dict[str, Any] = {}
-    update: dict[str, Any] = {}
+    guard: BottleFilter = {"_id": bottle_id, "bottle_id": bottle_id, "dose_seq": stored.get("dose_seq")}
+    fields: BottleDocument = {}
+    update: BottleUpdate = {}
     latest = _latest(actions)
     if _moves_status(stored, latest):
         fields |= _status_fields(latest)
@@ -390,11 +398,15 @@ def computed_status_write(
     if new:
         update["$push"] = {"doses": {"$each": new, "$sort": 1, "$slice": -dose_history}}
         if stored.get("schedule_from") is not None:  # a bottle provisioned before dose tracking has none
-            advance = after_doses(plan_of(dict(stored)), stored, new)
+            advance = after_doses(plan_of(stored), stored, new)
             fields |= advance.fields
             if advance.review_from is not None:
                 update["$min"] = {"dose_review_from": advance.review_from}
-            guard |= {name: stored.get(name) for name in ("schedule_from", "dose_due", "dose_late_at")}
+            guard |= {
+                "schedule_from": stored.get("schedule_from"),
+                "dose_due": stored.get("dose_due"),
+                "dose_late_at": stored.get("dose_late_at"),
+            }
     if new or "last_dose_time" in fields:
         fields["dose_pending"] = True  # the check's resolve sweep looks at the bottle again
     if not fields and not update:

@@ -4,10 +4,10 @@ partition is a bucket range that a query or a change stream's `$match` selects."
 
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 BUCKETS = 1024  # fixed forever: stored on documents; any partition count up to it divides it into ranges
-BUCKET_FIELD = "bucket"  # the field of a document that holds its shard key's bucket
+BUCKET_FIELD: Final = "bucket"  # the field of a document that holds its shard key's bucket
 
 
 def bucket_of(key: str) -> int:

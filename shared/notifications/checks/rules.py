@@ -9,10 +9,11 @@ either. Why the selectors have this shape, and which fields each check reads and
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pymongo import UpdateMany, UpdateOne
 
+from shared.doses.bottle_document import BottleFilter, BottleUpdate
 from shared.doses.due_tracking import plan_of, review_update
 from shared.doses.schedules import DosePlan, Review
 from shared.notifications import documents as notifications
@@ -87,12 +88,14 @@ class OneMarker:
     episode notified, `pending` says the check has yet to look at the bottle's latest state.
 
     `current(document)`: the episode going on (None: none); `ended(document, start)`: the bottle shows the
-    episode that began at `start` over."""
+    episode that began at `start` over. Its filters and updates name these fields as parameters, of `bottles` or of
+    `bottle_heartbeats`, which a TypedDict cannot check: each is typed as the names it may be instead (of
+    BottleDocument for the left-open check, of HeartbeatDocument for the silent check)."""
 
     kind: Kind
-    start_field: str
-    marker: str
-    pending: str
+    start_field: Literal["open_since", "alive_at"]
+    marker: Literal["open_episode", "silent_episode"]
+    pending: Literal["open_pending", "silent_pending"]
     limit: Callable[[Settings], timedelta]
     current: Callable[[Document], datetime | None]
     ended: Callable[[Document, datetime], bool]
@@ -251,23 +254,26 @@ def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
         last_dose = bottle.get("last_dose_time")
         notified = bottle["late_episode"]
         # Guarded by the doses it read too: one uploaded late moves `dose_seq`, not always `last_dose_time`.
-        guard = {**_key(bottle), "last_dose_time": last_dose, "dose_seq": bottle.get("dose_seq")}
+        guard: BottleFilter = {
+            "_id": bottle["_id"],
+            "bottle_id": bottle["_id"],
+            "last_dose_time": last_dose,
+            "dose_seq": bottle.get("dose_seq"),
+        }
+        seen: BottleUpdate = {"$set": {"dose_pending": False}}
         reach = _reach(bottle, now, settings)
         if reach is None:
-            writes.status.append(UpdateOne(guard, {"$set": {"dose_pending": False}}))
+            writes.status.append(UpdateOne(guard, seen))
             return
         writes.resolutions.append(
             notifications.resolve_up_to(bottle["user_id"], bottle["_id"], "late_dose", reach, now)
         )
         if notified <= reach:
-            writes.status.append(
-                UpdateOne(
-                    {**guard, "late_episode": notified},
-                    {"$set": {"dose_pending": False}, "$unset": {"late_episode": ""}},
-                )
-            )
+            marked: BottleFilter = {**guard, "late_episode": notified}
+            resolved: BottleUpdate = {"$set": {"dose_pending": False}, "$unset": {"late_episode": ""}}
+            writes.status.append(UpdateOne(marked, resolved))
         else:  # a later slot is still unresolved
-            writes.status.append(UpdateOne(guard, {"$set": {"dose_pending": False}}))
+            writes.status.append(UpdateOne(guard, seen))
 
     return [
         Sweep(DETECT, {"dose_late_at": {"$gte": EPOCH, "$lte": now}}, detect),
@@ -293,9 +299,8 @@ def _late_settler(now: datetime, settings: Settings) -> Settler:
                 notifications.resolve_up_to(earliest.user_id, bottle["_id"], "late_dose", reach, now)
             )
         if reach is None or reach < latest.start:
-            writes.status.append(
-                UpdateOne(_key(bottle), {"$max": {"late_episode": latest.start}, "$set": {"dose_pending": True}})
-            )
+            mark: BottleUpdate = {"$max": {"late_episode": latest.start}, "$set": {"dose_pending": True}}
+            writes.status.append(UpdateOne(_key(bottle), mark))
 
     return settle
 
