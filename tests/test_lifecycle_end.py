@@ -3,6 +3,9 @@ app would have done: no check runs after the devices stopped, and no report disp
 
 from datetime import UTC, datetime, timedelta
 
+from shared.reports.partitions import HEARTBEAT_TALLY
+from shared.store import schema
+from tools.lifecycle.lag import tally_behind
 from tools.lifecycle.play import MAX_EXTRA_DISPATCHES, one_more_dispatch, redelivery_at
 from tools.lifecycle.result import Sample
 from tools.local_delivery import Delivery, DeliveryReport
@@ -45,3 +48,22 @@ def test_the_run_dispatches_once_more_after_its_last_dispatch_while_something_di
     assert not one_more_dispatch(Sample(last, 0, {}, 0, clean), last, extra=0)
     assert not one_more_dispatch(Sample(last - 2 * HOUR, 71, {}, 120, split), last, extra=0)  # more are due anyway
     assert not one_more_dispatch(Sample(last + 12 * HOUR, 9, {}, 850, split), last, extra=MAX_EXTRA_DISPATCHES)
+
+
+def test_the_run_dispatches_once_more_while_the_heartbeat_tally_has_not_counted_the_last_hour(mock_db):
+    """`./dev lifecycle --days 2 --seed 4`: the last dispatch's tally pass, on a worker clock 2 minutes slow, was
+    paced over the hour (it was not behind), so the run ended with 03:00 and 04:00 uncounted for every user and
+    those hours failed against the source; the app's next dispatches would have counted them."""
+    last = T0 + HOUR
+    clean = Sample(last, 0, {}, 0, "")
+    lease = {"_id": "tally", "feed": HEARTBEAT_TALLY.name, "retired_at": None, "checkpoint_time": T0 - 2 * HOUR}
+    mock_db[schema.LEASES].insert_one(lease)
+
+    assert tally_behind(mock_db, T0)
+    assert one_more_dispatch(clean, last, extra=0, tally_done=not tally_behind(mock_db, T0))
+    mock_db[schema.LEASES].update_one({"_id": "tally"}, {"$set": {"checkpoint_time": T0}})
+    assert not tally_behind(mock_db, T0)
+    assert not one_more_dispatch(clean, last, extra=0, tally_done=not tally_behind(mock_db, T0))
+    assert not one_more_dispatch(clean, last, extra=MAX_EXTRA_DISPATCHES, tally_done=False)
+    mock_db[schema.LEASES].insert_one({**lease, "_id": "retired", "retired_at": T0})  # a retired layout's: ignored
+    assert not tally_behind(mock_db, T0)

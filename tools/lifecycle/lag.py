@@ -2,11 +2,12 @@
 the verdict holds it to (docs/lifecycle.md, "Reading the screen": report lag)."""
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pymongo.database import Database
 
+from shared.reports.partitions import HEARTBEAT_TALLY
 from shared.settings import get_settings
 from shared.store import schema
 from tools.cosmos_store.partitions import parse_bound
@@ -69,3 +70,11 @@ def lease_position(lease: dict[str, Any]) -> datetime:
     """How far a lease has read its range: its last checkpoint, else its creation."""
     at: datetime = lease.get("checkpoint_time") or lease["created_at"]
     return at
+
+
+def tally_behind(backend: Database[Any], counted_until: datetime) -> bool:
+    """Whether a live lease of the heartbeat tally has not yet counted every hour before `counted_until` (its
+    checkpoint time, the end of the hours it counted, is earlier): a paced pass still under way, or a run that
+    ended before it was done."""
+    leases = backend[schema.LEASES].find({"feed": HEARTBEAT_TALLY.name, "retired_at": None})
+    return any((lease.get("checkpoint_time") or datetime.min.replace(tzinfo=UTC)) < counted_until for lease in leases)

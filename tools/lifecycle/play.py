@@ -12,6 +12,7 @@ from typing import Any
 
 from pymongo.database import Database
 
+from shared.instants import hour_of
 from shared.reports.tally import counted_from
 from shared.settings import get_settings
 from shared.store import schema
@@ -19,7 +20,7 @@ from shared.store.command_line import CommandFailed
 from tools.archive_truth import ArchiveLedger
 from tools.fleet import Request
 from tools.lifecycle.faults import SkewedClock
-from tools.lifecycle.lag import LagBound, report_lag
+from tools.lifecycle.lag import LagBound, report_lag, tally_behind
 from tools.lifecycle.plan import THROTTLE_FOR, Change, LifecyclePlan
 from tools.lifecycle.result import Sample
 from tools.lifecycle.splits import Splitter
@@ -137,7 +138,9 @@ class Player:
         """After a report dispatch: its sample, one more dispatch if the run's last was disrupted, and at
         COMPARE_AT_HOUR the reports and the archive compared up to SETTLED before."""
         self._sample(at)
-        if one_more_dispatch(self.samples[-1], counted_from(self.life.plan.end), self.extra_dispatches):
+        last = counted_from(self.life.plan.end)
+        tally_done = not tally_behind(self.backend, hour_of(self.life.plan.end) + timedelta(hours=1))
+        if one_more_dispatch(self.samples[-1], last, self.extra_dispatches, tally_done=tally_done):
             self.extra_dispatches += 1
             self.schedule(self.host.timers[REPORTS_TIMER].schedule.next_after(at), 2, REPORTS_TIMER)
         if at.hour == COMPARE_AT_HOUR and at.minute == 0:
@@ -214,11 +217,13 @@ def redelivery_at(report: Any) -> datetime | None:
     return min(times, default=None)
 
 
-def one_more_dispatch(latest: Sample, last: datetime, extra: int) -> bool:
+def one_more_dispatch(latest: Sample, last: datetime, extra: int, *, tally_done: bool = True) -> bool:
     """Whether the run dispatches the reports once more after `latest`, at the schedule's next firing: when
-    `latest` came at or after `last` (the last hour closed), something disrupted it, and fewer than
+    `latest` came at or after `last` (the last hour closed), something disrupted it or the heartbeat tally has
+    not counted the last hour yet (`tally_done` False: its pass is paced over the hour), and fewer than
     MAX_EXTRA_DISPATCHES (`extra`) were added. Why: docs/lifecycle.md, "The run's ending"."""
-    return latest.at >= last and bool(latest.disrupted_by) and extra < MAX_EXTRA_DISPATCHES
+    unfinished = bool(latest.disrupted_by) or not tally_done
+    return latest.at >= last and unfinished and extra < MAX_EXTRA_DISPATCHES
 
 
 def request_units_by_collection(proxy: Any) -> dict[str, float]:
