@@ -14,7 +14,7 @@ from shared.settings import Settings
 from tests.api import heartbeat, post_events, provisioned
 from tests.heartbeats import counted, slot
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WINDOW = Window(Settings.model_fields["heartbeat_window_hours"].default)
 
 

@@ -12,7 +12,7 @@ from shared.heartbeat_document import FIELD_NAMES, HOURS_PER_FIELD, MAX_GAP_HOUR
 from shared.ingestion import storing
 from shared.store import optimistic, retries, schema
 from shared.store.retries import StoreUnavailable
-from tests.test_heartbeat_ring import T0, Bottle
+from tests.ingestion.test_heartbeat_ring import T0, Bottle
 
 
 def test_a_bottle_heard_every_7_hours_for_weeks_counts_no_heartbeat_it_never_sent(mock_db: Any) -> None:

@@ -13,7 +13,7 @@ from shared.heartbeat_document import MAX_GAP_HOURS, USER_BUCKET, slot_start
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.setup import backfill_buckets
-from tests.test_heartbeat_ring import POLICY, T0, Bottle
+from tests.ingestion.test_heartbeat_ring import POLICY, T0, Bottle
 from tests.test_tally import DAY, HOUR, Fleet
 
 MINUTE = timedelta(minutes=1)
