@@ -41,5 +41,8 @@ def property_tests() -> dict[str, bool]:
 def test_every_property_test_runs_without_a_deadline():
     tests = property_tests()
 
-    assert "tests/ingestion/test_heartbeat_ring.py::test_a_slot_is_counted_exactly_when_the_decoded_ring_has_its_bit" in tests
+    assert (
+        "tests/ingestion/test_heartbeat_ring.py::test_a_slot_is_counted_exactly_when_the_decoded_ring_has_its_bit"
+        in tests
+    )
     assert [name for name, no_deadline in tests.items() if not no_deadline] == []

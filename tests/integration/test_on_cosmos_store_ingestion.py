@@ -5,7 +5,6 @@ serves, a write without its shard key, a document over 2 MB) fails here (tests/c
 
 import pytest
 
-from tests.cosmos_store_app import cosmos_store, db, real_db  # noqa: F401 - the stores the tests below ask for
 from tests.bottles.test_provisioning import (  # noqa: F401 - collected here, on the store
     test_create_returns_201_with_a_key_that_is_stored_only_as_a_hash,
     test_get_shows_registry_and_live_status_but_never_the_key,
@@ -14,6 +13,7 @@ from tests.bottles.test_provisioning import (  # noqa: F401 - collected here, on
     test_reassigning_a_bottle_attributes_later_events_to_the_new_user,
     test_update_returns_200_without_a_key_and_keeps_the_old_one,
 )
+from tests.cosmos_store_app import cosmos_store, db, real_db  # noqa: F401 - the stores the tests below ask for
 from tests.ingestion.test_device_auth import (  # noqa: F401
     test_a_rotated_key_is_refused_for_heartbeats_at_once,
     test_a_wrong_key_stores_nothing_of_a_batch,

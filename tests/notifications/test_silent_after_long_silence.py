@@ -10,7 +10,7 @@ import pytest
 
 from shared.heartbeat_document import MAX_GAP_HOURS
 from tests.checking import World
-from tests.test_checks_silent import START
+from tests.notifications.test_silent import START
 
 
 @pytest.fixture

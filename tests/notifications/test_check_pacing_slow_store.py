@@ -1,5 +1,5 @@
 """A paced late-dose sweep (six late bottles, a bottle a batch) on a store that takes time to
-write a batch (tests/test_checks_pacing.py's store answers at once): the pace counts batches, not bottles; a
+write a batch (tests/notifications/test_check_pacing.py's store answers at once): the pace counts batches, not bottles; a
 sweep behind its pace never waits; a wait of under a second is still kept; and only the waits, not the work,
 are left out of the run's time budget."""
 
@@ -10,8 +10,8 @@ import pytest
 
 from shared.notifications import documents
 from tests.checking import World
+from tests.notifications.test_check_pacing import BOTTLES, START, late, run
 from tests.report_client import set_setting
-from tests.test_checks_pacing import BOTTLES, START, late, run
 from tests.test_report_partitions import FakeTime
 
 

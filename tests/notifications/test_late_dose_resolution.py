@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.notifications.checks import run as check_run
-from tests import test_checks_late_doses as late_doses
 from tests.api import closed, opened
 from tests.checking import World
+from tests.notifications import test_late_doses as late_doses
 
 DAY = late_doses.DAY
 world = late_doses.world  # the same bottle world, from the same day

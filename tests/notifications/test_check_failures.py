@@ -12,8 +12,8 @@ from shared.settings import get_settings
 from shared.store.retries import StoreUnavailable
 from tests.checking import World, sweep_all
 from tests.cosmos_fakes import ThrottlingDatabase
+from tests.notifications.test_left_open import START
 from tests.report_client import set_setting
-from tests.test_checks_left_open import START
 
 
 @pytest.fixture

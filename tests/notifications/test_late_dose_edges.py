@@ -13,8 +13,8 @@ from shared.notifications.checks.partitions import CheckPartition
 from shared.store import schema
 from shared.store.partitioning import BucketRange
 from tests.checking import World, sweep_all, work
+from tests.notifications.test_late_doses import DAY, EVENING, MORNING, h
 from tests.report_client import set_setting
-from tests.test_checks_late_doses import DAY, EVENING, MORNING, h
 
 
 @pytest.fixture

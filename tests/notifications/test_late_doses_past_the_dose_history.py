@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests.checking import World
+from tests.notifications.test_late_doses import DAY, h
 from tests.report_client import set_setting
-from tests.test_checks_late_doses import DAY, h
 
 
 @pytest.fixture
