@@ -53,7 +53,7 @@ INSTANTS = (
 CLOCK_FREE = {
     "tests/test_simulation.py": "plays 28-30 March 2026 on its own simulated clock; about a minute",
     "tests/test_lifecycle.py": "plays 28-29 March 2026 on its own simulated clock (two tiny lifecycle runs)",
-    "tests/test_outages.py": "waits out store deadlines against an unreachable server",
+    "tests/store/test_outages.py": "waits out store deadlines against an unreachable server",
     "tests/test_checks_benchmark.py": "the benchmark's table on fixed dates",
     "tests/test_ingestion_benchmark.py": "the benchmark's table on its own dates",
     "tests/test_infra.py": "Bicep, settings and docs agree: no clock",

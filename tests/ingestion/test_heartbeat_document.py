@@ -14,7 +14,7 @@ from shared.settings import Settings
 from shared.store import schema
 from shared.store.setup import backfill_buckets
 from tests.ingestion.test_heartbeat_ring import POLICY, T0, Bottle
-from tests.test_tally import DAY, HOUR, Fleet
+from tests.reports.test_tally import DAY, HOUR, Fleet
 
 MINUTE = timedelta(minutes=1)
 SECOND = timedelta(seconds=1)
@@ -135,7 +135,7 @@ def test_a_write_exactly_max_gap_hours_after_the_last_drops_what_the_widest_wind
 
 
 def test_a_backfilled_document_is_counted_with_exactly_the_heartbeats_its_ring_holds(mock_db: Any) -> None:
-    """The bucket backfill flags every hour of the ring for the tally to count again (tests/test_tally.py has the
+    """The bucket backfill flags every hour of the ring for the tally to count again (tests/reports/test_tally.py has the
     whole story); flagging must add no heartbeat, whichever slots the ring's hours hold (here :12 and :42, none
     in a field's first slot)."""
     fleet = Fleet(mock_db, Settings())

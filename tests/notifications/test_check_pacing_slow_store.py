@@ -12,7 +12,7 @@ from shared.notifications import documents
 from tests.checking import World
 from tests.notifications.test_check_pacing import BOTTLES, START, late, run
 from tests.report_client import set_setting
-from tests.test_report_partitions import FakeTime
+from tests.reports.test_partitioned_feeds import FakeTime
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from shared.store.retries import RetryPolicy
 from tests.api import closed, opened
 from tests.checking import World
 from tests.report_client import set_setting
-from tests.test_report_partitions import FakeTime
+from tests.reports.test_partitioned_feeds import FakeTime
 
 START = datetime(2026, 5, 4, 5, 0, tzinfo=UTC)
 # In May, Europe/Rome is UTC+2: the default schedule's 08:00 is 06:00 UTC, late at 07:00 with its 60-minute grace.
