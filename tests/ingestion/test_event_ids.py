@@ -1,6 +1,7 @@
 """A device's retry is told from an event_id reused for another event by the stored event of that bottle and
 that id alone (shared/ingestion/storing.py): whatever the id holds, and whatever other bottles sent under it, a
-true retry repairs the status a failed request left behind. tests/ingestion/test_repeats_and_races.py holds the plain cases."""
+true retry repairs the status a failed request left behind. tests/ingestion/test_repeats_and_races.py holds the plain
+cases."""
 
 from typing import Any
 

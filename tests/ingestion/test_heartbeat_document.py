@@ -135,8 +135,8 @@ def test_a_write_exactly_max_gap_hours_after_the_last_drops_what_the_widest_wind
 
 
 def test_a_backfilled_document_is_counted_with_exactly_the_heartbeats_its_ring_holds(mock_db: Any) -> None:
-    """The bucket backfill flags every hour of the ring for the tally to count again (tests/reports/test_tally.py has the
-    whole story); flagging must add no heartbeat, whichever slots the ring's hours hold (here :12 and :42, none
+    """The bucket backfill flags every hour of the ring for the tally to count again (tests/reports/test_tally.py has
+    the whole story); flagging must add no heartbeat, whichever slots the ring's hours hold (here :12 and :42, none
     in a field's first slot)."""
     fleet = Fleet(mock_db, Settings())
     fleet.provision("b1", "u1", DAY)

@@ -1,6 +1,6 @@
 """An opened and a closed event of one instant in one request: the bottle ends closed whichever comes first in
-the body, with a dose or without (shared/ingestion/storing.py). tests/ingestion/test_repeats_and_races.py holds the same rule across
-two requests."""
+the body, with a dose or without (shared/ingestion/storing.py). tests/ingestion/test_repeats_and_races.py holds the
+same rule across two requests."""
 
 from typing import Any
 

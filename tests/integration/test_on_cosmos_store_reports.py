@@ -1,8 +1,8 @@
 """The app's own report tests, run once more on the Cosmos-faithful store (tools/cosmos_store): the dispatcher
 partitioned by `GetChangeStreamTokens`, a change stream per physical partition, the heartbeat tally, the guarded
 report writes, the read API and the rebuild, through the app's client as on Cosmos DB for MongoDB 6.0
-(tests/cosmos_store_app.py). tests/reports/test_reports.py's autouse `change_source` (change streams, a 48-hour heartbeat
-window) applies to every test here, as the days those tests play need."""
+(tests/cosmos_store_app.py). tests/reports/test_reports.py's autouse `change_source` (change streams, a 48-hour
+heartbeat window) applies to every test here, as the days those tests play need."""
 
 import pytest
 

@@ -1,7 +1,7 @@
 """How a check run records and sends: at-least-once queue delivery across crashes and failed sends, one
 notification however many runs overlap or repeat, batches, the per-partition message cap, the time budget, and
-throttling. (tests/notifications/test_queue_delivery.py sends to a real queue, on Azurite; tests/notifications/test_check_partitions.py
-covers what partitions do to one another.)"""
+throttling. (tests/notifications/test_queue_delivery.py sends to a real queue, on Azurite;
+tests/notifications/test_check_partitions.py covers what partitions do to one another.)"""
 
 import json
 import threading

@@ -1,6 +1,6 @@
 """A paced late-dose sweep (six late bottles, a bottle a batch) on a store that takes time to
-write a batch (tests/notifications/test_check_pacing.py's store answers at once): the pace counts batches, not bottles; a
-sweep behind its pace never waits; a wait of under a second is still kept; and only the waits, not the work,
+write a batch (tests/notifications/test_check_pacing.py's store answers at once): the pace counts batches, not bottles;
+a sweep behind its pace never waits; a wait of under a second is still kept; and only the waits, not the work,
 are left out of the run's time budget."""
 
 from collections.abc import Iterator

@@ -1,6 +1,6 @@
 """`python -m shared.reports.rebuild` as an operator runs it, on mongomock standing in for the store its --uri
 names: what it rebuilds and says it did, and the one-line usage error (exit 2) for each way to call it wrong.
-(tests/test_command_line.py has what every command shares: an unusable store, invalid settings, documented
+(tests/tools/test_command_line.py has what every command shares: an unusable store, invalid settings, documented
 options.)"""
 
 from datetime import timedelta

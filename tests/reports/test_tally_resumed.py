@@ -46,8 +46,8 @@ def test_a_pass_back_after_days_rolls_up_the_oldest_day_it_is_behind_for_every_u
     mock_db: Any,
 ) -> None:
     """A tally back after a long stop rolls up, beside its last window of days, the oldest day it is behind, and
-    the next passes the days after it (tests/reports/test_tally.py); when its pass takes several runs, the runs after the
-    first still roll those days up for the users they reach, and pass the days left on to the next pass."""
+    the next passes the days after it (tests/reports/test_tally.py); when its pass takes several runs, the runs after
+    the first still roll those days up for the users they reach, and pass the days left on to the next pass."""
     fleet, first, second = two_users(mock_db, Settings(reports_page_size=1, daily_rollup_staggered=False))
     fleet.tally(DAY + 10 * MINUTE)
     for day in range(3):  # counted in their hours at once, while the day is open

@@ -1,5 +1,5 @@
 """Deploying infra/ replaces each collection's whole index list in place (the Bicep's `indexes`, which
-tests/test_infra.py holds equal to shared/store/schema.py). The safe order is a checked step: `./dev setup-store
+tests/infra/test_infra.py holds equal to shared/store/schema.py). The safe order is a checked step: `./dev setup-store
 --check-deploy` names every index a deployment would drop or build on the live account, and every build still
 running, and exits 1; azd runs it before every provision (azure.yaml's preprovision hook,
 infra/hooks/check-indexes.sh).

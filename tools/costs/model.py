@@ -8,7 +8,7 @@ bottle, and the billing rules benchmarks/design_scale.py applies to them (the ho
 physical partitions, the regions, the price).
 
 RULES is the model: one row per rule, each with the page it comes from and a worked example that
-tests/test_cost_model.py checks against the code. Where the documentation gives no figure, ASSUMPTIONS says what
+tests/tools/test_cost_model.py checks against the code. Where the documentation gives no figure, ASSUMPTIONS says what
 the model takes instead; `./dev bench --mongodb-uri` (benchmarks/calibrate.py) prints the charge a real account
 reports beside the model's, operation by operation. There is one bill, the honest one: no optimistic line.
 """
@@ -92,7 +92,7 @@ class Rule:
     name: str
     statement: str
     source: str
-    example: str  # a worked example from the source; tests/test_cost_model.py checks the code against it
+    example: str  # a worked example from the source; tests/tools/test_cost_model.py checks the code against it
 
 
 RULES = (
@@ -539,7 +539,8 @@ BLOB_PRICE = BlobPrice()
 @dataclass(frozen=True)
 class ArchiveScale:
     """What the archive's bill is computed from: the design's rates, the archive's layout, and what was measured
-    (bytes per row: tests/test_cost_model.py encodes rows of the design's sizes with shared/archive/parquet.py)."""
+    (bytes per row: tests/tools/test_cost_model.py encodes rows of the design's sizes with
+    shared/archive/parquet.py)."""
 
     events_per_second: float = 1_400  # design_scale.OPENED_PER_SECOND + CLOSED_PER_SECOND
     bottles: int = 30_000_000  # design_scale.BOTTLES; each sends a heartbeat every 30 minutes: a row every hour
@@ -630,7 +631,7 @@ def archive_bill(scale: ArchiveScale = ArchiveScale(), price: BlobPrice = BLOB_P
 
 
 def archive_markdown(bill: ArchiveBill) -> str:
-    """The archive's bill as docs/costs.md shows it (tests/test_cost_model.py holds the page to it)."""
+    """The archive's bill as docs/costs.md shows it (tests/tools/test_cost_model.py holds the page to it)."""
     rows = [
         ("the sweep's reads of `bottle_actions`", f"{bill.sweep_ru_average:,.0f} RU/s average, "
          f"{bill.sweep_ru_billed:,.0f} billed (paced)", f"{bill.sweep_dollars_month:,.0f}"),

@@ -30,7 +30,7 @@ from shared.store import setup
 from shared.store.command_line import run_command
 from tools import lifecycle, serve, simulate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 COMMANDS: dict[str, Callable[[list[str] | None], int | None]] = {
     "./dev simulate": simulate.main,

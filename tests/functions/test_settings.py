@@ -12,7 +12,7 @@ from pydantic.fields import FieldInfo
 
 from shared.settings import InvalidSettings, Settings, get_settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_app(**settings: str) -> subprocess.CompletedProcess[str]:

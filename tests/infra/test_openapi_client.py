@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONTRACT: dict[str, Any] = yaml.safe_load((ROOT / "openapi.yaml").read_text())
 PACKAGE = "pillbottle_generated_client"
 METHODS = ("get", "put", "post", "patch", "delete")

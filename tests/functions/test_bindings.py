@@ -86,7 +86,7 @@ def documented_functions() -> dict[str, dict[str, str]]:
 def test_every_binding_is_of_a_kind_these_checks_cover(registered_functions: dict[str, Any]) -> None:
     for name, function in registered_functions.items():
         kinds = {binding["type"] for binding in bindings_of(function)}
-        assert kinds <= KNOWN_BINDINGS, f"{name}: extend tests/test_bindings.py for {kinds - KNOWN_BINDINGS}"
+        assert kinds <= KNOWN_BINDINGS, f"{name}: extend tests/functions/test_bindings.py for {kinds - KNOWN_BINDINGS}"
 
 
 def test_http_routes_methods_and_auth_levels_match_the_openapi_document(registered_functions: dict[str, Any]) -> None:

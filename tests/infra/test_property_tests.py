@@ -4,7 +4,8 @@ that takes 200 ms on 2 busy cores (hypothesis' default deadline) is the machine'
 import ast
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
 
 
 def _called(decorator: ast.expr) -> str | None:
@@ -27,14 +28,14 @@ def _deadline_is_none(decorators: list[ast.expr]) -> bool:
 
 def property_tests() -> dict[str, bool]:
     """Every test function of tests/ that hypothesis runs (`@given`, or `@settings` for a generated one), by
-    `file::name`: whether its settings say `deadline=None`."""
+    `tests/package/file.py::name`: whether its settings say `deadline=None`."""
     found: dict[str, bool] = {}
-    for path in sorted(TESTS.glob("test_*.py")):
+    for path in sorted(TESTS.rglob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 called = {_called(d) for d in node.decorator_list}
                 if called & {"given", "settings"}:
-                    found[f"{path.name}::{node.name}"] = _deadline_is_none(node.decorator_list)
+                    found[f"{path.relative_to(ROOT)}::{node.name}"] = _deadline_is_none(node.decorator_list)
     return found
 
 

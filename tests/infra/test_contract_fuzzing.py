@@ -5,7 +5,8 @@ notifications. Every answer must be documented: no 5xx, a documented status code
 matches its schema, the documented headers (`Retry-After`), and invalid input refused with a documented 4xx.
 
 Generation is derandomized and the server clock fixed, so every run sends the same requests. Run it alone with
-`.venv/bin/python -m pytest tests/test_contract_fuzzing.py`; `CONTRACT_FUZZ_EXAMPLES=500` in front fuzzes longer."""
+`.venv/bin/python -m pytest tests/infra/test_contract_fuzzing.py`; `CONTRACT_FUZZ_EXAMPLES=500` in front fuzzes
+longer."""
 
 import json
 import os
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 Case = schemathesis.Case[Any]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 5, 4, 12, 0, tzinfo=UTC)  # the server clock while fuzzing
 START = NOW - timedelta(days=2)
 USER_ID = str(SPEC["user_id"])

@@ -13,7 +13,7 @@ from shared.settings import Settings
 from tools import clock_matrix
 from tools.clock_matrix import CLOCK_FREE, INSTANTS, Instant
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PLACED = [parse_instant(i.at) for i in INSTANTS]
 
 

@@ -27,7 +27,7 @@ from tests.report_client import aggregate, get_reports, use_change_source_of
 from tools.local_host import LocalHost
 from tools.serve import LocalServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 API = (ROOT / "docs" / "api.md").read_text()
 CHECKS = (ROOT / "docs" / "checks.md").read_text()

@@ -3,7 +3,7 @@ installed into node_modules by `npm ci`, which ./dev test and .ci/run do) with i
 (.spectral.yaml), failing on any error or warning.
 
 A contract that breaks them breaks the tools clients use: an array schema without `items`, or a `$ref` with sibling
-keywords (which OpenAPI 3.0 ignores), is dropped or misread by client generators (tests/test_openapi_client.py).
+keywords (which OpenAPI 3.0 ignores), is dropped or misread by client generators (tests/infra/test_openapi_client.py).
 Skipped, saying so, only where npm is absent; with npm present and Spectral not installed it fails, naming the fix."""
 
 import json
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPECTRAL = ROOT / "node_modules" / ".bin" / "spectral"
 RULESET = ROOT / ".spectral.yaml"
 

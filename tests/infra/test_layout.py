@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("function_app.py", "functions", "shared", "tools", "benchmarks")
 
 # What each package of `shared/` may import besides the common modules (shared/*.py): a job may use the

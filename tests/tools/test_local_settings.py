@@ -18,7 +18,7 @@ from shared.store import schema
 from shared.store.command_line import CommandFailed
 from tools import local_settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_written_settings_are_the_example_s_pointed_at_the_local_store_and_azurite(tmp_path, capsys):
