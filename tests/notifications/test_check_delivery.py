@@ -1,6 +1,8 @@
 """How a check run records and sends: at-least-once queue delivery across crashes and failed sends, one
 notification however many runs overlap or repeat, batches, the per-partition message cap, the time budget, and
-throttling. (tests/notifications/test_queue_delivery.py sends to a real queue, on Azurite;
+throttling; what a run reports when its queue or its store fails (the notifications a failed send left pending are
+counted for the metric; a store down through the whole sweep fails the run with StoreUnavailable, so the host
+retries the message). (tests/notifications/test_queue_delivery.py sends to a real queue, on Azurite;
 tests/notifications/test_check_partitions.py covers what partitions do to one another.)"""
 
 import json
@@ -9,6 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import mongomock
 import pytest
@@ -23,7 +26,7 @@ from shared.notifications.documents import Episode
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange, bucket_of
-from shared.store.retries import RetryPolicy
+from shared.store.retries import RetryPolicy, StoreUnavailable
 from tests.checking import Sweep, World, sweep_all
 from tests.cosmos_fakes import ThrottlingDatabase
 from tests.report_client import set_setting
@@ -430,3 +433,42 @@ def test_no_batch_starts_once_the_send_deadline_is_reached(world, monkeypatch):
 
     assert (time_.now, first.queued, first.send_out_of_time) == (1.0, 64, True)
     assert Counter(n["delivery"] for n in world.notifications("left_open")) == {"queued": 64, "pending": 36}
+
+
+@pytest.fixture
+def open_bottles_world(mock_db: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    """Three bottles left open for 10 minutes, in one check partition."""
+    set_setting(monkeypatch, "CHECK_PARTITIONS", "1")
+    bench = World(mock_db, START)
+    for bottle_id in ("bottle-1", "bottle-2", "bottle-3"):
+        bench.provision(bottle_id)
+        bench.open(bottle_id)
+    bench.after(minutes=10)
+    yield bench
+    bench.stop()
+
+
+def test_the_notifications_a_failed_send_left_pending_are_counted_for_the_metric(
+    open_bottles_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reported: list[int | None] = []
+    monkeypatch.setattr(metrics, "check_run", lambda kind, **labels: reported.append(labels["pending"]))
+    open_bottles_world.queue.accepting = 1  # the queue takes one message, then fails
+
+    done = sweep_all(open_bottles_world.db, "left_open", now=open_bottles_world.now, send=open_bottles_world.queue)
+
+    assert (done.notified, done.queued, done.send_failed) == (3, 1, True)
+    assert reported == [2]
+
+
+def test_a_store_down_through_the_sweep_fails_the_run_as_an_outage(
+    open_bottles_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_setting(monkeypatch, "STORE_MAX_RETRIES", "1")
+    set_setting(monkeypatch, "STORE_RETRY_BASE_MS", "1")
+    down = ThrottlingDatabase(open_bottles_world.db, {"bottles.find": float("inf")})
+
+    with pytest.raises(StoreUnavailable):
+        sweep_all(down, "left_open", now=open_bottles_world.now, send=open_bottles_world.queue, settings=get_settings())
+
+    assert open_bottles_world.queue.messages == []

@@ -1,15 +1,24 @@
 """check_late_doses: a slot with no dose within its grace is notified once (episode = the slot's due time), on
 `times` schedules (DST-correct, several times a day) and `every_hours` ones; slots before provisioning are never
-late; a slot found more than a day after it went late is recorded but not sent."""
+late; a slot found more than a day after it went late is recorded but not sent. At the edges: the day's limit on
+sending a late slot, a dose that arrives after its slot was found late, the bottle leaving the resolve sweep once
+its notifications are resolved, the counts a partition's run logs, and an every-hours count re-played from the
+doses a bottle keeps once its history (DOSE_HISTORY) is full."""
 
+import json
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from shared.instants import format_instant
+from shared.notifications.checks.partitions import CheckPartition
 from shared.store import schema
-from tests.checking import World
+from shared.store.partitioning import BucketRange
+from tests.checking import World, sweep_all, work
+from tests.report_client import set_setting
 
 # In May, Europe/Rome is UTC+2: the default schedule's 08:00 and 20:00 are 06:00 and 18:00 UTC.
 DAY = datetime(2026, 5, 4, tzinfo=UTC)
@@ -253,3 +262,140 @@ def test_a_grace_change_restarts_the_schedule_too(world):
     world.live("late_dose", until=EVENING + h(2))
     assert world.notifications() == []
     assert world.status()["next_dose_due"] == format_instant(NEXT_MORNING)
+
+
+@pytest.fixture
+def two_dose_world(mock_db: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    """A world whose bottles keep only their newest two doses (DOSE_HISTORY=2)."""
+    set_setting(monkeypatch, "DOSE_HISTORY", "2")
+    bench = World(mock_db, DAY + h(5))
+    yield bench
+    bench.stop()
+
+
+def test_a_buffered_dose_older_than_the_history_kept_makes_no_slot_late(two_dose_world: World) -> None:
+    """Every slot's dose on time; the first one (+8 h) was buffered and arrives only after two newer ones, when
+    the bottle keeps just those two: the check reviews from that dose (the earliest that arrived), finds it
+    gone from the history, and counts from the oldest dose kept."""
+    start = two_dose_world.now
+    two_dose_world.provision(schedule={"every_hours": 8})
+    for hours in (16, 24):
+        two_dose_world.at(start + h(hours)).dose()
+    two_dose_world.at(start + h(25)).dose(at=start + h(8))  # uploaded at +25 h: older than both doses kept
+
+    assert two_dose_world.after(minutes=30).check("late_dose") == []  # the checks were down until now
+
+    assert two_dose_world.notifications("late_dose") == []
+    assert two_dose_world.status()["next_dose_due"] == "2026-05-05T13:00:00.000Z"  # 8 hours after the last dose
+
+
+@pytest.fixture
+def provisioned_world(mock_db: Any) -> Iterator[World]:
+    """A world with its bottle provisioned before the test begins."""
+    bench = World(mock_db, DAY + h(5))
+    bench.provision()
+    yield bench
+    bench.stop()
+
+
+def bottle(world: World) -> dict[str, Any]:
+    found = world.db[schema.BOTTLES].find_one({"_id": "bottle-1"})
+    assert found is not None
+    return dict(found)
+
+
+def leaves_the_resolve_sweep(world: World) -> None:
+    """The bottle is out of the resolve sweep's range (no dose pending, or no late slot marked): the next run
+    reads nothing."""
+    stored = bottle(world)
+    assert stored["dose_pending"] is False
+    later = sweep_all(world.db, "late_dose", now=world.after(minutes=5).now, send=world.queue)
+    assert (later.examined, later.resolved) == (0, 0)
+
+
+def test_a_slot_that_went_late_exactly_a_day_before_the_check_is_still_sent(provisioned_world: World) -> None:
+    provisioned_world.at(MORNING).dose()
+
+    messages = provisioned_world.at(EVENING + h(1) + h(24)).check("late_dose")  # the checks were down for a day
+
+    sent = ["2026-05-04T18:00:00.000Z", "2026-05-05T06:00:00.000Z", "2026-05-05T18:00:00.000Z"]
+    assert sorted(m["episode_start"] for m in messages) == sent  # sent side by side: in any order
+    assert [n["delivery"] for n in provisioned_world.notifications("late_dose")] == ["queued"] * 3
+
+
+def test_a_dose_taken_in_time_but_arriving_after_its_slot_was_found_late_resolves_it_at_once(
+    provisioned_world: World,
+) -> None:
+    provisioned_world.at(MORNING).dose()
+    provisioned_world.at(EVENING + h(1.1)).check("late_dose")  # the bottle was offline: the evening slot is found late
+    assert provisioned_world.episodes("late_dose") == [EVENING]
+
+    provisioned_world.dose(at=EVENING + h(1 / 6))  # taken at 18:10, in time, uploaded now
+    provisioned_world.after(minutes=5).check("late_dose")
+
+    [notification] = provisioned_world.notifications("late_dose")
+    assert notification["resolved_at"] == provisioned_world.now
+    assert "late_episode" not in bottle(provisioned_world)
+    leaves_the_resolve_sweep(provisioned_world)
+
+
+def test_a_dose_resolving_an_older_late_slot_leaves_the_later_one_notified(provisioned_world: World) -> None:
+    provisioned_world.at(MORNING).dose()
+    provisioned_world.at(MORNING + h(24)).dose()
+    # The checks were down for a day: both evenings are found late, and the second morning's dose resolves the
+    # first evening's notification only.
+    provisioned_world.at(EVENING + h(25)).check("late_dose")
+
+    assert provisioned_world.episodes("late_dose") == [EVENING, EVENING + h(24)]
+    first, second = provisioned_world.notifications("late_dose")
+    assert (first["resolved_at"], second["resolved_at"]) == (provisioned_world.now, None)
+    assert bottle(provisioned_world)["late_episode"] == EVENING + h(24)
+    leaves_the_resolve_sweep(provisioned_world)
+
+
+def test_a_bottle_marked_late_but_without_a_dose_leaves_the_resolve_sweep_untouched(provisioned_world: World) -> None:
+    """A bottle stored with a late slot and a dose pending but no last dose (as an older version may have left
+    it): the run clears the pending dose, resolves nothing, and no later run reads it again."""
+    provisioned_world.at(EVENING + h(1.1)).check("late_dose")
+    provisioned_world.db[schema.BOTTLES].update_one(
+        {"_id": "bottle-1"}, {"$set": {"dose_pending": True, "late_episode": EVENING}, "$unset": {"last_dose_time": ""}}
+    )
+
+    done = sweep_all(
+        provisioned_world.db, "late_dose", now=provisioned_world.after(minutes=5).now, send=provisioned_world.queue
+    )
+
+    assert (done.examined, done.resolved) == (1, 0)
+    assert [n["resolved_at"] for n in provisioned_world.notifications("late_dose")] == [None, None]
+    leaves_the_resolve_sweep(provisioned_world)
+
+
+def test_a_partition_s_log_line_counts_every_batch(
+    provisioned_world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two bottles, a bottle a batch, the checks down for two days: the run's log line sums what both batches
+    notified, withheld (late more than a day before) and, after both doses, resolved."""
+    set_setting(monkeypatch, "CHECK_BATCH_SIZE", "1")
+    set_setting(monkeypatch, "CHECK_LATE_DOSES_SPREAD_MINUTES", "0")
+    provisioned_world.at(DAY + h(5)).provision("bottle-2")
+    message = CheckPartition("late_dose", BucketRange(0, 1)).message()
+
+    def logged() -> dict[str, Any]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            work(message)
+        [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invocation run_check")]
+        return dict(json.loads(line.split(" ", 2)[2]))
+
+    provisioned_world.at(EVENING + h(49.5))
+    down = logged()
+    for bottle_id in ("bottle-1", "bottle-2"):
+        provisioned_world.dose(bottle_id)
+    provisioned_world.after(minutes=5)
+    back = logged()
+
+    stored = provisioned_world.notifications("late_dose")
+    withheld = [n for n in stored if n["delivery"] == "withheld"]
+    assert (len(stored), len(withheld)) == (12, 8)  # six slots each, four of them late more than a day ago
+    assert (down["examined"], down["notified"], down["withheld"], down["resolved"]) == (2, 12, 8, 0)
+    assert back["resolved"] == 12

@@ -1,8 +1,11 @@
 """check_open_bottles: a bottle whose last action is `opened`, open longer than LEFT_OPEN_MINUTES, is notified
-once per episode (episode = when it was opened); a later close resolves it."""
+once per episode (episode = when it was opened); a later close resolves it. At the edges: a resolved bottle leaves
+the sweeps' range (no later run reads it again), and a reopening whose old episode the resolve sweep ends is
+notified only once open longer than the limit, as the detect sweep would."""
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -10,7 +13,7 @@ from shared.instants import format_instant
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import bucket_of
-from tests.checking import World
+from tests.checking import World, sweep_all
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
 
@@ -148,3 +151,48 @@ def test_only_bottles_in_trouble_are_notified(world):
     ]
     bottle = world.db[schema.BOTTLES].find_one({"_id": "bottle-2"})
     assert bottle["open_since"] is None
+
+
+@pytest.fixture
+def mock_world(mock_db: Any) -> Iterator[World]:
+    """A world on mongomock alone, provisioned: the sweeps' edges below need no second store."""
+    bench = World(mock_db, START)
+    bench.provision()
+    yield bench
+    bench.stop()
+
+
+def test_a_resolved_left_open_bottle_is_not_read_again_by_later_runs(mock_world: World) -> None:
+    mock_world.open()
+    mock_world.after(minutes=6).check("left_open")
+    mock_world.after(minutes=1).close()
+    mock_world.after(minutes=1).check("left_open")
+
+    bottle = mock_world.db[schema.BOTTLES].find_one({"_id": "bottle-1"})
+    assert "open_episode" not in bottle  # the marker the resolve sweep selects on is gone
+    later = sweep_all(mock_world.db, "left_open", now=mock_world.after(minutes=1).now, send=mock_world.queue)
+    assert (later.examined, later.resolved) == (0, 0)
+    [notification] = mock_world.notifications("left_open")
+    assert notification["resolved_at"] is not None
+
+
+def test_a_reopening_is_notified_only_once_open_longer_than_the_limit_though_the_old_episode_ends_first(
+    mock_world: World,
+) -> None:
+    """The check runs exactly LEFT_OPEN_MINUTES (5) after the reopening, and not before: its resolve sweep ends
+    the old episode, and the new one is not yet more than 5 minutes old."""
+    first = mock_world.now
+    mock_world.open()
+    mock_world.after(minutes=6).check("left_open")
+    mock_world.after(minutes=1).close()
+    second = mock_world.after(minutes=1).now
+    mock_world.open()
+
+    assert mock_world.after(minutes=5).check("left_open") == []
+    assert mock_world.episodes("left_open") == [first]
+    [old] = mock_world.notifications("left_open")
+    assert old["resolved_at"] == mock_world.now
+
+    [message] = mock_world.after(seconds=1).check("left_open")
+    assert mock_world.episodes("left_open") == [first, second]
+    assert message["episode_start"] == "2026-05-04T09:08:00.000Z"

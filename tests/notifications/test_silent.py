@@ -1,12 +1,15 @@
 """check_silent_bottles: no heartbeat for more than SILENT_MINUTES (a bottle that never sent one counts from its
 provisioning) is notified once per episode (episode = the last heartbeat, or provisioning); the next heartbeat
-resolves it."""
+resolves it, also after a silence longer than the ring's gap (MAX_GAP_HOURS: ingestion's slow path rewrites the
+ring whole). A heartbeat that ends a notified silence starts a new episode only once silent longer than the limit."""
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
+from shared.heartbeat_document import MAX_GAP_HOURS
 from shared.settings import get_settings
 from shared.store import schema
 from tests.checking import World
@@ -113,3 +116,46 @@ def test_the_heartbeat_document_carries_what_the_check_reads(world):
     assert (document["silent_pending"], document["alive_at"]) == (True, world.now)
     world.check("silent")
     assert "silent_episode" not in world.db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})
+
+
+@pytest.fixture
+def mock_world(mock_db: Any) -> Iterator[World]:
+    """A world on mongomock alone: the sweeps' edges below need no second store."""
+    bench = World(mock_db, START)
+    yield bench
+    bench.stop()
+
+
+def test_a_heartbeat_after_a_silence_longer_than_the_ring_gap_resolves_the_silent_notification(
+    mock_world: World,
+) -> None:
+    mock_world.provision()
+    mock_world.after(minutes=10).heartbeat()
+    mock_world.every("silent", until=mock_world.now + timedelta(hours=MAX_GAP_HOURS + 1))
+    [notified] = mock_world.notifications("silent")
+    assert notified.get("resolved_at") is None
+
+    mock_world.heartbeat()
+    back = mock_world.now
+    mock_world.after(minutes=5).check("silent")
+
+    [resolved] = mock_world.notifications("silent")
+    assert resolved["resolved_at"] == back + timedelta(minutes=5)
+
+
+def test_a_heartbeat_after_a_silence_starts_a_new_one_only_once_silent_longer_than_the_limit(mock_world: World) -> None:
+    """The check runs exactly SILENT_MINUTES (60) after the heartbeat that ended a notified silence, and not
+    before: its resolve sweep ends the old episode, and the new silence is not yet more than 60 minutes long."""
+    mock_world.provision()
+    mock_world.after(minutes=61).check("silent")  # silent since provisioning
+    back = mock_world.after(minutes=10).now
+    mock_world.heartbeat()
+
+    assert mock_world.after(minutes=60).check("silent") == []
+    assert mock_world.episodes("silent") == [START]
+    [old] = mock_world.notifications("silent")
+    assert old["resolved_at"] == mock_world.now
+
+    [message] = mock_world.after(seconds=1).check("silent")
+    assert mock_world.episodes("silent") == [START, back]
+    assert message["episode_start"] == "2026-05-04T10:11:00.000Z"
