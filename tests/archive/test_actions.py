@@ -7,13 +7,11 @@ actions' partitions splitting under the dispatcher. On mongomock with chosen ser
 
 import json
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shared.archive import actions
-from shared.archive.actions import SweepRun, run_actions_sweep
 from shared.archive.current import use_archive
 from shared.archive.storage import Archive, ArchiveUnavailable, FolderArchive
 from shared.reports.dispatcher import dispatch
@@ -22,56 +20,13 @@ from shared.reports.partitions import ACTIONS_ARCHIVE, Partition
 from shared.reports.worker import process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
+from tests.archive.sweeps import Sweeper, closed, opened
 from tests.cosmos_fakes import CosmosTokens
-from tests.reports.test_tally import DAY, HOUR, Fleet
-from tests.tally_runner import POLICY, out_of_time_after
+from tests.tally_fleet import DAY, HOUR, Fleet
 from tools.archive_truth import archived_events, check_archive
 
 MINUTE = timedelta(minutes=1)
 H = DAY + 9 * HOUR  # the receive hour most tests play
-
-
-@pytest.fixture
-def archive(tmp_path: Path) -> FolderArchive:
-    return FolderArchive(tmp_path / "archive")
-
-
-class Sweeper:
-    """The archive's one partition, driven straight through run_actions_sweep with its lease kept here."""
-
-    def __init__(self, db: Any, settings: Settings, archive: Archive) -> None:
-        self.db, self.settings, self.archive = db, settings, archive
-        self.lease = Lease()
-
-    def run(self, now: datetime, pages: int | None = None, *, keep: bool = True, **hooks: Any) -> SweepRun:
-        """A run at `now`, out of time after `pages` pages (None: never); `keep=False`: its saves are lost (a
-        worker killed before its position reached the lease)."""
-
-        def save(lease: Lease) -> bool:
-            if keep:
-                self.lease = lease
-            return True
-
-        _, run = run_actions_sweep(
-            self.db,
-            self.lease,
-            settings=self.settings,
-            archive=self.archive,
-            policy=POLICY,
-            wall_clock=lambda: now,
-            out_of_time=hooks.get("out_of_time") or out_of_time_after(pages),
-            save=save,
-        )
-        return run
-
-
-def closed(at: datetime, taken: int = 1) -> dict[str, Any]:
-    readings = {"number_of_pills": 29, "mass_of_contents": 14.5, "pills_taken": taken}
-    return {"type": "closed", "time": at.isoformat(), **readings}
-
-
-def opened(at: datetime) -> dict[str, Any]:
-    return {"type": "opened", "time": at.isoformat(), "number_of_pills": 30, "mass_of_contents": 15.0}
 
 
 def stored_doses(db: Any, hour: datetime, events: int) -> Fleet:

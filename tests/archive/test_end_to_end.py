@@ -20,7 +20,7 @@ from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from tests import azurite
-from tests.reports.test_tally import DAY, HOUR, Fleet, opened
+from tests.tally_fleet import DAY, HOUR, Fleet, opened
 from tools.archive_truth import check_archive
 
 MINUTE = timedelta(minutes=1)

@@ -18,7 +18,7 @@ from shared.archive.storage import Archive, FolderArchive
 from shared.reports import tally
 from shared.settings import Settings
 from shared.store.partitioning import bucket_of
-from tests.reports.test_tally import DAY, HOUR, Fleet, user_in
+from tests.tally_fleet import DAY, HOUR, Fleet, user_in
 from tests.tally_runner import TallyPartition
 from tools.archive_truth import archived_bottle_hours, check_archive
 

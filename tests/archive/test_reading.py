@@ -13,8 +13,8 @@ import pytest
 from shared.archive.storage import FolderArchive
 from shared.settings import Settings
 from shared.store import schema
-from tests.archive.test_actions import Sweeper, closed, opened
-from tests.reports.test_tally import DAY, HOUR, Fleet
+from tests.archive.sweeps import Sweeper, closed, opened
+from tests.tally_fleet import DAY, HOUR, Fleet
 from tests.tally_runner import TallyPartition
 from tools import archive_history
 

@@ -13,8 +13,8 @@ from shared.heartbeat_document import MAX_GAP_HOURS, USER_BUCKET, slot_start
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.setup import backfill_buckets
-from tests.ingestion.test_heartbeat_ring import POLICY, T0, Bottle
-from tests.reports.test_tally import DAY, HOUR, Fleet
+from tests.ingestion.rings import POLICY, T0, Bottle
+from tests.tally_fleet import DAY, HOUR, Fleet
 
 MINUTE = timedelta(minutes=1)
 SECOND = timedelta(seconds=1)

@@ -5,7 +5,7 @@ count. Over weeks its one-character field names come round again every FIELD_NAM
 clear the fields a gap left behind (Window.cleared), and a ring write after a long silence that loses every round
 to other writes gives up with a 503 the device retries in a second (shared/ingestion/storing.py)."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import mongomock
@@ -14,7 +14,6 @@ from bson.int64 import Int64
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.device_keys import hash_key
 from shared.heartbeat_document import (
     ALIVE_AT,
     FIELD_NAMES,
@@ -42,41 +41,10 @@ from shared.ingestion import storing
 from shared.instants import set_clock
 from shared.reports.documents import heartbeat_parts, tally_hours
 from shared.store import optimistic, retries, schema
-from shared.store.retries import RetryPolicy, StoreUnavailable
-from tests.api import SPEC, provisioned, put_bottle
+from shared.store.retries import StoreUnavailable
+from tests.api import SPEC, put_bottle
+from tests.ingestion.rings import POLICY, T0, Bottle
 from tools.report_truth import source_totals
-
-T0 = datetime(2026, 11, 20, 6, 0, 30, tzinfo=UTC)
-POLICY = RetryPolicy(max_retries=0, base_ms=1)
-
-
-class Bottle:
-    """One provisioned bottle whose heartbeats are stored straight through ingestion's write, at a chosen
-    server time and with a chosen window."""
-
-    def __init__(self, db: Any, window_hours: int = 24) -> None:
-        self.db = db
-        self.window = Window(window_hours)
-        set_clock(lambda: T0 - timedelta(hours=1))  # provisioned an hour before the first heartbeat
-        try:
-            self.key = key_digest(hash_key(provisioned("bottle-1", SPEC)))
-        finally:
-            set_clock(None)
-
-    def send(self, *times: datetime, now: datetime) -> int:
-        """Store heartbeats of these times, received at `now`; how many were new."""
-        return storing.store_heartbeats(
-            self.db, "bottle-1", self.key, list(times), now=now, window=self.window, policy=POLICY
-        )
-
-    @property
-    def document(self) -> dict[str, Any]:
-        found: dict[str, Any] = self.db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})
-        return found
-
-    @property
-    def counted(self) -> list[datetime]:
-        return heartbeat_slots(self.document)
 
 
 def every_half_hour(start: datetime, hours: int) -> list[datetime]:

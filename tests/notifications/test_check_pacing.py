@@ -22,8 +22,8 @@ from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange
 from tests.checking import World, work
+from tests.fake_time import FakeTime
 from tests.report_client import set_setting
-from tests.reports.test_partitioned_feeds import FakeTime
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
 HOURLY = {"schedule": {"every_hours": 1}, "grace_minutes": 1}  # late 61 minutes after provisioning

@@ -25,8 +25,8 @@ from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy
 from tests.api import closed, opened
 from tests.checking import World
+from tests.fake_time import FakeTime
 from tests.report_client import set_setting
-from tests.reports.test_partitioned_feeds import FakeTime
 
 START = datetime(2026, 5, 4, 5, 0, tzinfo=UTC)
 # In May, Europe/Rome is UTC+2: the default schedule's 08:00 is 06:00 UTC, late at 07:00 with its 60-minute grace.

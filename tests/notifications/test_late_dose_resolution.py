@@ -4,21 +4,30 @@ grace ran out (the next dose: the patient resumed). A dose the matching counts f
 it: on a schedule whose slots are closer than twice the grace, one dose between two slots is the earlier one's
 only, and the caregiver must not see the later one resolved."""
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
+
+import pytest
 
 from shared.notifications.checks import run as check_run
 from tests.api import closed, opened
 from tests.checking import World
-from tests.notifications import test_late_doses as late_doses
+from tests.notifications.dose_day import DAY
 
-DAY = late_doses.DAY
-world = late_doses.world  # the same bottle world, from the same day
 # One hour apart: with the default 60-minute grace, a dose between them is within both slots' grace.
 OVERLAPPING = {"times": ["07:00", "08:00"], "timezone": "UTC"}
 THREE_OVERLAPPING = {"times": ["07:00", "08:00", "09:00"], "timezone": "UTC"}
 SPACED = {"times": ["07:00", "19:00"], "timezone": "UTC"}
 S7, S8, S9 = DAY + timedelta(hours=7), DAY + timedelta(hours=8), DAY + timedelta(hours=9)
+
+
+@pytest.fixture
+def world(mock_db: Any) -> Iterator[World]:
+    """The late-dose tests' bottle world (tests/notifications/test_late_doses.py), from the same day."""
+    bench = World(mock_db, DAY + timedelta(hours=5))
+    yield bench
+    bench.stop()
 
 
 def m(minutes: float) -> timedelta:

@@ -18,12 +18,8 @@ from shared.notifications.checks.partitions import CheckPartition
 from shared.store import schema
 from shared.store.partitioning import BucketRange
 from tests.checking import World, sweep_all, work
+from tests.notifications.dose_day import DAY, EVENING, MORNING, NEXT_MORNING, h
 from tests.report_client import set_setting
-
-# In May, Europe/Rome is UTC+2: the default schedule's 08:00 and 20:00 are 06:00 and 18:00 UTC.
-DAY = datetime(2026, 5, 4, tzinfo=UTC)
-MORNING, EVENING = DAY + timedelta(hours=6), DAY + timedelta(hours=18)
-NEXT_MORNING = MORNING + timedelta(days=1)
 
 
 @pytest.fixture
@@ -31,10 +27,6 @@ def world(mock_db) -> Iterator[World]:
     bench = World(mock_db, DAY + timedelta(hours=5))
     yield bench
     bench.stop()
-
-
-def h(hours: float) -> timedelta:
-    return timedelta(hours=hours)
 
 
 def test_doses_on_time_or_within_grace_either_side_are_never_late(world):

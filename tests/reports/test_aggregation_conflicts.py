@@ -16,7 +16,7 @@ from shared.reports.documents import hourly_document, hourly_id
 from shared.store import schema
 from shared.store.retries import RetryPolicy, StoreUnavailable
 from tests.api import SPEC, ago, heartbeat, opened, post_events, provisioned
-from tests.reports.test_racing_writes import stale_entry
+from tests.reports.documents import stale_entry
 
 USER = SPEC["user_id"]
 POLICY = RetryPolicy(max_retries=0, base_ms=1)

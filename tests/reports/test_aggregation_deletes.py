@@ -14,9 +14,7 @@ from shared.reports.aggregation import Change, refresh_daily, refresh_hourly
 from shared.reports.documents import daily_id, hourly_id
 from shared.store import schema
 from shared.store.retries import RetryPolicy
-from tests.reports.test_daily_rollups import clock_after_day  # noqa: F401 - the fixture, used below
-from tests.reports.test_documents_owners import DAY, at, heartbeat_doc
-from tests.reports.test_racing_writes import stale_entry
+from tests.reports.documents import DAY, at, heartbeat_doc, stale_entry
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 CHANGES = [Change(schema.BOTTLE_HEARTBEATS, "bottle-1", None)]

@@ -14,8 +14,7 @@ from shared.reports.aggregation import CLAUSES_PER_QUERY, Change, refresh_hourly
 from shared.store import schema
 from shared.store.retries import RetryPolicy
 from tests.api import ago, opened, post_events, provisioned
-from tests.reports.test_daily_rollups import clock_after_day  # noqa: F401 - the fixture, used below
-from tests.reports.test_documents_owners import at, heartbeat_doc
+from tests.reports.documents import at, heartbeat_doc
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 HOUR = timedelta(hours=1)

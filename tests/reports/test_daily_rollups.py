@@ -1,36 +1,21 @@
 """Daily roll-ups (shared/reports/aggregation.py: refresh_daily): each day recomputed from its hours, written or
 deleted only where it changed, a write that lost its guard recomputed, and the count of what was written."""
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from pymongo.database import Database
 
-from shared import instants
-from shared.instants import set_clock
 from shared.reports import aggregation
 from shared.reports.aggregation import refresh_daily
 from shared.reports.documents import daily_id, hourly_document
 from shared.store import schema
 from shared.store.retries import RetryPolicy, StoreUnavailable
-from tests.reports.test_documents_owners import DAY, at
-from tests.reports.test_racing_writes import stale_entry
+from tests.reports.documents import DAY, at, stale_entry
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 NEXT_DAY = DAY + timedelta(days=1)
-
-
-@pytest.fixture
-def clock_after_day() -> Iterator[None]:
-    """These tests store reports of a fixed DAY, and mongomock applies retention (the TTL indexes) by the app's
-    clock: the clock runs from two days after DAY, so that they keep whenever the suite runs."""
-    wall = instants._wall_clock
-    offset = DAY + timedelta(days=2) - wall()
-    set_clock(lambda: wall() + offset)
-    yield
-    set_clock(None)
 
 
 pytestmark = pytest.mark.usefixtures("clock_after_day")

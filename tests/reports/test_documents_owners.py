@@ -1,8 +1,7 @@
 """Whose hourly report a bottle's heartbeats count for around a reassignment, and which hours a tally pass
 recounts (shared/reports/documents.py). Pure functions on a heartbeat document built here: no store, no clock."""
 
-from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -10,38 +9,9 @@ import pytest
 from shared.device_time import MAX_FUTURE_SKEW
 from shared.heartbeat_document import (
     LATE_AT,
-    OWNERS,
-    RING,
-    RING_TIME,
-    SLOT_MINUTES,
-    Placement,
-    field_name,
-    hour_number,
-    ring_bits,
 )
 from shared.reports.documents import heartbeat_parts, merged_entry, tally_hours
-
-DAY = datetime(2027, 3, 10, tzinfo=UTC)
-
-
-def at(hours: int, minutes: int = 0) -> datetime:
-    return DAY + timedelta(hours=hours, minutes=minutes)
-
-
-def heartbeat_doc(
-    beats: Iterable[tuple[datetime, bool]], *, user_id: str, owners: list[dict[str, Any]], written: datetime
-) -> dict[str, Any]:
-    """A bottle's heartbeat document holding heartbeats (moment, late) in its ring, as of a ring write at
-    `written`, owned by `user_id` after the earlier `owners`."""
-    placements = [Placement(hour_number(m), m.minute // SLOT_MINUTES, late) for m, late in beats]
-    return {
-        "_id": "bottle-1",
-        "user_id": user_id,
-        "medication": "aspirin",
-        OWNERS: owners,
-        RING: {field_name(f): bits for f, bits in ring_bits(placements).items()},
-        RING_TIME: written,
-    }
+from tests.reports.documents import at, heartbeat_doc
 
 
 def test_a_reassignment_within_a_slot_gives_that_slot_heartbeat_to_the_new_owner() -> None:

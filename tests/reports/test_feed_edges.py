@@ -15,7 +15,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from tests.api import SPEC, iso, opened, post_events, provisioned
 from tests.report_client import aggregate, get_reports, set_setting
-from tests.reports.test_partitioned_feeds import CosmosStream, actions_partition_with_token
+from tests.reports.feeds import CosmosStream, actions_partition_with_token
 
 
 @pytest.fixture

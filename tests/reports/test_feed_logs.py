@@ -17,13 +17,15 @@ from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from tests.cosmos_fakes import CosmosTokens
+from tests.fake_time import FakeTime
 from tests.report_client import set_setting
-from tests.reports.test_partition_splits import ReplyLeavingOut, dispatch_run, dispatched
-from tests.reports.test_partitioned_feeds import (
-    FakeTime,
+from tests.reports.feeds import (
+    ReplyLeavingOut,
     a_run_out_of_budget_after_a_full_page,
     actions_partition_with_token,
     change,
+    dispatch_run,
+    dispatched,
     run_on_stream,
 )
 

@@ -18,7 +18,7 @@ from shared.store import schema
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy
 from tests.report_client import set_setting
-from tests.reports.test_partitioned_feeds import CosmosStream, actions_partition_with_token, change, stored
+from tests.reports.feeds import CosmosStream, ServerStream, actions_partition_with_token, change, stored
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 SECOND = timedelta(seconds=1)
@@ -66,46 +66,6 @@ def test_a_polling_page_of_one_instant_takes_all_of_it_within_its_buckets(mock_d
 
 
 # --- pymongo's change stream ------------------------------------------------------------------------------------
-
-
-class Cursor:
-    def __init__(self, stream: "ServerStream") -> None:
-        self._stream = stream
-
-    def _has_next(self) -> bool:
-        return bool(self._stream.batch)
-
-
-def after(token: dict[str, Any]) -> int:
-    """The batch a stream opened at `token` reads first: the one after `after-<i>`'s batch, else the first."""
-    data = token["_data"]
-    return int(data.removeprefix("after-")) if isinstance(data, str) and data.startswith("after-") else 0
-
-
-class ServerStream:
-    """A pymongo ChangeStream over Cosmos DB's server batches: every change of a batch carries the batch's token,
-    pymongo keeps the rest of a batch in its cursor (`_cursor._has_next()`), and a stream opened without a token
-    starts at the present (after every batch there is)."""
-
-    def __init__(self, batches: list[list[dict[str, Any]]], token: dict[str, Any] | None) -> None:
-        self._batches = batches
-        self._next = len(batches) if token is None else after(token)
-        self.batch: list[dict[str, Any]] = []
-        self.resume_token = token
-        self.alive = True
-        self._cursor = Cursor(self)
-
-    def try_next(self) -> dict[str, Any] | None:
-        if not self.batch:
-            if self._next >= len(self._batches):
-                return None
-            self.batch = list(self._batches[self._next])
-            self._next += 1
-        self.resume_token = {"_data": f"after-{self._next}"}
-        return self.batch.pop(0)
-
-    def close(self) -> None:
-        self.alive = False
 
 
 def test_a_pymongo_change_stream_page_resumes_at_the_saved_token_and_ends_with_its_server_batch() -> None:

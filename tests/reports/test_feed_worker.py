@@ -20,15 +20,9 @@ from shared.settings import get_settings
 from shared.store import schema
 from tests.api import SPEC, iso, opened, post_events, provisioned
 from tests.cosmos_fakes import CosmosTokens
+from tests.fake_time import FakeTime
 from tests.report_client import get_reports, set_setting
-from tests.reports.test_feed_sources import ServerStream
-from tests.reports.test_partitioned_feeds import (
-    CosmosStream,
-    FakeTime,
-    actions_partition_with_token,
-    change,
-    run_on_stream,
-)
+from tests.reports.feeds import CosmosStream, ServerStream, actions_partition_with_token, change, run_on_stream
 
 MINUTE = timedelta(minutes=1)
 

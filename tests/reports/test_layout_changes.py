@@ -23,9 +23,9 @@ from shared.store.cosmos import feed_range
 from tests.api import opened, post_events, provisioned
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, epk
 from tests.report_client import set_setting, work
-from tests.reports.test_tally import DAY as TALLY_DAY
-from tests.reports.test_tally import HOUR, Fleet, user_in
-from tests.reports.test_tally import opened as tally_opened
+from tests.tally_fleet import DAY as TALLY_DAY
+from tests.tally_fleet import HOUR, Fleet, tally_passes, ticking, user_in
+from tests.tally_fleet import opened as tally_opened
 from tools.host.worker import InvocationFailed
 
 MINUTE = timedelta(minutes=1)
@@ -181,16 +181,6 @@ def test_a_tally_behind_by_more_than_a_window_still_rolls_up_the_days_it_passed_
 
     days = [fleet.daily("u1", TALLY_DAY + timedelta(days=day)) for day in range(4)]
     assert [None if d is None else (d["opened"], d["heartbeats"]) for d in days] == [(1, 1), (1, 0), (1, 0), (1, 0)]
-
-
-def tally_passes(db: Any, settings: Settings, now: datetime, cut_short: Callable[[], bool] = lambda: False) -> None:
-    """A dispatch at `now` and a run of each tally partition it sent (the actions' feed is run by the Fleet), some
-    `cut_short` after a page."""
-    sent: list[str] = []
-    dispatch(db, now=now, settings=settings, send=sent.extend)
-    for partition in (Partition.from_message(json.loads(body)) for body in sent):
-        if partition.feed.tally:
-            process_partition(db, partition, now=now, settings=settings, clock=ticking(30 if cut_short() else 1))
 
 
 def test_a_tally_whose_first_pass_never_ran_still_rolls_up_the_days_since_its_lease_across_a_partition_change(
@@ -365,12 +355,6 @@ class RangeStream:
 
 def stopped_at(moment: datetime) -> Callable[[], datetime]:
     return lambda: moment
-
-
-def ticking(seconds: int) -> Callable[[], float]:
-    """A monotonic clock that moves `seconds` each time it is read."""
-    ticks = iter(range(0, 10**9, seconds))
-    return lambda: float(next(ticks))
 
 
 class Churn:

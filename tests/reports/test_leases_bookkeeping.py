@@ -18,7 +18,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy
 from tests.cosmos_fakes import CosmosTokens, QuietStream
-from tests.reports.test_partition_splits import actions_leases
+from tests.reports.feeds import actions_leases
 
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)

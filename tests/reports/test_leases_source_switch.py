@@ -14,7 +14,7 @@ from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from tests.cosmos_fakes import EPK_TOP, QuietStream
-from tests.reports.test_partition_splits import ReplyLeavingOut
+from tests.reports.feeds import ReplyLeavingOut
 
 MINUTE = timedelta(minutes=1)
 STREAMS = Settings(reports_partitions=1, change_source="change_stream")

@@ -24,29 +24,10 @@ from shared.store.cosmos import feed_range
 from tests.api import opened, post_events, provisioned
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, composite_token, cosmos_token, epk
 from tests.report_client import set_setting
+from tests.reports.feeds import ReplyLeavingOut, actions_leases, checkpoint_all, dispatch_run, dispatched
 
 MINUTE = timedelta(minutes=1)
 DAY = timedelta(days=1)
-
-
-def dispatched(db: Any, now: Any) -> list[Partition]:
-    messages: list[str] = []
-    dispatch(db, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
-    return [p for p in map(Partition.from_message, map(json.loads, messages)) if p.feed == ACTIONS_FEED]
-
-
-def actions_leases(db: Any, *, live: bool = True) -> dict[tuple[str, str], dict[str, Any]]:
-    query: dict[str, Any] = {"feed": ACTIONS_FEED.key, "kind": "cosmos"}
-    if live:
-        query["retired_at"] = None
-    return {(doc["range"][0], doc["range"][1]): doc for doc in db[schema.LEASES].find(query)}
-
-
-def checkpoint_all(db: Any, at: Any) -> None:
-    """Every live actions lease checkpointed at `at`, as workers that ran would leave them."""
-    db[schema.LEASES].update_many(
-        {"feed": ACTIONS_FEED.key, "retired_at": None}, {"$set": {"checkpoint_time": at, "updated_at": at}}
-    )
 
 
 def test_the_documented_sample_token_names_its_feed_range() -> None:
@@ -237,27 +218,6 @@ def test_a_partition_count_changed_back_revives_the_retired_leases_from_their_su
         assert lease["checkpoint_time"] == now  # the 8-layout's position, not the frozen day-old one
         run = process_partition(mock_db, Partition(ACTIONS_FEED, i, 4), now=now + 2 * MINUTE, settings=four)
         assert run.claimed
-
-
-class ReplyLeavingOut(CosmosTokens):
-    """A `GetChangeStreamTokens` reply that leaves the ranges in `left_out` out, or adds those in `extra`."""
-
-    def __init__(self, db: Any, partitions: int) -> None:
-        super().__init__(db, partitions)
-        self.left_out: set[tuple[int, int]] = set()
-        self.extra: list[tuple[int, int]] = []
-
-    def tokens(self) -> list[dict[str, Any]]:
-        whole = self.ranges
-        self.ranges = [r for r in whole if r not in self.left_out] + self.extra
-        try:
-            return super().tokens()
-        finally:
-            self.ranges = whole
-
-
-def dispatch_run(db: Any, now: Any) -> Any:
-    return dispatch(db, now=now, settings=get_settings(), send=lambda messages: None, on_cosmos=True)
 
 
 def test_a_reply_leaving_a_range_out_is_an_error_counted_and_the_range_s_lease_stays_with_its_lag(

@@ -6,7 +6,7 @@ Cosmos DB's documentation describes (a resume token per server batch, empty page
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -29,17 +29,21 @@ from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable
 from tests.api import ago, heartbeat, opened, post_events, provisioned
 from tests.cosmos_fakes import CosmosTokens, throttled
+from tests.fake_time import FakeTime
 from tests.report_client import aggregate, clear_reports, run_round, set_setting, stored_reports
+from tests.reports.feeds import (
+    MINUTE,
+    CosmosStream,
+    a_run_out_of_budget_after_a_full_page,
+    actions_partition_with_token,
+    change,
+    run_on_stream,
+    sent_by_dispatch,
+    stored,
+)
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
-MINUTE = timedelta(minutes=1)
 SECOND = timedelta(seconds=1)
-
-
-def sent_by_dispatch(db: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    messages: list[str] = []
-    dispatch(db, now=kwargs.pop("now", utc_now()), settings=get_settings(), send=messages.extend, **kwargs)
-    return [json.loads(m) for m in messages]
 
 
 # --- buckets -----------------------------------------------------------------------------------------------------
@@ -356,61 +360,6 @@ def test_a_worker_whose_page_ran_past_its_deadline_still_releases_its_lease(mock
 # --- Cosmos DB's change streams, by a fake that behaves as its documentation says -------------------------------------
 
 
-class CosmosStream:
-    """A change stream as Cosmos DB serves one: server batches whose documents all carry the batch's token (which
-    points after the batch), no `operationType`, and empty batches while throttled."""
-
-    def __init__(self, batches: list[list[dict[str, Any]] | None]) -> None:
-        self._batches: Iterator[list[dict[str, Any]] | None] = iter(batches)
-        self._current: list[dict[str, Any]] = []
-        self._token: dict[str, Any] | None = None
-        self._served = 0
-
-    def _next_batch(self) -> bool:
-        batch = next(self._batches, None)
-        if batch is None:  # throttled, or nothing new: an empty batch, and the token stays
-            return False
-        self._served += 1
-        token = {"_data": f"after-batch-{self._served}"}
-        self._current = [{"_id": token, **entry} for entry in batch]
-        return True
-
-    @property
-    def resume_token(self) -> dict[str, Any] | None:
-        return self._token
-
-    def next_change(self) -> dict[str, Any] | None:
-        if not self._current and not self._next_batch():
-            return None
-        change = self._current.pop(0)
-        self._token = change["_id"]  # every document of the batch carries the same token
-        return {k: v for k, v in change.items() if k != "_id"}
-
-    def at_batch_end(self) -> bool:
-        return not self._current
-
-    def close(self) -> None:
-        pass
-
-
-def change(bottle_id: str, received_minutes_ago: int) -> dict[str, Any]:
-    """A change of `bottle_actions` as Cosmos DB's stream gives it: the document, its key, no operationType."""
-    received = utc_now() - timedelta(minutes=received_minutes_ago)
-    document = {
-        "_id": bottle_id,
-        "bottle_id": bottle_id,
-        "user_id": "willcross1024",
-        "medication": "Cordrazine",
-        "time": received - MINUTE,
-        "action": "opened",
-        "number_of_pills": 30,
-        "mass_of_contents": 15.0,
-        "event_id": "e1",
-        ACTIONS_FEED.time_field: received,
-    }
-    return {"fullDocument": document, "documentKey": {"_id": bottle_id}, "ns": {"coll": schema.BOTTLE_ACTIONS}}
-
-
 def test_a_page_ends_only_where_a_server_batch_ends():
     batches: list[list[dict[str, Any]] | None] = [[change(f"b{i}", 5) for i in range(3)], [change("b3", 4)]]
     source = ChangeStreamSource(CosmosStream(batches), ACTIONS_FEED, page_size=2)
@@ -460,38 +409,6 @@ def test_a_worker_on_a_throttled_cosmos_stream_checkpoints_no_later_than_what_it
     assert saved["token"] == {"_data": "after-batch-1"}
 
 
-class FakeTime:
-    """A monotonic clock that moves only when the code under test sleeps (a back-off, a paced wait) or a test
-    says so."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
-def actions_partition_with_token(db: Any, now: Any) -> Partition:
-    partition = next(
-        Partition.from_message(m) for m in sent_by_dispatch(db, now=now) if m["feed"] == ACTIONS_FEED.collection
-    )
-    db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"token": {"_data": "saved"}}})
-    return partition
-
-
-def run_on_stream(db: Any, partition: Partition, batches: list[Any], time_: FakeTime) -> Any:
-    now = utc_now()
-    stream = CosmosStream(batches)
-    return process_partition(
-        db, partition, now=now, settings=get_settings(), clock=time_, sleep=time_.sleep, watch=lambda p, t: stream
-    )
-
-
 def test_a_throttled_stream_after_a_full_page_is_asked_again_with_back_off_until_it_answers(mock_db, monkeypatch):
     """Cosmos DB's change stream answers empty batches while the partition is throttled (tests/cosmos_fakes.py's
     throttling, and the empty batches of CosmosStream above): an empty page right after a full one is no proof
@@ -522,37 +439,6 @@ def test_an_idle_partition_a_short_page_then_empty_ends_its_run_at_once(mock_db,
     run = run_on_stream(mock_db, partition, [[change("b0", 30)], None, None, [change("b1", 29)]], time_)
 
     assert (run.changes, run.caught_up, run.empty_retries, time_.slept) == (1, True, 0, [])
-
-
-class SlowStream(CosmosStream):
-    """A stream each of whose server batches takes `seconds` of the worker's clock to come."""
-
-    def __init__(self, batches: list[list[dict[str, Any]] | None], time_: FakeTime, seconds: float) -> None:
-        super().__init__(batches)
-        self._time, self._seconds = time_, seconds
-
-    def _next_batch(self) -> bool:
-        self._time.now += self._seconds
-        return super()._next_batch()
-
-
-def stored(db: Any, partition: Partition, changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The changes' documents in `bottle_actions` within the partition's buckets, as the collection a stream of
-    the partition reads holds them."""
-    assert partition.buckets is not None
-    bucket = {"bucket": partition.buckets.low}
-    db[schema.BOTTLE_ACTIONS].insert_many([{**c["fullDocument"], **bucket} for c in changes])
-    return changes
-
-
-def a_run_out_of_budget_after_a_full_page(db: Any, partition: Partition, full: list[dict[str, Any]]) -> Any:
-    time_ = FakeTime()
-    stream = SlowStream([full, full], time_, get_settings().reports_time_budget_seconds)
-    run = process_partition(
-        db, partition, now=utc_now(), settings=get_settings(), clock=time_, sleep=time_.sleep, watch=lambda p, t: stream
-    )
-    assert (run.changes, run.caught_up) == (2, False)
-    return run
 
 
 def test_a_run_whose_first_page_is_throttled_after_a_run_that_ran_out_mid_backlog_asks_again(mock_db, monkeypatch):

@@ -20,7 +20,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from tests.api import SPEC, closed, iso, opened, post_events, provisioned
 from tests.report_client import Round, get_reports, run_round, set_setting
-from tests.reports.test_partitioned_feeds import CosmosStream, actions_partition_with_token, change, stored
+from tests.reports.feeds import CosmosStream, actions_partition_with_token, change, stored
 
 MINUTE = timedelta(minutes=1)
 BOTTLES = 6

@@ -22,20 +22,12 @@ from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy
 from tests.api import SPEC, ago, heartbeat, opened, post_events, provisioned
 from tests.report_client import set_setting
+from tests.reports.documents import stale_entry
 from tools.local_host import invoking_thread_name
 from tools.report_truth import reported_totals, source_totals
 
 USER = SPEC["user_id"]
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
-
-
-def stale_entry(bottle_id: str, heartbeats: int) -> dict[str, Any]:
-    """A bottle's entry as an earlier merge left it."""
-    counts = {"opened": 0, "closed": 0, "doses": 0, "pills_taken": 0, "heartbeats": heartbeats}
-    return {"bottle_id": bottle_id, "medication": "Cordrazine", **counts} | {
-        "last_number_of_pills": None,
-        "last_mass_of_contents": None,
-    }
 
 
 def test_a_user_hour_deleted_after_it_was_read_is_not_brought_back_by_the_guarded_write(db, monkeypatch):

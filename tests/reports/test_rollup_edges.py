@@ -10,7 +10,7 @@ import pytest
 
 from shared.settings import Settings
 from shared.store import schema
-from tests.reports.test_tally import DAY, HOUR, Fleet, opened
+from tests.tally_fleet import DAY, HOUR, Fleet, opened
 
 MINUTE = timedelta(minutes=1)
 

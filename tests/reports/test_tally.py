@@ -4,79 +4,27 @@ and actions consumer on one store with chosen server clocks."""
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from shared.bottles.provisioning import provision
-from shared.bottles.spec import BottleSpec
 from shared.heartbeat_document import USER_BUCKET
-from shared.ingestion.receive import receive
-from shared.instants import day_of, utc_now
 from shared.reports import aggregation
-from shared.reports.aggregation import Change, Stamper, refresh_hourly, write_guarded
+from shared.reports.aggregation import write_guarded
 from shared.reports.dispatcher import dispatch
 from shared.reports.leases import Lease
 from shared.reports.partitions import Partition
 from shared.reports.rebuild import rebuild
-from shared.reports.tally import UserPages, rolled_up_before
+from shared.reports.tally import UserPages
 from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
-from shared.store.partitioning import BucketRange, bucket_of
-from shared.store.retries import RetryPolicy
+from shared.store.partitioning import BucketRange
 from shared.store.setup import backfill_buckets
 from tests.report_client import work
-from tests.tally_runner import TallyPartition
+from tests.tally_fleet import DAY, HOUR, POLICY, Fleet, opened, user_in
 from tools.host.worker import InvocationFailed
-
-POLICY = RetryPolicy(max_retries=0, base_ms=1)
-# A week ago: within the hourly reports' retention (mongomock expires them by the app's clock), and every
-# instant the tests play, up to four days on, is past.
-DAY = day_of(utc_now()) - timedelta(days=7)
-HOUR = timedelta(hours=1)
-
-
-class Fleet:
-    """Bottles provisioned and heartbeats received at chosen server times, and the tally's one partition."""
-
-    def __init__(self, db: Any, settings: Settings) -> None:
-        self.db, self.settings = db, settings
-        self.keys: dict[str, str] = {}
-        self.partition = TallyPartition(db, settings)
-
-    def provision(self, bottle_id: str, user_id: str, now: datetime) -> None:
-        spec = BottleSpec(user_id=user_id, medication="med", schedule={"every_hours": 12})
-        key = provision(self.db, bottle_id, spec, rotate_key=False, now=now, settings=self.settings).device_key
-        if key:
-            self.keys[bottle_id] = key
-
-    def send(self, bottle_id: str, *events: dict[str, Any], now: datetime) -> None:
-        body = json.dumps({"events": list(events)}).encode()
-        receive(self.db, bottle_id, self.keys[bottle_id], body, now=now, settings=self.settings)
-        actions = self.db[schema.BOTTLE_ACTIONS].find({"bottle_id": bottle_id, "received_at": now})
-        changes = [Change(schema.BOTTLE_ACTIONS, a["_id"], a) for a in actions]
-        if changes:  # the actions' consumer, at once
-            refresh_hourly(
-                self.db, changes, stamp=Stamper(now).next(), policy=POLICY, rolled_up_before=rolled_up_before(now)
-            )
-
-    def beat(self, bottle_id: str, at: datetime, *, received: datetime | None = None) -> None:
-        self.send(bottle_id, {"type": "heartbeat", "time": at.isoformat()}, now=received or at)
-
-    def tally(self, now: datetime) -> bool:
-        return self.partition.run(now)
-
-    def hourly(self, user_id: str) -> dict[datetime, int]:
-        found = self.db[schema.USER_HOURLY_REPORTS].find({"user_id": user_id})
-        return {r["hour"].astimezone(UTC): r["heartbeats"] for r in found if r["heartbeats"]}
-
-    def daily(self, user_id: str, day: datetime) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = self.db[schema.USER_DAILY_REPORTS].find_one(
-            {"user_id": user_id, "day": day}, {"_id": 0, "updated_at": 0}
-        )
-        return found
 
 
 def every_half_hour(start: datetime, end: datetime) -> list[datetime]:
@@ -117,11 +65,6 @@ def test_a_report_work_message_that_is_not_a_json_object_fails_the_invocation_sa
         work(body)
 
     assert mock_db[schema.LEASES].count_documents({}) == 0
-
-
-def user_in(low: int, high: int, prefix: str = "user") -> str:
-    """A user id whose bucket is in [low, high)."""
-    return next(f"{prefix}{i}" for i in range(100_000) if low <= bucket_of(f"{prefix}{i}") < high)
 
 
 def test_a_user_whose_bottles_move_away_between_the_reads_of_a_page_is_passed_over(
@@ -165,10 +108,6 @@ def test_with_the_shortest_window_every_prompt_heartbeat_is_counted(mock_db: Any
     fleet.tally(DAY + 9 * HOUR)
 
     assert fleet.hourly("u1") == {DAY + h * HOUR: 2 for h in range(8)}
-
-
-def opened(at: datetime) -> dict[str, Any]:
-    return {"type": "opened", "time": at.isoformat(), "number_of_pills": 30, "mass_of_contents": 15.0}
 
 
 def test_a_tally_that_fell_behind_by_more_than_the_window_still_rolls_up_the_days_it_passed(mock_db: Any) -> None:

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from shared.reports.worker import PartitionRun
-from tests.reports.test_tally_pacing import DAY, USERS, Worker, fleet, hourly, settings
+from tests.reports.paced_tally import DAY, USERS, Worker, fleet, hourly, settings
 
 BUDGET = 50.0  # not a multiple of the pace's 15 s a page: a wait past the budget would show
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from shared.reports.tally import rollup_shift
 from shared.settings import Settings
-from tests.reports.test_tally import DAY, HOUR, Fleet, opened
+from tests.tally_fleet import DAY, HOUR, Fleet, opened
 
 MINUTE = timedelta(minutes=1)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from shared.reports.tally import counted_from
 from shared.settings import Settings
-from tests.reports.test_tally import DAY, HOUR, Fleet
+from tests.tally_fleet import DAY, HOUR, Fleet
 
 MINUTE = timedelta(minutes=1)
 SECOND = timedelta(seconds=1)

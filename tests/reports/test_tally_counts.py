@@ -9,7 +9,7 @@ from shared.reports.leases import Lease
 from shared.reports.tally import TallyRun, run_tally
 from shared.settings import Settings
 from shared.store.partitioning import BucketRange
-from tests.reports.test_tally import DAY, HOUR, Fleet
+from tests.tally_fleet import DAY, HOUR, Fleet
 from tests.tally_runner import POLICY
 
 MINUTE = timedelta(minutes=1)

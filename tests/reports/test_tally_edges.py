@@ -7,7 +7,7 @@ from typing import Any
 
 from shared.device_time import LATE_AFTER
 from shared.settings import Settings
-from tests.reports.test_tally import DAY, HOUR, Fleet, opened
+from tests.tally_fleet import DAY, HOUR, Fleet, opened
 
 MINUTE = timedelta(minutes=1)
 

@@ -11,8 +11,7 @@ import pytest
 
 from shared.reports.dispatcher import dispatch
 from shared.settings import Settings
-from tests.reports.test_layout_changes import tally_passes
-from tests.reports.test_tally import DAY, HOUR, Fleet, opened
+from tests.tally_fleet import DAY, HOUR, Fleet, opened, tally_passes
 
 ONE = Settings(reports_partitions=1, change_source="polling")
 TWO = Settings(reports_partitions=2, change_source="polling")

@@ -15,7 +15,7 @@ from shared.reports.tally import LAST_BEGAN, TallyRun, run_tally
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange
-from tests.reports.test_tally import DAY, HOUR, Fleet
+from tests.tally_fleet import DAY, HOUR, Fleet
 from tests.tally_runner import POLICY, out_of_time_after
 
 MINUTE = timedelta(minutes=1)

@@ -6,7 +6,7 @@ from typing import Any
 
 from shared.settings import Settings
 from shared.store.partitioning import bucket_of
-from tests.reports.test_tally import DAY, HOUR, Fleet
+from tests.tally_fleet import DAY, HOUR, Fleet
 
 MINUTE = timedelta(minutes=1)
 

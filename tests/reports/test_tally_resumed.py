@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.settings import Settings
-from tests.reports.test_tally import DAY, HOUR, Fleet, opened, user_in
+from tests.tally_fleet import DAY, HOUR, Fleet, opened, user_in
 
 MINUTE = timedelta(minutes=1)
 

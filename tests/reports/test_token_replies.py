@@ -16,7 +16,7 @@ from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens
 from shared.settings import get_settings
 from shared.store import schema
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, cosmos_token
-from tests.reports.test_partition_splits import ReplyLeavingOut, actions_leases, checkpoint_all, dispatch_run
+from tests.reports.feeds import ReplyLeavingOut, actions_leases, checkpoint_all, dispatch_run
 
 MINUTE = timedelta(minutes=1)
 DAY = timedelta(days=1)

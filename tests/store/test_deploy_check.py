@@ -20,7 +20,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from shared.store.setup import BuildWait, IndexBuildPending, deploy_problems, ensure_store, main
 from tests.cosmos_fakes import FakeCosmosDatabase, IndexTransformingDatabase
-from tests.store.test_setup import OLD_KEYS, pending_notifications
+from tests.store.old_layout import OLD_KEYS, pending_notifications
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK = ROOT / "infra" / "hooks" / "check-indexes.sh"

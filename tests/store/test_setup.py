@@ -1,20 +1,18 @@
 """The setup command: every collection and index, on any MongoDB and on Cosmos DB, safe to run twice."""
 
-from datetime import UTC, datetime
 from typing import Any
 
 import mongomock
 import pytest
 from pymongo.errors import OperationFailure
 
-from shared.notifications import delivery, documents
-from shared.notifications.documents import Episode
+from shared.notifications import delivery
 from shared.settings import get_settings
 from shared.store import cosmos, schema
-from shared.store.retries import RetryPolicy
 from shared.store.schema import collection_specs
 from shared.store.setup import BuildWait, IndexBuildPending, ensure_store, main
 from tests.cosmos_fakes import FakeCosmosDatabase, IndexTransformingDatabase
+from tests.store.old_layout import OLD_KEYS, pending_notifications
 
 
 def index_keys(db, name):
@@ -57,15 +55,6 @@ def test_an_index_whose_declared_keys_changed_is_built_under_its_other_name_befo
     assert any(line.startswith("bottles:") and "rebuilt with new keys: open_check" in line for line in report)
     assert ensure_store(db, get_settings(), on_cosmos=False) == [line.split(" (rebuilt")[0] for line in report]
     client.drop_database(db.name)
-
-
-def pending_notifications(db: Any, count: int) -> None:
-    now = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
-    episodes = [Episode(f"bottle-{i}", f"user-{i}", "aspirin", "left_open", now) for i in range(count)]
-    documents.record(db, episodes, now, RetryPolicy())
-
-
-OLD_KEYS = [("delivery", 1), ("kind", 1), ("created_at", 1)]  # the delivery sweep's index before `bucket`
 
 
 def cosmos_set_up_before_the_change() -> IndexTransformingDatabase:
