@@ -2,7 +2,7 @@
 shared/reports/tally.py `run_tally`): each hour the tally counts is archived with its ring's slots, once, in the file
 of its hour and user, through late heartbeats, passes run again, runs cut by their budget or killed mid-bucket,
 reassignments, stale writers and two writers merging into one file. Each test drives provisioning, ingestion and
-the tally on mongomock with chosen server clocks (tests/reports/test_tally.py's Fleet) and checks the archive against
+the tally on mongomock with chosen server clocks (tests/tally_fleet.py's Fleet) and checks the archive against
 the rings with tools/archive_truth.py."""
 
 from datetime import datetime, timedelta

@@ -1,6 +1,7 @@
 """The shape of the code: `shared/` is packages by job over a few common modules, jobs never reach into each
 other, nothing imports in a cycle (developer tools included), the developer code's layers (tools/, benchmarks/,
-tests/) import only downwards, and no module uses another's private names."""
+tests/) import only downwards, and no module uses another's private names. The tests mirror the code: no test
+file at the top of tests/, and each package of tests/ has its counterpart in the code (tests/integration/ aside)."""
 
 import ast
 from pathlib import Path
@@ -224,3 +225,34 @@ def test_the_tests_use_only_their_helpers_public_names():
         hit for path in sorted(ROOT.joinpath("tests").rglob("test_*.py")) for hit in private_reach_ins(path, helpers)
     ]
     assert found == [], "a test helper's private names used by a test:\n" + lines(found)
+
+
+# The tests mirror the code: a package of tests/ per package of shared/ (tests/reports/ for shared/reports/) or per
+# top-level folder (tests/tools/, tests/infra/), and tests/integration/, the home of the `integration` marker's
+# tests. Only helpers (api.py, checking.py, conftest.py, ...) stay at the top of tests/.
+TESTS = ROOT / "tests"
+INTEGRATION = "integration"
+
+
+def counterpart(package: Path) -> Path:
+    """The code a package of tests/ mirrors: shared/<name> for a job package, else the top-level folder <name>;
+    a subpackage mirrors the same path under its parent's counterpart."""
+    first, *rest = package.relative_to(TESTS).parts
+    base = ROOT / "shared" / first if (ROOT / "shared" / first).is_dir() else ROOT / first
+    return base.joinpath(*rest)
+
+
+def test_no_test_file_sits_at_the_top_of_tests():
+    loose = sorted(p.name for p in TESTS.glob("test_*.py"))
+    assert loose == [], f"move these into the package of tests/ that mirrors the code they test: {loose}"
+
+
+def test_every_folder_of_tests_is_a_package_mirroring_the_code():
+    folders = sorted(p for p in TESTS.rglob("*") if p.is_dir() and p.name != "__pycache__" and any(p.glob("*.py")))
+    assert {p.name for p in folders} >= {"reports", "notifications", "ingestion", "store", "tools", INTEGRATION}
+    not_packages = [str(p.relative_to(ROOT)) for p in folders if not (p / "__init__.py").is_file()]
+    assert not_packages == [], "pytest imports tests by package path: add an __init__.py"
+    mirrored = [p for p in folders if p.relative_to(TESTS).parts != (INTEGRATION,)]
+    orphans = [str(p.relative_to(ROOT)) for p in mirrored if not counterpart(p).is_dir()]
+    assert orphans == [], f"packages of tests/ with no counterpart in the code: {orphans}"
+    assert f'"{INTEGRATION}: ' in ROOT.joinpath("pyproject.toml").read_text()  # tests/integration/'s marker

@@ -1,7 +1,7 @@
 """Report writes at their edges (shared/reports/aggregation.py): an action that reaches its hour late, after the
 tally's pass at midnight rolled the day up, rolls the day up again at once, from the first minutes of the next day
 on; and each page a run writes is stamped later than the last. Driven through provisioning, ingestion, the
-actions' consumer and the tally (tests/reports/test_tally.py's Fleet)."""
+actions' consumer and the tally (tests/tally_fleet.py's Fleet)."""
 
 from datetime import timedelta
 from typing import Any

@@ -1,7 +1,7 @@
 """A heartbeat tally back after a long stop (shared/reports/tally.py, Pass.rollup_days): its first pass rolls up
 the days of its last window at once, beside the oldest day it is behind, so yesterday's daily report does not wait
 for the catch-up of the days before it. Driven through provisioning, ingestion and the tally on one store with
-chosen server clocks (tests/reports/test_tally.py's Fleet)."""
+chosen server clocks (tests/tally_fleet.py's Fleet)."""
 
 from datetime import timedelta
 from typing import Any

@@ -1,6 +1,6 @@
 """The heartbeat tally at its edges: when an hour is counted, which days are rolled up, where late heartbeats are
 looked for (shared/reports/tally.py). Each test drives provisioning, ingestion and the tally on one store with
-chosen server clocks (tests/reports/test_tally.py's Fleet) and reads the reports a user would read."""
+chosen server clocks (tests/tally_fleet.py's Fleet) and reads the reports a user would read."""
 
 from datetime import timedelta
 from typing import Any

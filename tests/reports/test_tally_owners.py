@@ -2,7 +2,7 @@
 gave their only bottle away has no heartbeat document of their own, so their day reaches its daily report only
 through the documents that list them among the bottle's owners; a bottle given away twice within the heartbeat
 window keeps both earlier owners, so each one's heartbeats count for them. Driven through provisioning, ingestion
-and the tally on one store with chosen server clocks (tests/reports/test_tally.py's Fleet)."""
+and the tally on one store with chosen server clocks (tests/tally_fleet.py's Fleet)."""
 
 from datetime import timedelta
 from typing import Any

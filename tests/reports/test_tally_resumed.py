@@ -1,7 +1,7 @@
 """A heartbeat tally pass cut short by its time budget and carried on by the next run (shared/reports/tally.py:
 Pass.token, Pass.resumed): the resumed pass must count what the whole pass would have counted, late heartbeats
 and catch-up roll-ups included. Each test drives provisioning, ingestion and the tally on one store with chosen
-server clocks (tests/reports/test_tally.py's Fleet), with a page a user, each run out of time after one page."""
+server clocks (tests/tally_fleet.py's Fleet), with a page a user, each run out of time after one page."""
 
 from datetime import datetime, timedelta
 from typing import Any

@@ -1,7 +1,7 @@
 """Which days a heartbeat tally pass rolls up (shared/reports/tally.py: count_page, rollup_shift): at the end of
 each block of DAILY_ROLLUP_HOURS counted from midnight when not staggered; the day of an hour a pass counts whose
 block has ended, however old, down to the roll-up horizon (MAX_EVENT_AGE_DAYS + 1) included. Driven through
-provisioning, ingestion and the tally on one store with chosen server clocks (tests/reports/test_tally.py's Fleet)."""
+provisioning, ingestion and the tally on one store with chosen server clocks (tests/tally_fleet.py's Fleet)."""
 
 from datetime import timedelta
 from typing import Any
