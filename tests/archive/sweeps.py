@@ -2,21 +2,13 @@
 archive's actions and reading tests share them."""
 
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from shared.archive.actions import SweepRun, run_actions_sweep
-from shared.archive.storage import Archive, FolderArchive
+from shared.archive.storage import Archive
 from shared.reports.leases import Lease
 from shared.settings import Settings
 from tests.tally_runner import POLICY, out_of_time_after
-
-
-@pytest.fixture
-def archive(tmp_path: Path) -> FolderArchive:
-    return FolderArchive(tmp_path / "archive")
 
 
 class Sweeper:

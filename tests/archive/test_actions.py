@@ -7,6 +7,7 @@ actions' partitions splitting under the dispatcher. On mongomock with chosen ser
 
 import json
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,11 @@ from tools.archive_truth import archived_events, check_archive
 
 MINUTE = timedelta(minutes=1)
 H = DAY + 9 * HOUR  # the receive hour most tests play
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> FolderArchive:
+    return FolderArchive(tmp_path / "archive")
 
 
 def stored_doses(db: Any, hour: datetime, events: int) -> Fleet:
