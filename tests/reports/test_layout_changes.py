@@ -1,4 +1,4 @@
-"""A hostile review of the report feeds through layout changes (shared/reports/layouts.py): layouts that come back
+"""The report feeds through layout changes (shared/reports/layouts.py): layouts that come back
 (REPORTS_PARTITIONS 4 -> 8 -> 4, a Cosmos DB partition merged back), the leases the previous code left, and the
 tally's pass state across a layout change. Each test plays the app's own dispatcher and workers."""
 

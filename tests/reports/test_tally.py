@@ -1,6 +1,6 @@
-"""The heartbeat tally under a hostile review: what it counts where the ring, the cursor, the leases, the window
+"""The heartbeat tally: what it counts where the ring, the cursor, the leases, the window
 and the roll-ups meet (shared/reports/tally.py). Each test drives the app's own provisioning, ingestion, tally
-and actions consumer on one store with chosen server clocks."""
+and actions consumer on one store with chosen server clocks (tests/tally_fleet.py)."""
 
 import json
 import re
