@@ -1,7 +1,7 @@
 """The whole deployment's bill beside Cosmos DB's (benchmarks/design_scale.py): the Functions app on Flex
 Consumption, priced from the work the design scale brings (~18 K HTTP requests a second, the report and check
 workers, the timers) and the CPU a request takes; each price with the page it was read from and the date it was
-read (READ_ON), each rule with a worked example from its page that tests/test_deployment_bill.py checks.
+read (READ_ON), each rule with a worked example from its page that tests/benchmarks/test_deployment_bill.py checks.
 
 What decides the Functions bill: Flex Consumption bills each instance's memory for the time it executes functions
 (GB-seconds) and each execution; always-ready instances bill a lower rate while busy and a baseline while idle. An

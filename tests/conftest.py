@@ -207,7 +207,7 @@ def mid_hour() -> Iterator[None]:
 def secantus_uri() -> Iterator[str]:
     from secantus import SecantusDBServer
 
-    # No background TTL sweeps: tests write fixed, long-past dates (tests/test_retention.py prunes on demand).
+    # No background TTL sweeps: tests write fixed, long-past dates (tests/store/test_retention.py prunes on demand).
     with SecantusDBServer(storage_path=":memory:", ttl_sweep_seconds=0) as server:
         yield server.uri
 

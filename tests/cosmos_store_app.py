@@ -2,7 +2,7 @@
 stores, so that a module importing the app's tests runs them through the store instead.
 
     from tests.cosmos_store_app import cosmos_store, db, real_db  # the stores the imported tests ask for
-    from tests.test_device_events import test_retried_request_is_stored_once  # runs here on the store
+    from tests.ingestion.test_device_events import test_retried_request_is_stored_once  # runs here on the store
 
 `db` and `real_db` are a database set up as on Cosmos DB (`customAction: CreateCollection`, `_ts` TTL) through the
 proxy, installed as the app's store, with MONGODB_CONNECTION_STRING naming a Cosmos DB host (nothing connects to

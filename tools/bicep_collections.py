@@ -2,8 +2,8 @@
 
     python -m tools.bicep_collections        # paste the output over the block in infra/modules/cosmos.bicep
 
-shared/store/schema.py is the one source of collections, shard keys and indexes; tests/test_infra.py fails when the
-Bicep block differs from it, and this prints the block it expects. ARM declares index keys by name only (no
+shared/store/schema.py is the one source of collections, shard keys and indexes; tests/infra/test_infra.py fails when
+the Bicep block differs from it, and this prints the block it expects. ARM declares index keys by name only (no
 direction) and cannot name an index; Cosmos DB serves a fully reversed sort from the same compound index.
 """
 

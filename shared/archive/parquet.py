@@ -1,5 +1,5 @@
 """The archive's files as Parquet: the only module that imports pyarrow, imported only by the code that writes or
-reads the archive (never at an HTTP cold start: tests/test_archive_layout.py holds it to that).
+reads the archive (never at an HTTP cold start: tests/archive/test_storage.py holds it to that).
 
 The schemas are the columns of shared/archive/layout.py with their types: times as UTC timestamps in milliseconds
 (what BSON keeps), `pills_taken` nullable (null for `opened`), `slots` a list of the minutes each 5-minute slot

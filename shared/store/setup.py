@@ -20,8 +20,8 @@ again (no query needs it; Cosmos allows one TTL index a collection); it is recog
 its name (ARM names the Bicep's `_ts` index itself).
 
 **Before a deployment of infra/** (`--check-deploy`, read only): the Bicep declares each collection's whole index
-list, the same as shared/store/schema.py (tests/test_infra.py holds them equal), and ARM applies it in place, in one
-transformation: an index of the account that the list lacks is dropped at once, and one it adds serves only once
+list, the same as shared/store/schema.py (tests/infra/test_infra.py holds them equal), and ARM applies it in place, in
+one transformation: an index of the account that the list lacks is dropped at once, and one it adds serves only once
 built, so sorts that need either fail meanwhile. The check lists every such index and every build still running,
 and exits 1; exit 0 means the deployment changes no index. TTL indexes are left out: their days are the
 deployment's own parameters, and no query uses them.

@@ -25,6 +25,7 @@ from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
 from tests.api import SPEC, closed, heartbeat, opened, post_events, provisioned
 from tests.checking import World
+from tests.integration.cosmos_proxy import app_database, proxy_of
 from tests.report_client import aggregate, get_reports
 from tools.cosmos_store.options import Options
 from tools.cosmos_store.partitions import TOP, effective_key
@@ -34,48 +35,7 @@ from tools.costs.request_units import DocumentWrite, Operation
 from tools.simulate.in_process import run_simulation
 
 pytestmark = pytest.mark.integration
-_databases = itertools.count()
 USER = SPEC["user_id"]
-
-
-class Clock:
-    """The proxy's clock, moved by the test (throughput seconds, `_ts`, index transformations)."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-def proxy_of(secantus_uri: str, **options: Any) -> CosmosProxy:
-    return CosmosProxy(secantus_uri, Options(**options))
-
-
-@pytest.fixture
-def cosmos(secantus_uri: str, clock: Clock) -> Iterator[CosmosProxy]:
-    with proxy_of(secantus_uri, seed=7, clock=clock) as proxy:
-        yield proxy
-
-
-def app_database(proxy: CosmosProxy, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A database set up as on Cosmos DB (customAction CreateCollection, `_ts` TTL), through the proxy, with
-    the app's own client installed as its store."""
-    name = f"cosmos_{next(_databases)}"
-    monkeypatch.setenv("MONGODB_DATABASE", name)
-    get_settings.cache_clear()
-    client = store.create_client(proxy.uri)
-    store.use_client(client)
-    db = client[name]
-    ensure_store(db, get_settings(), on_cosmos=True)
-    yield db
-    client.drop_database(name)
-    client.close()
 
 
 @pytest.fixture

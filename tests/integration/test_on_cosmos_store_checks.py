@@ -8,7 +8,7 @@ from tests.cosmos_store_app import cosmos_store, db, real_db  # noqa: F401 - the
 from tests.integration.test_checks_on_secantus import (  # noqa: F401 - collected here, on the store
     test_from_provisioning_through_ingestion_to_notifications_and_queue_messages,
 )
-from tests.test_checks_left_open import (  # noqa: F401
+from tests.notifications.test_left_open import (  # noqa: F401
     test_a_bottle_left_open_is_notified_once_and_the_close_resolves_it,
     test_left_open_minutes_is_a_setting,
     test_only_bottles_in_trouble_are_notified,

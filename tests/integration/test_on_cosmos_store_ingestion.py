@@ -5,8 +5,7 @@ serves, a write without its shard key, a document over 2 MB) fails here (tests/c
 
 import pytest
 
-from tests.cosmos_store_app import cosmos_store, db, real_db  # noqa: F401 - the stores the tests below ask for
-from tests.test_bottles_api import (  # noqa: F401 - collected here, on the store
+from tests.bottles.test_provisioning import (  # noqa: F401 - collected here, on the store
     test_create_returns_201_with_a_key_that_is_stored_only_as_a_hash,
     test_get_shows_registry_and_live_status_but_never_the_key,
     test_out_of_order_actions_never_move_status_backwards,
@@ -14,12 +13,13 @@ from tests.test_bottles_api import (  # noqa: F401 - collected here, on the stor
     test_reassigning_a_bottle_attributes_later_events_to_the_new_user,
     test_update_returns_200_without_a_key_and_keeps_the_old_one,
 )
-from tests.test_device_auth import (  # noqa: F401
+from tests.cosmos_store_app import cosmos_store, db, real_db  # noqa: F401 - the stores the tests below ask for
+from tests.ingestion.test_device_auth import (  # noqa: F401
     test_a_rotated_key_is_refused_for_heartbeats_at_once,
     test_a_wrong_key_stores_nothing_of_a_batch,
     test_rotation_issues_a_new_key_and_the_old_one_stops_working,
 )
-from tests.test_device_events import (  # noqa: F401
+from tests.ingestion.test_device_events import (  # noqa: F401
     test_a_late_heartbeat_marks_its_hour_and_its_arrival_for_the_report_consumer,
     test_a_repeated_heartbeat_is_a_duplicate_and_counted_once,
     test_actions_are_stored_with_owner_and_medication_from_the_registry,
@@ -31,7 +31,7 @@ from tests.test_device_events import (  # noqa: F401
     test_retried_request_is_stored_once,
     test_the_heartbeat_document_stays_small_however_long_the_bottle_reports,
 )
-from tests.test_races import (  # noqa: F401
+from tests.ingestion.test_repeats_and_races import (  # noqa: F401
     test_a_create_whose_answer_was_lost_is_still_a_create_with_its_key,
     test_an_event_id_reused_for_a_different_event_changes_nothing,
     test_an_open_and_a_close_at_one_instant_end_closed_in_either_order,

@@ -1,22 +1,22 @@
 """The app's own report tests, run once more on the Cosmos-faithful store (tools/cosmos_store): the dispatcher
 partitioned by `GetChangeStreamTokens`, a change stream per physical partition, the heartbeat tally, the guarded
 report writes, the read API and the rebuild, through the app's client as on Cosmos DB for MongoDB 6.0
-(tests/cosmos_store_app.py). tests/test_reports.py's autouse `change_source` (change streams, a 48-hour heartbeat
-window) applies to every test here, as the days those tests play need."""
+(tests/cosmos_store_app.py). tests/reports/test_reports.py's autouse `change_source` (change streams, a 48-hour
+heartbeat window) applies to every test here, as the days those tests play need."""
 
 import pytest
 
 from tests.cosmos_store_app import cosmos_store, db, real_db  # noqa: F401 - the stores the tests below ask for
-from tests.test_report_queries import (  # noqa: F401 - collected here, on the store
+from tests.reports.test_queries import (  # noqa: F401 - collected here, on the store
     test_a_daily_read_starts_at_the_day_from_falls_in,
     test_an_hourly_read_starts_at_the_hour_from_falls_in_not_earlier,
 )
-from tests.test_report_writes import (  # noqa: F401
+from tests.reports.test_racing_writes import (  # noqa: F401
     test_a_user_hour_deleted_after_it_was_read_is_not_brought_back_by_the_guarded_write,
     test_guarded_writes_in_one_bulk_tell_which_landed,
     test_report_documents_are_read_one_user_a_query_never_an_in_of_users,
 )
-from tests.test_reports import (  # noqa: F401
+from tests.reports.test_reports import (  # noqa: F401
     change_source,
     server_clock,
     test_a_daily_report_sums_its_hours_and_keeps_the_latest_readings,

@@ -19,7 +19,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from shared.store.client import create_client
 from tests.api import opened, post_events, provisioned
-from tests.integration.test_cosmos_store import app_database, clock, cosmos  # noqa: F401 (fixtures)
+from tests.integration.cosmos_proxy import app_database
 from tests.report_client import set_setting
 from tools.cosmos_store.partitions import effective_key, parse_bound
 from tools.cosmos_store.proxy import CosmosProxy
@@ -63,7 +63,7 @@ class FeedReads(monitoring.CommandListener):
 
 
 @pytest.fixture
-def cosmos_db(cosmos: CosmosProxy, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:  # noqa: F811
+def cosmos_db(cosmos: CosmosProxy, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield from app_database(cosmos, monkeypatch)
 
 
@@ -81,7 +81,7 @@ def holds(partition: Partition, bottle_id: str) -> bool:
 
 
 def test_a_split_child_rereads_no_more_than_its_range_received_since_its_parents_checkpoint(
-    cosmos: CosmosProxy,  # noqa: F811
+    cosmos: CosmosProxy,
     cosmos_db: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

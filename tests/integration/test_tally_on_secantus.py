@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from shared.settings import Settings
-from tests.test_tally import DAY, HOUR, Fleet
+from tests.tally_fleet import DAY, HOUR, Fleet
 
 pytestmark = pytest.mark.integration
 MINUTE = timedelta(minutes=1)

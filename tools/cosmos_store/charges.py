@@ -2,7 +2,7 @@
 documents it touched (read aside on the backend, before and after, so the model has their sizes and index
 terms and the partition map their bytes).
 
-This module is the one place the store meets the cost model (tests/test_layout.py allows it alone):
+This module is the one place the store meets the cost model (tests/infra/test_layout.py allows it alone):
 `request_charge` prices an operation, `document_writes` counts index terms as the cost meter does. When the model
 changes (the honest bill), only this module changes here."""
 

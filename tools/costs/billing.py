@@ -167,7 +167,7 @@ BLOB_PRICE = BlobPrice()
 @dataclass(frozen=True)
 class ArchiveScale:
     """What the archive's bill is computed from: the design's rates, the archive's layout, and what was measured
-    (bytes per row: tests/test_archive_cost.py encodes rows of the design's sizes with shared/archive/parquet.py)."""
+    (bytes per row: tests/archive/test_cost.py encodes rows of the design's sizes with shared/archive/parquet.py)."""
 
     events_per_second: float = 1_400  # design_scale.OPENED_PER_SECOND + CLOSED_PER_SECOND
     bottles: int = 30_000_000  # design_scale.BOTTLES; each sends a heartbeat every 30 minutes: a row every hour
@@ -258,7 +258,7 @@ def archive_bill(scale: ArchiveScale = ArchiveScale(), price: BlobPrice = BLOB_P
 
 
 def archive_markdown(bill: ArchiveBill) -> str:
-    """The archive's bill as docs/costs.md shows it (tests/test_archive_cost.py holds the page to it)."""
+    """The archive's bill as docs/costs.md shows it (tests/archive/test_cost.py holds the page to it)."""
     rows = [
         ("the sweep's reads of `bottle_actions`", f"{bill.sweep_ru_average:,.0f} RU/s average, "
          f"{bill.sweep_ru_billed:,.0f} billed (paced)", f"{bill.sweep_dollars_month:,.0f}"),

@@ -1,5 +1,5 @@
 """The cost model's rules: one row per rule, each with the Microsoft page it comes from (read on READ_ON) and a
-worked example from that page that tests/test_cost_model.py checks against the code: tools/costs/request_units.py
+worked example from that page that tests/tools/test_cost_model.py checks against the code: tools/costs/request_units.py
 for what an operation costs, tools/costs/billing.py for what the account bills. Where the documentation gives no
 figure, ASSUMPTIONS says what the model takes instead; `./dev bench --mongodb-uri` (benchmarks/calibrate.py) prints
 the charge a real account reports beside the model's, operation by operation. There is one bill, the honest one: no
@@ -48,7 +48,7 @@ class Rule:
     name: str
     statement: str
     source: str
-    example: str  # a worked example from the source; tests/test_cost_model.py checks the code against it
+    example: str  # a worked example from the source; tests/tools/test_cost_model.py checks the code against it
 
 
 RULES = (

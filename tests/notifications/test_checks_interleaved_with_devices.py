@@ -1,0 +1,272 @@
+"""However a device request interleaves with a check run, a notification whose episode has ended is resolved by the
+next check run or by the same one, and each episode is notified once (docs/checks.md: "A device request during a
+run").
+
+Each check records its notification, then marks the bottle's episode with a write guarded by the state its sweep
+read. Here the request lands between that read and that write: before the notification is recorded, or between the
+notification and the marker. It closes the bottle, is heard from again, or uploads a dose taken in time, and so
+takes the bottle out of the sweep that found it; the marker write misses. On mongomock and on SecantusDB (the `db`
+fixture), and in a paced late-dose sweep, whose waits come between reading a batch and writing it."""
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pymongo.database import Database
+
+from shared.notifications import documents
+from shared.notifications.checks.run import run_check
+from shared.notifications.documents import Episode, Kind
+from shared.settings import get_settings
+from shared.store.partitioning import BucketRange
+from shared.store.retries import RetryPolicy
+from tests.api import closed, opened
+from tests.checking import World
+from tests.fake_time import FakeTime
+from tests.report_client import set_setting
+
+START = datetime(2026, 5, 4, 5, 0, tzinfo=UTC)
+# In May, Europe/Rome is UTC+2: the default schedule's 08:00 is 06:00 UTC, late at 07:00 with its 60-minute grace.
+MORNING = datetime(2026, 5, 4, 6, 0, tzinfo=UTC)
+BEFORE_THE_NOTIFICATION, BEFORE_THE_MARKER = "before the notification", "before the marker"
+PLACES = [BEFORE_THE_NOTIFICATION, BEFORE_THE_MARKER]
+
+
+@pytest.fixture
+def world(db: Database[Any]) -> Iterator[World]:
+    bench = World(db, START)
+    bench.provision()
+    yield bench
+    bench.stop()
+
+
+def during_the_next_run(
+    monkeypatch: pytest.MonkeyPatch, kind: Kind, place: str, request: Callable[[], None]
+) -> list[int]:
+    """Land `request` in the next run that records a `kind` episode, after its sweep read the bottle: just before it
+    records the notification, or just after (before the bottle's marker is written). What landed: [1] once it
+    has."""
+    record = documents.record
+    landed: list[int] = []
+
+    def recording(db: Database[Any], episodes: Iterable[Episode], now: datetime, policy: RetryPolicy) -> list[Episode]:
+        episodes = list(episodes)
+        racing = not landed and any(e.kind == kind for e in episodes)
+        if racing and place == BEFORE_THE_NOTIFICATION:
+            landed.append(1)
+            request()
+        new = record(db, episodes, now, policy)
+        if racing and place == BEFORE_THE_MARKER:
+            landed.append(1)
+            request()
+        return new
+
+    monkeypatch.setattr(documents, "record", recording)
+    return landed
+
+
+def resolutions(world: World, kind: Kind) -> dict[datetime, datetime | None]:
+    """Each notification of `kind` by its episode's start: when it was resolved (None: it was not)."""
+    return {n["episode_start"]: n["resolved_at"] for n in world.notifications(kind)}
+
+
+def sent_once(world: World) -> bool:
+    """Every notification the checks sent went out once (what the queue accepted)."""
+    return set(Counter(json.loads(m)["notification_id"] for m in world.queue.messages).values()) == {1}
+
+
+# --- left open --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_bottle_closed_while_the_check_marks_it_left_open_is_resolved(world, monkeypatch, place):
+    opened_at = world.now
+    world.open()
+    landed = during_the_next_run(monkeypatch, "left_open", place, world.close)
+
+    raced = world.after(minutes=6).now
+    [message] = world.check("left_open")
+    world.after(minutes=1).check("left_open")
+
+    assert landed
+    assert message["episode_start"] == "2026-05-04T05:00:00.000Z"
+    assert resolutions(world, "left_open") == {opened_at: raced}  # seen ended by the run that raced it
+    assert world.status()["last_action"] == "closed"
+    assert sent_once(world)
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_bottle_closed_and_opened_again_while_the_check_marks_it_resolves_the_first_episode_only(
+    world, monkeypatch, place
+):
+    first = world.now
+    world.open()
+
+    def closed_and_opened_again() -> None:
+        world.post("bottle-1", closed(world.now - timedelta(seconds=20)), opened(world.now - timedelta(seconds=10)))
+
+    during_the_next_run(monkeypatch, "left_open", place, closed_and_opened_again)
+    raced = world.after(minutes=6).now
+    world.check("left_open")
+    second = raced - timedelta(seconds=10)
+    world.after(minutes=1).check("left_open")
+    assert resolutions(world, "left_open") == {first: raced}
+
+    world.at(second + timedelta(minutes=6)).check("left_open")  # the second opening, open too long: its own episode
+    world.after(minutes=1).check("left_open")
+
+    assert resolutions(world, "left_open") == {first: raced, second: None}
+    assert [m["episode_start"] for m in world.sent] == ["2026-05-04T05:00:00.000Z", "2026-05-04T05:05:50.000Z"]
+
+
+# --- silent -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_bottle_heard_from_while_the_check_marks_it_silent_is_resolved(world, monkeypatch, place):
+    world.heartbeat()
+    landed = during_the_next_run(monkeypatch, "silent", place, world.heartbeat)
+
+    raced = world.after(minutes=61).now
+    [message] = world.check("silent")
+    world.after(minutes=5).check("silent")
+
+    assert landed
+    assert message["episode_start"] == "2026-05-04T05:00:00.000Z"
+    assert resolutions(world, "silent") == {START: raced}
+    assert sent_once(world)
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_bottle_heard_from_while_the_check_marks_it_silent_is_a_new_episode_when_silent_again(
+    world, monkeypatch, place
+):
+    world.heartbeat()
+    during_the_next_run(monkeypatch, "silent", place, world.heartbeat)
+    back = world.after(minutes=61).now
+    world.check("silent")
+
+    world.every("silent", until=back + timedelta(minutes=75))
+
+    assert resolutions(world, "silent") == {START: back, back: None}
+    assert [m["episode_start"] for m in world.sent] == ["2026-05-04T05:00:00.000Z", "2026-05-04T06:01:00.000Z"]
+
+
+# --- late doses -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_dose_taken_in_time_and_uploaded_while_the_check_marks_the_slot_late_resolves_it(world, monkeypatch, place):
+    landed = during_the_next_run(
+        monkeypatch, "late_dose", place, lambda: world.dose(at=MORNING + timedelta(minutes=10))
+    )
+
+    raced = world.at(MORNING + timedelta(minutes=65)).now  # the bottle offline since provisioning
+    [message] = world.check("late_dose")
+    world.every("late_dose", until=MORNING + timedelta(hours=3))
+
+    assert landed
+    assert message["episode_start"] == "2026-05-04T06:00:00.000Z"
+    assert resolutions(world, "late_dose") == {MORNING: raced}  # the dose was counted for 08:00 (06:00 UTC)
+    assert world.status()["next_dose_due"] == "2026-05-04T18:00:00.000Z"
+    assert sent_once(world)
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_bottle_opened_while_the_check_marks_the_slot_late_is_resolved_by_its_late_dose(world, monkeypatch, place):
+    """An open without a dose makes the marker write miss too, but the slot is still late: the late dose, when it
+    comes, resolves it."""
+    during_the_next_run(monkeypatch, "late_dose", place, world.open)
+    world.at(MORNING + timedelta(minutes=65)).check("late_dose")
+    world.after(minutes=5).check("late_dose")
+    assert resolutions(world, "late_dose") == {MORNING: None}
+
+    taken = world.after(minutes=5).now
+    world.close(taken=1)
+    world.every("late_dose", until=taken + timedelta(minutes=10))
+
+    assert resolutions(world, "late_dose") == {MORNING: taken}
+    assert sent_once(world)
+
+
+# --- a paced late-dose sweep ------------------------------------------------------------------------------------
+
+HOURLY = {"schedule": {"every_hours": 1}, "grace_minutes": 1}  # due an hour after provisioning, late a minute later
+BOTTLES = [f"bottle-{i}" for i in range(6)]
+
+
+def test_doses_uploaded_while_a_paced_sweep_waits_resolve_every_slot_it_notified(db, monkeypatch):
+    """The paced sweep reads a batch, waits for it to be due, then writes it: the doses taken in time and uploaded
+    during its first wait come between the read and the write of at least the batch it waits for (of every batch
+    read before them: on both engines here, all but the first)."""
+    set_setting(monkeypatch, "CHECK_PARTITIONS", "1")
+    set_setting(monkeypatch, "CHECK_BATCH_SIZE", "1")  # one bottle a batch: six batches, five waits
+    world = World(db, START)
+    try:
+        for bottle_id in BOTTLES:
+            world.provision(bottle_id, **HOURLY)
+        due = START + timedelta(hours=1)
+        world.at(START + timedelta(minutes=90))
+        fake = FakeTime()
+
+        def uploading_while_waiting(seconds: float) -> None:
+            if not fake.slept:
+                for bottle_id in BOTTLES:  # each dose taken on time, uploaded now
+                    world.dose(bottle_id, at=due)
+            fake.sleep(seconds)
+
+        paced = run_check(
+            db,
+            "late_dose",
+            partition=BucketRange(0, 1),
+            now=world.now,
+            settings=get_settings(),
+            send=world.queue,
+            clock=fake,
+            sleep=uploading_while_waiting,
+        )
+        raced = world.now
+        world.every("late_dose", until=raced + timedelta(minutes=20))
+
+        notified = world.notifications("late_dose")
+        assert paced.paced
+        assert len(notified) >= 2  # the first batch, written before the doses came, and the one read before them
+        assert [(n["episode_start"], n["resolved_at"]) for n in notified] == [(due, raced)] * len(notified)
+        assert sent_once(world)
+    finally:
+        world.stop()
+
+
+# --- another check run between the read and the write -----------------------------------------------------------
+
+ENDINGS: dict[Kind, Callable[[World], None]] = {
+    "left_open": lambda world: world.close(),
+    "silent": lambda world: world.heartbeat(),
+    "late_dose": lambda world: world.dose(),
+}
+
+
+@pytest.mark.parametrize("kind", ["left_open", "silent", "late_dose"])
+def test_a_run_inside_another_s_read_and_write_notifies_once_and_the_episode_goes_on_until_it_ends(
+    world, monkeypatch, kind
+):
+    """The other run marks the episode first, so this run's marker write misses with the episode still going on:
+    it is not resolved (nor notified again) until it ends."""
+    if kind == "left_open":
+        world.open()
+    landed = during_the_next_run(monkeypatch, kind, BEFORE_THE_MARKER, lambda: world.check(kind))
+
+    world.at(MORNING + timedelta(minutes=65)).check(kind)
+    world.after(minutes=5).check(kind)
+    [notification] = world.notifications(kind)
+    assert landed
+    assert notification["resolved_at"] is None
+
+    ENDINGS[kind](world.after(minutes=1))
+    world.after(minutes=4).check(kind)
+
+    assert resolutions(world, kind) == {notification["episode_start"]: world.now}
+    assert sent_once(world)

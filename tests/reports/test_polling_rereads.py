@@ -1,0 +1,167 @@
+"""What a polling report partition reads again (shared/reports/sources.py `aggregated_before`): a run reads back
+REPORTS_POLL_OVERLAP_SECONDS before its checkpoint time, for writes that commit late and for clock skew between
+instances, but a partition that has gone quiet reads its last changes again only until the overlap has passed since
+them, not at every dispatch for as long as it stays quiet (before, `./dev serve` re-read the same 333 changes every
+minute, writing nothing). Writes that commit late within the overlap are still counted, and a change stream's empty
+answer (no proof on Cosmos DB: a throttled stream answers empty pages) never moves a recovery's start."""
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from pymongo.errors import OperationFailure
+
+from shared import instants
+from shared.instants import set_clock, utc_now
+from shared.reports.partitions import ACTIONS_FEED
+from shared.reports.worker import process_partition
+from shared.settings import get_settings
+from shared.store import schema
+from tests.api import SPEC, closed, iso, opened, post_events, provisioned
+from tests.report_client import Round, get_reports, run_round, set_setting
+from tests.reports.feeds import CosmosStream, actions_partition_with_token, change, stored
+
+MINUTE = timedelta(minutes=1)
+BOTTLES = 6
+PAIRS = 5  # opened/closed pairs a bottle uploads in one request
+
+
+@pytest.fixture(autouse=True)
+def clock_put_back() -> Iterator[None]:
+    """These tests stop the server clock at instants of their own: the next test gets the clock it had."""
+    before = instants._clock
+    yield
+    set_clock(before)
+
+
+@pytest.fixture(params=[10, 300], ids=["dev-serve-overlap", "default-overlap"])
+def overlap(request: pytest.FixtureRequest, db: Any, monkeypatch: pytest.MonkeyPatch) -> timedelta:
+    """Polling with `./dev serve`'s overlap (10 s) and the app's default (300 s)."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    set_setting(monkeypatch, "REPORTS_POLL_OVERLAP_SECONDS", str(request.param))
+    return timedelta(seconds=request.param)
+
+
+def a_burst_instant() -> datetime:
+    """Five past an hour two hours ago: the burst's buffered events (30 minutes before it) fall in one hour."""
+    return utc_now().replace(minute=5, second=0, microsecond=0) - timedelta(hours=2)
+
+
+def upload(bottle_id: str, key: str, start: datetime, tag: str = "") -> int:
+    """A device's buffered opens and closes since `start`, in one request: how many were stored."""
+    events = []
+    for pair in range(PAIRS):
+        at = start + pair * MINUTE
+        events += [opened(at, event_id=f"o{tag}{pair}"), closed(at + timedelta(seconds=30), event_id=f"c{tag}{pair}")]
+    response = post_events(bottle_id, key, {"events": events})
+    assert response.status == 202, response.body
+    stored: int = response.body["stored"]
+    return stored
+
+
+def actions_read(round_: Round) -> int:
+    """The changes the actions' partitions read in a round (the `changes=` of their log lines)."""
+    return sum(run.changes for run in round_.runs if run.lease_id.startswith(f"reports:{ACTIONS_FEED.key}:"))
+
+
+def opened_in_hour(hour: datetime) -> int:
+    span = {"from": iso(hour), "to": iso(hour + timedelta(hours=1))}
+    response = get_reports(SPEC["user_id"], granularity="hour", **span)
+    assert response.status == 200, response.body
+    return sum(report["opened"] for report in response.body["reports"])
+
+
+def test_a_quiet_partition_reads_its_last_changes_again_only_until_the_overlap_has_passed(
+    db: Any, overlap: timedelta
+) -> None:
+    """A burst of changes, then a dispatch every minute for the overlap and four minutes more: each run reads
+    the burst again only while the run before it began within the overlap after the burst (a write stamped
+    before the burst may commit until then); later runs read nothing. A change arriving after the quiet spell is
+    then read on its own."""
+    burst = a_burst_instant()
+    set_clock(lambda: burst)
+    sent = sum(upload(f"bottle-{i}", provisioned(f"bottle-{i}"), burst - 30 * MINUTE) for i in range(BOTTLES))
+    assert sent == BOTTLES * PAIRS * 2
+    starts = [burst + timedelta(seconds=5) + i * MINUTE for i in range(overlap // MINUTE + 4)]
+
+    read, written = [], []
+    for start in starts:
+        set_clock(lambda at=start: at)  # type: ignore[misc]
+        done = run_round(db)
+        assert done.caught_up
+        read.append(actions_read(done))
+        written.append(done.hourly_written)
+    later = starts[-1] + 10 * MINUTE
+    set_clock(lambda: later)
+    assert post_events("bottle-new", provisioned("bottle-new"), {"events": [opened(later - MINUTE)]}).status == 202
+    set_clock(lambda: later + timedelta(seconds=5))
+    read_after = actions_read(run_round(db))
+
+    again = [sent if i == 0 or starts[i - 1] - overlap < burst else 0 for i in range(len(starts))]
+    assert read == again, f"changes read per run, a run a minute from 5 s after the burst (overlap {overlap})"
+    assert written[1:] == [0] * (len(starts) - 1)
+    assert read_after == 1
+    assert opened_in_hour((burst - 30 * MINUTE).replace(minute=0)) == BOTTLES * PAIRS
+
+
+def test_a_write_committing_late_within_the_overlap_is_counted_after_runs_that_read_nothing_new(
+    db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guarantee the overlap is for holds after quiet runs: a write stamped 30 s before the partition's newest
+    change (its instance's clock behind, or its commit slow) that commits four minutes later, after runs that
+    read nothing new, is counted by the next run (the default overlap, 300 s)."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    burst = a_burst_instant()
+    set_clock(lambda: burst)
+    key = provisioned()
+    assert post_events("bottle-1", key, {"events": [opened(burst - 10 * MINUTE)]}).status == 202
+    for minutes in range(4):
+        set_clock(lambda m=minutes: burst + timedelta(seconds=5) + m * MINUTE)  # type: ignore[misc]
+        run_round(db)
+    set_clock(lambda: burst - timedelta(seconds=30))  # the other instance's stamp
+    assert post_events("bottle-1", key, {"events": [opened(burst - 20 * MINUTE, event_id="late")]}).status == 202
+    set_clock(lambda: burst + timedelta(seconds=5) + 4 * MINUTE)
+    run_round(db)
+
+    assert opened_in_hour((burst - 20 * MINUTE).replace(minute=0)) == 2
+
+
+def test_a_change_streams_empty_answer_never_moves_where_a_recovery_starts(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a polling run's queries prove what had committed when it began: a Cosmos DB change stream answers
+    empty pages while throttled. A document stamped 20 s before the checkpoint, which the stream had yet to give
+    when its run found nothing an hour later, is read by the recovery from a rejected token (which polls from the
+    checkpoint time less the overlap)."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    now = utc_now()
+    partition = actions_partition_with_token(mock_db, now)
+    newest = stored(mock_db, partition, [change("b0", 10)])
+    run = process_partition(
+        mock_db, partition, now=now, settings=get_settings(), watch=lambda p, t: CosmosStream([newest])
+    )
+    assert run.changes == 1
+    late = change("b1", 10)
+    late["fullDocument"][ACTIONS_FEED.time_field] -= timedelta(seconds=20)
+    stored(mock_db, partition, [late])
+    quiet = process_partition(
+        mock_db, partition, now=now + timedelta(hours=1), settings=get_settings(), watch=lambda p, t: CosmosStream([])
+    )
+    assert quiet.changes == 0
+
+    opened_streams: list[Any] = []
+
+    def rejecting_the_token(p: Any, token: Any) -> CosmosStream:
+        opened_streams.append(token)
+        if len(opened_streams) == 1:
+            raise OperationFailure("resume token expired", code=280)
+        return CosmosStream([])
+
+    recovery = process_partition(
+        mock_db, partition, now=now + timedelta(hours=1, minutes=1), settings=get_settings(), watch=rejecting_the_token
+    )
+
+    assert recovery.recovered
+    assert recovery.changes == 2  # b0 again (within the overlap) and the late b1
+    assert mock_db[schema.USER_HOURLY_REPORTS].count_documents({}) >= 1
