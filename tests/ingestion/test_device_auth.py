@@ -140,6 +140,31 @@ def test_a_bottle_lost_from_the_store_during_its_rotation_is_a_503_to_retry_and_
     )
 
 
+def test_a_bottle_lost_from_the_store_after_its_insert_met_it_is_a_503_to_retry_and_logged_saying_so(
+    db, monkeypatch, caplog
+):
+    """A PUT's insert meets the bottle already there (a duplicate `_id`), then its update finds none: the store
+    lost it in between. The same 503 with a short Retry-After, and a line saying where."""
+    provisioned("bottle-1")
+    real_insert = provisioning._insert_new
+
+    def lost_after_the_insert(inserting_db: Any, bottle: dict[str, Any]) -> bool:
+        inserted = real_insert(inserting_db, bottle)
+        inserting_db[schema.BOTTLES].delete_one({"_id": bottle["_id"]})
+        return inserted
+
+    monkeypatch.setattr(provisioning, "_insert_new", lost_after_the_insert)
+
+    with caplog.at_level(logging.WARNING):
+        response = put_bottle("bottle-1")
+
+    assert response.status == 503
+    assert response.body == {"error": "the database is busy or unavailable; retry later", "details": []}
+    assert 1 <= int(response.headers["Retry-After"]) <= 1 + THROTTLED_SPREAD_S
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "provision_bottle store unavailable: the bottle was not found after its insert; retry" in logged, logged
+
+
 def test_a_rotation_whose_copy_lands_after_a_newer_rotation_s_cannot_put_its_key_back(db, monkeypatch):
     """This PUT rotates (version 2) and finds the heartbeat document's copy older; before its copy lands, another
     worker's rotation (version 3) lands with its copy. Only a newer key replaces a copy, so the newest key works

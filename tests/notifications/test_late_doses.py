@@ -256,6 +256,31 @@ def test_a_grace_change_restarts_the_schedule_too(world):
     assert world.status()["next_dose_due"] == format_instant(NEXT_MORNING)
 
 
+def test_a_put_that_changes_neither_schedule_nor_grace_leaves_the_due_dose_due(world):
+    """A new medication name is no schedule change: the 08:00 dose due half an hour ago stays due, and goes late."""
+    world.provision()
+    world.at(MORNING + h(0.5)).provision(medication="Cordrazine XR")
+
+    assert world.status()["next_dose_due"] == format_instant(MORNING)
+    world.live("late_dose", until=MORNING + h(2))
+    assert [n["kind"] for n in world.notifications()] == ["late_dose"]
+
+
+def test_a_schedule_change_counts_the_doses_already_taken(world):
+    """The morning dose taken at 07:50 (within grace of 08:00); at 07:55 the grace changes, which restarts the
+    schedule from then: 08:00 is still satisfied by the dose taken, so the evening dose is next (the bottle's GET
+    says so at once) and nothing is late."""
+    world.provision()
+    world.at(MORNING - h(1 / 6)).dose()
+    world.at(MORNING - h(1 / 12)).provision(grace_minutes=45)
+
+    assert world.status()["next_dose_due"] == format_instant(EVENING)  # at once, not only once a check has run
+    world.live("late_dose", until=MORNING + h(3))
+
+    assert world.notifications() == []
+    assert world.status()["next_dose_due"] == format_instant(EVENING)
+
+
 @pytest.fixture
 def two_dose_world(mock_db: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     """A world whose bottles keep only their newest two doses (DOSE_HISTORY=2)."""
