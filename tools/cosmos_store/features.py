@@ -1,45 +1,34 @@
-"""What Cosmos DB for MongoDB (RU) does not support, as pure functions of a command: the commands, query operators,
-aggregation stages and index properties its feature page marks unsupported, and the size of a document. The proxy
-asks them before it forwards a command, and refuses what they name.
-
-The server version is the one infra/modules/cosmos.bicep deploys, 6.0:
-
-    https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-60
-    "Azure Cosmos DB for MongoDB (6.0 server version): Supported features and syntax". Marked "No": the commands
-    `eval`, `getPrevError`, `parallelCollectionScan`, `resetError`, `cloneCollectionAsCapped`, `collMod`,
-    `connectionStatus`, `convertToCapped`, `copydb`, `killOp`, `renameCollection`, `connPoolStats`, `dataSize`,
-    `dbHash`, `features`, `listCommands`, `profiler`, `serverStatus`, `top`, `mapReduce`; the stages `bucket`,
-    `bucketAuto`, `collStats`, `currentOp`, `graphLookup`, `indexStats`, `listLocalSessions`, `listSessions`;
-    the operators `jsonSchema`, `text`, `where`, `bitsAllSet`, `bitsAnySet`, `bitsAllClear`, `bitsAnyClear`,
-    `$center`, `$centerSphere`, `$box`, `$polygon`; the indexes `Text Index`, `2d Index`, `Hashed Index`; the
-    index properties `Case Insensitive` and `Sparse`, and `Partial` "Supported only for unique indexes".
-    `lookup` is "Partial": "If you attempt to use the `$lookup` operator with the `let` and `pipeline` fields, an
-    error message that indicates that *`let` is not supported* appears." And: "16-MB document support raises the
-    size limit for your documents from 2 MB to 16 MB" (the `EnableMongo16MBDocumentSupport` capability).
-    https://learn.microsoft.com/azure/cosmos-db/concepts-limits
-    "Maximum size of a document | 16 MB (UTF-8 length of JSON representation)" ... "Large document sizes up to
-    16 MB require feature enablement in the Azure portal"; per item otherwise: "Maximum size of an item | 2 MB".
-    https://learn.microsoft.com/azure/cosmos-db/mongodb/error-codes-solutions
-    "115 | CommandNotSupported | The request attempted isn't supported." "67 | CannotCreateIndex | The request to
-    create an index can't be completed."
-
-The pages give no code for an unsupported operator or stage, nor for a document too large: the store answers the
-first two with 115 (CommandNotSupported, the page's code for what "isn't supported") and the last, as it does the
-20 GB logical partition limit, with code 2 and the NoSQL API's message for it (HTTP 413, RequestEntityTooLarge:
-https://learn.microsoft.com/rest/api/cosmos-db/http-status-codes-for-cosmosdb). A document's size is its BSON
-length, not the UTF-8 length of its JSON: close, and the same order of size."""
+"""What Cosmos DB for MongoDB (RU) 6.0 does not support, as pure functions of a command: the commands, query
+operators, aggregation stages and index properties its feature page marks unsupported, and a document's size limit.
+The proxy asks them before it forwards a command and refuses what they name. The rules, their codes and their
+pages: docs/cosmos-store.md, "What it models" (Unsupported features, A document's size)."""
 
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import bson
 
+# https://learn.microsoft.com/azure/cosmos-db/mongodb/error-codes-solutions
+# "115 | CommandNotSupported | The request attempted isn't supported." "67 | CannotCreateIndex | The request to
+# create an index can't be completed."
 COMMAND_NOT_SUPPORTED = 115
 CANNOT_CREATE_INDEX = 67
 BAD_VALUE = 2
 MB = 1024 * 1024
+# https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-60: "16-MB document support raises the size
+# limit for your documents from 2 MB to 16 MB" (the `EnableMongo16MBDocumentSupport` capability).
+# https://learn.microsoft.com/azure/cosmos-db/concepts-limits: "Maximum size of an item | 2 MB"; "Maximum size of a
+# document | 16 MB (UTF-8 length of JSON representation)" ... "Large document sizes up to 16 MB require feature
+# enablement in the Azure portal".
 DOCUMENT_LIMIT = 2 * MB  # without the EnableMongo16MBDocumentSupport capability
 LARGE_DOCUMENT_LIMIT = 16 * MB  # with it
+
+# The server version infra/modules/cosmos.bicep deploys, 6.0: https://learn.microsoft.com/azure/cosmos-db/mongodb/
+# feature-support-60, "Azure Cosmos DB for MongoDB (6.0 server version): Supported features and syntax". Marked
+# "No": the commands, stages, operators and index types below; the index properties `Case Insensitive` and
+# `Sparse`, and `Partial` "Supported only for unique indexes" (check_index). `lookup` is "Partial": "If you attempt
+# to use the `$lookup` operator with the `let` and `pipeline` fields, an error message that indicates that *`let`
+# is not supported* appears."
 
 COMMANDS = frozenset(
     {
@@ -92,7 +81,7 @@ OPERATORS = frozenset(
         "$polygon",
     }
 )
-INDEX_TYPES = frozenset({"text", "2d", "hashed"})
+INDEX_TYPES = frozenset({"text", "2d", "hashed"})  # the page's `Text Index`, `2d Index`, `Hashed Index`
 
 
 class Refusal(Exception):
@@ -104,6 +93,8 @@ class Refusal(Exception):
 
 
 def _not_supported(what: str) -> Refusal:
+    """CommandNotSupported (115), the error codes page's code for what "isn't supported": the feature page gives no
+    code for an unsupported operator or stage."""
     return Refusal(COMMAND_NOT_SUPPORTED, f"{what} is not supported", "CommandNotSupported")
 
 
@@ -202,7 +193,10 @@ def _pipelines(name: str, command: Mapping[str, Any]) -> Iterator[Any]:
 
 
 def document_too_large(size: int, limit: int, where: str) -> Refusal:
-    """A write that would store a document past the size limit: nothing is written."""
+    """The Refusal for a write that would store a document past the size limit (nothing is written): code 2 with
+    the NoSQL API's message (HTTP 413, RequestEntityTooLarge:
+    https://learn.microsoft.com/rest/api/cosmos-db/http-status-codes-for-cosmosdb), as for the 20 GB logical
+    partition limit, since the pages give no MongoDB code for a document too large."""
     return Refusal(
         BAD_VALUE,
         "Response status code does not indicate success: RequestEntityTooLarge (413); Substatus: 0; Reason: "
@@ -213,7 +207,8 @@ def document_too_large(size: int, limit: int, where: str) -> Refusal:
 
 
 def largest_written(name: str, command: Mapping[str, Any], before: Sequence[Mapping[str, Any]]) -> tuple[int, str]:
-    """The size of the largest document a write would store, and which: an inserted document or a replacement
+    """The size (its BSON length: close to the UTF-8 length of its JSON the limits page counts, and of the same
+    order) of the largest document a write would store, and which: an inserted document or a replacement
     exactly; an update by operators or a pipeline as the largest document it may touch (`before`) grown by all
     the update carries (what it really adds is known only once it ran: the least forgiving reading)."""
     largest, which = 0, ""

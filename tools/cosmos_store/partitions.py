@@ -1,24 +1,7 @@
-"""Physical partitions, as Cosmos DB keeps them: each collection's documents are placed by a hash of their shard
-key value (the effective partition key), and each physical partition owns one contiguous range of that hash,
-with a storage limit and a throughput of its own. A partition past its storage limit splits in two.
-
-    https://learn.microsoft.com/azure/cosmos-db/scaling-provisioned-throughput-best-practices
-    "Each physical partition can support a maximum of 10,000 RU/s (applies to all APIs) of throughput and 50 GB
-    of storage" ... "Each PartitionKeyRangeId maps to one physical partition and is assigned to hold data for a
-    range of possible hash values." ... "As data gets written, Azure Cosmos DB uses the hash of the partition key
-    value to determine which logical and physical partition the data lives on."
-    https://learn.microsoft.com/azure/cosmos-db/nosql/troubleshoot-request-rate-too-large
-    "In a given second, if the operations consume more than the provisioned request units, Azure Cosmos DB will
-    return a 429 exception. Each second, the number of request units available to use is reset."
-
-Here the hash is MD5 of the shard key value's BSON (128 bits, printed as 32 hex digits), a range is
-[min, max) with "" the lowest bound and "FF" the highest, as in Cosmos DB's feed ranges. Sizes are the BSON
-bytes of the documents as last written through the proxy (an approximation: Cosmos DB counts its own storage
-and index bytes). A split divides the parent's range where half its bytes lie on each side (the hash of the
-document at the weighted median), or at the middle of the range when it holds one key or none.
-
-Throughput: each partition spends its own budget per wall-clock second; once the second's charges reach the
-budget, further operations on it are throttled until the next second begins."""
+"""Physical partitions, as Cosmos DB keeps them: each collection's hash space of shard key values in contiguous
+ranges, each with the bytes it holds, a storage limit and a per-second throughput budget of its own; splits and
+merges. How it models them: docs/cosmos-store.md, "What it models" (Physical partitions, Storage and splits,
+Throttling)."""
 
 import hashlib
 import itertools
@@ -38,7 +21,11 @@ Key = bytes  # a document's `_id`, as BSON (hashable whatever its type)
 
 
 def effective_key(value: Any) -> int:
-    """The hash a shard key value places its document by."""
+    """The hash a shard key value places its document by (its effective partition key): MD5 of the value's BSON,
+    128 bits (32 hex digits in a feed range).
+    https://learn.microsoft.com/azure/cosmos-db/scaling-provisioned-throughput-best-practices: "As data gets
+    written, Azure Cosmos DB uses the hash of the partition key value to determine which logical and physical
+    partition the data lives on." """
     return int.from_bytes(hashlib.md5(bson.encode({"": value})).digest(), "big")
 
 
@@ -83,7 +70,9 @@ def document_ttl(document: dict[str, Any]) -> int | None:
 
 @dataclass
 class Partition:
-    """One physical partition: its hash range [low, high), its id (a new one for each child), what it holds."""
+    """One physical partition: its hash range [low, high), its id (a new one for each child), what it holds.
+    "Each PartitionKeyRangeId maps to one physical partition and is assigned to hold data for a range of possible
+    hash values." (the scaling page, `effective_key`)"""
 
     id: int
     low: int
@@ -164,7 +153,9 @@ def _path(document: dict[str, Any], path: str) -> Any:
 
 class PartitionMaps:
     """Every collection's partitions; thread-safe. `limit_bytes` stands for 50 GB, `ru_per_second` for a
-    physical partition's 10,000 RU/s; both are scaled down for tests and runs, and settable at any time."""
+    physical partition's 10,000 RU/s; both are scaled down for tests and runs, and settable at any time. "Each
+    physical partition can support a maximum of 10,000 RU/s (applies to all APIs) of throughput and 50 GB of
+    storage" (the scaling page, `effective_key`). A partition past its storage limit splits in two."""
 
     def __init__(
         self,
@@ -272,6 +263,7 @@ class PartitionMaps:
             return self._split(collection, partition) + self._autoscale(collection)
 
     def _split(self, collection: Collection, parent: Partition) -> list[Split]:
+        """The split of `parent` into two children at `_middle` (none if its range is one hash)."""
         middle = self._middle(collection, parent)
         if not parent.low < middle < parent.high:
             return []  # a range of one hash cannot split
@@ -354,6 +346,8 @@ class PartitionMaps:
 
     @staticmethod
     def _middle(collection: Collection, parent: Partition) -> int:
+        """Where a split divides `parent`'s range: where half its bytes lie on each side (the hash of the document at
+        the weighted median), or at the middle of the range when it holds one key or none."""
         held = sorted((s.key_hash, s.size) for s in collection.documents.values() if parent.holds(s.key_hash))
         total, running = sum(size for _, size in held), 0
         for i, (key_hash, size) in enumerate(held):
@@ -381,7 +375,12 @@ class PartitionMaps:
         return self.ru_per_second if partition.share is None else min(self.ru_per_second, partition.share)
 
     def throttled_for_ms(self, partitions: Iterable[Partition]) -> int | None:
-        """Milliseconds until every given partition has budget again, or None if all have some now."""
+        """Milliseconds until every given partition has budget again, or None if all have some now. Each partition
+        spends its budget per wall-clock second; once the second's charges reach it, further operations on it are
+        throttled until the next second begins.
+        https://learn.microsoft.com/azure/cosmos-db/nosql/troubleshoot-request-rate-too-large: "In a given second,
+        if the operations consume more than the provisioned request units, Azure Cosmos DB will return a 429
+        exception. Each second, the number of request units available to use is reset." """
         with self._lock:
             now = self._clock()
             second = math.floor(now)
