@@ -1,22 +1,8 @@
-"""The indexes a collection has as Cosmos DB sees them: an index counts only once its transformation has ended
-(a settable delay after `createIndexes`), a sort needs an index that matches it exactly (the project's rule,
-tools/sort_audit.py), and a TTL index may only be on `_ts`.
-
-    https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing
-    "A TTL index is an index on the _ts field with an "expireAfterSeconds" value." (Cosmos DB answers one on any
-    other field with code 2 and the message below, as projects that met it quote it.)
-    https://learn.microsoft.com/azure/cosmos-db/mongodb/error-codes-solutions
-    Code 2: "The index path corresponding to the specified order-by item is excluded / The order by query does
-    not have a corresponding composite index that it can be served from."
-    https://learn.microsoft.com/azure/cosmos-db/index-policy
-    "Index transformation is an asynchronous operation ... While re-indexing is in progress, queries may not
-    return all the matching results, and will do so without returning any errors." (Here: a sort that needs an
-    index still transforming fails with code 2, as it would with no index.)
-    https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing#background-index-updates
-    "When adding new indexes, there is also no risk of incomplete or inconsistent query results." ... "When
-    removing indexes and immediately running queries that have filters on the dropped indexes, results might be
-    inconsistent and incomplete until the index transformation finishes." (Here: `removing`, the paths whose
-    last index is being dropped; the proxy hides from such filters what the removal has reached.)"""
+"""The indexes a collection has as Cosmos DB sees them: an index counts only once its transformation has ended (a
+settable delay after `createIndexes`), a sort needs an index that matches it exactly (the project's rule,
+tools/sort_audit.py), a TTL index may only be on `_ts`, and a dropped index's paths are being removed for a while.
+How the store models them: docs/cosmos-store.md, "What it models" (Sorts, Index transformations, Filters while an
+index is dropped, TTL)."""
 
 import threading
 from collections.abc import Callable, Mapping
@@ -27,13 +13,24 @@ from shared.store.schema import CollectionSpec, IndexSpec
 from tools.sort_audit import Query, serving_index
 
 BAD_VALUE = 2
+# https://learn.microsoft.com/azure/cosmos-db/mongodb/error-codes-solutions, code 2: "The index path corresponding to
+# the specified order-by item is excluded / The order by query does not have a corresponding composite index that it
+# can be served from."
 SORT_UNSERVED = "The index path corresponding to the specified order-by item is excluded."
+# https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing: "A TTL index is an index on the _ts field with an
+# "expireAfterSeconds" value." Cosmos DB answers one on any other field with code 2 and this message, as projects
+# that met it quote it.
 TTL_ONLY_ON_TS = "The 'expireAfterSeconds' option is supported on '_ts' field only."
 
 
 @dataclass(frozen=True)
 class Removal:
-    """A dropped index whose transformation runs from `started` to `ends` (the proxy's clock)."""
+    """A dropped index whose transformation runs from `started` to `ends` (the proxy's clock); the proxy hides from
+    filters on its `paths` (those whose last index is being dropped) what the removal has reached.
+    https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing#background-index-updates: "When adding new
+    indexes, there is also no risk of incomplete or inconsistent query results." ... "When removing indexes and
+    immediately running queries that have filters on the dropped indexes, results might be inconsistent and
+    incomplete until the index transformation finishes." """
 
     name: str
     paths: frozenset[str]
@@ -157,7 +154,11 @@ class IndexCatalog:
         )
 
     def sort_problem(self, database: str, collection: str, command: str, sort: Mapping[str, Any]) -> str | None:
-        """Why Cosmos DB would refuse this sort (no ready index matches it exactly), or None."""
+        """Why Cosmos DB would refuse this sort (no ready index matches it exactly), or None. An index still
+        transforming does not serve it: the sort fails with code 2, as with no index.
+        https://learn.microsoft.com/azure/cosmos-db/index-policy: "Index transformation is an asynchronous operation
+        ... While re-indexing is in progress, queries may not return all the matching results, and will do so
+        without returning any errors." """
         keys = keys_of(sort)
         if not keys:
             return None

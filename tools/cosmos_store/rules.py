@@ -1,24 +1,15 @@
 """Cosmos DB for MongoDB's rules on what a write or an index may be, as pure functions of a command: the shard
-key a document must carry and may not change, the unique indexes a sharded or non-empty collection may get,
-and which filters an index removal makes incomplete. The proxy calls them before it forwards a command.
-
-    https://learn.microsoft.com/azure/cosmos-db/mongodb/error-codes-solutions
-    61 ShardKeyNotFound: "The document in your request didn't contain the collection's shard key (Azure Cosmos
-    DB partition key)." 66 ImmutableField: "The request is attempting to change an immutable field" ... "Ensure
-    that your request doesn't attempt to update that field or the shard key field." 67 CannotCreateIndex: "The
-    request to create an index can't be completed."
-    https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing#unique-indexes
-    "For sharded collections, you must provide the shard (partition) key to create a unique index. In other
-    words, all unique indexes on a sharded collection are compound indexes where one of the fields is the shard
-    key. The first field in the order should be the shard key." ... "Unique indexes need to be created while the
-    collection is empty." """
+key a document must carry and may not change (61, 66), the unique indexes a sharded or non-empty collection may
+get (67), and which filters an index removal makes incomplete. The proxy calls them before it forwards a command.
+The rules and their pages: docs/cosmos-store.md, "What it models" (A document's shard key, Unique indexes)."""
 
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+# https://learn.microsoft.com/azure/cosmos-db/mongodb/error-codes-solutions
 SHARD_KEY_NOT_FOUND = 61
 IMMUTABLE_FIELD = 66
-CANNOT_CREATE_INDEX = 67
+CANNOT_CREATE_INDEX = 67  # CannotCreateIndex: "The request to create an index can't be completed."
 Document = dict[str, Any]
 
 
@@ -98,7 +89,9 @@ def _changed_by_operator(update: Any, path: str) -> str | None:
 def missing_shard_key(name: str, command: Mapping[str, Any], shard_key: str) -> str | None:
     """Why a write leaves a document without its shard key (code 61): an inserted document without it, or an
     upsert whose filter does not fix it by equality and whose update does not set it. The least forgiving
-    reading for an upsert: refused even when it would have matched a document (it names no shard key)."""
+    reading for an upsert: refused even when it would have matched a document (it names no shard key).
+    61 ShardKeyNotFound: "The document in your request didn't contain the collection's shard key (Azure Cosmos DB
+    partition key)." (the error codes page)"""
     if name == "insert":
         for index, document in enumerate(command.get("documents", [])):
             if isinstance(document, Mapping) and shard_key not in document:
@@ -112,7 +105,9 @@ def missing_shard_key(name: str, command: Mapping[str, Any], shard_key: str) -> 
 
 def shard_key_change(name: str, command: Mapping[str, Any], shard_key: str, current: Any) -> str | None:
     """Why a write would change a document's shard key value (code 66), or None. `current(query)` is the shard
-    key value of the document the statement would update now (None if none matches)."""
+    key value of the document the statement would update now (None if none matches). 66 ImmutableField: "The
+    request is attempting to change an immutable field" ... "Ensure that your request doesn't attempt to update
+    that field or the shard key field." (the error codes page)"""
     for query, update, _ in _statements(name, command):
         operator = _changed_by_operator(update, shard_key)
         if operator is not None:
@@ -129,7 +124,11 @@ def shard_key_change(name: str, command: Mapping[str, Any], shard_key: str, curr
 
 def unique_index_problem(index: Mapping[str, Any], shard_key: str | None, documents: int) -> str | None:
     """Why Cosmos DB refuses a unique index (code 67): on a sharded collection it must lead with the shard key,
-    and any unique index needs an empty collection."""
+    and any unique index needs an empty collection.
+    https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing#unique-indexes: "For sharded collections, you
+    must provide the shard (partition) key to create a unique index. In other words, all unique indexes on a
+    sharded collection are compound indexes where one of the fields is the shard key. The first field in the order
+    should be the shard key." ... "Unique indexes need to be created while the collection is empty." """
     if not index.get("unique"):
         return None
     keys = list(dict(index.get("key", {})))

@@ -1,17 +1,5 @@
-"""Change-stream resume tokens as Cosmos DB for MongoDB makes them, and the pipeline it requires.
-
-A token is `{"_data": <bytes>, "_kind": 1}` whose bytes are JSON, as in the documented sample of
-`GetChangeStreamTokens` (https://learn.microsoft.com/azure/cosmos-db/mongodb/custom-commands, "Parallelizing change
-streams"), which decodes to
-
-    {"V":2,"Rid":"PxUaALn0SKE=","Continuation":[{"FeedRange":{"type":"Effective Partition Key Range",
-     "value":{"min":"","max":"FF"}},"State":{"type":"continuation","value":"\\"1844\\""}}]}
-
-Ours has the same shape: `Rid` names the collection, the one `Continuation` entry carries the feed range of the
-physical partition the token reads (min inclusive, max exclusive; "" and "FF" the ends of the hash space) and,
-as its state, where the backend's change stream is: the backend's own resume token, or `ts:<t>:<i>` for a
-stream that starts at an operation time. A stream opened without a token reads the whole collection; its tokens
-say so (`"Scope":"Collection"`, ours alone) and stay valid through splits."""
+"""Change-stream resume tokens as Cosmos DB for MongoDB makes them (`StreamToken`), and the pipeline it requires
+(`pipeline_problem`). How the store's partition streams use them: docs/cosmos-store.md, "What it models"."""
 
 import base64
 import hashlib
@@ -29,6 +17,19 @@ REQUIRED_PROJECTION = ("_id", "fullDocument", "ns", "documentKey")
 
 @dataclass(frozen=True)
 class StreamToken:
+    """A token: `{"_data": <bytes>, "_kind": 1}` whose bytes are JSON, as in the documented sample of
+    `GetChangeStreamTokens` (https://learn.microsoft.com/azure/cosmos-db/mongodb/custom-commands, "Parallelizing
+    change streams"), which decodes to
+
+        {"V":2,"Rid":"PxUaALn0SKE=","Continuation":[{"FeedRange":{"type":"Effective Partition Key Range",
+         "value":{"min":"","max":"FF"}},"State":{"type":"continuation","value":"\\"1844\\""}}]}
+
+    Ours has the same shape: `Rid` names the collection, the one `Continuation` entry carries the feed range of
+    the physical partition the token reads (min inclusive, max exclusive; "" and "FF" the ends of the hash space)
+    and, as its state, where the backend's change stream is: the backend's own resume token, or `ts:<t>:<i>` for a
+    stream that starts at an operation time. A stream opened without a token reads the whole collection; its
+    tokens say so (`"Scope":"Collection"`, ours alone) and stay valid through splits."""
+
     rid: str
     low: str  # the feed range's min
     high: str  # its max
