@@ -1,21 +1,7 @@
-"""Every query the app sends, seen by a pymongo CommandListener, and whether an index serves its sort as
-Cosmos DB for MongoDB requires.
-
-The rule (strict, as Cosmos DB is): a query's sort is served when
-- it sorts on `_id` alone, either way (the `_id` index every collection has); or
-- its fields are exactly the key fields of one index `shared/store/schema.py` declares for the collection
-  (`collection_specs`, the keys Cosmos DB gets): the same fields in the same order, none left out and none
-  added, with every direction as declared or every direction reversed (Cosmos DB walks an index backwards,
-  never part-forwards and part-backwards; ARM declares its indexes ascending).
-
-Nothing else counts: a sort on one field of a compound index, or on a compound index's later fields after
-equality-filtered ones (which MongoDB serves from the index), is refused, because Cosmos DB serves an ORDER BY
-from an index whose paths match it and otherwise fails the query or sorts in memory. An equality-filtered field
-therefore goes into the sort too, where it changes no result. Filters do not matter to the rule.
-
-Commands checked: `find` (`sort`), `findAndModify` (`sort`) and `aggregate` (each `$sort` stage). The tests audit
-every query the app sends with it (tests/conftest.py: `sort_audit`); the Cosmos-faithful store refuses a sort by the
-same rule (tools/cosmos_store/indexes.py)."""
+"""Every query the app sends (`find` and `findAndModify` sorts, `aggregate` `$sort` stages), seen by a pymongo
+CommandListener, and whether an index serves its sort as Cosmos DB for MongoDB requires (`serving_index`). The tests
+audit every query with it (tests/conftest.py: `sort_audit`); the Cosmos-faithful store refuses a sort by the same
+rule (tools/cosmos_store/indexes.py). The rule and why: docs/cosmos-db.md, "Every sort is an index's keys, exactly"."""
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -61,8 +47,12 @@ def queries_of(event: monitoring.CommandStartedEvent) -> list[Query]:
 
 
 def serving_index(query: Query, specs: Iterable[CollectionSpec]) -> str | None:
-    """The name of the index that serves the query's sort by the rule above (`_id_` for the default index;
-    an unsorted query needs none and gets ""), or None when no index does."""
+    """The name of the index that serves the query's sort (`_id_` for the default index; an unsorted query needs
+    none and gets ""), or None when no index does. The rule, strict as Cosmos DB is (filters do not matter to it):
+    - a sort on `_id` alone, either way, is served by the `_id` index every collection has;
+    - otherwise its fields must be exactly the key fields of one index `specs` declares (`collection_specs`, the
+      keys Cosmos DB gets): the same fields in the same order, none left out and none added, with every direction
+      as declared or every direction reversed."""
     if not query.sort:
         return ""
     if len(query.sort) == 1 and query.sort[0][0] == "_id":
