@@ -1,30 +1,10 @@
-"""Create every collection and index the app needs. Idempotent: safe to run any number of times.
+"""Create every collection and index the app needs (sharded through Cosmos' `customAction` on Cosmos DB), replacing
+an index whose keys changed only once its successor is built; idempotent. And check what a deployment of infra/
+would change. Why and how: docs/operations.md, "Changing an index's keys"; usage: docs/local-development.md.
 
     ./dev setup-store [--uri URI] [--database NAME]   # by default MONGODB_CONNECTION_STRING / MONGODB_DATABASE
     ./dev setup-store --backfill-buckets              # once, for data stored before documents carried `bucket`
     ./dev setup-store --check-deploy                  # before deploying infra/: would it change an index? (exit 1)
-
-On Cosmos DB the sharded collections are created with their shard keys first (Cosmos' `customAction`);
-on any other MongoDB they are plain collections. Azure deployments get the same from infra/ (Bicep).
-
-**Changing an index's keys** never drops it first. On Cosmos DB a new index serves queries only once its
-transformation has ended, and queries that filter on a dropped index "might be inconsistent and incomplete until
-the index transformation finishes"; a sort without its index fails (code 2)
-(https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing#background-index-updates). So the new keys are
-created under the index's other name (`<name>` and `<name>_alt` take turns), the setup waits until Cosmos DB
-reports no index build on the collection (`currentOp`, as the same page's "Track index progress" documents:
-`inprog` is empty once it is done), and only then drops the old one. Run it before deploying code that needs
-the new keys; until it ends, the running code keeps its old index. A wait that runs out (INDEX_BUILD_WAIT_S)
-leaves both indexes: run the setup again later to finish. A TTL index whose days change is dropped and created
-again (no query needs it; Cosmos allows one TTL index a collection); it is recognised by its keys and days, not
-its name (ARM names the Bicep's `_ts` index itself).
-
-**Before a deployment of infra/** (`--check-deploy`, read only): the Bicep declares each collection's whole index
-list, the same as shared/store/schema.py (tests/infra/test_infra.py holds them equal), and ARM applies it in place, in
-one transformation: an index of the account that the list lacks is dropped at once, and one it adds serves only once
-built, so sorts that need either fail meanwhile. The check lists every such index and every build still running,
-and exits 1; exit 0 means the deployment changes no index. TTL indexes are left out: their days are the
-deployment's own parameters, and no query uses them.
 """
 
 import argparse
@@ -221,7 +201,8 @@ def _expires(index: IndexSpec) -> bool:
 
 def _drop_changed_expiry(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> None:
     """A TTL index whose days changed (a retention setting) is dropped, to be created again with them: an
-    index's options cannot be changed in place on Cosmos DB, and MongoDB refuses to create it differently.
+    index's options cannot be changed in place on Cosmos DB, and MongoDB refuses to create it differently (no query
+    needs it meanwhile; Cosmos DB allows one TTL index a collection).
     Recognised by its keys, not its name: the Bicep's TTL index on `_ts` (ARM names it itself) is ours too."""
     existing = db[spec.name].index_information()
     for index in spec.indexes:
