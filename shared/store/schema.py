@@ -1,20 +1,7 @@
-"""The collections, their shard keys and their indexes: the one source the setup command and the IaC follow.
-
-Index reasoning (the seeds' rule): equality fields first, then the sort/range field; every query the app
-issues names its shard key or is a deliberate fan-out (the checks). Cosmos DB limits: compound indexes of
-at most 8 fields and no arrays. Its TTL is on `_ts`, a document's last write (an index may name a different key
-for Cosmos); a 4.2 account may put it on one custom field instead, with the EnableTtlOnCustomPath capability,
-which then excludes `_ts` (https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-42#custom-ttl):
-the app keeps `_ts`, which every write moves, so a document expires its days after its last write.
-
-Every indexed field a write changes costs index terms on Cosmos DB (tools/costs/request_units.py), so a heartbeat's
-write changes only what the silent check and the report feed's time need (`alive_at`, `r`). Retention: the
-growing collections expire a document RETENTION days after its last write on Cosmos DB (a TTL index on `_ts`)
-and after its own time elsewhere (a TTL index on a date field); the days are settings.
-
-A sorted query sorts by one index's keys exactly: all of them, in order, every direction as declared or every
-one reversed (equality-filtered fields included), or by `_id` alone; Cosmos DB serves no other sort from an
-index. tools/sort_audit.py holds every query the tests send on a real server to that rule.
+"""The collections, their shard keys and their indexes (`collection_specs`): the one source the setup command and
+the IaC follow. The rules they keep (equality fields first, every sort an index's keys exactly, TTL on `_ts` on
+Cosmos DB): docs/cosmos-db.md; what each collection holds and how long: docs/architecture.md, "What is stored" and
+"Retention".
 """
 
 from dataclasses import dataclass, field
@@ -39,7 +26,7 @@ class IndexSpec:
     keys: Key
     unique: bool = False
     expire_after_seconds: int | None = None
-    cosmos_keys: Key | None = None  # a different key on Cosmos DB (its TTL index is on `_ts`: see above)
+    cosmos_keys: Key | None = None  # a different key on Cosmos DB (its TTL index is on `_ts`: `retention`)
     retention_setting: str | None = None  # the setting (days) a TTL index's expireAfterSeconds comes from
 
     def keys_for(self, cosmos: bool) -> Key:
@@ -57,8 +44,8 @@ DAY_SECONDS = 86_400
 
 
 def retention(field: str, settings: Settings, setting: str) -> IndexSpec:
-    """Expire a document the setting's days after its last write (Cosmos DB: `_ts`), or after its `field`
-    (elsewhere: MongoDB's TTL indexes need a date field of the document)."""
+    """The TTL index that expires a document the setting's days after its last write (Cosmos DB: `_ts`, which every
+    write moves), or after its `field` (elsewhere: MongoDB's TTL indexes need a date field of the document)."""
     seconds = int(getattr(settings, setting)) * DAY_SECONDS
     return IndexSpec(
         "retention", ((field, 1),), expire_after_seconds=seconds, cosmos_keys=(("_ts", 1),), retention_setting=setting
