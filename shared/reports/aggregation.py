@@ -1,20 +1,6 @@
 """A page of changes in, report writes out: coalesce into buckets, recompute them from source, write what differs.
-
-Replay-safe by construction. A change only *names* buckets: an opened/closed event its (bottle, device hour),
-a heartbeat document the hours of its ring asked for (the tally's closed hours, or the rebuild's range).
-Each bucket is recomputed from the source
-collections as they are now, and the user-hour documents are written with deterministic `_id`s only where
-the recomputed content differs; so processing a change twice, or a page again after a crash, writes the same
-documents (or nothing). Reads and writes per page grow with the buckets touched, never with the changes: a
-page costs one query per source range it touches (single-partition each), one read of the user-hours it
-touches and one bulk write.
-
-A user-hour document holds every bottle of its user, so a bucket is merged into it by read-modify-write: only
-the recomputed bottle's entry (and only the recomputed part of it) changes. The write is guarded by the
-`updated_at` the document was read with, and never inserts a document that was read (`write_guarded`); a
-concurrent writer (an overlapping run, the rebuild command) makes the guard fail, and those documents are read
-and merged again. A worker that stalled after it read the source (its lease taken over meanwhile) may merge a
-part older than the one stored: the merge keeps the newer (shared/reports/documents.py `merged_entry`).
+Replay-safe: a page processed twice writes the same documents or nothing, at a cost that grows with the buckets
+it touches, never with its changes. Why and how: docs/reports.md, "Replay-safe by construction".
 """
 
 from collections import defaultdict
