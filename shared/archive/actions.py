@@ -1,19 +1,7 @@
-"""The opened/closed events into the archive: a sweep of `bottle_actions` by receive time, one UTC hour at a time
-once the hour is settled, under a lease of its own (the `actions_archive` feed: one partition, dispatched like the
-heartbeat tally when an hour is due).
-
-A receive hour is due SETTLE (10 minutes) after it ends, past the clock skew between instances and the writes
-that commit late that the reports allow for: from then on the events received in it are fixed (actions are only
-ever inserted, and kept ACTIONS_RETENTION_DAYS). The sweep reads the hour in receive order and cuts it into chunks
-of CHUNK_ROWS events, each ending with a whole receive instant; the events of chunk k with device date D go to
-layout.action_file(D, hour, k). Any run, worker or retry cuts the same chunks of the same events and writes the
-same files: an event is in exactly one file, and a write repeated writes the same file again.
-
-A run that stops mid-chunk (its time budget, a paced wait it cannot afford) writes the chunk's events so far into
-the chunk's files, guarded by the versions it knows, and saves how far they go; the next run reads them back (no
-request units) and carries on. A position saved after a page never passes events that are only in memory: a run
-killed mid-chunk leaves the chunk to be read again from its start. Why a sweep and not the change feed's pages,
-and what it costs: docs/archive.md."""
+"""The opened/closed events into the archive: a sweep of `bottle_actions` by receive time, one settled UTC hour at
+a time, cut into chunks of CHUNK_ROWS events whose files every run names alike, under a lease of its own (the
+`actions_archive` feed). How it runs, why a sweep and not the change feed's pages, and what it costs:
+docs/archive.md."""
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping

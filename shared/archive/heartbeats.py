@@ -1,19 +1,7 @@
-"""Bottle-hours of heartbeats into the archive, from the heartbeat documents the hourly tally reads anyway (no
-read of its own): for each document of a page, the hours the tally counts (its closed hours, the hours a late
-heartbeat reached, every hour of a reassigned bottle: `tally_hours`) become rows (bottle, user, hour, slots).
-
-Rows are merged into their file by key. The file of a row is that of its hour and of its user's bucket
-(layout.heartbeat_file), both fixed for the row whoever writes it: a reassigned bottle's hours of its earlier owner
-stay in that owner's file, whichever tally partition reads the bottle now. A merge reads the file, replaces the
-rows it recomputed (drops those left with no slot: a heartbeat that moved to another owner) and writes it back
-guarded by the version it read; another writer in between (a tally partition merging an earlier owner's rows, a
-worker whose lease was taken over) makes it read and merge again. So a bottle-hour is in the archive once, whatever
-retries, kills and partition layouts did, and with the slots its ring has.
-
-A worker that stalled between reading a ring and merging it (its lease taken over by one that read more since)
-must not take slots away: for an hour its bottle had one owner throughout, a ring only gains slots, so a merge
-keeps the union of the stored slots and its own. With a reassignment in the hour a slot may move to the other
-owner, and the recomputed slots stand (as the reports' fence: shared/reports/documents.py `merged_entry`)."""
+"""Bottle-hours of heartbeats into the archive, from the heartbeat documents the hourly tally reads anyway (no read
+of its own): the hours the tally counts (`tally_hours`) become rows (bottle, user, hour, slots), merged by key into
+their file under a version guard, so a bottle-hour is in the archive once, with the slots its ring has. Why and
+how: docs/archive.md, "How it is written" and "Exactly once"."""
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping

@@ -1,17 +1,6 @@
-"""The archive's two datasets: their columns, and the name of every file (pure: no pyarrow, no storage).
-
-Hive-partitioned by UTC date, so a reader that filters on `date` reads only those folders:
-
-    actions/date=YYYY-MM-DD/received-YYYY-MM-DDTHH-CCCC.parquet
-        the opened/closed events of that UTC date (of their device `time`) among chunk CCCC of those received in
-        the UTC hour YYYY-MM-DDTHH (shared/archive/actions.py): each event in exactly one file, named by what it
-        holds, so a write repeated for any reason writes the same file again;
-    heartbeats/date=YYYY-MM-DD/hour-HH-users-BBBB.parquet
-        the bottle-hours of that UTC hour whose user's bucket (bucket_of(user_id), 0-1023) is BBBB: one row per
-        (bottle, user, hour), merged into the file by that key (shared/archive/heartbeats.py).
-
-A name says what a file holds, whoever writes it and when: that is what keeps every event and every bottle-hour in
-the archive once through retries, redelivered messages, killed workers and changed partition layouts."""
+"""The archive's two datasets: their columns, and the name of every file (pure: no pyarrow, no storage). A name says
+what a file holds, whoever writes it and when, which keeps every event and bottle-hour in the archive once. The
+layout and why: docs/archive.md, "Layout" and "Exactly once"."""
 
 import re
 from datetime import UTC, datetime
@@ -53,12 +42,14 @@ def date_folder(dataset: str, day: datetime) -> str:
 
 def action_file(event_day: datetime, received_hour: datetime, chunk: int) -> str:
     """The file of the events of `event_day` (UTC date of their `time`) in chunk `chunk` of those received in
-    `received_hour`."""
+    `received_hour` (shared/archive/actions.py): each event in exactly one file, named by what it holds, so a write
+    repeated for any reason writes the same file again."""
     return f"{date_folder(ACTIONS, event_day)}received-{hour_of(received_hour):%Y-%m-%dT%H}-{chunk:04d}.parquet"
 
 
 def heartbeat_file(hour: datetime, user_bucket: int) -> str:
-    """The file of the bottle-hours of `hour` whose user is in bucket `user_bucket`."""
+    """The file of the bottle-hours of `hour` whose user is in bucket `user_bucket` (`bucket_of(user_id)`, 0-1023):
+    one row per (bottle, user, hour), merged into the file by that key (shared/archive/heartbeats.py)."""
     return f"{date_folder(HEARTBEATS, hour)}hour-{hour_of(hour):%H}-users-{user_bucket:04d}.parquet"
 
 
