@@ -1,18 +1,7 @@
 """Delivery: each check partition's run sends the pending notifications of its kind and its buckets to the
 notifications queue, one message each, inside the run, and marks a notification queued only after its message was
-accepted. At least once: a run that dies between a send and its mark leaves the notification pending, and a later
-run of that partition sends it again (the consumer deduplicates on `notification_id`); a send that fails leaves it
-and the rest pending for the partition's next run. Another partition's notifications are never read or marked.
-
-**The morning peak.** At the late-dose peak one partition can have thousands to send (QUEUE_MESSAGES_PER_PARTITION,
-5,000 by default), at some 10 ms a send. So a run sends a batch of MARK_BATCH at a time, side by side on a bounded
-pool of QUEUE_SEND_CONCURRENCY threads (the Storage Queue SDK's clients are thread-safe: "All Azure SDK client
-objects are thread-safe and independent of each other", https://learn.microsoft.com/dotnet/azure/sdk/thread-safety,
-and the Python guidelines' https://azure.github.io/azure-sdk/python_design.html), then marks the batch under a
-request deadline of its own (REQUEST_DEADLINE_SECONDS from the mark), never the run's: a mark refused because the
-run's deadline had passed would fail the run, and its retry would send the whole batch again. It starts no batch
-past its send deadline (the check run's budget, or one request deadline after the sending began if the sweep used
-the budget up); the rest stays pending for the partition's next run."""
+accepted (at least once; the consumer deduplicates on `notification_id`). Another partition's notifications are
+never read or marked. Why and how: docs/checks.md, "The queue message" and "The morning peak"."""
 
 import contextvars
 import logging
@@ -90,7 +79,10 @@ def send_pending(
     """Send the partition's pending notifications of this kind (oldest first, at most `limit`), a batch of
     MARK_BATCH at a time, side by side, marking each batch's accepted ones queued once its sends are done. A
     failed send stops the sending after its batch: it and the ones after it stay pending for the partition's
-    next run. No batch starts past `sending.send_until`."""
+    next run. No batch starts past `sending.send_until`. The sends run on a bounded pool of `sending.concurrency`
+    threads, sharing one queue client: "All Azure SDK client objects are thread-safe and independent of each
+    other" (https://learn.microsoft.com/dotnet/azure/sdk/thread-safety; for Python, the guidelines'
+    https://azure.github.io/azure-sdk/python_design.html)."""
     pending = with_retries(
         lambda: list(db[schema.NOTIFICATIONS].find(pending_selector(kind, partition)).sort(OLDEST_FIRST).limit(limit)),
         sending.request_policy(),
