@@ -1,16 +1,6 @@
-"""Azure Storage queues in process, as the Functions host's queue trigger sees them: what `LocalHost`
-sends queue output bindings to and delivers queue triggers from.
-
-Storage semantics: a message is visible from when it is sent (or after an initial visibility delay);
-receiving makes it invisible for the receiver's visibility timeout, adds one to its dequeue count and
-gives it a new pop receipt; deleting it or changing its visibility needs the latest pop receipt (a
-receiver whose lease ran out and whose message was received again has lost it). Messages expire after
-their time to live (7 days for the output binding's). Order is by when a message became visible, then by
-when it was sent (Storage promises no order; this is close to what it does).
-
-Every operation takes the time from an injectable clock (or an explicit `now`), so a simulator can play
-queues in simulated time; one lock makes every operation atomic, so receivers on several threads never
-hold one message at the same time.
+"""Azure Storage queues in process, as the Functions host's queue trigger sees them: what `LocalHost` sends queue
+output bindings to and delivers queue triggers from (`QueueService`, whose docstring states the Storage semantics
+it keeps). Where the local server uses them: docs/local-development.md.
 """
 
 import heapq
@@ -155,7 +145,18 @@ class _Queue:
 
 
 class QueueService:
-    """The queues of one storage account (the host's `AzureWebJobsStorage`), created on first use."""
+    """The queues of one storage account (the host's `AzureWebJobsStorage`), created on first use.
+
+    Storage semantics: a message is visible from when it is sent (or after an initial visibility delay);
+    receiving makes it invisible for the receiver's visibility timeout, adds one to its dequeue count and gives it
+    a new pop receipt; deleting it or changing its visibility needs the latest pop receipt (a receiver whose lease
+    ran out and whose message was received again has lost it). Messages expire after their time to live (7 days
+    for the output binding's). Order is by when a message became visible, then by when it was sent (Storage
+    promises no order; this is close to what it does).
+
+    Every operation takes the time from an injectable clock (or an explicit `now`), so a simulator can play queues
+    in simulated time; one lock makes every operation atomic, so receivers on several threads never hold one
+    message at the same time."""
 
     def __init__(self, clock: Clock = utc_now) -> None:
         self.clock = clock

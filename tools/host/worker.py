@@ -1,16 +1,8 @@
-"""The pinned Azure Functions Python runtime, driven in this process as the host drives a language worker.
-
-`load_app(directory)` sends `worker_init_request` (the runtime imports the app's script and indexes and validates
-every function, all or nothing) and `functions_metadata_request` (the functions as the host would list them), and
-returns a `LoadedApp`. `LoadedApp.invoke` sends one `invocation_request`: the runtime converts the trigger data into
-the function's parameters, runs a sync function on its own thread pool and hands back the output bindings and the
-return value. Everything behind `azure_functions_runtime`'s handlers is the runtime's own code; this module is only
-the host's side: the messages, an event loop, and the bookkeeping of which app a function id belongs to.
-
-The runtime keeps one registry per process (as one worker process serves one app), and an app object can be
-indexed only once (`FunctionApp.get_functions` refuses a second call), so each app is loaded once per process and
-kept. Loading a second app (a test's scratch app) adds its functions to the same registry: an invocation through an
-app whose function was since replaced by another app's of the same name fails loudly instead of running the other.
+"""The pinned Azure Functions Python runtime, driven in this process as the host drives a language worker:
+`load_app` indexes an app (`worker_init_request`, `functions_metadata_request`), `LoadedApp.invoke` sends one
+`invocation_request`. Only the host's side is here (the messages, an event loop, which app a function id belongs
+to); everything behind the runtime's handlers is its own code. How and why: docs/runtime.md, "How the app is
+invoked locally".
 """
 
 from __future__ import annotations
@@ -74,8 +66,10 @@ class LoadedApp:
         *,
         invocation_id: str | None = None,
     ) -> protocol.InvocationResponse:
-        """One `invocation_request` (with a new id unless given); raises `InvocationFailed` with the runtime's
-        message when the function (or the binding of its data) failed, as the host records a failed invocation."""
+        """One `invocation_request` (with a new id unless given): the runtime converts the trigger data into the
+        function's parameters, runs a sync function on its own thread pool and hands back the output bindings and
+        the return value. Raises `InvocationFailed` with the runtime's message when the function (or the binding of
+        its data) failed, as the host records a failed invocation."""
         return _WORKER.invoke(
             self, function, input_data, dict(trigger_metadata or {}), invocation_id or str(uuid.uuid4())
         )
