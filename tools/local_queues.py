@@ -42,8 +42,8 @@ def parse_timespan(text: str) -> timedelta:
 
 
 def check_queue_name(name: str) -> str:
-    """Storage's rule for queue names (3-63 lower-case letters, digits and single hyphens), which the
-    host enforces when it indexes a binding."""
+    """`name` if it keeps Storage's rule for queue names (3-63 lower-case letters, digits and single hyphens),
+    else ValueError naming it; the host enforces the rule when it indexes a binding."""
     if not _QUEUE_NAME.match(name):
         raise ValueError(f"'{name}' is not a valid queue name (3-63 characters: a-z, 0-9, single hyphens inside)")
     return name

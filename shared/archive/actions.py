@@ -91,7 +91,7 @@ class Sweep:
 
 
 def _utc(moment: datetime) -> datetime:
-    """Stored datetimes come back naive from some stores: they are UTC."""
+    """`moment` as an aware UTC datetime: stored datetimes come back naive from some stores, and they are UTC."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
@@ -124,8 +124,9 @@ def next_sweep(db: Database[Any], lease: Lease, *, now: datetime, policy: RetryP
 
 
 def pace_of(current: Sweep, *, now: datetime, spread: timedelta) -> Pace | None:
-    """Its pages spread over REPORTS_TALLY_SPREAD_MINUTES from its start, counting on as many as the last pass
-    read (autoscale bills each hour at its peak); unpaced when a later hour is due already (it is catching up)."""
+    """The pass's pace: its pages spread over REPORTS_TALLY_SPREAD_MINUTES from its start, counting on as many as
+    the last pass read (autoscale bills each hour at its peak); None (unpaced) when a later hour is due already (it
+    is catching up)."""
     if hours_due(now) > current.end:
         return None
     return Pace.over(current.began, spread, current.last_pages)

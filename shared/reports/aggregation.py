@@ -346,7 +346,8 @@ def _delete_guarded(collection: Collection[Any], old: Mapping[str, Any], policy:
 
 
 def refresh_daily(db: Database[Any], user_days: set[UserDay], policy: RetryPolicy) -> int:
-    """Recompute each user-day from its hourly documents; write (or delete) the daily documents that differ.
+    """Recompute each user-day from its hourly documents; write (or delete) the daily documents that differ, and
+    return how many it wrote or deleted.
 
     A daily document is read before its hours, and written only if it is still the one read (its `updated_at`
     and `bottles`): a recompute from a stale read never overwrites a newer one, and one that finds a day gone

@@ -200,10 +200,10 @@ def _expires(index: IndexSpec) -> bool:
 
 
 def _drop_changed_expiry(db: Database[Any], spec: CollectionSpec, *, on_cosmos: bool) -> None:
-    """A TTL index whose days changed (a retention setting) is dropped, to be created again with them: an
-    index's options cannot be changed in place on Cosmos DB, and MongoDB refuses to create it differently (no query
-    needs it meanwhile; Cosmos DB allows one TTL index a collection).
-    Recognised by its keys, not its name: the Bicep's TTL index on `_ts` (ARM names it itself) is ours too."""
+    """Drop each TTL index whose days changed (a retention setting), to be created again with them: an index's
+    options cannot be changed in place on Cosmos DB, and MongoDB refuses to create it differently (no query needs
+    it meanwhile; Cosmos DB allows one TTL index a collection). Recognised by its keys, not its name: the Bicep's
+    TTL index on `_ts` (ARM names it itself) is ours too."""
     existing = db[spec.name].index_information()
     for index in spec.indexes:
         if index.expire_after_seconds is None:

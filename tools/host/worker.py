@@ -213,8 +213,8 @@ def current_invocation_id() -> str | None:
 
 
 def _check_module_free(script: Path) -> None:
-    """The runtime imports the script by its module name: another file of that name already imported in this
-    process would be indexed in its place."""
+    """Raise AppRefused if another file of the script's module name is already imported in this process: the
+    runtime imports the script by its module name, so that file would be indexed in its place."""
     loaded = sys.modules.get(script.stem)
     origin = getattr(loaded, "__file__", None)
     if loaded is not None and (origin is None or Path(origin).resolve() != script.resolve()):
