@@ -249,3 +249,18 @@ def test_reassigning_a_bottle_attributes_later_events_to_the_new_user(db):
     owners = sorted(d["user_id"] for d in db[schema.BOTTLE_ACTIONS].find())
     assert owners == ["newowner", "willcross1024"]
     assert db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})["user_id"] == "newowner"
+
+
+def test_provisioning_again_drops_the_fields_of_the_heartbeat_document_s_earlier_layout(db):
+    """A heartbeat document written by the earlier layout still holds `times`, `late`, `key_hash` and
+    `received_at`; the bottle's next PUT removes them (a migration), and keeps the newest heartbeat."""
+    key = provisioned()
+    assert post_events("bottle-1", key, heartbeat(ago(minutes=3))).status == 202
+    former = {"times": [1, 2], "late": [3], "key_hash": "old", "received_at": ago(minutes=2)}
+    db[schema.BOTTLE_HEARTBEATS].update_one({"_id": "bottle-1"}, {"$set": former})
+
+    assert put_bottle("bottle-1").status == 200
+
+    document = db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})
+    assert set(former).isdisjoint(document)
+    assert get_bottle("bottle-1").body["status"]["last_heartbeat"] is not None

@@ -165,6 +165,22 @@ def test_a_bottle_lost_from_the_store_after_its_insert_met_it_is_a_503_to_retry_
     assert "provision_bottle store unavailable: the bottle was not found after its insert; retry" in logged, logged
 
 
+def test_a_bottle_stored_before_key_versions_keeps_its_key_and_takes_its_next_rotation(db):
+    """A bottle of the layout before key versions (no `key_version`, its heartbeat document no `kv`): a plain PUT
+    keeps its key working, and a rotation after it reaches the heartbeats (version 1 is newer than the copy's)."""
+    old_key = provisioned("bottle-1")
+    db[schema.BOTTLES].update_one({"_id": "bottle-1"}, {"$unset": {"key_version": ""}})
+    db[schema.BOTTLE_HEARTBEATS].update_one({"_id": "bottle-1"}, {"$unset": {KEY_VERSION: ""}})
+
+    assert put_bottle("bottle-1").status == 200
+    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=3))).status == 202
+    rotated = put_bottle("bottle-1", rotate_key=True)
+
+    assert rotated.status == 200
+    assert post_events("bottle-1", rotated.body["device_key"], heartbeat(ago(minutes=2))).status == 202
+    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=1))).status == 401
+
+
 def test_a_rotation_whose_copy_lands_after_a_newer_rotation_s_cannot_put_its_key_back(db, monkeypatch):
     """This PUT rotates (version 2) and finds the heartbeat document's copy older; before its copy lands, another
     worker's rotation (version 3) lands with its copy. Only a newer key replaces a copy, so the newest key works
