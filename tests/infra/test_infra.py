@@ -8,12 +8,9 @@ import ast
 import fnmatch
 import importlib.metadata
 import json
-import os
 import re
-import subprocess
 import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import mongomock
@@ -627,62 +624,6 @@ def test_the_app_identity_holds_the_roles_its_storage_queue_and_telemetry_need()
         "3913510d-42f4-4e42-8a64-420c390055eb",  # Monitoring Metrics Publisher: Entra ID telemetry
     ):
         assert role in rbac
-
-
-HOOK = bicep.INFRA / "hooks" / "check-indexes.sh"
-
-
-def run_hook_in_pipeline(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """infra/hooks/check-indexes.sh as azd runs it on a fresh pipeline runner, from a project folder whose `./dev`
-    records how it was called, with an `az` that lists the account tagged azd-env-name=prod in rg (and no other)
-    and answers its connection strings by name."""
-    project, tools = tmp_path / "project", tmp_path / "bin"
-    project.mkdir()
-    tools.mkdir()
-    (project / "dev").write_text(f'#!/bin/sh\necho "$* uri=$MONGODB_CONNECTION_STRING" > {tmp_path}/dev.called\n')
-    (tools / "az").write_text(
-        "#!/bin/sh\n"
-        'case "$*" in\n'
-        '  *"cosmosdb list --resource-group rg"*"azd-env-name\\"==\'prod\'"*) echo cosmon-found ;;\n'
-        '  *"keys list --resource-group rg --name cosmon-found"*"\'Primary MongoDB Connection String\'"*)'
-        " echo mongodb://primary ;;\n"
-        "esac\n"
-    )
-    for script in (project / "dev", tools / "az"):
-        script.chmod(0o755)
-    return subprocess.run(
-        ["sh", str(HOOK)],
-        cwd=project,
-        env={"PATH": f"{tools}:{os.environ['PATH']}", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def test_the_index_check_runs_in_the_pipeline_too_finding_the_account_by_its_environment_tag(tmp_path: Path) -> None:
-    """A pipeline runner's azd environment is new: it has no outputs of a last provision, so the hook used to find
-    no account and skip the check on every pipeline provision. It now finds the environment's account in the
-    resource group by its azd-env-name tag (every resource carries it: main.bicep `tags`)."""
-    run = run_hook_in_pipeline(tmp_path, {"AZURE_RESOURCE_GROUP": "rg", "AZURE_ENV_NAME": "prod"})
-
-    assert run.returncode == 0, run.stderr
-    assert (tmp_path / "dev.called").read_text() == "setup-store --check-deploy uri=mongodb://primary\n"
-    assert "azd-env-name" in json.dumps(bicep.variable("main.bicep", "tags"))
-
-
-def test_the_index_check_says_it_did_not_run_when_the_account_is_inside_a_virtual_network(tmp_path: Path) -> None:
-    """With VNET_ENABLED the account refuses connections from outside its network: the hook cannot check, and says
-    so on stderr rather than fail every provision or pass silently."""
-    env = {"AZURE_RESOURCE_GROUP": "rg", "AZURE_ENV_NAME": "prod", "VNET_ENABLED": "true"}
-
-    run = run_hook_in_pipeline(tmp_path, env)
-
-    assert run.returncode == 0
-    assert not (tmp_path / "dev.called").exists()
-    assert "the index check did NOT run" in run.stderr
-    assert "cosmon-found" in run.stderr
 
 
 WORKFLOW = ROOT / ".github" / "workflows" / "azure-dev.yml"

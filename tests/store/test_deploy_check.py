@@ -8,6 +8,7 @@ Why: on Cosmos DB a dropped index stops serving at once and a new one serves onl
 so sorts that need either fail (code 2) meanwhile
 (https://learn.microsoft.com/azure/cosmos-db/mongodb/indexing#background-index-updates)."""
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -19,6 +20,7 @@ import yaml
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.setup import BuildWait, IndexBuildPending, deploy_problems, ensure_store, main
+from tests import bicep
 from tests.cosmos_fakes import FakeCosmosDatabase, IndexTransformingDatabase
 from tests.store.old_layout import OLD_KEYS, pending_notifications
 
@@ -130,9 +132,24 @@ def test_azd_runs_the_check_before_every_provision():
     assert os.access(HOOK, os.X_OK)
 
 
-def run_hook(tmp_path: Path, env: dict[str, str], *, check_exits: int = 0) -> subprocess.CompletedProcess[str]:
+# `az` as Azure answers the connection string list, each string by its name.
+CONNECTION_STRINGS_AZ = (
+    "  *\"description=='Primary MongoDB Connection String'\"*) echo 'mongodb://primary' ;;\n"
+    "  *\"description=='Secondary MongoDB Connection String'\"*) echo 'mongodb://secondary' ;;\n"
+)
+# `az` on a fresh pipeline runner: the account tagged azd-env-name=prod in rg (no other), and its strings by name.
+PIPELINE_AZ = (
+    '  *"cosmosdb list --resource-group rg"*"azd-env-name\\"==\'prod\'"*) echo cosmon-found ;;\n'
+    '  *"keys list --resource-group rg --name cosmon-found"*"\'Primary MongoDB Connection String\'"*)'
+    " echo mongodb://primary ;;\n"
+)
+
+
+def run_hook(
+    tmp_path: Path, env: dict[str, str], *, check_exits: int = 0, az: str = CONNECTION_STRINGS_AZ
+) -> subprocess.CompletedProcess[str]:
     """The hook, run from a project folder whose `./dev` records how it was called (and exits `check_exits`),
-    with an `az` that answers the connection string list as Azure does, each by its name."""
+    with an `az` that answers as `az` says (its `case` arms)."""
     project, tools = tmp_path / "project", tmp_path / "bin"
     project.mkdir()
     tools.mkdir()
@@ -141,13 +158,7 @@ def run_hook(tmp_path: Path, env: dict[str, str], *, check_exits: int = 0) -> su
         f'echo "$* uri=$MONGODB_CONNECTION_STRING db=$MONGODB_DATABASE" > {tmp_path}/dev.called\n'
         f"exit {check_exits}\n"
     )
-    (tools / "az").write_text(
-        "#!/bin/sh\n"
-        'case "$*" in\n'
-        "  *\"description=='Primary MongoDB Connection String'\"*) echo 'mongodb://primary' ;;\n"
-        "  *\"description=='Secondary MongoDB Connection String'\"*) echo 'mongodb://secondary' ;;\n"
-        "esac\n"
-    )
+    (tools / "az").write_text(f'#!/bin/sh\ncase "$*" in\n{az}esac\n')
     for script in (project / "dev", tools / "az"):
         script.chmod(0o755)
     return subprocess.run(
@@ -187,3 +198,27 @@ def test_the_hook_has_nothing_to_check_before_the_first_provision(tmp_path: Path
     assert run.returncode == 0
     assert "nothing to check" in run.stdout
     assert not (tmp_path / "dev.called").exists()
+
+
+def test_the_index_check_runs_in_the_pipeline_too_finding_the_account_by_its_environment_tag(tmp_path: Path) -> None:
+    """A pipeline runner's azd environment is new: it has no outputs of a last provision, so the hook used to find
+    no account and skip the check on every pipeline provision. It now finds the environment's account in the
+    resource group by its azd-env-name tag (every resource carries it: main.bicep `tags`)."""
+    run = run_hook(tmp_path, {"AZURE_RESOURCE_GROUP": "rg", "AZURE_ENV_NAME": "prod"}, az=PIPELINE_AZ)
+
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "dev.called").read_text() == "setup-store --check-deploy uri=mongodb://primary db=pillbottle\n"
+    assert "azd-env-name" in json.dumps(bicep.variable("main.bicep", "tags"))  # every resource carries the tag
+
+
+def test_the_index_check_says_it_did_not_run_when_the_account_is_inside_a_virtual_network(tmp_path: Path) -> None:
+    """With VNET_ENABLED the account refuses connections from outside its network: the hook cannot check, and says
+    so on stderr rather than fail every provision or pass silently."""
+    env = {"AZURE_RESOURCE_GROUP": "rg", "AZURE_ENV_NAME": "prod", "VNET_ENABLED": "true"}
+
+    run = run_hook(tmp_path, env, az=PIPELINE_AZ)
+
+    assert run.returncode == 0
+    assert not (tmp_path / "dev.called").exists()
+    assert "the index check did NOT run" in run.stderr
+    assert "cosmon-found" in run.stderr
