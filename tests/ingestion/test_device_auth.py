@@ -181,6 +181,32 @@ def test_a_bottle_stored_before_key_versions_keeps_its_key_and_takes_its_next_ro
     assert post_events("bottle-1", old_key, heartbeat(ago(minutes=1))).status == 401
 
 
+def test_a_heartbeat_document_whose_upsert_never_lands_is_a_503_to_retry_and_logged_saying_so(
+    mock_db, monkeypatch, caplog
+):
+    """Some stores answer an upsert that raced a create with no document; the PUT tries again, a few rounds, then
+    answers a 503 with a short Retry-After and logs which document kept changing."""
+    real = type(mock_db[schema.BOTTLE_HEARTBEATS]).find_one_and_update
+
+    def answers_nothing_for_heartbeat_upserts(collection: Any, *args: Any, **kwargs: Any) -> Any:
+        found = real(collection, *args, **kwargs)
+        return None if collection.name == schema.BOTTLE_HEARTBEATS and kwargs.get("upsert") else found
+
+    monkeypatch.setattr(
+        type(mock_db[schema.BOTTLE_HEARTBEATS]), "find_one_and_update", answers_nothing_for_heartbeat_upserts
+    )
+
+    with caplog.at_level(logging.WARNING):
+        response = put_bottle("bottle-1")
+
+    assert response.status == 503
+    assert 1 <= int(response.headers["Retry-After"]) <= 1 + THROTTLED_SPREAD_S
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert (
+        "provision_bottle store unavailable: the heartbeat document kept changing during the write; retry" in logged
+    ), logged
+
+
 def test_a_rotation_whose_copy_lands_after_a_newer_rotation_s_cannot_put_its_key_back(db, monkeypatch):
     """This PUT rotates (version 2) and finds the heartbeat document's copy older; before its copy lands, another
     worker's rotation (version 3) lands with its copy. Only a newer key replaces a copy, so the newest key works
