@@ -84,8 +84,8 @@ def collection_specs(settings: Settings) -> tuple[CollectionSpec, ...]:
                 retention("time", settings, "actions_retention_days"),
             ),
         ),
-        # One document per bottle, written by `_id`: ingestion needs no secondary index. A heartbeat's write
-        # changes `alive_at` (the silent check's sweep) and `r` (the report feed's time) and no other indexed field.
+        # One document per bottle, written by `_id`: ingestion needs no secondary index. Of the indexed fields, a
+        # heartbeat's write changes only `alive_at` (the silent check's sweep); `r`, the ring's time, is not indexed.
         CollectionSpec(
             BOTTLE_HEARTBEATS,
             "bottle_id",
