@@ -83,7 +83,8 @@ def test_a_send_that_fails_leaves_it_and_the_rest_pending_and_the_next_run_sends
     world.queue.accepting = None  # back
     second = world.after(minutes=1).check("left_open")
 
-    assert [m["bottle_id"] for m in second] == ["bottle-2", "bottle-3"]
+    # One batch, sent side by side: the queue's order within a batch is not the run's to keep.
+    assert sorted(m["bottle_id"] for m in second) == ["bottle-2", "bottle-3"]
     assert {n["delivery"] for n in world.notifications("left_open")} == {"queued"}
     assert world.after(minutes=1).check("left_open") == []
 
