@@ -160,7 +160,7 @@ _mongomock_expires_by_the_app_clock()
 
 # Registered process-wide before any test runs, so it hears every client the tests make, however they make it
 # (fixtures, the simulator, the local server, the operations commands). mongomock sends no commands: the
-# SecantusDB runs are what it checks, and tests/integration/test_sorted_reads.py drives every read path there.
+# SecantusDB runs are what it checks, and tests/integration/store/test_sorted_reads.py drives every read path there.
 _SORTS = SortAudit()
 monitoring.register(_SORTS)
 

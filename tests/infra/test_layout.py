@@ -229,21 +229,26 @@ def test_the_tests_use_only_their_helpers_public_names():
 
 # The tests mirror the code: a package of tests/ per package of shared/ (tests/reports/ for shared/reports/) or per
 # top-level folder (tests/tools/, tests/infra/), and tests/integration/, the home of the `integration` marker's
-# tests. Only helpers (api.py, checking.py, conftest.py, ...) stay at the top of tests/.
+# tests, mirrored the same way inside (tests/integration/reports/). Only helpers (api.py, checking.py,
+# conftest.py, ...) stay at the top of tests/ and of tests/integration/.
 TESTS = ROOT / "tests"
 INTEGRATION = "integration"
 
 
 def counterpart(package: Path) -> Path:
     """The code a package of tests/ mirrors: shared/<name> for a job package, else the top-level folder <name>;
-    a subpackage mirrors the same path under its parent's counterpart."""
-    first, *rest = package.relative_to(TESTS).parts
+    a subpackage mirrors the same path under its parent's counterpart; tests/integration/<path> mirrors what
+    tests/<path> does."""
+    parts = package.relative_to(TESTS).parts
+    first, *rest = parts[1:] if parts[0] == INTEGRATION else parts
     base = ROOT / "shared" / first if (ROOT / "shared" / first).is_dir() else ROOT / first
     return base.joinpath(*rest)
 
 
-def test_no_test_file_sits_at_the_top_of_tests():
-    loose = sorted(p.name for p in TESTS.glob("test_*.py"))
+def test_no_test_file_sits_at_the_top_of_tests_or_of_its_integration_tests():
+    loose = sorted(
+        str(p.relative_to(TESTS)) for folder in (TESTS, TESTS / INTEGRATION) for p in folder.glob("test_*.py")
+    )
     assert loose == [], f"move these into the package of tests/ that mirrors the code they test: {loose}"
 
 

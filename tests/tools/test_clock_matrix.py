@@ -54,7 +54,7 @@ def test_every_file_left_out_exists_and_says_why() -> None:
 
 def test_the_default_set_is_every_test_file_but_the_clock_free_ones() -> None:
     files = clock_matrix.test_files([])
-    assert "tests/integration/test_sorted_reads.py" in files
+    assert "tests/integration/store/test_sorted_reads.py" in files
     assert "tests/reports/test_tally.py" in files
     assert not set(files) & set(CLOCK_FREE)
     assert clock_matrix.test_files(["-x", "tests/reports/test_tally.py"]) == []  # named paths replace the default set

@@ -2,7 +2,7 @@
 shard key (61) or a changed shard key value (66), a document past 2 MB (16 MB with `large_documents`), one
 shard key value's documents past a logical partition's 20 GB (scaled: `logical_partition_bytes`). The pages
 are quoted where the rules are decided (rules.py, features.py) and, for the 20 GB, by its test
-(tests/integration/test_cosmos_store.py)."""
+(tests/integration/tools/test_cosmos_store.py)."""
 
 from typing import Any
 

@@ -5,7 +5,7 @@ through the app's client as on Cosmos DB for MongoDB 6.0 (tests/cosmos_store_app
 import pytest
 
 from tests.cosmos_store_app import cosmos_store, db, real_db  # noqa: F401 - the stores the tests below ask for
-from tests.integration.test_checks_on_secantus import (  # noqa: F401 - collected here, on the store
+from tests.integration.notifications.test_checks_on_secantus import (  # noqa: F401 - collected here, on the store
     test_from_provisioning_through_ingestion_to_notifications_and_queue_messages,
 )
 from tests.notifications.test_left_open import (  # noqa: F401

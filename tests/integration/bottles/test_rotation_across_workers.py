@@ -17,7 +17,7 @@ from tests.api import SPEC, ago, closed, heartbeat, opened, post_events, provisi
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # The other worker: one call of the app's HTTP functions, at this process's clock; prints the response.
 _WORKER = """
