@@ -23,6 +23,8 @@ from shared.settings import Settings, get_settings
 from shared.store import schema
 from tests.archive.sweeps import Sweeper, closed, opened
 from tests.cosmos_fakes import CosmosTokens
+from tests.fake_time import FakeTime
+from tests.report_client import set_setting
 from tests.tally_fleet import DAY, HOUR, Fleet
 from tools.archive_truth import archived_events, check_archive
 
@@ -255,3 +257,54 @@ def test_an_archive_that_fails_fails_the_run_after_releasing_its_lease(
     use_archive(archive)
     process_partition(mock_db, partition, now=now + MINUTE, settings=get_settings())
     assert_each_event_once(mock_db, archive, H + HOUR)
+
+
+def test_the_worker_sweeps_into_the_folder_archive_dir_names_and_says_what_it_read(
+    mock_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The function app installs no archive: the worker's sweep finds the one its settings name (ARCHIVE_DIR here,
+    as ./dev serve sets it), and its run (the invocation's log line) counts the pages and events it read and says
+    it caught up."""
+    stored_doses(mock_db, H, 4)
+    set_setting(monkeypatch, "ARCHIVE_DIR", str(tmp_path / "named"))
+    now = H + HOUR + 15 * MINUTE
+    [message] = archive_messages(sent(mock_db, now))
+
+    run = process_partition(mock_db, Partition.from_message(message), now=now, settings=get_settings())
+
+    assert (run.pages, run.changes, run.caught_up) == (2, 4, True)  # the hour's 4 events, then its end
+    assert_each_event_once(mock_db, FolderArchive(tmp_path / "named"), H + HOUR)
+
+
+def test_a_paced_sweep_waits_within_the_workers_budget_for_its_next_page(
+    mock_db: Any, archive: FolderArchive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass is paced over REPORTS_TALLY_SPREAD_MINUTES by the pages of the last one (autoscale bills each hour at
+    its peak): the last pass read 5 pages (pages of 2 end on a whole receive instant: an event each, then the
+    hour's end), so this one's pages are due 24 s apart over 2 minutes. A worker run with a 45 s budget waits for
+    its first page and reads it, stops before a wait past its budget, and the next runs finish the pass, each event
+    archived once."""
+    set_setting(monkeypatch, "ARCHIVE_PAGE_SIZE", "2")
+    set_setting(monkeypatch, "REPORTS_TALLY_SPREAD_MINUTES", "2")
+    fleet = stored_doses(mock_db, H, 4)
+    for n in range(4):
+        at = H + HOUR + n * MINUTE
+        fleet.send(f"b{n % 2 + 1}", opened(at - 10 * MINUTE), now=at)
+    use_archive(archive)
+    partition = Partition(ACTIONS_ARCHIVE, 0, 1)
+
+    def run_at(now: datetime) -> tuple[Any, list[float]]:
+        time_ = FakeTime()
+        sent(mock_db, now)
+        done = process_partition(mock_db, partition, now=now, settings=get_settings(), clock=time_, sleep=time_.sleep)
+        return done, time_.slept
+
+    first, _ = run_at(H + HOUR + 15 * MINUTE)  # unpaced: no pass before it
+    assert (first.pages, first.caught_up) == (5, True)
+    paced, waited = run_at(H + 2 * HOUR + 15 * MINUTE)
+    later = [run_at(H + 2 * HOUR + (16 + n) * MINUTE)[0] for n in range(5)]
+
+    assert (paced.pages, paced.caught_up, waited) == (1, False, [24.0])
+    assert later[-1].caught_up
+    assert paced.pages + sum(run.pages for run in later) == 5
+    assert_each_event_once(mock_db, archive, H + 2 * HOUR)

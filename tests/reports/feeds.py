@@ -62,6 +62,15 @@ class CosmosStream:
         pass
 
 
+class ResumedStream(CosmosStream):
+    """A CosmosStream resumed from a saved token, as pymongo's is: its resume token is that token until a batch
+    moves it (pymongo's `ChangeStream.resume_token` starts as `resume_after`)."""
+
+    def __init__(self, batches: list[list[dict[str, Any]] | None], token: dict[str, Any] | None) -> None:
+        super().__init__(batches)
+        self._token = token
+
+
 def change(bottle_id: str, received_minutes_ago: int) -> dict[str, Any]:
     """A change of `bottle_actions` as Cosmos DB's stream gives it: the document, its key, no operationType."""
     received = utc_now() - timedelta(minutes=received_minutes_ago)

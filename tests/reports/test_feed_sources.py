@@ -18,7 +18,14 @@ from shared.store import schema
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy
 from tests.report_client import set_setting
-from tests.reports.feeds import CosmosStream, ServerStream, actions_partition_with_token, change, stored
+from tests.reports.feeds import (
+    CosmosStream,
+    ServerStream,
+    actions_partition_with_token,
+    change,
+    sent_by_dispatch,
+    stored,
+)
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 SECOND = timedelta(seconds=1)
@@ -200,3 +207,44 @@ def test_a_stream_failing_after_a_page_fails_the_run_and_keeps_the_position_of_t
         )
 
     assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["token"] == {"_data": "after-batch-1"}
+
+
+class RefusingQueries:
+    """A database whose `bottle_actions` refuses every query, as Cosmos DB refuses a sort its indexing excludes."""
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+
+    def __getitem__(self, name: str) -> Any:
+        return Refusing(self._db[name]) if name == schema.BOTTLE_ACTIONS else self._db[name]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+class Refusing:
+    def __init__(self, collection: Any) -> None:
+        self._collection = collection
+
+    def find(self, *args: Any, **kwargs: Any) -> Any:
+        raise OperationFailure("The index path corresponding to the specified order-by item is excluded.", code=2)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._collection, name)
+
+
+def test_a_polling_query_the_store_refuses_fails_the_run_and_frees_its_lease(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A polling run has no stream position to drop: a query the store refuses fails the run (the host retries
+    it, and its error is in the invocation's log) rather than end as if the partition were read, and the lease is
+    released for the retry."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    partition = next(
+        p for p in map(Partition.from_message, sent_by_dispatch(mock_db, now=utc_now())) if p.feed == ACTIONS_FEED
+    )
+
+    with pytest.raises(OperationFailure, match="order-by item is excluded"):
+        process_partition(RefusingQueries(mock_db), partition, now=utc_now(), settings=get_settings())
+
+    assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["owner"] is None

@@ -34,6 +34,7 @@ from tests.report_client import aggregate, clear_reports, run_round, set_setting
 from tests.reports.feeds import (
     MINUTE,
     CosmosStream,
+    ResumedStream,
     a_run_out_of_budget_after_a_full_page,
     actions_partition_with_token,
     change,
@@ -459,6 +460,32 @@ def test_a_run_whose_first_page_is_throttled_after_a_run_that_ran_out_mid_backlo
     assert (run.changes, run.caught_up, run.empty_retries) == (3, True, 2)
     assert time_.slept == [0.1, 0.2]
     assert mock_db[schema.LEASES].find_one({"_id": partition.lease_id})["behind"] is False  # a short page last
+
+
+def test_a_resumed_stream_whose_first_page_is_throttled_after_a_full_page_asks_again(mock_db, monkeypatch):
+    """The same with the stream as pymongo gives it, its resume token the lease's until a batch moves it: the
+    throttled first page leaves the position where it was saved, so it is no answer that the partition is idle;
+    the run asks again and reads the backlog, rather than ending caught up with it unread."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
+    partition = actions_partition_with_token(mock_db, utc_now())
+    a_run_out_of_budget_after_a_full_page(
+        mock_db, partition, stored(mock_db, partition, [change("b0", 30), change("b1", 29)])
+    )
+    backlog = stored(mock_db, partition, [change("b2", 28), change("b3", 27)])
+    time_ = FakeTime()
+    opened_at: list[Any] = []
+
+    def watch(p, token):
+        opened_at.append(token)
+        return ResumedStream([None, backlog, backlog[:1], None], token)
+
+    run = process_partition(
+        mock_db, partition, now=utc_now(), settings=get_settings(), clock=time_, sleep=time_.sleep, watch=watch
+    )
+
+    assert opened_at == [{"_data": "after-batch-1"}]
+    assert (run.changes, run.caught_up, run.empty_retries, time_.slept) == (3, True, 1, [0.1])
 
 
 def test_a_run_after_a_full_page_with_nothing_written_since_ends_at_an_empty_first_page(mock_db, monkeypatch):

@@ -14,13 +14,14 @@ from pymongo.errors import OperationFailure
 
 from shared import instants
 from shared.instants import set_clock, utc_now
-from shared.reports.partitions import ACTIONS_FEED
+from shared.reports.partitions import ACTIONS_FEED, Partition
 from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from tests.api import SPEC, closed, iso, opened, post_events, provisioned
 from tests.report_client import Round, get_reports, run_round, set_setting
-from tests.reports.feeds import CosmosStream, actions_partition_with_token, change, stored
+from tests.reports.feeds import CosmosStream, actions_partition_with_token, change, sent_by_dispatch, stored
+from tests.tally_fleet import ticking
 
 MINUTE = timedelta(minutes=1)
 BOTTLES = 6
@@ -165,3 +166,37 @@ def test_a_change_streams_empty_answer_never_moves_where_a_recovery_starts(
     assert recovery.recovered
     assert recovery.changes == 2  # b0 again (within the overlap) and the late b1
     assert mock_db[schema.USER_HOURLY_REPORTS].count_documents({}) >= 1
+
+
+def test_a_polling_run_stopped_by_its_budget_keeps_when_it_began_so_the_next_run_reads_on_after_its_last_page(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three uploads a minute apart, read ten minutes later by a polling run whose budget lets it read one page (a
+    page a change): its saved position keeps when it began as well as the page's checkpoint time, so the next run
+    reads the two changes after that page, not the last overlap (300 s) again from the checkpoint time."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "1")
+    set_setting(monkeypatch, "REPORTS_TIME_BUDGET_SECONDS", "4")  # on a clock that moves a second a look: one page
+    burst = a_burst_instant()
+    key = provisioned()
+    for minute in range(3):
+        set_clock(lambda m=minute: burst + m * MINUTE)  # type: ignore[misc]
+        event = opened(burst - (10 - minute) * MINUTE, event_id=f"o{minute}")
+        assert post_events("bottle-1", key, event).status == 202
+
+    def actions_runs(now: datetime, *, cut_short: bool) -> list[Any]:
+        set_clock(lambda: now)
+        runs = []
+        partitions = map(Partition.from_message, sent_by_dispatch(mock_db, now=now))
+        for partition in (p for p in partitions if p.feed == ACTIONS_FEED):
+            clock = {"clock": ticking(1)} if cut_short else {}
+            runs.append(process_partition(mock_db, partition, now=now, settings=get_settings(), **clock))
+        return runs
+
+    first = actions_runs(burst + 10 * MINUTE, cut_short=True)
+    assert (sum(run.changes for run in first), all(run.caught_up for run in first)) == (1, False)
+    set_setting(monkeypatch, "REPORTS_TIME_BUDGET_SECONDS", "45")
+    second = actions_runs(burst + 11 * MINUTE, cut_short=False)
+
+    assert sum(run.changes for run in second) == 2
+    assert opened_in_hour((burst - 10 * MINUTE).replace(minute=0)) == 3

@@ -2,17 +2,22 @@
 reports (aggregate_report_partition: pages, changes, hourly_written, daily_written): the pages and heartbeat
 documents it read, and the hourly and daily reports it wrote, none where it wrote none."""
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared.reports.dispatcher import dispatch
 from shared.reports.leases import Lease
+from shared.reports.partitions import Partition
 from shared.reports.tally import TallyRun, run_tally
+from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import Settings
 from shared.store.partitioning import BucketRange
-from tests.tally_fleet import DAY, HOUR, Fleet
+from tests.tally_fleet import DAY, HOUR, Fleet, ticking
 from tests.tally_runner import POLICY
 
 MINUTE = timedelta(minutes=1)
+COUNTS = ("pages", "changes", "hourly_written", "daily_written")  # a PartitionRun's, as its log line gives them
 
 
 def test_a_tally_run_counts_the_pages_documents_and_reports_it_wrote_and_no_daily_report_between_blocks(
@@ -69,3 +74,31 @@ def test_a_tally_run_with_no_hour_due_reads_nothing_and_says_it_is_caught_up(moc
     )
 
     assert (done.pages, done.caught_up) == (0, True)
+
+
+def test_a_tally_partitions_worker_run_reports_the_counts_of_its_pass(mock_db: Any) -> None:
+    """The worker's run (the invocation's log line of aggregate_report_partition) carries the tally's counts: the
+    same passes as above, dispatched and run as the queue trigger runs them, say what they read and wrote, summed
+    over the tally's partitions."""
+    config = Settings(reports_page_size=1, daily_rollup_staggered=False)
+    fleet = Fleet(mock_db, config)
+    for user_id in ("u1", "u2"):
+        fleet.provision(f"b-{user_id}", user_id, DAY)
+
+    def runs(now: datetime) -> list[PartitionRun]:
+        sent: list[str] = []
+        dispatch(mock_db, now=now, settings=config, send=sent.extend)
+        tally = [p for p in (Partition.from_message(json.loads(body)) for body in sent) if p.feed.tally]
+        return [process_partition(mock_db, p, now=now, settings=config, clock=ticking(1)) for p in tally]
+
+    runs(DAY + 10 * MINUTE)  # the first pass: nothing heard yet
+    counts = []
+    for hour in range(1, 7):
+        for user_id in ("u1", "u2"):
+            fleet.beat(f"b-{user_id}", DAY + (hour - 1) * HOUR + 20 * MINUTE)
+        done = runs(DAY + hour * HOUR + 10 * MINUTE)
+        assert done
+        assert all(run.caught_up for run in done)
+        counts.append(tuple(sum(getattr(run, count) for run in done) for count in COUNTS))
+
+    assert counts == [(2, 2, 2, 0)] * 5 + [(2, 2, 2, 2)]
