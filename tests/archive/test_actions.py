@@ -2,7 +2,8 @@
 (shared/archive/actions.py): each event once, in the file of its device date and of the chunk of its receive hour,
 through hours not yet settled, events uploaded hours late, sweeps run again, runs cut by their budget or killed
 mid-chunk, a worker killed after writing more than it saved, a stale worker writing after its successor, and the
-actions' partitions splitting under the dispatcher. On mongomock with chosen server clocks, checked against
+actions' partitions splitting under the dispatcher; through the worker, the archive ARCHIVE_DIR names, the run's
+counts and a paced pass waiting within the budget. On mongomock with chosen server clocks, checked against
 `bottle_actions` with tools/archive_truth.py."""
 
 import json

@@ -1,6 +1,7 @@
 """Where a report feed's pages come from (shared/reports/sources.py): polling pages that end on a whole
 server-time instant within the partition's buckets, a pymongo change stream read to the end of its server batch
-from the saved token, an empty page whose token moved, and a recovery that hands over to its change stream."""
+from the saved token, an empty page whose token moved, a recovery that hands over to its change stream, and a
+polling query the store refuses, which fails the run."""
 
 from collections.abc import Iterator
 from datetime import timedelta

@@ -1,6 +1,7 @@
 """What a heartbeat tally run says it did (shared/reports/tally.py: TallyRun), which the worker's invocation log
 reports (aggregate_report_partition: pages, changes, hourly_written, daily_written): the pages and heartbeat
-documents it read, and the hourly and daily reports it wrote, none where it wrote none."""
+documents it read, and the hourly and daily reports it wrote, none where it wrote none; and the worker's run of
+the tally's partitions, which carries them."""
 
 import json
 from datetime import datetime, timedelta
