@@ -11,7 +11,7 @@ import pytest
 from shared.instants import utc_now
 from shared.reports.layouts import ensure_leases
 from shared.reports.leases import Lease, checkpoint, claim, leases_to_dispatch
-from shared.reports.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
+from shared.reports.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition, retired
 from shared.store import schema
 from shared.store.retries import RetryPolicy
 
@@ -65,6 +65,25 @@ def test_a_work_message_names_the_partition_it_was_made_for(partition: Partition
 def test_a_malformed_work_message_is_refused_saying_what_is_wrong(message: dict[str, Any], why: str) -> None:
     with pytest.raises(ValueError, match=why):
         Partition.from_message({"feed": ACTIONS_FEED.key, **message})
+
+
+@pytest.mark.parametrize(
+    ("message", "dropped"),
+    [
+        ({"feed": ACTIONS_FEED.key, "partition": 0, "of": 3, "cosmos": True}, True),
+        ({"feed": schema.BOTTLE_HEARTBEATS, "partition": 0, "of": 3, "cosmos": False}, True),
+        (Partition(ACTIONS_FEED, 2, 3, cosmos=True, feed_range=("2AAA", "FF")).message(), False),
+        (Partition(ACTIONS_FEED, 1, 4).message(), False),
+    ],
+    ids=["cosmos before feed ranges", "retired feed", "cosmos by feed range", "buckets"],
+)
+def test_the_worker_drops_the_work_messages_of_earlier_layouts_and_only_those(
+    message: dict[str, Any], dropped: bool
+) -> None:
+    """A Cosmos DB partition named by its place in the token list (the code before feed ranges), or a feed of an
+    earlier layout, queued before an upgrade: the worker drops it (functions/reports.py) rather than fail it into
+    the poison queue. A partition named by its feed range, or a bucket range, is run."""
+    assert retired(message) is dropped
 
 
 def test_a_partition_is_cosmos_exactly_when_it_has_a_feed_range() -> None:

@@ -149,3 +149,27 @@ def test_on_cosmos_a_bucket_layout_the_old_code_fell_back_to_is_an_earlier_layou
     ranges = mock_db[schema.LEASES].find({"feed": ACTIONS_FEED.key, "range": {"$exists": True}})
     assert [doc["checkpoint_time"] for doc in ranges] == [lately, lately]
     assert [retired_at(mock_db, i, 4) for i in range(4)] == [now] * 4
+
+
+def test_on_cosmos_a_bucket_layout_of_the_same_count_as_the_partitions_layout_is_still_an_earlier_layout(
+    mock_db: Any,
+) -> None:
+    """The legacy leases of the physical partitions carry no kind: only `cosmos` in their id tells them from the
+    bucket leases of the fallback. A frozen bucket layout of as many partitions as the physical one that ran since
+    is still an earlier layout, retired at once: taken for one layout with it, it stayed every new feed-range
+    lease's parent, and each re-read the month from its frozen checkpoint."""
+    now = utc_now()
+    frozen, lately = now - 30 * DAY, now - 40 * MINUTE
+    mock_db[schema.LEASES].insert_many(
+        [
+            *(legacy_lease(i, 2, frozen, **all_times(frozen)) for i in range(2)),
+            *(legacy_lease(i, 2, lately, kind="cosmos", **all_times(lately)) for i in range(2)),
+        ]
+    )
+    streams = Settings(reports_partitions=4, change_source="change_stream")
+
+    dispatch(CosmosTokens(mock_db, partitions=2), now=now, settings=streams, send=lambda _: None, on_cosmos=True)
+
+    ranges = mock_db[schema.LEASES].find({"feed": ACTIONS_FEED.key, "range": {"$exists": True}})
+    assert [doc["checkpoint_time"] for doc in ranges] == [lately, lately]
+    assert [retired_at(mock_db, i, 2) for i in range(2)] == [now] * 2

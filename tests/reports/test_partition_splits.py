@@ -481,3 +481,66 @@ def test_a_child_that_ran_and_split_hands_its_own_newer_position_on_not_its_pare
         assert state_of(live[span]["token"]) == state_of(child_token)
         assert feed_range(live[span]["token"]) == span
         assert live[span]["checkpoint_time"] == now - MINUTE
+
+
+def test_a_child_that_recovers_by_time_and_splits_before_it_ran_leaves_its_children_their_parents_token_entries(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child no one entry of its parent's token holds recovers by time: its lease has a checkpoint time and no
+    token. If it splits again before any worker ran it, its parent is still live and holds each grandchild's range
+    with a token: each grandchild starts from its entry of that token (its own, or the one holding its range,
+    narrowed), not by polling the whole collection as the token-less child would have."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    cosmos = CosmosTokens(mock_db, partitions=1)
+    now = utc_now()
+    dispatched(cosmos, now)
+    quarter, middle = EPK_TOP // 4, EPK_TOP // 2
+    parent_token = composite_token([(0, quarter, "low"), (quarter, EPK_TOP, "high")])
+    mock_db[schema.LEASES].update_one(
+        {"range": ["", "FF"]}, {"$set": {"token": parent_token, "checkpoint_time": now - MINUTE}}
+    )
+    cosmos.split(0)  # [0, middle): no one entry holds it
+    dispatched(cosmos, now)
+    lower = actions_leases(mock_db)[(epk(0), epk(middle))]
+    assert (lower["token"], lower["checkpoint_time"]) == (None, now - MINUTE)
+    cosmos.split(0)  # before a worker ran it: [0, quarter) and [quarter, middle)
+
+    run = dispatch(cosmos, now=now + MINUTE, settings=get_settings(), send=[].extend, on_cosmos=True)
+
+    assert run.child_starts == {"own_entry": 1, "narrowed": 1}
+    live = actions_leases(mock_db)
+    starts = {
+        span: state_of(live[span]["token"])["value"] for span in ((epk(0), epk(quarter)), (epk(quarter), epk(middle)))
+    }
+    assert starts == {(epk(0), epk(quarter)): '"low"', (epk(quarter), epk(middle)): '"high"'}
+
+
+def test_a_range_a_merge_redrew_starts_from_the_lease_holding_it_not_from_a_newer_one_holding_part_of_it(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One child of a split ran and got far ahead; its sibling never ran, so their parent is still live. Then the
+    layout is redrawn across the children's boundary (each split again, and the two middle quarters merged): the
+    middle range starts from the parent's token narrowed to it, the one live lease that holds it. The ahead child
+    holds only part of it: its token has no entry for the rest, and taking it left the range to poll the whole
+    collection from the oldest checkpoint."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+    cosmos = CosmosTokens(mock_db, partitions=1)
+    now = utc_now()
+    dispatched(cosmos, now - DAY)
+    parent_token = with_parent_token(mock_db, now - DAY)
+    cosmos.split(0)
+    dispatched(cosmos, now - DAY)
+    ahead = cosmos_token(EPK_TOP // 2, EPK_TOP, position="ahead")
+    mock_db[schema.LEASES].update_one(
+        {"range": ["2000", "FF"]}, {"$set": {"token": ahead, "checkpoint_time": now - MINUTE, "updated_at": now}}
+    )
+    quarter = EPK_TOP // 4
+    cosmos.ranges = [(0, quarter), (quarter, 3 * quarter), (3 * quarter, EPK_TOP)]
+
+    run = dispatch(cosmos, now=now, settings=get_settings(), send=[].extend, on_cosmos=True)
+
+    assert run.child_starts == {"narrowed": 3}
+    merged = actions_leases(mock_db)[(epk(quarter), epk(3 * quarter))]
+    assert feed_range(merged["token"]) == (epk(quarter), epk(3 * quarter))
+    assert state_of(merged["token"]) == state_of(parent_token)
+    assert merged["checkpoint_time"] == now - DAY

@@ -15,6 +15,7 @@ from tests.tally_fleet import DAY, HOUR, Fleet, opened, tally_passes
 
 ONE = Settings(reports_partitions=1, change_source="polling")
 TWO = Settings(reports_partitions=2, change_source="polling")
+FOUR = Settings(reports_partitions=4, change_source="polling")
 MINUTE = timedelta(minutes=1)
 
 
@@ -50,3 +51,25 @@ def test_a_pass_behind_by_days_leaves_the_days_it_has_yet_to_roll_up_to_the_next
 
     days = [fleet.daily("u1", DAY + timedelta(days=day)) for day in range(6)]
     assert [None if d is None else d["opened"] for d in days] == [1] * 6
+
+
+def test_a_first_pass_cut_short_hands_the_days_since_its_layouts_parent_was_made_on_to_the_next_layout(
+    mock_db: Any,
+) -> None:
+    """The tally's first layout never ran; the next one took over the days since it was made, and its first pass
+    was cut short (its budget spent) before it checkpointed: it released its lease, the first layout retired, and
+    the days it took over are still to roll up. Those days are what it hands on to the layout after it, not only
+    the days since its own leases were made: else the action of the first day reaches no daily report."""
+    fleet = Fleet(mock_db, ONE)
+    dispatch(mock_db, now=DAY, settings=ONE, send=lambda _: None)  # the tally's lease, which never runs
+    fleet.provision("b1", "u1", DAY)
+    fleet.send("b1", opened(DAY + 8 * HOUR), now=DAY + 8 * HOUR)
+    two = DAY + timedelta(days=2)
+    tally_passes(mock_db, TWO, two, cut_short=lambda: True)
+    dispatch(mock_db, now=two + MINUTE, settings=TWO, send=lambda _: None)  # the first layout retires
+
+    tally_passes(mock_db, FOUR, DAY + timedelta(days=4, minutes=70))
+
+    day = fleet.daily("u1", DAY)
+    assert day is not None
+    assert day["opened"] == 1
