@@ -9,6 +9,7 @@ takes the bottle out of the sweep that found it; the marker write misses. On mon
 fixture), and in a paced late-dose sweep, whose waits come between reading a batch and writing it."""
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,13 +19,14 @@ import pytest
 from pymongo.database import Database
 
 from shared.notifications import documents
+from shared.notifications.checks.partitions import CheckPartition
 from shared.notifications.checks.run import run_check
 from shared.notifications.documents import Episode, Kind
 from shared.settings import get_settings
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy
 from tests.api import closed, opened
-from tests.checking import World
+from tests.checking import World, work
 from tests.fake_time import FakeTime
 from tests.report_client import set_setting
 
@@ -120,6 +122,35 @@ def test_a_bottle_closed_and_opened_again_while_the_check_marks_it_resolves_the_
 
     assert resolutions(world, "left_open") == {first: raced, second: None}
     assert [m["episode_start"] for m in world.sent] == ["2026-05-04T05:00:00.000Z", "2026-05-04T05:05:50.000Z"]
+
+
+def test_a_race_settled_in_a_batch_of_two_bottles_is_counted_in_the_run_s_log_line(world, monkeypatch, caplog):
+    """Bottle 1, notified once, was closed and opened again (a new episode), bottle 2 left open: one batch finds
+    both. Bottle 1 is closed again between the notifications and the markers, so the run resolves its first
+    episode and settles its second one as resolved; bottle 2 stays notified. The operator's line of the run says
+    2 resolved, and the run does not fail on a batch with two episodes to settle."""
+    set_setting(monkeypatch, "CHECK_PARTITIONS", "1")
+    world.provision("bottle-2")
+    first = world.now
+    world.open()
+    world.after(minutes=6).check("left_open")
+    second = world.after(minutes=1).now - timedelta(seconds=10)
+    world.post("bottle-1", closed(second - timedelta(seconds=10)), opened(second))
+    world.open("bottle-2")
+    other = world.now
+    landed = during_the_next_run(monkeypatch, "left_open", BEFORE_THE_MARKER, world.close)
+
+    raced = world.after(minutes=6).now
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        work(CheckPartition("left_open", BucketRange(0, 1)).message())
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invocation run_check")]
+    logged = json.loads(line.split(" ", 2)[2])
+
+    assert landed
+    assert (logged["notified"], logged["resolved"]) == (2, 2)
+    stored = {(n["bottle_id"], n["episode_start"]): n["resolved_at"] for n in world.notifications("left_open")}
+    assert stored == {("bottle-1", first): raced, ("bottle-1", second): raced, ("bottle-2", other): None}
 
 
 # --- silent -----------------------------------------------------------------------------------------------------
@@ -270,3 +301,48 @@ def test_a_run_inside_another_s_read_and_write_notifies_once_and_the_episode_goe
 
     assert resolutions(world, kind) == {notification["episode_start"]: world.now}
     assert sent_once(world)
+
+
+# --- a run whose time budget ends with the batch the request raced ----------------------------------------------
+
+RACED_AT: dict[Kind, Callable[[World], datetime]] = {
+    "left_open": lambda world: world.after(minutes=6).now,
+    "silent": lambda world: world.after(minutes=61).now,
+    "late_dose": lambda world: world.at(MORNING + timedelta(minutes=65)).now,
+}
+ENDED_IN_TIME: dict[Kind, Callable[[World], None]] = {
+    "left_open": lambda world: world.close(),
+    "silent": lambda world: world.heartbeat(),
+    "late_dose": lambda world: world.dose(at=MORNING + timedelta(minutes=10)),  # taken in time, uploaded late
+}
+
+
+@pytest.mark.parametrize("kind", ["left_open", "silent", "late_dose"])
+def test_an_episode_ended_by_a_racing_request_is_resolved_by_that_run_though_its_budget_ends_there(
+    world, monkeypatch, kind
+):
+    """The run settles the raced episode as ended at once (docs/checks.md, A device request during a run), not by
+    marking it for a resolve sweep: here the run's time budget runs out with that batch, so it never reaches its
+    resolve sweep, and the notification is still resolved at the run's instant, not a run later."""
+    set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "1")
+    if kind == "left_open":
+        world.open()
+    else:
+        world.heartbeat()
+    landed = during_the_next_run(monkeypatch, kind, BEFORE_THE_MARKER, lambda: ENDED_IN_TIME[kind](world))
+    raced = RACED_AT[kind](world)
+    ticks = iter(range(0, 1000, 2))  # every reading of the clock two "seconds" on: the budget ends with the batch
+
+    run = run_check(
+        world.db,
+        kind,
+        partition=BucketRange(0, 1),
+        now=raced,
+        settings=get_settings(),
+        send=world.queue,
+        clock=lambda: float(next(ticks)),
+    )
+
+    assert landed
+    assert (run.complete, run.notified, run.resolved) == (False, 1, 1)
+    assert list(resolutions(world, kind).values()) == [raced]
