@@ -223,6 +223,30 @@ def test_a_bottle_opened_while_the_check_marks_the_slot_late_is_resolved_by_its_
     assert sent_once(world)
 
 
+def test_a_late_dose_uploaded_while_the_run_settles_the_late_slot_resolves_it(world, monkeypatch):
+    """The bottle is opened between the run's notification and its marker (the marker write misses, the slot is
+    still late), and its late dose is uploaded while the run settles that (between reading the bottle again and
+    marking it): the mark must not undo what the dose asked for (`dose_pending`), so the dose resolves the slot
+    in that same run."""
+    during_the_next_run(monkeypatch, "late_dose", BEFORE_THE_MARKER, world.open)
+    apply_resolutions = documents.apply_resolutions
+    calls: list[int] = []
+
+    def dose_while_settling(db: Database[Any], ops: list[Any], policy: RetryPolicy) -> int:
+        calls.append(1)
+        if len(calls) == 2:  # the batch's resolutions, then the settle's, after it read the bottle again
+            world.close(taken=1)
+        return apply_resolutions(db, ops, policy)
+
+    monkeypatch.setattr(documents, "apply_resolutions", dose_while_settling)
+    raced = world.at(MORNING + timedelta(minutes=65)).now
+    [message] = world.check("late_dose")
+
+    assert message["episode_start"] == "2026-05-04T06:00:00.000Z"
+    assert resolutions(world, "late_dose") == {MORNING: raced}
+    assert sent_once(world)
+
+
 # --- a paced late-dose sweep ------------------------------------------------------------------------------------
 
 HOURLY = {"schedule": {"every_hours": 1}, "grace_minutes": 1}  # due an hour after provisioning, late a minute later
