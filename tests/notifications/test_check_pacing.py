@@ -196,6 +196,39 @@ def test_a_sweep_slower_than_its_pace_never_waits(paced_world: World, monkeypatc
     assert (done.complete, done.examined, done.notified, done.queued) == (True, 6, 6, 6)
 
 
+def test_a_sweep_behind_its_pace_sends_after_its_last_batch_and_logs_that_it_was_not_paced(
+    paced_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, each send taking a second: every batch after the first is due at once (the sweep is behind), so
+    none is preceded by a send; the notifications go out after the last batch (420 s of work), and the log line
+    says the run was not paced, though sends took time."""
+    set_setting(monkeypatch, "CHECK_LATE_DOSES_SPREAD_MINUTES", "1")
+    set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "540")
+    late(paced_world, BOTTLES)
+    time_ = FakeTime()
+    slow_store(monkeypatch, time_, 70)
+    sent_at: list[float] = []
+
+    def slow_send(message: str) -> None:
+        paced_world.queue(message)
+        time_.now += 1
+        sent_at.append(time_())
+
+    done = run_check(
+        paced_world.db,
+        "late_dose",
+        partition=WHOLE,
+        now=paced_world.now,
+        settings=get_settings(),
+        send=slow_send,
+        clock=time_,
+        sleep=time_.sleep,
+    )
+
+    assert (done.paced, time_.slept, done.queued) == (False, [], 6)
+    assert min(sent_at) > 420
+
+
 def test_a_batch_due_in_under_a_second_is_waited_for(paced_world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """A spread of a minute, and the first batch takes 57.5 s of it: the second is due 0.5 s later (the 2.5 s left
     spread over the five batches left), and waits that half second; after it the spread is over and none waits."""
