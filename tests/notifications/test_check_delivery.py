@@ -353,7 +353,9 @@ def test_a_fault_counting_what_is_left_pending_does_not_fail_a_run_that_sent(wor
     assert seen == [None]
     assert len(queue.messages) == 2
     assert set(queue.messages) <= set(ids)
-    assert "pending notifications not counted" in caplog.text
+    [fault] = [r for r in caplog.records if "not counted" in r.getMessage()]
+    assert fault.getMessage() == "left_open 0/1: pending notifications not counted: a database fault"
+    assert fault.exc_info is not None  # its trace
 
 
 def test_an_outage_counting_what_is_left_pending_is_logged_naming_the_check_partition_and_error(
