@@ -23,6 +23,7 @@ from shared.notifications.checks.partitions import CheckPartition
 from shared.notifications.checks.run import run_check
 from shared.notifications.documents import Episode, Kind
 from shared.settings import get_settings
+from shared.store import schema
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy
 from tests.api import closed, opened
@@ -245,6 +246,48 @@ def test_a_late_dose_uploaded_while_the_run_settles_the_late_slot_resolves_it(wo
     assert message["episode_start"] == "2026-05-04T06:00:00.000Z"
     assert resolutions(world, "late_dose") == {MORNING: raced}
     assert sent_once(world)
+
+
+def outer_run_logged(caplog: pytest.LogCaptureFixture) -> dict[str, Any]:
+    """What the last check run logged (the operator's `invocation run_check_partition` line), as a dict."""
+    [*_, line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invocation run_check")]
+    return dict(json.loads(line.split(" ", 2)[2]))
+
+
+def test_a_run_that_finds_the_late_slot_marked_by_another_leaves_the_bottle_out_of_its_resolve_sweep(
+    world, monkeypatch, caplog
+):
+    """Another run marks the slot between this run's read and its write: the settle finds the marker covering the
+    slot and writes nothing, so the bottle, with no dose to look at, is not read again by this run's resolve sweep
+    (its log line: 1 examined)."""
+    set_setting(monkeypatch, "CHECK_PARTITIONS", "1")
+    landed = during_the_next_run(monkeypatch, "late_dose", BEFORE_THE_MARKER, lambda: world.check("late_dose"))
+
+    with caplog.at_level(logging.INFO):
+        world.at(MORNING + timedelta(minutes=65)).check("late_dose")
+
+    assert landed
+    assert outer_run_logged(caplog)["examined"] == 1
+    assert resolutions(world, "late_dose") == {MORNING: None}
+
+
+def test_a_dose_in_time_uploaded_while_the_check_marks_the_slot_late_is_settled_without_a_marker(
+    world, monkeypatch, caplog
+):
+    """The dose reaches exactly the slot it resolves: the settle resolves it and leaves no marker, so the run's
+    resolve sweep does not read the bottle again (its log line: 1 examined)."""
+    set_setting(monkeypatch, "CHECK_PARTITIONS", "1")
+    during_the_next_run(
+        monkeypatch, "late_dose", BEFORE_THE_MARKER, lambda: world.dose(at=MORNING + timedelta(minutes=10))
+    )
+
+    with caplog.at_level(logging.INFO):
+        raced = world.at(MORNING + timedelta(minutes=65)).now
+        world.check("late_dose")
+
+    assert outer_run_logged(caplog)["examined"] == 1
+    assert resolutions(world, "late_dose") == {MORNING: raced}
+    assert "late_episode" not in world.db[schema.BOTTLES].find_one({"_id": "bottle-1"})
 
 
 # --- a paced late-dose sweep ------------------------------------------------------------------------------------
