@@ -28,6 +28,7 @@ from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy
 from tests.api import closed, opened
 from tests.checking import World, work
+from tests.cosmos_fakes import ThrottlingDatabase
 from tests.fake_time import FakeTime
 from tests.report_client import set_setting
 
@@ -288,6 +289,33 @@ def test_a_dose_in_time_uploaded_while_the_check_marks_the_slot_late_is_settled_
     assert outer_run_logged(caplog)["examined"] == 1
     assert resolutions(world, "late_dose") == {MORNING: raced}
     assert "late_episode" not in world.db[schema.BOTTLES].find_one({"_id": "bottle-1"})
+
+
+def bottle_reads_of_a_run(world: World, kind: Kind) -> int:
+    """Run `kind`'s check on every bottle at the world's instant; how many queries it made of `bottles`."""
+    counting = ThrottlingDatabase(world.db, {})  # throttles nothing, records every call
+    run_check(counting, kind, partition=BucketRange(0, 1), now=world.now, settings=get_settings(), send=world.queue)
+    return counting.calls.count(f"{schema.BOTTLES}.find")
+
+
+def test_a_run_without_a_race_reads_each_sweep_s_range_once_and_nothing_more(world):
+    """docs/checks.md, what the settle costs: nothing in a run without races; the bottle notified and marked is
+    not read again."""
+    world.open()
+    world.after(minutes=6)
+
+    assert bottle_reads_of_a_run(world, "left_open") == 2  # the detect sweep, the resolve sweep
+    assert len(world.notifications("left_open")) == 1
+
+
+def test_a_race_is_settled_with_one_read_of_the_raced_bottles(world, monkeypatch):
+    """docs/checks.md, what the settle costs: after a miss, one query for the batch's bottles with an episode; the
+    late-dose marker it writes (`$max`, by the bottle's key) lands, so it reads them no more."""
+    during_the_next_run(monkeypatch, "late_dose", BEFORE_THE_MARKER, world.open)
+    world.at(MORNING + timedelta(minutes=65))
+
+    assert bottle_reads_of_a_run(world, "late_dose") == 3  # the detect sweep, the settle, the resolve sweep
+    assert world.db[schema.BOTTLES].find_one({"_id": "bottle-1"})["late_episode"] == MORNING
 
 
 # --- a paced late-dose sweep ------------------------------------------------------------------------------------
