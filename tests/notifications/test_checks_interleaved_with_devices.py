@@ -188,6 +188,28 @@ def test_a_bottle_heard_from_while_the_check_marks_it_silent_is_a_new_episode_wh
     assert [m["episode_start"] for m in world.sent] == ["2026-05-04T05:00:00.000Z", "2026-05-04T06:01:00.000Z"]
 
 
+def test_an_older_heartbeat_after_a_notified_silence_records_nothing_again(world):
+    """A heartbeat older than the last one (buffered) arrives after the silence was notified: the bottle is still
+    silent since its last heartbeat, so the next run re-marks it and writes no notification, not even a
+    duplicate of the one it has."""
+    world.heartbeat()
+    last = world.after(minutes=10).now
+    world.heartbeat()
+    world.after(minutes=61).check("silent")
+    world.after(minutes=1).heartbeat(at=last - timedelta(minutes=5))
+    world.after(minutes=4)
+
+    counting = ThrottlingDatabase(world.db, {})  # throttles nothing, records every call
+    run = run_check(
+        counting, "silent", partition=BucketRange(0, 1), now=world.now, settings=get_settings(), send=world.queue
+    )
+
+    assert (run.examined, run.notified) == (1, 0)
+    assert f"{schema.NOTIFICATIONS}.bulk_write" not in counting.calls
+    assert resolutions(world, "silent") == {last: None}
+    assert world.db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})["silent_pending"] is False
+
+
 # --- late doses -------------------------------------------------------------------------------------------------
 
 
