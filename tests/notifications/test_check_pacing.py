@@ -17,6 +17,7 @@ import pytest
 from shared.notifications import documents
 from shared.notifications.checks.partitions import CheckPartition
 from shared.notifications.checks.run import CheckRun, run_check
+from shared.notifications.delivery import SendFailed
 from shared.notifications.documents import Kind
 from shared.settings import get_settings
 from shared.store import schema
@@ -227,6 +228,34 @@ def test_a_sweep_behind_its_pace_sends_after_its_last_batch_and_logs_that_it_was
 
     assert (done.paced, time_.slept, done.queued) == (False, [], 6)
     assert min(sent_at) > 420
+
+
+def test_a_paced_sweep_stops_sending_once_a_send_failed(world: World) -> None:
+    """The queue takes the first batch's notification at the first wait, then fails: the run tries it no more at
+    its later waits nor at its end (the rest stays pending for the next run), though its batches go on."""
+    late(world, BOTTLES)
+    fake = FakeTime()
+    attempts: list[float] = []
+
+    def failing_after_one(message: str) -> None:
+        attempts.append(fake())
+        if len(attempts) > 1:
+            raise SendFailed("queue unreachable")
+        world.queue(message)
+
+    done = run_check(
+        world.db,
+        "late_dose",
+        partition=WHOLE,
+        now=world.now,
+        settings=get_settings(),
+        send=failing_after_one,
+        clock=fake,
+        sleep=fake.sleep,
+    )
+
+    assert attempts == pytest.approx([0, 48])  # at the first wait (accepted), at the second (refused), no more
+    assert (done.queued, done.send_failed, done.notified) == (1, True, 6)
 
 
 def test_a_batch_due_in_under_a_second_is_waited_for(paced_world: World, monkeypatch: pytest.MonkeyPatch) -> None:
