@@ -155,6 +155,72 @@ def test_a_race_settled_in_a_batch_of_two_bottles_is_counted_in_the_run_s_log_li
     assert stored == {("bottle-1", first): raced, ("bottle-1", second): raced, ("bottle-2", other): None}
 
 
+class MeetingTwice:
+    """The store, but the left-open detect query meets the bottle twice: after the cursor yields it, `request`
+    lands and the cursor yields it again as it is now, as MongoDB's may ("intervening write operations on a
+    document may result in a cursor that returns a document more than once if that document has changed": Read
+    Isolation, Consistency, and Recency, https://www.mongodb.com/docs/v3.2/core/read-isolation-consistency-recency/)."""
+
+    def __init__(self, db: Database[Any], request: Callable[[], None]) -> None:
+        self.db, self.request = db, request
+
+    def __getitem__(self, name: str) -> Any:
+        return _MeetingTwiceCollection(self, self.db[name]) if name == schema.BOTTLES else self.db[name]
+
+
+class _MeetingTwiceCollection:
+    def __init__(self, owner: MeetingTwice, collection: Any) -> None:
+        self._owner, self._collection = owner, collection
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._collection, attribute)
+
+    def find(self, selector: dict[str, Any], projection: Any = None, **kwargs: Any) -> Any:
+        found = self._collection.find(selector, projection, **kwargs)
+        if "open_since" not in selector:
+            return found
+        return _TwiceCursor(self._owner, self._collection, list(found), projection)
+
+
+class _TwiceCursor:
+    def __init__(self, owner: MeetingTwice, collection: Any, documents: list[Any], projection: Any) -> None:
+        self._documents = iter(self._twice(owner, collection, documents, projection))
+
+    @staticmethod
+    def _twice(owner: MeetingTwice, collection: Any, documents: list[Any], projection: Any) -> Iterator[Any]:
+        for document in documents:
+            yield document
+            owner.request()
+            yield collection.find_one({"_id": document["_id"]}, projection)
+
+    def __iter__(self) -> "_TwiceCursor":
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._documents)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_bottle_the_sweep_meets_twice_reopened_in_between_has_its_first_episode_resolved(world):
+    """One batch of the detect sweep meets the bottle open since 05:00, then (closed and opened again at 05:15)
+    open since 05:15, both longer than the limit: both episodes are notified, and the first, over, is resolved by
+    the run; the second goes on."""
+    first = world.now
+    world.open()
+    now = world.after(minutes=30).now
+    second = first + timedelta(minutes=15)
+
+    def closed_and_opened_again() -> None:
+        world.post("bottle-1", closed(second - timedelta(minutes=1)), opened(second))
+
+    store = MeetingTwice(world.db, closed_and_opened_again)
+    run_check(store, "left_open", partition=BucketRange(0, 1), now=now, settings=get_settings(), send=world.queue)
+
+    assert resolutions(world, "left_open") == {first: now, second: None}
+
+
 # --- silent -----------------------------------------------------------------------------------------------------
 
 
