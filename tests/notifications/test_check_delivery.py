@@ -6,6 +6,7 @@ retries the message). (tests/notifications/test_queue_delivery.py sends to a rea
 tests/notifications/test_check_partitions.py covers what partitions do to one another.)"""
 
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -15,7 +16,7 @@ from typing import Any
 
 import mongomock
 import pytest
-from pymongo.errors import OperationFailure
+from pymongo.errors import AutoReconnect, OperationFailure
 
 from shared import metrics
 from shared.notifications import delivery
@@ -352,7 +353,32 @@ def test_a_fault_counting_what_is_left_pending_does_not_fail_a_run_that_sent(wor
     assert seen == [None]
     assert len(queue.messages) == 2
     assert set(queue.messages) <= set(ids)
-    assert "pending notifications not counted" in caplog.text
+    [fault] = [r for r in caplog.records if "not counted" in r.getMessage()]
+    assert fault.getMessage() == "left_open 0/1: pending notifications not counted: a database fault"
+    assert fault.exc_info is not None  # its trace
+
+
+def test_an_outage_counting_what_is_left_pending_is_logged_naming_the_check_partition_and_error(
+    world, monkeypatch, caplog
+):
+    """The store unreachable for the count after the sends: the run stands, the count is unknown, and the
+    operator's warning names the check, the partition and what went wrong."""
+    set_setting(monkeypatch, "QUEUE_MESSAGES_PER_PARTITION", "2")
+    set_setting(monkeypatch, "REQUEST_DEADLINE_SECONDS", "0.2")
+    pending_peak(world.db, 3, world.now)
+    seen = recorded_pending(monkeypatch)
+
+    def unreachable(*args, **kwargs):
+        raise AutoReconnect("connection refused")
+
+    monkeypatch.setattr(mongomock.Collection, "count_documents", unreachable)
+
+    with caplog.at_level(logging.WARNING):
+        assert peak_run(world, SlowQueue(0)).queued == 2
+
+    assert seen == [None]
+    [warning] = [r.getMessage() for r in caplog.records if "not counted" in r.getMessage()]
+    assert warning.startswith("left_open 0/1: pending notifications not counted: database unavailable")
 
 
 def test_sending_stops_at_the_run_s_send_deadline_and_the_next_runs_send_the_rest(world, monkeypatch, caplog):

@@ -17,6 +17,7 @@ import pytest
 from shared.notifications import documents
 from shared.notifications.checks.partitions import CheckPartition
 from shared.notifications.checks.run import CheckRun, run_check
+from shared.notifications.delivery import SendFailed
 from shared.notifications.documents import Kind
 from shared.settings import get_settings
 from shared.store import schema
@@ -194,6 +195,67 @@ def test_a_sweep_slower_than_its_pace_never_waits(paced_world: World, monkeypatc
 
     assert (done.paced, time_.slept) == (False, [])
     assert (done.complete, done.examined, done.notified, done.queued) == (True, 6, 6, 6)
+
+
+def test_a_sweep_behind_its_pace_sends_after_its_last_batch_and_logs_that_it_was_not_paced(
+    paced_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, each send taking a second: every batch after the first is due at once (the sweep is behind), so
+    none is preceded by a send; the notifications go out after the last batch (420 s of work), and the log line
+    says the run was not paced, though sends took time."""
+    set_setting(monkeypatch, "CHECK_LATE_DOSES_SPREAD_MINUTES", "1")
+    set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "540")
+    late(paced_world, BOTTLES)
+    time_ = FakeTime()
+    slow_store(monkeypatch, time_, 70)
+    sent_at: list[float] = []
+
+    def slow_send(message: str) -> None:
+        paced_world.queue(message)
+        time_.now += 1
+        sent_at.append(time_())
+
+    done = run_check(
+        paced_world.db,
+        "late_dose",
+        partition=WHOLE,
+        now=paced_world.now,
+        settings=get_settings(),
+        send=slow_send,
+        clock=time_,
+        sleep=time_.sleep,
+    )
+
+    assert (done.paced, time_.slept, done.queued) == (False, [], 6)
+    assert min(sent_at) > 420
+
+
+def test_a_paced_sweep_stops_sending_once_a_send_failed(world: World) -> None:
+    """The queue takes the first batch's notification at the first wait, then fails: the run tries it no more at
+    its later waits nor at its end (the rest stays pending for the next run), though its batches go on."""
+    late(world, BOTTLES)
+    fake = FakeTime()
+    attempts: list[float] = []
+
+    def failing_after_one(message: str) -> None:
+        attempts.append(fake())
+        if len(attempts) > 1:
+            raise SendFailed("queue unreachable")
+        world.queue(message)
+
+    done = run_check(
+        world.db,
+        "late_dose",
+        partition=WHOLE,
+        now=world.now,
+        settings=get_settings(),
+        send=failing_after_one,
+        clock=fake,
+        sleep=fake.sleep,
+    )
+
+    assert attempts == pytest.approx([0, 48])  # at the first wait (accepted), at the second (refused), no more
+    assert (done.queued, done.send_failed, done.notified) == (1, True, 6)
 
 
 def test_a_batch_due_in_under_a_second_is_waited_for(paced_world: World, monkeypatch: pytest.MonkeyPatch) -> None:

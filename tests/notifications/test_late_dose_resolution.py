@@ -232,3 +232,20 @@ def test_every_hours_a_buffered_dose_the_restarted_count_gives_to_a_slot_after_t
 
 def _dose_events(at: datetime) -> list[dict[str, Any]]:
     return [opened(at - timedelta(seconds=30)), closed(at, taken=1)]
+
+
+def test_every_hours_a_dose_from_before_a_schedule_restart_resolves_no_slot_of_the_new_schedule(world):
+    """A dose taken just before a PUT restarts the schedule starts the new count (its next slot is due `every`
+    after it) but is counted for no slot of it: the first slot, missed, stays unresolved, though it lies within
+    the grace after that dose (every hour, a 60-minute grace)."""
+    start = world.now
+    world.provision(schedule=EVERY_2H)
+    taken = start + m(30)
+    world.live("late_dose", until=start + m(35), doses=[taken])
+    world.provision(schedule={"every_hours": 1})
+    first = taken + m(60)
+
+    world.live("late_dose", until=first + m(70))
+
+    assert world.status()["last_dose_time"] is not None
+    assert resolutions(world) == {first: None}

@@ -8,7 +8,7 @@ import pytest
 
 from functions import notifications as notification_functions
 from shared.instants import format_instant, set_clock
-from shared.notifications.documents import Episode, record
+from shared.notifications.documents import Episode, apply_resolutions, record, resolve_episode
 from shared.store.retries import RetryPolicy
 from tests.api import Response, call_http
 
@@ -68,6 +68,24 @@ def test_newest_first_with_every_field(db):
         ],
         "next_page": None,
     }
+
+
+def test_a_resolved_notification_shows_when_it_was_resolved_and_an_open_one_null(mock_db):
+    """The view's `resolved_at` is the instant the episode ended (ISO-8601), null while it lasts: a caregiver sees
+    which alerts are over."""
+    resolved_at = T0 + timedelta(minutes=40)
+    over = Episode("b1", "u1", "Cordrazine", "left_open", T0 - timedelta(hours=1))
+    record(mock_db, [over], T0, RetryPolicy())
+    apply_resolutions(mock_db, [resolve_episode("u1", "b1", "left_open", over.start, resolved_at)], RetryPolicy())
+    still = notify(mock_db, T0 + timedelta(minutes=5), bottle="b2")
+
+    response = get("u1")
+
+    assert response.status == 200
+    assert [(n["id"], n["resolved_at"]) for n in response.body["notifications"]] == [
+        (still, None),
+        (over.notification_id, format_instant(resolved_at)),
+    ]
 
 
 def test_pages_follow_next_page_to_the_end_without_gaps_or_repeats(mock_db):
