@@ -128,17 +128,22 @@ def test_the_legacy_layout_that_stays_is_the_one_last_made_claimed_checkpointed_
     assert [retired_at(mock_db, i, 2) for i in range(2)] == [None, None]
 
 
-def test_on_cosmos_a_bucket_layout_the_old_code_fell_back_to_is_an_earlier_layout_too(mock_db: Any) -> None:
+@pytest.mark.parametrize("frozen_count", [4, 2], ids=["other count", "same count as the partitions"])
+def test_on_cosmos_a_bucket_layout_the_old_code_fell_back_to_is_an_earlier_layout_too(
+    mock_db: Any, frozen_count: int
+) -> None:
     """The code before ranges read a Cosmos DB feed by bucket ranges whenever GetChangeStreamTokens gave no tokens
     (and its first versions always did): such a bucket layout, frozen a month ago, is as much an earlier layout as
     a frozen physical-partition one. Kept live beside the physical partitions' layout that ran since, it would be
     every new feed-range lease's parent (another kind: it read the whole key space), and each would re-read the
-    month from its frozen checkpoint."""
+    month from its frozen checkpoint. The legacy leases of the physical partitions carry no kind, only `cosmos` in
+    their id tells them from the fallback's bucket leases: a frozen bucket layout of as many partitions is still an
+    earlier layout, not one layout with them."""
     now = utc_now()
     frozen, lately = now - 30 * DAY, now - 40 * MINUTE
     mock_db[schema.LEASES].insert_many(
         [
-            *(legacy_lease(i, 4, frozen, **all_times(frozen)) for i in range(4)),
+            *(legacy_lease(i, frozen_count, frozen, **all_times(frozen)) for i in range(frozen_count)),
             *(legacy_lease(i, 2, lately, kind="cosmos", **all_times(lately)) for i in range(2)),
         ]
     )
@@ -148,28 +153,4 @@ def test_on_cosmos_a_bucket_layout_the_old_code_fell_back_to_is_an_earlier_layou
 
     ranges = mock_db[schema.LEASES].find({"feed": ACTIONS_FEED.key, "range": {"$exists": True}})
     assert [doc["checkpoint_time"] for doc in ranges] == [lately, lately]
-    assert [retired_at(mock_db, i, 4) for i in range(4)] == [now] * 4
-
-
-def test_on_cosmos_a_bucket_layout_of_the_same_count_as_the_partitions_layout_is_still_an_earlier_layout(
-    mock_db: Any,
-) -> None:
-    """The legacy leases of the physical partitions carry no kind: only `cosmos` in their id tells them from the
-    bucket leases of the fallback. A frozen bucket layout of as many partitions as the physical one that ran since
-    is still an earlier layout, retired at once: taken for one layout with it, it stayed every new feed-range
-    lease's parent, and each re-read the month from its frozen checkpoint."""
-    now = utc_now()
-    frozen, lately = now - 30 * DAY, now - 40 * MINUTE
-    mock_db[schema.LEASES].insert_many(
-        [
-            *(legacy_lease(i, 2, frozen, **all_times(frozen)) for i in range(2)),
-            *(legacy_lease(i, 2, lately, kind="cosmos", **all_times(lately)) for i in range(2)),
-        ]
-    )
-    streams = Settings(reports_partitions=4, change_source="change_stream")
-
-    dispatch(CosmosTokens(mock_db, partitions=2), now=now, settings=streams, send=lambda _: None, on_cosmos=True)
-
-    ranges = mock_db[schema.LEASES].find({"feed": ACTIONS_FEED.key, "range": {"$exists": True}})
-    assert [doc["checkpoint_time"] for doc in ranges] == [lately, lately]
-    assert [retired_at(mock_db, i, 2) for i in range(2)] == [now] * 2
+    assert [retired_at(mock_db, i, frozen_count) for i in range(frozen_count)] == [now] * frozen_count

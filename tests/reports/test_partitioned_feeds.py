@@ -442,10 +442,9 @@ def test_an_idle_partition_a_short_page_then_empty_ends_its_run_at_once(mock_db,
     assert (run.changes, run.caught_up, run.empty_retries, time_.slept) == (1, True, 0, [])
 
 
-def test_a_run_whose_first_page_is_throttled_after_a_run_that_ran_out_mid_backlog_asks_again(mock_db, monkeypatch):
-    """The last run spent its budget with a full page read (more waiting); this one's first page is throttled
-    (empty). It ended there, caught up, its backlog left for the next run's first page, throttled again: the
-    lease now remembers the full page, and a document written after its checkpoint shows more may be waiting."""
+def a_backlog_after_a_run_out_of_budget_after_a_full_page(mock_db, monkeypatch) -> tuple[Partition, list[Any]]:
+    """A streamed partition (pages of 2) whose last run spent its budget with a full page read; the two changes
+    written since, its backlog."""
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
     set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
     partition = actions_partition_with_token(mock_db, utc_now())
@@ -453,6 +452,14 @@ def test_a_run_whose_first_page_is_throttled_after_a_run_that_ran_out_mid_backlo
         mock_db, partition, stored(mock_db, partition, [change("b0", 30), change("b1", 29)])
     )
     backlog = stored(mock_db, partition, [change("b2", 28), change("b3", 27)])
+    return partition, backlog
+
+
+def test_a_run_whose_first_page_is_throttled_after_a_run_that_ran_out_mid_backlog_asks_again(mock_db, monkeypatch):
+    """The last run spent its budget with a full page read (more waiting); this one's first page is throttled
+    (empty). It ended there, caught up, its backlog left for the next run's first page, throttled again: the
+    lease now remembers the full page, and a document written after its checkpoint shows more may be waiting."""
+    partition, backlog = a_backlog_after_a_run_out_of_budget_after_a_full_page(mock_db, monkeypatch)
     time_ = FakeTime()
 
     run = run_on_stream(mock_db, partition, [None, None, backlog, backlog[:1], None], time_)
@@ -466,13 +473,7 @@ def test_a_resumed_stream_whose_first_page_is_throttled_after_a_full_page_asks_a
     """The same with the stream as pymongo gives it, its resume token the lease's until a batch moves it: the
     throttled first page leaves the position where it was saved, so it is no answer that the partition is idle;
     the run asks again and reads the backlog, rather than ending caught up with it unread."""
-    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
-    set_setting(monkeypatch, "REPORTS_PAGE_SIZE", "2")
-    partition = actions_partition_with_token(mock_db, utc_now())
-    a_run_out_of_budget_after_a_full_page(
-        mock_db, partition, stored(mock_db, partition, [change("b0", 30), change("b1", 29)])
-    )
-    backlog = stored(mock_db, partition, [change("b2", 28), change("b3", 27)])
+    partition, backlog = a_backlog_after_a_run_out_of_budget_after_a_full_page(mock_db, monkeypatch)
     time_ = FakeTime()
     opened_at: list[Any] = []
 
