@@ -85,7 +85,16 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0
+        """Pytest passed and said how many: a run whose counts are hidden (`-- -q` makes it `-qq`) proves nothing."""
+        return self.returncode == 0 and bool(self.counts)
+
+    @property
+    def verdict(self) -> str:
+        if self.ok:
+            return "ok"
+        if self.returncode == 0:
+            return "UNKNOWN (pytest printed no counts: drop -q from the pytest arguments)"
+        return f"FAILED (exit {self.returncode})"
 
 
 def test_files(pytest_args: list[str]) -> list[str]:
@@ -143,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         for outcome in pool.map(lambda i: run_at(i, files, args.pytest_args), instants):
             outcomes.append(outcome)
             counts = ", ".join(f"{n} {kind}" for kind, n in outcome.counts.items()) or "no summary"
-            verdict = "ok" if outcome.ok else f"FAILED (exit {outcome.returncode})"
-            print(f"{outcome.instant.label:15} {outcome.instant.at}: {counts} in {outcome.seconds:.0f} s: {verdict}")
+            took = f"{outcome.seconds:.0f} s"
+            print(f"{outcome.instant.label:15} {outcome.instant.at}: {counts} in {took}: {outcome.verdict}")
             if not outcome.ok:
                 print(outcome.tail)
                 print(f"replay: {replay_command(outcome.instant, outcome.failed_tests or files)}")

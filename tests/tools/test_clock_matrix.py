@@ -86,3 +86,20 @@ def test_a_failing_run_is_reported_with_its_instant_and_the_command_that_replays
     assert replay.startswith("replay: PILLBOTTLE_TEST_CLOCK_START=2027-03-01T10:00:00Z .venv/bin/python -m pytest ")
     assert replay.endswith("test_placed.py::test_not_in_march")  # the failed test alone
     assert out.rstrip().endswith("clocks: 3 passed, 1 failed")
+
+
+def test_a_run_whose_counts_pytest_hid_is_not_taken_for_a_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`-- -q` on top of the runner's own `-q` hides pytest's summary: the instant is reported unknown and the run
+    fails, rather than "no summary: ok" and `clocks: 0 passed, 0 failed` with exit 0."""
+    (tmp_path / "test_placed.py").write_text("def test_any_time():\n    pass\n")
+    monkeypatch.setattr(clock_matrix, "INSTANTS", (Instant("may", "2027-05-01T10:00:00Z", "passes"),))
+
+    code = clock_matrix.main(["--", "-q", "-p", "no:schemathesis", "-p", "no:hypothesispytest", str(tmp_path)])
+
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "may             2027-05-01T10:00:00Z: no summary in " in out
+    assert "UNKNOWN (pytest printed no counts: drop -q from the pytest arguments)" in out
+    assert out.rstrip().endswith("clocks: 0 passed, 1 failed")
