@@ -56,6 +56,7 @@ class HeartbeatDocument(TypedDict, total=False):
     alive_at: datetime
     silent_pending: bool
     silent_episode: datetime
+    silent_episode_users: list[str]  # the users the marked silence was notified to
     r: datetime
     # The ring, by field name: the names are computed (`field_name`), which a TypedDict cannot list.
     w: dict[str, Int64]

@@ -35,6 +35,7 @@ class BottleDocument(TypedDict, total=False):
     open_since: datetime | None
     open_pending: bool
     open_episode: datetime
+    open_episode_users: list[str]  # the users the marked episode was notified to
     last_dose_time: datetime
     # The dose tracking (shared/doses/due_tracking.py).
     schedule_from: datetime
@@ -45,6 +46,7 @@ class BottleDocument(TypedDict, total=False):
     dose_pending: bool
     dose_review_from: datetime
     late_episode: datetime
+    late_episode_users: list[str]  # the users the slots up to `late_episode` were notified to
 
 
 class BottleFilter(TypedDict, total=False):
@@ -61,6 +63,7 @@ class BottleFilter(TypedDict, total=False):
     dose_late_at: datetime | None
     dose_seq: int | None
     late_episode: datetime
+    late_episode_users: list[str] | None
 
 
 class DosesPush(TypedDict):
@@ -74,6 +77,13 @@ class BottleUnset(TypedDict, total=False):
 
     dose_review_from: str
     late_episode: str
+    late_episode_users: str
+
+
+class UsersAdded(TypedDict, total=False):
+    """An `$addToSet` of the users a marker records: one user, or `{"$each": [...]}`."""
+
+    late_episode_users: str | Query
 
 
 # An update of a bottle. (A TypedDict's class syntax cannot name `$set`.)
@@ -86,6 +96,7 @@ BottleUpdate = TypedDict(
         "$max": BottleDocument,
         "$push": DosesPush,
         "$unset": BottleUnset,
+        "$addToSet": UsersAdded,
     },
     total=False,
 )

@@ -111,12 +111,14 @@ def _due(due: datetime, grace: timedelta) -> BottleDocument:
 
 
 def review_update(bottle: Mapping[str, Any], plan: DosePlan, review: Review) -> UpdateOne:
-    """The check's write after reviewing a bottle: the next due slot, and the latest slot notified late.
-    Guarded by the state it reviewed, so a dose that arrived meanwhile is never undone: the bottle then
-    stays in the sweep and the next run reviews it with that dose."""
+    """The check's write after reviewing a bottle: the next due slot, and the latest slot notified late with the
+    user it was notified to (the owner as read: a bottle handed over since still has that notification resolved,
+    in that user's partition). Guarded by the state it reviewed, so a dose that arrived meanwhile is never
+    undone: the bottle then stays in the sweep and the next run reviews it with that dose."""
     update: BottleUpdate = {"$set": _due(review.next_due, plan.grace), "$unset": {"dose_review_from": ""}}
     if review.late:
         update["$max"] = {"late_episode": review.late[-1]}
+        update["$addToSet"] = {"late_episode_users": bottle["user_id"]}
     guard: BottleFilter = {
         "_id": bottle["_id"],
         "bottle_id": bottle["_id"],

@@ -78,6 +78,21 @@ def _episode(document: Document, kind: Kind, start: datetime, push: bool = True)
     return Episode(document["_id"], document["user_id"], document["medication"], kind, start, push)
 
 
+def notified_users(document: Document, field: str) -> list[str]:
+    """The users the marked episode (or slots) may have been notified to, as the marker's `field` records them: a
+    notification belongs to the user it went to, whoever owns the bottle now, and its partition is that user's.
+    A marker written before markers kept their users has none: the bottle's owner is the only one known. (Users are
+    added with `$addToSet` and `$each`, which Cosmos DB for MongoDB supports: "Array update operators" and "Update
+    modifiers" in https://learn.microsoft.com/azure/cosmos-db/mongodb/feature-support-60, read 2026-11-28.)"""
+    users: list[str] | None = document.get(field)
+    return list(users) if users else [document["user_id"]]
+
+
+def _users_of(episodes: list[Episode]) -> list[str]:
+    """The distinct users of `episodes`, in their order (a bottle handed over between two reads of one batch)."""
+    return list(dict.fromkeys(e.user_id for e in episodes))
+
+
 # --- left open and silent: one episode at a time, held in one marker -----------------------------------------
 
 
@@ -85,7 +100,9 @@ def _episode(document: Document, kind: Kind, start: datetime, push: bool = True)
 class OneMarker:
     """A check whose bottle has at most one episode going on, which starts at `start_field` (left open:
     `open_since`; silent: `alive_at`) and is notified once it lasted longer than `limit`; `marker` holds the
-    episode notified, `pending` says the check has yet to look at the bottle's latest state.
+    episode notified, `users` the users it was notified to (one, but a check run that recorded it for the owner it
+    read may add another: the notification is whichever insert came first), `pending` says the check has yet to
+    look at the bottle's latest state.
 
     `current(document)`: the episode going on (None: none); `ended(document, start)`: the bottle shows the
     episode that began at `start` over. Its filters and updates name these fields as parameters, of `bottles` or of
@@ -95,6 +112,7 @@ class OneMarker:
     kind: Kind
     start_field: Literal["open_since", "alive_at"]
     marker: Literal["open_episode", "silent_episode"]
+    users: Literal["open_episode_users", "silent_episode_users"]
     pending: Literal["open_pending", "silent_pending"]
     limit: Callable[[Settings], timedelta]
     current: Callable[[Document], datetime | None]
@@ -119,44 +137,54 @@ class OneMarker:
         notified = document.get(self.marker)
         if notified is None or not self.ended(document, notified):
             return
-        writes.resolutions.append(
-            notifications.resolve_episode(document["user_id"], document["_id"], self.kind, notified, now)
-        )
-        writes.status.append(UpdateOne({**_key(document), self.marker: notified}, {"$unset": {self.marker: ""}}))
+        for user_id in notified_users(document, self.users):  # each in its own partition of `notifications`
+            writes.resolutions.append(notifications.resolve_episode(user_id, document["_id"], self.kind, notified, now))
+        # Guarded by the users as read too: one a racing run added (settle) is resolved by the next run.
+        marked = {**_key(document), self.marker: notified, self.users: document.get(self.users)}
+        writes.status.append(UpdateOne(marked, {"$unset": {self.marker: "", self.users: ""}}))
 
     def _record_current(self, document: Document, writes: Writes, cutoff: datetime) -> None:
         episode, notified = self.current(document), document.get(self.marker)
         if episode is None or not (episode < cutoff or episode == notified):
             return
+        marked: Document = {self.pending: False}
         if episode != notified:
             writes.episodes.append(_episode(document, self.kind, episode))
+            # The user the notification goes to, as read: a bottle handed over since keeps it theirs.
+            marked |= {self.marker: episode, self.users: [document["user_id"]]}
         writes.status.append(
-            UpdateOne(
-                {**_key(document), self.start_field: episode, self.pending: True},
-                {"$set": {self.pending: False, self.marker: episode}},
-            )
+            UpdateOne({**_key(document), self.start_field: episode, self.pending: True}, {"$set": marked})
         )
 
     def settler(self, now: datetime, settings: Settings) -> Settler:
-        """The latest episode recorded: already marked, nothing to do; over, resolved now (by the owner it was
-        recorded for); else marked, guarded by the marker as read (which only the checks write, so a device
-        request cannot make it miss), with `pending` set so the resolve sweep looks at it: an earlier episode's
-        marker found there is of an episode over (this one began after it), resolved too. An earlier episode
-        recorded for the bottle in the same batch (a cursor that met it twice) is over for the same reason."""
+        """The latest episode recorded: already marked, its users recorded with the marker (another run may have
+        marked it for another owner, having read the bottle after a hand-over, and the notification is whichever
+        insert came first); over, resolved now (for the owners it was recorded for); else marked, guarded by the
+        marker as read (which only the checks write, so a device request cannot make it miss), with `pending`
+        set so the resolve sweep looks at it: an earlier episode's marker found there is of an episode over (this
+        one began after it), resolved too, for the users it records. An earlier episode recorded for the bottle
+        in the same batch (a cursor that met it twice) is over for the same reason."""
 
         def settle(document: Document, recorded: list[Episode], writes: Writes) -> None:
-            *earlier, latest = recorded
-            over = [(e.user_id, e.start) for e in earlier if e.start != latest.start]  # (owner, episode start)
+            latest = recorded[-1]
+            users = _users_of([e for e in recorded if e.start == latest.start])
+            over = [(e.user_id, e.start) for e in recorded if e.start != latest.start]  # (owner, episode start)
             notified = document.get(self.marker)
-            if notified != latest.start and self.ended(document, latest.start):
-                over.append((latest.user_id, latest.start))
-            elif notified != latest.start:
+            if notified == latest.start:
+                if not set(users) <= set(document.get(self.users) or ()):
+                    each: Document = {"$each": users}
+                    writes.status.append(
+                        UpdateOne({**_key(document), self.marker: notified}, {"$addToSet": {self.users: each}})
+                    )
+            elif self.ended(document, latest.start):
+                over += [(user_id, latest.start) for user_id in users]
+            else:
                 if notified is not None:
-                    over.append((document["user_id"], notified))
+                    over += [(user_id, notified) for user_id in notified_users(document, self.users)]
                 writes.status.append(
                     UpdateOne(
                         {**_key(document), self.marker: notified},
-                        {"$set": {self.marker: latest.start, self.pending: True}},
+                        {"$set": {self.marker: latest.start, self.users: users, self.pending: True}},
                     )
                 )
             for user_id, start in over:
@@ -193,6 +221,7 @@ LEFT_OPEN = OneMarker(
     "left_open",
     start_field="open_since",
     marker="open_episode",
+    users="open_episode_users",
     pending="open_pending",
     limit=lambda settings: timedelta(minutes=settings.left_open_minutes),
     current=_opened_at,
@@ -202,6 +231,7 @@ SILENT = OneMarker(
     "silent",
     start_field="alive_at",
     marker="silent_episode",
+    users="silent_episode_users",
     pending="silent_pending",
     limit=lambda settings: timedelta(minutes=settings.silent_minutes),
     current=_last_heard,
@@ -249,8 +279,9 @@ def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
         writes.status.append(review_update(bottle, plan, review))
 
     def resolve(bottle: Document, writes: Writes) -> None:
-        """Resolve the bottle's late-dose notifications up to the slot its doses reach (_reach); the marker goes
-        once that covers it."""
+        """Resolve the bottle's late-dose notifications up to the slot its doses reach (_reach), for every user
+        the marker records them sent to (`late_episode_users`: the bottle may have changed hands since); the
+        marker goes once that covers it."""
         last_dose = bottle.get("last_dose_time")
         notified = bottle["late_episode"]
         # Guarded by the doses it read too: one uploaded late moves `dose_seq`, not always `last_dose_time`.
@@ -265,12 +296,16 @@ def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
         if reach is None:
             writes.status.append(UpdateOne(guard, seen))
             return
-        writes.resolutions.append(
-            notifications.resolve_up_to(bottle["user_id"], bottle["_id"], "late_dose", reach, now)
-        )
+        for user_id in notified_users(bottle, "late_episode_users"):  # each in its own partition
+            writes.resolutions.append(notifications.resolve_up_to(user_id, bottle["_id"], "late_dose", reach, now))
         if notified <= reach:
-            marked: BottleFilter = {**guard, "late_episode": notified}
-            resolved: BottleUpdate = {"$set": {"dose_pending": False}, "$unset": {"late_episode": ""}}
+            # Guarded by the users as read too: one a racing run added is resolved by the next run, not forgotten.
+            users: list[str] | None = bottle.get("late_episode_users")
+            marked: BottleFilter = {**guard, "late_episode": notified, "late_episode_users": users}
+            resolved: BottleUpdate = {
+                "$set": {"dose_pending": False},
+                "$unset": {"late_episode": "", "late_episode_users": ""},
+            }
             writes.status.append(UpdateOne(marked, resolved))
         else:  # a later slot is still unresolved
             writes.status.append(UpdateOne(guard, seen))
@@ -283,23 +318,33 @@ def _late_sweeps(now: datetime, settings: Settings) -> list[Sweep]:
 
 def _late_settler(now: datetime, settings: Settings) -> Settler:
     """The late-dose check's settler. Its marker is the latest slot notified and not yet resolved (written with
-    `$max`) and its resolutions reach every slot up to one (_reach), so nothing needs a guard: the slots the
-    bottle's doses reach (as read again) are resolved now, and a later one recorded is marked with `$max` and
-    `dose_pending`, so the resolve sweep looks at it. Already marked (at or past the latest slot recorded):
-    nothing to do."""
+    `$max`) with the users they were sent to (`late_episode_users`, added to), and its resolutions reach every
+    slot up to one (_reach), so marking needs no guard: the slots the bottle's doses reach (as read again) are
+    resolved now, for the users they were recorded for, and a later one recorded is marked with `$max`, its users
+    and `dose_pending`, so the resolve sweep looks at it. Already marked (at or past the latest slot recorded):
+    only the users recorded are added (another run may have marked it having read the bottle before or after a
+    hand-over), guarded by the marker as read, so that a marker resolved meanwhile is read and settled again."""
 
     def settle(bottle: Document, recorded: list[Episode], writes: Writes) -> None:
         earliest, latest = recorded[0], recorded[-1]
+        users = _users_of(recorded)
         notified = bottle.get("late_episode")
         if notified is not None and notified >= latest.start:
+            if not set(users) <= set(bottle.get("late_episode_users") or ()):
+                guard: BottleFilter = {"_id": bottle["_id"], "bottle_id": bottle["_id"], "late_episode": notified}
+                added: BottleUpdate = {"$addToSet": {"late_episode_users": {"$each": users}}}
+                writes.status.append(UpdateOne(guard, added))
             return
         reach = _reach(bottle, now, settings)
         if reach is not None and reach >= earliest.start:
-            writes.resolutions.append(
-                notifications.resolve_up_to(earliest.user_id, bottle["_id"], "late_dose", reach, now)
-            )
+            for user_id in users:
+                writes.resolutions.append(notifications.resolve_up_to(user_id, bottle["_id"], "late_dose", reach, now))
         if reach is None or reach < latest.start:
-            mark: BottleUpdate = {"$max": {"late_episode": latest.start}, "$set": {"dose_pending": True}}
+            mark: BottleUpdate = {
+                "$max": {"late_episode": latest.start},
+                "$set": {"dose_pending": True},
+                "$addToSet": {"late_episode_users": {"$each": users}},
+            }
             writes.status.append(UpdateOne(_key(bottle), mark))
 
     return settle
@@ -310,14 +355,16 @@ CHECKS: dict[Kind, Check] = {
     "left_open": Check(
         "left_open",
         schema.BOTTLES,
-        dict.fromkeys((*_BOTTLE_FIELDS, "last_action", "open_since", "open_pending", "open_episode"), 1),
+        dict.fromkeys(
+            (*_BOTTLE_FIELDS, "last_action", "open_since", "open_pending", "open_episode", "open_episode_users"), 1
+        ),
         LEFT_OPEN.sweeps,
         LEFT_OPEN.settler,
     ),
     "silent": Check(
         "silent",
         schema.BOTTLE_HEARTBEATS,
-        dict.fromkeys((*_BOTTLE_FIELDS, "alive_at", "silent_pending", "silent_episode"), 1),
+        dict.fromkeys((*_BOTTLE_FIELDS, "alive_at", "silent_pending", "silent_episode", "silent_episode_users"), 1),
         SILENT.sweeps,
         SILENT.settler,
     ),
@@ -337,6 +384,7 @@ CHECKS: dict[Kind, Check] = {
                 "doses",
                 "last_dose_time",
                 "late_episode",
+                "late_episode_users",
             ),
             1,
         ),
