@@ -43,13 +43,22 @@ TROUBLES = [
 BY_KIND = pytest.mark.parametrize("trouble", TROUBLES, ids=[t.kind for t in TROUBLES])
 
 
+def bench(db: Database[Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    set_setting(monkeypatch, "CHECK_PARTITIONS", "1")
+    world = World(db, START)
+    world.provision(user_id=FIRST)
+    yield world
+    world.stop()
+
+
 @pytest.fixture
 def world(mock_db: Database[Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    set_setting(monkeypatch, "CHECK_PARTITIONS", "1")
-    bench = World(mock_db, START)
-    bench.provision(user_id=FIRST)
-    yield bench
-    bench.stop()
+    yield from bench(mock_db, monkeypatch)
+
+
+@pytest.fixture
+def world_on_secantus(real_db: Database[Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    yield from bench(real_db, monkeypatch)
 
 
 def hand_over(world: World, user_id: str) -> None:
@@ -82,6 +91,22 @@ def end_and_check(world: World, trouble: Trouble) -> None:
 def test_a_notification_is_resolved_for_the_user_it_was_sent_to_whoever_owns_the_bottle_when_it_ends(
     world: World, trouble: Trouble, before: list[str], after: list[str], notified: str
 ) -> None:
+    handed_over_around_the_notification(world, trouble, before, after, notified)
+
+
+@pytest.mark.integration
+@BY_KIND
+def test_on_secantus_a_notification_sent_between_a_hand_over_and_a_hand_over_back_is_resolved(
+    world_on_secantus: World, trouble: Trouble
+) -> None:
+    handed_over_around_the_notification(world_on_secantus, trouble, [SECOND], [FIRST], SECOND)
+
+
+def handed_over_around_the_notification(
+    world: World, trouble: Trouble, before: list[str], after: list[str], notified: str
+) -> None:
+    """The bottle handed to each of `before`, the episode notified (to `notified`), handed to each of `after`,
+    then the episode ends: its one notification is `notified`'s, and resolved."""
     trouble.begin(world)
     for user_id in before:
         hand_over(world, user_id)
