@@ -7,6 +7,7 @@ of under a second is still kept; and only the waits, not the work, are left out 
 
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -288,6 +289,34 @@ def test_a_paced_sweep_s_budget_leaves_out_its_waits_but_not_its_work(
     assert len(time_.slept) == 4
     assert time_.now - sum(time_.slept) == pytest.approx(50)  # the work: five batches of 10 s
     assert (done.paced, done.complete, done.examined, done.notified) == (True, False, 5, 5)
+
+
+class WaitsThatTakeTime(FakeTime):
+    """The run's clock, whose paced waits also take a little real time (the first one), as a real wait takes all of
+    its own: enough to outlast a store deadline that counted them."""
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        if len(self.slept) == 1:
+            time.sleep(0.2)
+
+
+def test_a_paced_sweep_s_store_deadline_leaves_out_its_waits(
+    paced_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The waits of a paced sweep (four minutes of them by default) are no work: the run's deadline for the store
+    (its budget plus a request deadline, here a tenth of a second) counts only its work, so the batches after the
+    first wait are still written. (It counted the waits: every store request after the first wait was refused,
+    "database did not answer within the deadline", and the run failed.)"""
+    set_setting(monkeypatch, "CHECKS_TIME_BUDGET_SECONDS", "0.05")
+    set_setting(monkeypatch, "REQUEST_DEADLINE_SECONDS", "0.05")
+    late(paced_world, BOTTLES)
+    time_ = WaitsThatTakeTime()
+
+    done = run(paced_world, "late_dose", time_, [])
+
+    assert (done.paced, done.complete, done.notified, done.queued) == (True, True, 6, 6)
+    assert sorted(sent_ids(paced_world).values()) == [1] * 6
 
 
 def test_a_sweep_that_used_its_budget_up_still_sends_what_it_recorded(

@@ -67,14 +67,22 @@ def run_check(
 
     With `sleep` (the function's), a sweep with a spread (pace_of) waits for each batch to be due, sending the
     notifications recorded so far before it waits, so its writes and sends spread over the spread instead of
-    landing in its first minute; the waits do not count against the budget. Without it (tools, tests) it runs
-    unpaced."""
+    landing in its first minute; the waits count neither against the budget nor against the run's deadline for
+    the store (the budget plus REQUEST_DEADLINE_SECONDS of work). Without it (tools, tests) it runs unpaced."""
     check = CHECKS[kind]
-    policy = RetryPolicy.for_run(settings, settings.checks_time_budget_seconds)
     run = CheckRun(kind, partition)
     within = partition.selector(BUCKET_FIELD)
     started = clock()
     deadline = started + settings.checks_time_budget_seconds
+    paused = 0.0  # the paced waits so far: no work, so neither the budget nor the store's deadline counts them
+
+    def working() -> float:
+        return time.monotonic() - paused
+
+    # The store's deadline is on the monotonic clock, as every policy's, with the waits (measured on `clock`, the
+    # same clock in the function) taken off: a paced sweep waits for minutes, and a deadline that counted them
+    # refused every store request after the first minute (the run failed, and its retried message paced again).
+    policy = RetryPolicy.for_run(settings, settings.checks_time_budget_seconds, clock=working)
     sending = RunSending(db, kind, partition, now, send, settings.queue_messages_per_partition)
     pace = None if sleep is None else pace_of(db, kind, within, now=now, settings=settings, policy=policy)
     pacer = None if pace is None or sleep is None else Pacer(pace, now, started, clock, sleep)
@@ -87,6 +95,7 @@ def run_check(
                 send_recorded = functools.partial(sending.send, sending_until(settings, deadline, clock))
                 waited = pacer.wait_for_batch(batches_done, send_recorded)
                 deadline += waited
+                paused += waited
                 run.paced = run.paced or waited > 0
             writes = Writes()
             for document in batch:
