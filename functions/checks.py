@@ -68,6 +68,7 @@ def run_check_partition(message: func.QueueMessage) -> None:
         settings=settings,
         send=get_sender(settings),
         sleep=sleep,  # a late-dose sweep waits for its paced batches (CHECK_LATE_DOSES_SPREAD_MINUTES)
+        wall=utc_now,  # each notification's created_at: when it is written, on the server clock
     )
     invocation.log(
         log,

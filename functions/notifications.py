@@ -1,4 +1,5 @@
-"""Reading a user's notifications: GET /api/users/{user_id}/notifications, newest first, paged."""
+"""Reading a user's notifications: GET /api/users/{user_id}/notifications, newest first, paged, with a cursor to
+follow the feed by."""
 
 import azure.functions as func
 
@@ -17,5 +18,6 @@ bp = func.Blueprint()
 def get_user_notifications(req: func.HttpRequest) -> func.HttpResponse:
     user_id = check_id(req.route_params.get("user_id", ""), "user_id")
     query = parse_query(user_id, req.params)
-    found, next_page = list_notifications(get_database(), query, settings=get_settings())
-    return json_response(200, {"user_id": user_id, "notifications": found, "next_page": next_page})
+    page = list_notifications(get_database(), query, settings=get_settings())
+    body = {"user_id": user_id, "notifications": page.notifications, "next_page": page.next_page, "cursor": page.cursor}
+    return json_response(200, body)

@@ -49,7 +49,8 @@ class Episode:
 
 
 def notification_document(episode: Episode, now: datetime) -> dict[str, Any]:
-    """The stored notification. `feed_key` orders a user's notifications newest first (created_at, then _id)."""
+    """The stored notification, created at `now` (when it is written, not when its check run began). `feed_key`
+    orders a user's notifications newest first (created_at, then _id), and the read API's cursor follows it."""
     _id = episode.notification_id
     return {
         "_id": _id,
@@ -69,7 +70,8 @@ def notification_document(episode: Episode, now: datetime) -> dict[str, Any]:
 
 
 def record(db: Database[Any], episodes: Iterable[Episode], now: datetime, policy: RetryPolicy) -> list[Episode]:
-    """Insert a notification per episode in one bulk write; the episodes that were new (not recorded before)."""
+    """Insert a notification per episode in one bulk write, created at `now` (the instant of the write); the
+    episodes that were new (not recorded before)."""
     episodes = list(episodes)
     if not episodes:
         return []

@@ -1,5 +1,5 @@
 """GET /api/users/{user_id}/notifications: a user's notifications newest first, filtered by since and kind,
-paged; 400 naming every bad parameter."""
+paged; 400 naming every bad parameter. Following the feed by its cursor: test_notifications_feed.py."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -42,7 +42,9 @@ def test_newest_first_with_every_field(db):
     response = get("u1")
 
     assert response.status == 200
+    cursor = response.body["cursor"]  # opaque (tests/notifications/test_notifications_feed.py follows it)
     assert response.body == {
+        "cursor": cursor,
         "user_id": "u1",
         "notifications": [
             {
@@ -135,7 +137,8 @@ def test_a_since_in_a_year_of_fewer_than_four_digits_finds_everything_after_it(m
 
 
 def test_an_unknown_user_has_none_and_the_function_key_parameter_is_ignored(mock_db):
-    assert get("nobody", code="the-function-key").body == {"user_id": "nobody", "notifications": [], "next_page": None}
+    body = get("nobody", code="the-function-key").body
+    assert body == {"user_id": "nobody", "notifications": [], "next_page": None, "cursor": body["cursor"]}
 
 
 @pytest.mark.parametrize(
@@ -150,6 +153,7 @@ def test_an_unknown_user_has_none_and_the_function_key_parameter_is_ignored(mock
         ({"limit": "\u0663"}, "limit", "from 1 to 200"),  # an Arabic-Indic 3: a digit, but not ASCII
         ({"limit": "\u00b2"}, "limit", "from 1 to 200"),  # superscript two: isdigit() yet int() refuses it
         ({"page": "not-a-token!"}, "page", "next_page"),
+        ({"cursor": "not-a-cursor!"}, "cursor", "previous answer's cursor"),
     ],
 )
 def test_bad_parameters_are_400_naming_the_parameter(mock_db, params, field, message):

@@ -11,7 +11,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pymongo.collection import Collection
@@ -20,6 +20,7 @@ from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
 from shared import metrics
+from shared.instants import to_stored
 from shared.notifications import delivery
 from shared.notifications import documents as notifications
 from shared.notifications.checks.pacing import Pacer, pace_of
@@ -60,6 +61,7 @@ def run_check(
     send: delivery.Send,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] | None = None,
+    wall: Callable[[], datetime] | None = None,
 ) -> CheckRun:
     """One run of a check on one partition at `now`: its sweeps within the partition's buckets (for at most
     CHECKS_TIME_BUDGET_SECONDS of work), then the partition's pending notifications of the kind (at most
@@ -68,7 +70,11 @@ def run_check(
     With `sleep` (the function's), a sweep with a spread (pace_of) waits for each batch to be due, sending the
     notifications recorded so far before it waits, so its writes and sends spread over the spread instead of
     landing in its first minute; the waits count neither against the budget nor against the run's deadline for
-    the store (the budget plus REQUEST_DEADLINE_SECONDS of work). Without it (tools, tests) it runs unpaced."""
+    the store (the budget plus REQUEST_DEADLINE_SECONDS of work). Without it (tools, tests) it runs unpaced.
+
+    A notification's `created_at` is the instant its batch is written, read from `wall` (the function's: the server
+    clock) or, without it, `now` plus the time gone by on `clock`: not the run's start, which a paced sweep writes
+    minutes after (the read API's feed orders and follows by it: docs/api.md, Following the feed)."""
     check = CHECKS[kind]
     run = CheckRun(kind, partition)
     within = partition.selector(BUCKET_FIELD)
@@ -100,7 +106,8 @@ def run_check(
             writes = Writes()
             for document in batch:
                 sweep.handle(document, writes)
-            _apply(db, check, writes, now=now, settings=settings, policy=policy, run=run)
+            written_at = to_stored(wall() if wall is not None else now + timedelta(seconds=clock() - started))
+            _apply(db, check, writes, now=now, written_at=written_at, settings=settings, policy=policy, run=run)
             run.examined += len(batch)
             batches_done += sweep.name == DETECT
             if clock() > deadline:
@@ -150,14 +157,15 @@ def _apply(
     writes: Writes,
     *,
     now: datetime,
+    written_at: datetime,
     settings: Settings,
     policy: RetryPolicy,
     run: CheckRun,
 ) -> None:
-    """Notifications first, then resolutions, then the markers: a run that dies part-way leaves the bottle in
-    range for the next run, which finds the notification already there. A marker write that missed (a device
-    request came between the sweep's read and the write) is settled at once (_settle)."""
-    new = notifications.record(db, writes.episodes, now, policy)
+    """Notifications first (created at `written_at`), then resolutions, then the markers: a run that dies part-way
+    leaves the bottle in range for the next run, which finds the notification already there. A marker write that
+    missed (a device request came between the sweep's read and the write) is settled at once (_settle)."""
+    new = notifications.record(db, writes.episodes, written_at, policy)
     run.notified += len(new)
     run.withheld += sum(1 for e in new if not e.push)
     run.resolved += notifications.apply_resolutions(db, writes.resolutions, policy)
