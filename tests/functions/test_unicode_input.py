@@ -89,6 +89,7 @@ PARAMETER_CASES = {
     "notifications since": (notifications.get_user_notifications, {"user_id": "u"}, {"since": LONE}, "since"),
     "notifications kind": (notifications.get_user_notifications, {"user_id": "u"}, {"kind": f"silent{LONE}"}, "kind"),
     "notifications page": (notifications.get_user_notifications, {"user_id": "u"}, {"page": LONE}, "page"),
+    "notifications cursor": (notifications.get_user_notifications, {"user_id": "u"}, {"cursor": LONE}, "cursor"),
     "notifications limit": (notifications.get_user_notifications, {"user_id": "u"}, {"limit": f"1{LONE}"}, "limit"),
     "reports from": (reports.get_user_reports, {"user_id": "u"}, {"from": LONE, "to": iso(ago(hours=0))}, "from"),
     "reports granularity": (
