@@ -14,7 +14,7 @@ from typing import Any
 from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
-from shared.archive.actions import run_actions_sweep
+from shared.archive.actions import MERGE_ATTEMPTS, run_actions_sweep
 from shared.archive.current import get_archive
 from shared.archive.heartbeats import HeartbeatArchiver
 from shared.archive.storage import ArchiveUnavailable
@@ -60,6 +60,7 @@ class PartitionRun:
     recovered: bool = False  # rebuilt from a checkpoint time
     lost_lease: bool = False  # taken over after it expired: stopped without saving a position
     layout_changed: bool = False  # Cosmos DB split the partition: the new layout's leases carry on
+    gave_way: bool = False  # the archive's sweep gave way to another writer of its chunk's files (logged)
     checkpoint_time: datetime | None = None
 
 
@@ -178,7 +179,24 @@ class _Worker:
         self.run.pages += swept.pages
         self.run.changes += swept.events
         self.run.caught_up = swept.caught_up
+        if swept.contended is not None:
+            self._gave_way(*swept.contended)
         return held
+
+    def _gave_way(self, name: str, hour: datetime, chunk: int) -> None:
+        """The sweep gave way to another writer of a file of its chunk: one warning an operator can act on (two
+        workers on one partition for that long is a lease taken over from a live worker, or clocks far apart)."""
+        self.run.gave_way = True
+        log.warning(
+            "archive: %s gave way to another writer: %s (receive hour %s, chunk %d) changed between each of this "
+            "run's reads and guarded writes, %d times; the run saved nothing past its last position, and the next "
+            "run carries on from it",
+            self.partition.lease_id,
+            name,
+            format_instant(hour),
+            chunk,
+            MERGE_ATTEMPTS,
+        )
 
     def _pause(self, seconds: float) -> bool:
         """Wait `seconds` for a paced tally's next page if the budget leaves time for it; False: it does not."""
