@@ -56,6 +56,7 @@ def aggregate_report_partition(message: func.QueueMessage) -> None:
         caught_up=run.caught_up,
         recovered=run.recovered,
         lost_lease=run.lost_lease,
+        gave_way=run.gave_way,
     )
 
 

@@ -3,7 +3,7 @@ a time, cut into chunks of CHUNK_ROWS events whose files every run names alike, 
 `actions_archive` feed). How it runs, why a sweep and not the change feed's pages, and what it costs:
 docs/archive.md."""
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -25,6 +25,7 @@ from shared.store.pacing import Pace
 from shared.store.retries import RetryPolicy, with_retries
 
 CHUNK_ROWS = 100_000  # events of a receive hour per chunk (a file per device date): fixed, it names the files
+MERGE_ATTEMPTS = 10  # guarded writes of one file refused in a row before a run gives way to the other writer
 RECEIVED = "received_at"
 _FIELDS = dict.fromkeys((*ACTION_COLUMNS, RECEIVED), 1)
 LAST_BEGAN, LAST_PAGES = "last_began", "last_pages"  # in the lease's token between passes
@@ -138,15 +139,18 @@ class SweepRun:
     events: int = 0
     files_written: int = 0
     caught_up: bool = False
-    stopped_by_another: bool = False  # a partial write found the chunk's files changed: another worker has it
+    # Another writer kept changing a file of the chunk (`contended`: its name, and the receive hour and chunk it is
+    # of) between this run's reads and its writes, MERGE_ATTEMPTS times: the run gave way, its last position unsaved
+    # (the worker logs it, and the invocation's line says `gave_way`).
+    stopped_by_another: bool = False
+    contended: tuple[str, datetime, int] | None = None
 
 
 @dataclass
 class _Chunk:
-    """The events of the chunk under way, read so far, and the versions of its files as last read or written."""
+    """The events of the chunk under way, read so far."""
 
     rows: list[Row] = field(default_factory=list)
-    versions: dict[str, str | None] = field(default_factory=dict)
 
 
 def run_actions_sweep(
@@ -203,11 +207,9 @@ def run_actions_sweep(
         if not save(held):
             return held, run
     if chunk.rows:  # the run ends mid-chunk: write what it has, so the next run need not read it again
-        written_now = _write_partial(archive, current, chunk)
+        written_now = _write_partial(archive, current, chunk, run)
         if written_now is None:
-            run.stopped_by_another = True
             return held, run
-        run.files_written += len(chunk.versions)
         held = replace(held, token=written_now.token())
         save(held)
     return held, run
@@ -289,33 +291,63 @@ def _write_whole(archive: Archive, current: Sweep, chunk: _Chunk) -> int:
     return len(files)
 
 
-def _write_partial(archive: Archive, current: Sweep, chunk: _Chunk) -> Sweep | None:
-    """Write the chunk's events so far into its files, each guarded by the version this run knows (read back, or
-    none): a file changed meanwhile means another worker has the chunk, and None is returned (nothing saved). The
-    pass's position with how far they go."""
-    from shared.archive import parquet  # noqa: PLC0415 - pyarrow only where the archive is written
-
+def _write_partial(archive: Archive, current: Sweep, chunk: _Chunk, run: SweepRun) -> Sweep | None:
+    """Write the chunk's events so far into its files (`_merged_into`): the pass's position with how far they go,
+    or None if another writer kept changing one of them (the run gives way: `run.stopped_by_another`)."""
     for name, rows in sorted(_by_day(current, chunk.rows).items()):
-        version = archive.write_guarded(name, parquet.encode_actions(rows), chunk.versions.get(name))
-        if version is None:
+        landed = _merged_into(archive, name, rows)
+        if landed is None:
+            run.stopped_by_another, run.contended = True, (name, current.hour, current.chunk)
             return None
-        chunk.versions[name] = version
+        run.files_written += landed
     days = sorted({day_of(_utc(row["time"])) for row in chunk.rows})
     return replace(current, written=_utc(chunk.rows[-1][RECEIVED]), dates=tuple(days))
 
 
+def _merged_into(archive: Archive, name: str, rows: list[Row]) -> int | None:
+    """Write a partial chunk's rows of one file, keeping every row the file holds already: 1 if it was written, 0
+    if it held them all, None if another writer changed it between each read and write, MERGE_ATTEMPTS times.
+
+    Why keep what the file holds: its name fixes what it may hold (the events of one device date in one chunk of
+    a settled receive hour), so every row in it is one of those events, whoever wrote it: a worker that got
+    further and died before saving its position, or a live one whose lease this run took over. The file only ever
+    gains rows of its chunk, none twice, so no run takes a dead worker's file for a live one's and stalls, and no
+    stale writer takes rows away. The write is guarded by the version read: a write in between is read again."""
+    from shared.archive import parquet  # noqa: PLC0415 - pyarrow only where the archive is written
+
+    for _ in range(MERGE_ATTEMPTS):
+        stored = archive.read(name)
+        held = [] if stored is None else [_archived(row) for row in parquet.decode(stored.data)]
+        result = _union(held, rows)
+        if stored is not None and len(result) == len(held):
+            return 0
+        if archive.write_guarded(name, parquet.encode_actions(result), None if stored is None else stored.version):
+            return 1
+    return None
+
+
+def _union(held: list[Row], rows: list[Row]) -> list[Row]:
+    """The rows of both, each as often as the one that has it more often (two events alike in every column are
+    two events: both are kept), in the file's order."""
+    counts = Counter(_identity(row) for row in held) | Counter(_identity(row) for row in rows)
+    by_identity = {_identity(row): row for row in (*held, *rows)}
+    return sorted((by_identity[key] for key, times in counts.items() for _ in range(times)), key=_order)
+
+
+def _identity(row: Row) -> tuple[Any, ...]:
+    return tuple(row[name] for name in ACTION_COLUMNS)
+
+
 def _read_back(archive: Archive, current: Sweep) -> _Chunk:
-    """The chunk under way as far as an earlier run wrote it (its files, only up to `written`: a worker killed
-    after writing more, before saving, may have left more), with the versions read."""
+    """The chunk under way as far as an earlier run wrote it: its files, only up to `written` (a worker killed
+    after writing more, before saving, may have left more, which this run reads again)."""
     chunk = _Chunk()
     if current.written is None:
         return chunk
     from shared.archive import parquet  # noqa: PLC0415 - pyarrow only where the archive is read
 
     for day in current.dates:
-        name = action_file(day, current.hour, current.chunk)
-        stored = archive.read(name)
-        chunk.versions[name] = None if stored is None else stored.version
+        stored = archive.read(action_file(day, current.hour, current.chunk))
         if stored is not None:
             chunk.rows += [row for row in parquet.decode(stored.data) if _utc(row[RECEIVED]) <= current.written]
     chunk.rows.sort(key=_order)

@@ -17,6 +17,7 @@ from shared.reports.documents import HOUR, owner_of_minute, ownerships
 from shared.store.partitioning import bucket_of
 
 MERGE_ATTEMPTS = 10  # guarded writes of one file refused in a row before the run gives up (ArchiveUnavailable)
+PROBE_HOUR = datetime(1970, 1, 1, tzinfo=UTC)  # the file `check` reads: an hour no bottle was heard in
 
 Key = tuple[str, str]  # (bottle_id, user_id): a row of a file (a file holds one hour)
 Unit = tuple[datetime, int]  # (hour, user bucket): a file
@@ -88,6 +89,11 @@ class HeartbeatArchiver:
     def holding(self) -> bool:
         """Whether rows are held that are not merged yet."""
         return any(self._held.values())
+
+    def check(self) -> None:
+        """Raise ArchiveUnavailable if the archive's store does not answer: one read of a file's name (there need be
+        no such file), before a run reads heartbeat documents only to find it cannot write their rows."""
+        self._archive.read(heartbeat_file(PROBE_HOUR, 0))
 
     def flush(self, *, before: int | None = None) -> None:
         """Merge the rows held from documents of buckets before `before` (None: all) into their files."""

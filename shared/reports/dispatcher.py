@@ -14,9 +14,18 @@ from pymongo.database import Database
 
 from shared import metrics
 from shared.archive.current import get_archive
+from shared.reports.archiving import behind_the_tally, due_to_catch_up
 from shared.reports.layouts import ensure_leases, feed_coverage, leases_over
 from shared.reports.leases import feed_lags, leases_to_dispatch
-from shared.reports.partitions import Feed, NoPartitionTokens, Partition, Token, feed_partitions, feeds_to_run
+from shared.reports.partitions import (
+    HEARTBEATS_ARCHIVE,
+    Feed,
+    NoPartitionTokens,
+    Partition,
+    Token,
+    feed_partitions,
+    feeds_to_run,
+)
 from shared.reports.tally import CLOCK_MARGIN, hours_due
 from shared.settings import Settings
 from shared.store.cosmos import FeedRange, is_cosmos_uri
@@ -106,12 +115,18 @@ def _due(
     db: Database[Any], partitions: list[Partition], *, now: datetime, settings: Settings, policy: RetryPolicy
 ) -> list[Partition]:
     """The partitions to send a work message for, each marked as sent (`leases_to_dispatch`). A tally partition
-    (or the archive's sweep) is sent only when an hour it has yet to do is due (or its pass is under way)."""
+    (or the archive's sweep) is sent only when an hour it has yet to do is due (or its pass is under way); a
+    partition of the archive's heartbeats only when it is behind its tally partition (a pass the tally could not
+    hand it), and while its store is down every few minutes only."""
     hold = timedelta(seconds=settings.reports_lease_seconds)
     feeds = [p for p in partitions if not p.feed.hourly]
-    tallies = [p for p in partitions if p.feed.hourly]
+    archived = [p for p in partitions if p.feed == HEARTBEATS_ARCHIVE]
+    tallies = [p for p in partitions if p.feed.hourly and p.feed != HEARTBEATS_ARCHIVE]
     due = leases_to_dispatch(db, feeds, now=now, hold_for=hold, policy=policy)
     due += leases_to_dispatch(db, tallies, now=now, hold_for=hold, policy=policy, behind=hours_due(now))
+    if archived:  # the archive's heartbeats: only where the tally could not hand a pass to it
+        late = due_to_catch_up(db, archived, now=now, policy=policy)
+        due += leases_to_dispatch(db, late, now=now, hold_for=hold, policy=policy)
     return due
 
 
@@ -126,7 +141,12 @@ def _recorded_lags(
 ) -> dict[str, float]:
     """Each feed's lag (`feed_lags`, with the leases `also` over ranges no partition reads), recorded as a metric."""
     pacing = timedelta(minutes=settings.reports_tally_spread_minutes) + CLOCK_MARGIN
-    lags = feed_lags(db, partitions, now=now, policy=policy, tally_due=hours_due(now), tally_pacing=pacing, also=also)
+    reports = [p for p in partitions if p.feed != HEARTBEATS_ARCHIVE]
+    lags = feed_lags(db, reports, now=now, policy=policy, tally_due=hours_due(now), tally_pacing=pacing, also=also)
+    archived = [p for p in partitions if p.feed == HEARTBEATS_ARCHIVE]
+    if archived:  # how far the archive's heartbeats are behind the tally's hours (0 while it hands them)
+        behind = behind_the_tally(db, archived, now=now, policy=policy).values()
+        lags[HEARTBEATS_ARCHIVE.key] = max(behind, default=timedelta(0)).total_seconds()
     for feed, lag in lags.items():
         metrics.report_lag(feed, lag)
     return lags

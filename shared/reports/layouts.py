@@ -106,7 +106,7 @@ def _inherited_position(
     its own entry of it or the token narrowed to its range (`cosmos.child_token`), from that lease's checkpoint
     time. Otherwise (a merge, bucket ranges, no such lease with a usable token) no token, from the oldest
     checkpoint of its parents (`by_time` for a Cosmos DB child)."""
-    if partition.feed.tally:
+    if partition.feed.tally and not partition.feed.archive:
         return _inherited_rollups(parents), _start_time(parents), None
     if not (partition.cosmos and parents):
         return None, _start_time(parents), None

@@ -49,6 +49,10 @@ class LeaseDocument(TypedDict, total=False):
     updated_at: datetime | None
     released_at: datetime | None
     retired_at: datetime | None
+    # The archive's heartbeats (shared/reports/archiving.py): the last pass the tally handed whole, and when the
+    # archive last failed it (None: it answers).
+    handed: dict[str, Any] | None
+    unreachable_at: datetime | None
 
 
 def lease_documents(db: Database[Any]) -> Collection[LeaseDocument]:

@@ -26,7 +26,8 @@ class Feed:
     fields: tuple[str, ...] = ()  # what aggregation reads of a changed document besides its `_id`
     name: str = ""  # what leases and work messages call it (default: its collection)
     tally: bool = False  # swept by user bucket, hour by hour (shared/reports/tally.py), not read as changes
-    archive: bool = False  # swept by receive time, hour by hour, into the archive (shared/archive/actions.py)
+    archive: bool = False  # swept hour by hour into the archive: by receive time (shared/archive/actions.py), or,
+    # with `tally`, by user bucket where the tally could not hand its bottle-hours (shared/reports/archiving.py)
 
     @property
     def hourly(self) -> bool:
@@ -49,13 +50,23 @@ HEARTBEAT_TALLY = Feed(schema.BOTTLE_HEARTBEATS, "", name="heartbeat_tally", tal
 # The archive's sweep of the actions by receive time (shared/archive/actions.py): one partition, when the app has an
 # archive (shared/archive/current.py).
 ACTIONS_ARCHIVE = Feed(schema.BOTTLE_ACTIONS, "received_at", name="actions_archive", archive=True)
+# The archive's heartbeats: a partition per tally partition (the same bucket ranges), whose lease is the archive's
+# own position in the tally's hours; it reads the heartbeat documents only for the passes the tally could not hand
+# over (shared/reports/archiving.py).
+HEARTBEATS_ARCHIVE = Feed(schema.BOTTLE_HEARTBEATS, "", name="heartbeats_archive", tally=True, archive=True)
 FEEDS = (ACTIONS_FEED, HEARTBEAT_TALLY)
-FEED_BY_KEY = {feed.key: feed for feed in (*FEEDS, ACTIONS_ARCHIVE)}
+ARCHIVE_FEEDS = (ACTIONS_ARCHIVE, HEARTBEATS_ARCHIVE)
+FEED_BY_KEY = {feed.key: feed for feed in (*FEEDS, *ARCHIVE_FEEDS)}
 
 
 def feeds_to_run(*, archived: bool) -> tuple[Feed, ...]:
-    """The feeds the dispatcher keeps: the reports', and the archive's sweep when the app has an archive."""
-    return (*FEEDS, ACTIONS_ARCHIVE) if archived else FEEDS
+    """The feeds the dispatcher keeps: the reports', and the archive's two when the app has an archive."""
+    return (*FEEDS, *ARCHIVE_FEEDS) if archived else FEEDS
+
+
+def tally_partner(partition: "Partition") -> "Partition":
+    """The heartbeat tally's partition of the same buckets as a partition of the archive's heartbeats."""
+    return Partition(HEARTBEAT_TALLY, partition.index, partition.count)
 
 
 # Feeds of an earlier layout (the heartbeat documents' change feed, and the hourly reports' feed that rolled the
@@ -149,8 +160,8 @@ def feed_partitions(
     """The feed's partitions, each with the token its change stream starts from when it has no position yet:
     on Cosmos DB one per physical partition (the tokens of `GetChangeStreamTokens`, ordered by feed range),
     elsewhere `count` bucket ranges (no start token: a new stream starts at the present). The tally has bucket
-    ranges everywhere; the archive's sweep has one partition."""
-    if feed.archive:  # one sweep by receive time, whatever the store: its files are named by what they hold
+    ranges everywhere, and so do the archive's heartbeats (the tally's); the archive's sweep has one partition."""
+    if feed.archive and not feed.tally:  # one sweep by receive time, whatever the store: files named by content
         return [(Partition(feed, 0, 1), None)]
     if on_cosmos and not feed.hourly:
         return list(cosmos_partitions(db, feed, policy))

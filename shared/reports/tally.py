@@ -13,19 +13,19 @@ roll-ups included, are spread over REPORTS_TALLY_SPREAD_MINUTES instead of landi
 bills each hour at its highest RU/s. Details: docs/reports.md, "The heartbeat tally".
 """
 
+import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.archive.heartbeats import HeartbeatArchiver
 from shared.device_time import LATE_AFTER
 from shared.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME, USER_BUCKET
-from shared.instants import day_of, hour_of
+from shared.instants import day_of, format_instant, hour_of
 from shared.reports.aggregation import BottleParts, Parts, Stamper, refresh_daily, write_hourly
 from shared.reports.documents import HOUR, heartbeat_parts, tally_hours
 from shared.reports.leases import ROLLUPS_FROM, Lease
@@ -46,9 +46,12 @@ LAST_BEGAN = "last_began"  # in a lease's token between passes: when the last pa
 LAST_PAGES = "last_pages"  # beside it: how many pages the last pass read (the next one is paced by it)
 # ROLLUPS_FROM, beside it: where the roll-ups a pass left to the next ones start (a new layout's leases take it over)
 CATCH_UP = timedelta(days=1)  # the roll-ups a pass that fell behind catches up on, beside its own
+HANDING = "handing"  # in a pass's token: Pass.handing
 
 Document = dict[str, Any]
 UserKey = tuple[int, str]  # (user bucket, user_id): the sweep's order
+
+log = logging.getLogger(__name__)
 
 
 def hours_due(now: datetime) -> datetime:
@@ -84,6 +87,7 @@ class Pass:
     pages: int = 0  # pages read so far
     paged_at: datetime | None = None  # when the last of them was done
     last_pages: int | None = None  # the last pass's pages (None: not known, the pass is not paced)
+    handing: bool = False  # every bottle-hour counted so far reached the archive (HandOff), and the next go there
 
     def token(self) -> dict[str, Any]:
         after = None if self.after is None else list(self.after)
@@ -97,6 +101,7 @@ class Pass:
             "pages": self.pages,
             "paged_at": self.paged_at,
             LAST_PAGES: self.last_pages,
+            HANDING: self.handing,
         }
 
     @classmethod
@@ -115,6 +120,7 @@ class Pass:
             pages=int(token.get("pages") or 0),
             paged_at=token.get("paged_at"),
             last_pages=token.get(LAST_PAGES),
+            handing=bool(token.get(HANDING)),
         )
 
     def rollup_days(self, block_hours: int, window: timedelta, shift: int = 0) -> set[datetime]:
@@ -263,6 +269,39 @@ def _user_key(doc: Mapping[str, Any]) -> UserKey:
     return int(doc[USER_BUCKET]), str(doc["user_id"])
 
 
+class HourRows(Protocol):
+    """Where the bottle-hours a pass counts are held and merged (the archive's heartbeat files:
+    shared/archive/heartbeats.py `HeartbeatArchiver`), by the bucket of the document they came from."""
+
+    def add(self, document: Mapping[str, Any], hours: Iterable[datetime], *, source_bucket: int) -> None:
+        """Hold the rows of one heartbeat document for `hours` (read from bucket `source_bucket` of the pass)."""
+
+    def flush(self, *, before: int | None = None) -> None:
+        """Merge the rows held from documents of buckets before `before` (None: all); raises if it cannot."""
+
+    def holding(self) -> bool:
+        """Whether rows are held that are not merged yet."""
+
+
+class HandOff(Protocol):
+    """The port through which a pass hands the bottle-hours it counts to the archive (shared/reports/archiving.py
+    `ArchiveHandOff`), so that the reports never wait on it: the pass asks once whether to hand them (`begin`: no
+    while the archive is known to be down), stops at the archive's first failure (`failed`), and says when a pass
+    handed all of them (`ended`), which moves the archive's own position on. Whatever a pass did not hand, the
+    archive reads again from the heartbeat documents later."""
+
+    rows: HourRows
+
+    def begin(self, current: Pass) -> bool:
+        """Whether a new pass hands its bottle-hours."""
+
+    def failed(self, current: Pass, error: Exception) -> None:
+        """The archive failed a merge of this pass's rows: the pass hands no more."""
+
+    def ended(self, current: Pass) -> None:
+        """The pass counted all its hours and handed every bottle-hour of them."""
+
+
 @dataclass
 class TallyRun:
     pages: int = 0
@@ -270,6 +309,7 @@ class TallyRun:
     hourly_written: int = 0
     daily_written: int = 0
     caught_up: bool = False
+    handed: bool = False  # the run handed its bottle-hours to the archive (HandOff) until its end
 
 
 def run_tally(
@@ -283,17 +323,18 @@ def run_tally(
     out_of_time: Callable[[], bool],
     save: Callable[[Lease], bool],
     pause: Callable[[float], bool] = lambda seconds: False,
-    archive: HeartbeatArchiver | None = None,
+    archive: HandOff | None = None,
 ) -> tuple[Lease, TallyRun]:
     """Count the partition's due hours, page by page, saving the pass's progress after each page and its end
     (the checkpoint time) once every user is done; until caught up, out of time, or the lease is lost (`save`
     returns False). A paced pass (Pace) waits for each page to be due: `pause(seconds)` waits if the run's
     budget allows (True), else the run ends there and a later run carries on. Returns the position reached.
 
-    With `archive`, the bottle-hours the pass counts go into the archive too (shared/archive/heartbeats.py): held
-    until the pass has read their bucket to the end, the run ends or the pass ends, then merged into their files.
-    A saved position never passes a document whose rows are only held, so a run killed meanwhile leaves them to
-    be read again (at most a bucket's pages)."""
+    With `archive`, a pass that `begin` lets hand its bottle-hours holds them (`HourRows`) until it has read their
+    bucket to the end, the run ends or the pass ends, then merges them into the archive. A saved position never
+    passes a document whose rows are only held, so a run killed meanwhile leaves them to be read again (at most a
+    bucket's pages). The archive never stops or fails the tally: at its first failure (`_Handing`) the pass hands
+    no more, and counts on."""
     run = TallyRun()
     started = wall_clock()
     overlap = timedelta(seconds=settings.reports_poll_overlap_seconds)
@@ -302,6 +343,9 @@ def run_tally(
     if current is None:
         run.caught_up = True
         return held, run
+    if archive is not None and current.pages == 0:  # a new pass (one under way has read a page)
+        current = replace(current, handing=archive.begin(current))
+    handing = _Handing(archive, buckets)
     pages = UserPages(
         db[schema.BOTTLE_HEARTBEATS], buckets, after=current.after, size=settings.reports_page_size, policy=policy
     )
@@ -315,14 +359,16 @@ def run_tally(
             break
         page = pages.next_page()
         if page is None:
-            if archive is not None:
-                archive.flush()
+            current = handing.flushed(current)
+            if current.handing:
+                handing.ended(current)
             token: dict[str, Any] = {LAST_BEGAN: current.began, LAST_PAGES: current.pages}
             left = current.rollups_left(window)
             if left is not None:
                 token[ROLLUPS_FROM] = left
             held = replace(held, checkpoint_time=current.end, token=token)
             run.caught_up = hours_due(wall_clock()) <= current.end
+            run.handed = current.handing
             save(held)  # a lost lease ends the run either way; the worker records it (`save`)
             return held, run
         hourly, daily = count_page(
@@ -333,19 +379,69 @@ def run_tally(
         run.hourly_written += hourly
         run.daily_written += daily
         current = replace(current, after=pages.after, pages=current.pages + 1, paged_at=wall_clock())
-        saved_after = current.after if archive is None else archived_page(archive, page, current, saved_after)
+        current, saved_after = handing.page(page, current, saved_after)
         held = replace(held, token=replace(current, after=saved_after).token())
         if not save(held):
             return held, run
-    if archive is not None and archive.holding():  # the run ends mid-bucket: merge what it holds, then save
-        archive.flush()
+    if archive is not None and current.handing and archive.rows.holding():
+        current = handing.flushed(current)  # the run ends mid-bucket: merge what it holds, then save
         held = replace(held, token=current.token())
         save(held)
+    run.handed = current.handing
     return held, run
 
 
+class _Handing:
+    """A run's hand-off of its pass's bottle-hours to the archive: while the pass hands them (Pass.handing), each
+    counted page's rows go to `HandOff.rows`; the archive's first failure is logged and told to it, the rows held
+    are dropped, and the pass hands no more (the archive reads them from the heartbeat documents later). Either
+    way the tally goes on: nothing the archive raises reaches it."""
+
+    def __init__(self, archive: HandOff | None, buckets: BucketRange) -> None:
+        self._archive, self._buckets = archive, buckets
+
+    def page(self, page: list[Document], current: Pass, saved_after: UserKey | None) -> tuple[Pass, UserKey | None]:
+        """After a counted page: the pass, and the position to save (archived_page)."""
+        if self._archive is None or not current.handing:
+            return current, current.after
+        try:
+            return current, archived_page(self._archive.rows, page, current, saved_after)
+        except Exception as error:  # whatever the archive raises, the reports go on
+            return self._failed(current, error), current.after
+
+    def flushed(self, current: Pass) -> Pass:
+        """The pass after merging every row held (at a run's or the pass's end)."""
+        if self._archive is None or not current.handing:
+            return current
+        try:
+            self._archive.rows.flush()
+        except Exception as error:  # whatever the archive raises, the reports go on
+            return self._failed(current, error)
+        return current
+
+    def ended(self, current: Pass) -> None:
+        if self._archive is not None:
+            self._archive.ended(current)
+
+    def _failed(self, current: Pass, error: Exception) -> Pass:
+        assert self._archive is not None
+        log.warning(
+            "reports: the heartbeat tally of buckets %d-%d stops handing bottle-hours to the archive for its pass of "
+            "%s to %s: %s: %s. The reports are counted as usual; the archive reads those hours from the heartbeat "
+            "documents once it answers again (docs/archive.md, When the archive is down)",
+            self._buckets.low,
+            self._buckets.high - 1,
+            format_instant(current.start),
+            format_instant(current.end),
+            type(error).__name__,
+            error,
+        )
+        self._archive.failed(current, error)
+        return replace(current, handing=False)
+
+
 def archived_page(
-    archive: HeartbeatArchiver, page: list[Document], current: Pass, saved_after: UserKey | None
+    archive: HourRows, page: list[Document], current: Pass, saved_after: UserKey | None
 ) -> UserKey | None:
     """Hold a counted page's bottle-hours for the archive and merge those of the buckets read to the end (all but
     the page's last, whose next documents may be on the next page); the position to save: past the page, or, if

@@ -14,12 +14,13 @@ from typing import Any
 from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
-from shared.archive.actions import run_actions_sweep
+from shared.archive.actions import MERGE_ATTEMPTS, run_actions_sweep
 from shared.archive.current import get_archive
 from shared.archive.heartbeats import HeartbeatArchiver
 from shared.archive.storage import ArchiveUnavailable
 from shared.instants import format_instant, to_stored
 from shared.reports.aggregation import Stamper, refresh_hourly
+from shared.reports.archiving import ArchiveHandOff, run_catch_up
 from shared.reports.leases import Lease, checkpoint, claim, new_owner, release
 from shared.reports.partitions import NoPartitionTokens, Partition
 from shared.reports.sources import (
@@ -60,6 +61,7 @@ class PartitionRun:
     recovered: bool = False  # rebuilt from a checkpoint time
     lost_lease: bool = False  # taken over after it expired: stopped without saving a position
     layout_changed: bool = False  # Cosmos DB split the partition: the new layout's leases carry on
+    gave_way: bool = False  # the archive's sweep gave way to another writer of its chunk's files (logged)
     checkpoint_time: datetime | None = None
 
 
@@ -89,7 +91,9 @@ def process_partition(
     worker.run.claimed = True
     held = replace(lease, owner=worker.owner)
     try:
-        if partition.feed.tally:
+        if partition.feed.tally and partition.feed.archive:
+            held = worker.catch_up(held)
+        elif partition.feed.tally:
             held = worker.tally(held)
         elif partition.feed.archive:
             held = worker.sweep_to_archive(held)
@@ -136,9 +140,20 @@ class _Worker:
         return self.clock() >= self.deadline
 
     def tally(self, held: Lease) -> Lease:
-        """The heartbeat tally's due hours, until done or out of budget; the position reached."""
+        """The heartbeat tally's due hours, until done or out of budget; the position reached. With an archive, the
+        pass hands the bottle-hours it counts to it (shared/reports/archiving.py), never waiting on it."""
         assert self.partition.buckets is not None, "the tally's partitions are bucket ranges"
         archive = get_archive(self.settings)
+        hand_off = None
+        if archive is not None:
+            hand_off = ArchiveHandOff(
+                self.db,
+                self.partition,
+                HeartbeatArchiver(archive),
+                overlap=timedelta(seconds=self.settings.reports_poll_overlap_seconds),
+                policy=self.policy,
+                wall_clock=self.wall_clock,
+            )
         held, tallied = run_tally(
             self.db,
             self.partition.buckets,
@@ -149,13 +164,36 @@ class _Worker:
             out_of_time=self.out_of_time,
             save=lambda lease: self.save(lease, "tally"),
             pause=self._pause,
-            archive=None if archive is None else HeartbeatArchiver(archive),
+            archive=hand_off,
         )
         self.run.pages += tallied.pages
         self.run.changes += tallied.documents
         self.run.hourly_written += tallied.hourly_written
         self.run.daily_written += tallied.daily_written
         self.run.caught_up = tallied.caught_up
+        return held
+
+    def catch_up(self, held: Lease) -> Lease:
+        """The archive's heartbeats of the partition: the hours the tally could not hand it, read from the heartbeat
+        documents (shared/reports/archiving.py); without an archive (the setting went away since) nothing."""
+        archive = get_archive(self.settings)
+        if archive is None:
+            return held
+        held, caught = run_catch_up(
+            self.db,
+            self.partition,
+            held,
+            rows=HeartbeatArchiver(archive),
+            settings=self.settings,
+            policy=self.policy,
+            wall_clock=self.wall_clock,
+            out_of_time=self.out_of_time,
+            save=lambda lease: self.save(lease, "archive"),
+            pause=self._pause,
+        )
+        self.run.pages += caught.pages
+        self.run.changes += caught.documents
+        self.run.caught_up = caught.caught_up
         return held
 
     def sweep_to_archive(self, held: Lease) -> Lease:
@@ -178,7 +216,24 @@ class _Worker:
         self.run.pages += swept.pages
         self.run.changes += swept.events
         self.run.caught_up = swept.caught_up
+        if swept.contended is not None:
+            self._gave_way(*swept.contended)
         return held
+
+    def _gave_way(self, name: str, hour: datetime, chunk: int) -> None:
+        """The sweep gave way to another writer of a file of its chunk: one warning an operator can act on (two
+        workers on one partition for that long is a lease taken over from a live worker, or clocks far apart)."""
+        self.run.gave_way = True
+        log.warning(
+            "archive: %s gave way to another writer: %s (receive hour %s, chunk %d) changed between each of this "
+            "run's reads and guarded writes, %d times; the run saved nothing past its last position, and the next "
+            "run carries on from it",
+            self.partition.lease_id,
+            name,
+            format_instant(hour),
+            chunk,
+            MERGE_ATTEMPTS,
+        )
 
     def _pause(self, seconds: float) -> bool:
         """Wait `seconds` for a paced tally's next page if the budget leaves time for it; False: it does not."""

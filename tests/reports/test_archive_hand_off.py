@@ -1,0 +1,174 @@
+"""The heartbeat tally's hand-off to the archive and the archive's own position (shared/reports/archiving.py), rule
+by rule on mongomock: a pass handed whole moves the archive on only from where the archive is, and only if it looked
+for late heartbeats from no later than the archive would; a newer record is never replaced by an older one; the
+archive's own run applies a pass handed meanwhile without reading a heartbeat document, and, with its store down,
+reads nothing, marks it down (the tally then hands nothing) and is sent again only after PROBE_EVERY."""
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared.archive.storage import ArchiveUnavailable
+from shared.reports.archiving import PROBE_EVERY, ArchiveHandOff, due_to_catch_up, run_catch_up
+from shared.reports.leases import Lease
+from shared.reports.partitions import HEARTBEAT_TALLY, HEARTBEATS_ARCHIVE, Partition
+from shared.reports.tally import LAST_BEGAN, Pass
+from shared.settings import Settings
+from shared.store import schema
+from tests.tally_fleet import DAY, HOUR
+from tests.tally_runner import POLICY
+
+MINUTE = timedelta(minutes=1)
+OVERLAP = timedelta(seconds=Settings().reports_poll_overlap_seconds)
+TALLY, ARCHIVE = Partition(HEARTBEAT_TALLY, 0, 1), Partition(HEARTBEATS_ARCHIVE, 0, 1)
+T = DAY + 5 * HOUR  # where the archive is
+LAST = T + 10 * MINUTE  # when the pass that brought it there began
+
+
+class Rows:
+    """The archive's files as the archive's run sees them: calls counted, the store up or down."""
+
+    def __init__(self, *, down: bool = False) -> None:
+        self.down, self.checks, self.added = down, 0, 0
+
+    def add(self, document: Mapping[str, Any], hours: Iterable[datetime], *, source_bucket: int) -> None:
+        self.added += 1
+
+    def flush(self, *, before: int | None = None) -> None:
+        pass
+
+    def holding(self) -> bool:
+        return False
+
+    def check(self) -> None:
+        self.checks += 1
+        if self.down:
+            raise ArchiveUnavailable("container archive: cannot read: connection refused")
+
+
+def leases(db: Any, *, archive: dict[str, Any], tally_at: datetime | None = None) -> None:
+    base = {"owner": None, "expires_at": None, "version": 3, "retired_at": None, "created_at": DAY}
+    db[schema.LEASES].insert_one({"_id": ARCHIVE.lease_id, "feed": HEARTBEATS_ARCHIVE.key, **base, **archive})
+    db[schema.LEASES].insert_one(
+        {"_id": TALLY.lease_id, "feed": HEARTBEAT_TALLY.key, **base, "checkpoint_time": tally_at}
+    )
+
+
+def archive_lease(db: Any) -> dict[str, Any]:
+    found: dict[str, Any] = db[schema.LEASES].find_one({"_id": ARCHIVE.lease_id})
+    return found
+
+
+def a_pass(start: datetime, *, began: datetime, late_since: datetime | None) -> Pass:
+    return Pass(start=start, end=start + HOUR, began=began, late_since=late_since)
+
+
+def hand_off(db: Any, now: datetime) -> ArchiveHandOff:
+    return ArchiveHandOff(db, TALLY, Rows(), overlap=OVERLAP, policy=POLICY, wall_clock=lambda: now)
+
+
+@pytest.mark.parametrize(
+    ("start", "late_since", "owner", "moves"),
+    [
+        (T, LAST - OVERLAP, None, True),  # in step: the archive's next pass would read no more
+        (T, LAST - OVERLAP - MINUTE, None, True),  # looked for late heartbeats from further back: more, not less
+        (T, LAST - OVERLAP + MINUTE, None, False),  # from later: a late heartbeat in between would be missed
+        (T - HOUR, LAST - OVERLAP, None, False),  # not where the archive is
+        (T + HOUR, LAST - OVERLAP, None, False),  # ahead of it: the hour between is not archived
+        (T, LAST - OVERLAP, "a-catch-up", False),  # the archive's own run holds its lease
+    ],
+)
+def test_a_pass_handed_whole_moves_the_archive_only_from_where_it_is_and_with_no_late_heartbeat_missed(
+    mock_db: Any, start: datetime, late_since: datetime, owner: str | None, moves: bool
+) -> None:
+    now = start + HOUR + 50 * MINUTE
+    leases(mock_db, archive={"checkpoint_time": T, "token": {LAST_BEGAN: LAST}, "owner": owner, "expires_at": now})
+    current = a_pass(start, began=start + HOUR + 10 * MINUTE, late_since=late_since)
+
+    hand_off(mock_db, now).ended(current)
+
+    lease = archive_lease(mock_db)
+    assert lease["handed"]["end"] == current.end  # recorded either way: the archive's run applies it once there
+    assert (lease["checkpoint_time"], lease["token"]) == (
+        (current.end, {LAST_BEGAN: current.began}) if moves else (T, {LAST_BEGAN: LAST})
+    )
+
+
+def test_an_older_pass_handed_late_never_replaces_a_newer_record(mock_db: Any) -> None:
+    """A stale tally worker ending a pass after its successor ended the next one."""
+    leases(mock_db, archive={"checkpoint_time": T - 2 * HOUR})
+    newer = a_pass(T, began=T + HOUR + 10 * MINUTE, late_since=LAST - OVERLAP)
+    older = a_pass(T - HOUR, began=T + 10 * MINUTE, late_since=LAST - HOUR - OVERLAP)
+    hand_off(mock_db, T + 2 * HOUR).ended(newer)
+    hand_off(mock_db, T + 2 * HOUR).ended(older)
+    assert archive_lease(mock_db)["handed"]["start"] == T
+
+
+def test_the_archive_s_run_applies_a_pass_handed_meanwhile_without_reading_a_heartbeat_document(
+    mock_db: Any,
+) -> None:
+    """The tally handed T..T+1 while the archive was still behind it (its lease held by its own run); the next run
+    of the archive finds itself at T and moves past the handed pass, reading nothing, and is caught up."""
+    handed = {"start": T, "end": T + HOUR, "began": T + HOUR + 10 * MINUTE, "late_since": LAST - OVERLAP}
+    leases(mock_db, archive={"checkpoint_time": T, "token": {LAST_BEGAN: LAST}, "handed": handed}, tally_at=T + HOUR)
+    rows, saved = Rows(), []
+
+    def save(lease: Lease) -> bool:
+        saved.append(lease)
+        return True
+
+    held, run = run_catch_up(
+        mock_db,
+        ARCHIVE,
+        Lease(checkpoint_time=T, token={LAST_BEGAN: LAST}),
+        rows=rows,
+        settings=Settings(),
+        policy=POLICY,
+        wall_clock=lambda: T + 2 * HOUR,
+        out_of_time=lambda: False,
+        save=save,
+    )
+
+    assert (held.checkpoint_time, held.token) == (T + HOUR, {LAST_BEGAN: handed["began"]})
+    assert saved == [held]
+    assert (run.caught_up, run.documents, rows.checks, rows.added) == (True, 0, 0, 0)
+
+
+def test_with_its_store_down_the_archive_s_run_reads_nothing_marks_it_down_and_waits_to_be_sent_again(
+    mock_db: Any,
+) -> None:
+    leases(mock_db, archive={"checkpoint_time": T, "token": {LAST_BEGAN: LAST}}, tally_at=T + 2 * HOUR)
+    now = T + 2 * HOUR + 15 * MINUTE
+    assert due_to_catch_up(mock_db, [ARCHIVE], now=now, policy=POLICY) == [ARCHIVE]
+    down = Rows(down=True)
+
+    def run_at(at: datetime, rows: Rows) -> tuple[Lease, Any]:
+        return run_catch_up(
+            mock_db,
+            ARCHIVE,
+            Lease(checkpoint_time=T, token={LAST_BEGAN: LAST}),
+            rows=rows,
+            settings=Settings(),
+            policy=POLICY,
+            wall_clock=lambda: at,
+            out_of_time=lambda: False,
+            save=lambda lease: True,
+        )
+
+    held, run = run_at(now, down)  # does not raise: an outage is not a failed invocation
+
+    assert (held.checkpoint_time, run.caught_up, run.documents, down.checks) == (T, False, 0, 1)
+    assert archive_lease(mock_db)["unreachable_at"] == now
+    current = a_pass(T + 2 * HOUR, began=now, late_since=None)
+    assert not hand_off(mock_db, now).begin(current)  # the tally's passes hand nothing meanwhile
+    assert due_to_catch_up(mock_db, [ARCHIVE], now=now + PROBE_EVERY - MINUTE, policy=POLICY) == []
+    assert due_to_catch_up(mock_db, [ARCHIVE], now=now + PROBE_EVERY, policy=POLICY) == [ARCHIVE]
+
+    up = Rows()
+    held, run = run_at(now + PROBE_EVERY, up)
+
+    assert (held.checkpoint_time, run.caught_up, up.checks) == (T + 2 * HOUR, True, 1)
+    assert archive_lease(mock_db)["unreachable_at"] is None
+    assert hand_off(mock_db, now + PROBE_EVERY).begin(current)
