@@ -3,7 +3,7 @@ with the app's own reader of its files: the local folder `./dev simulate` and `.
 container (Azurite's, or the deployed one with your Azure identity).
 
     ./dev archive BOTTLE_ID FROM [TO]                 dates YYYY-MM-DD, UTC, both included (TO: FROM)
-    ./dev archive bottle-007 2026-03-28 2026-03-29 --dir .local/archive
+    ./dev archive bottle-0007 2026-03-28 2026-03-29 --dir .local/archive
     ./dev archive bottle-42 2026-03-01 2026-03-31 --blob-service-uri https://ACCOUNT.blob.core.windows.net
 
 A range whose dates have no file of events yet is an error (exit 1) that says so; a range with events of other
@@ -11,6 +11,7 @@ bottles only prints that the bottle has none."""
 
 import argparse
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -19,17 +20,27 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from shared.archive import parquet
 from shared.archive.current import archive_of
 from shared.archive.layout import ACTIONS, date_folder
-from shared.archive.storage import Archive
+from shared.archive.storage import Archive, ArchiveUnavailable
 from shared.settings import Settings, get_settings
 from shared.store.command_line import CommandFailed, run_command
+from tools.arguments import http_url
+from tools.local_settings import AZURITE_COMMAND
+
+if TYPE_CHECKING:
+    from azure.storage.blob import ContainerClient
 
 DEFAULT_DIR = Path(".local/archive")  # where ./dev simulate and ./dev serve keep their archive by default
 MAX_DAYS = 3660
+# Each blob call of this command: a connection within 3 s, an answer within 20 s, one retry a second later.
+CONNECT_TIMEOUT_SECONDS = 3
+READ_TIMEOUT_SECONDS = 20
+RETRIES = 1
 
 
 class NothingArchived(CommandFailed):
@@ -159,7 +170,9 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     where.add_argument(
         "--connection-string", help="a storage connection string (Azurite's: UseDevelopmentStorage=true)"
     )
-    where.add_argument("--blob-service-uri", help="a storage account's blob endpoint, read with your Azure identity")
+    where.add_argument(
+        "--blob-service-uri", type=http_url, help="a storage account's blob endpoint, read with your Azure identity"
+    )
     parser.add_argument("--container", default="archive", help="the archive's container (default %(default)s)")
     args = parser.parse_args(argv)
     args.last = args.last or args.first
@@ -172,20 +185,119 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def archive_named(args: argparse.Namespace) -> Archive:
     """The archive the arguments name (a folder by default)."""
-    if args.connection_string or args.blob_service_uri:
-        settings = Settings(
-            ARCHIVE_CONTAINER=args.container,
-            AzureWebJobsStorage=args.connection_string or "",
-            AzureWebJobsStorage__blobServiceUri=args.blob_service_uri or "",
-        )
-    else:
-        folder = args.dir or Path(os.environ.get("ARCHIVE_DIR") or DEFAULT_DIR)
-        if not folder.is_dir():
-            raise NothingArchived(f"no archive folder {folder}: run ./dev simulate or ./dev serve first, or name one")
-        settings = Settings(ARCHIVE_DIR=str(folder))
-    found = archive_of(settings)
-    assert found is not None, "a folder or a storage account is always named here"
+    if args.connection_string is not None or args.blob_service_uri is not None:
+        from shared.archive.blob import BlobArchive  # the Storage SDK: only for a blob archive
+
+        return BlobArchive(container_named(args))
+    folder = args.dir or Path(os.environ.get("ARCHIVE_DIR") or DEFAULT_DIR)
+    if not folder.is_dir():
+        raise NothingArchived(f"no archive folder {folder}: run ./dev simulate or ./dev serve first, or name one")
+    found = archive_of(Settings(ARCHIVE_DIR=str(folder)))
+    assert found is not None, "a folder is always named here"
     return found
+
+
+def container_named(args: argparse.Namespace) -> "ContainerClient":
+    """The client of the container the arguments name, as the app's (shared/archive/blob.py) but bounded for a
+    command someone waits on: a connection that cannot be made fails after CONNECT_TIMEOUT_SECONDS and one
+    retry, not after the app's 20-second timeouts and three growing back-offs (20 s for a refused connection).
+    CommandFailed for a connection string the SDK cannot read (never printed: it holds the account's key)."""
+    from azure.identity import DefaultAzureCredential  # the SDKs: only for a blob archive
+    from azure.storage.blob import BlobServiceClient, LinearRetry
+
+    options: dict[str, Any] = {
+        "http_logging_level": logging.DEBUG,  # the SDK logs every request at INFO
+        "connection_timeout": CONNECT_TIMEOUT_SECONDS,
+        "read_timeout": READ_TIMEOUT_SECONDS,
+        "retry_policy": LinearRetry(backoff=1, random_jitter_range=0, retry_total=RETRIES),
+    }
+    if args.connection_string is not None:
+        try:
+            service = BlobServiceClient.from_connection_string(args.connection_string, **options)
+        except ValueError as error:
+            raise CommandFailed(
+                f"--connection-string: not a storage connection string the SDK reads ({error}); Azurite's is "
+                "UseDevelopmentStorage=true"
+            ) from None
+    else:
+        try:
+            service = BlobServiceClient(args.blob_service_uri, DefaultAzureCredential(), **options)
+        except ValueError as error:  # an identity's token only over https
+            raise CommandFailed(f"--blob-service-uri {args.blob_service_uri}: {error}") from None
+    try:
+        return service.get_container_client(args.container)
+    except ValueError as error:
+        raise CommandFailed(f"--container {args.container!r}: {error}") from None
+
+
+def unavailable(error: ArchiveUnavailable, args: argparse.Namespace) -> CommandFailed:
+    """The one line for a blob archive that could not be read: what failed, where, and what to do. Where is the
+    account's endpoint, never the connection string."""
+    from azure.core.exceptions import (
+        ClientAuthenticationError,
+        HttpResponseError,
+        ServiceRequestError,
+        ServiceResponseError,
+    )
+
+    cause = error.__cause__
+    source = "--connection-string" if args.connection_string is not None else "--blob-service-uri"
+    endpoint = endpoint_of(args)
+    local = urlsplit(endpoint).hostname in ("127.0.0.1", "localhost", "::1")
+    if isinstance(cause, ServiceRequestError):  # no connection: refused, no such host, timed out
+        hint = f": is Azurite running? In the repository: {AZURITE_COMMAND}" if local else f": check {source}"
+        return CommandFailed(f"cannot reach the blob service at {endpoint} ({_reason(cause)}){hint}")
+    if isinstance(cause, ServiceResponseError):  # connected, then no answer in time, or the connection dropped
+        return CommandFailed(f"no answer from the blob service at {endpoint} ({_reason(cause)})")
+    if isinstance(cause, ClientAuthenticationError) and cause.response is None:  # no token for the identity
+        return CommandFailed(
+            f"{source}: no Azure identity to read {endpoint} with ({_first_line(cause)}): sign in to Azure first "
+            "(az login)"
+        )
+    if isinstance(cause, HttpResponseError):
+        if "not supported by Azurite" in str(cause):
+            return CommandFailed(
+                f"Azurite at {endpoint} refuses the Storage SDK's API version: start it with --skipApiVersionCheck, "
+                f"as in {AZURITE_COMMAND}"
+            )
+        error_code = getattr(cause, "error_code", None)  # the storage SDK's StorageErrorCode, on its errors
+        code = f" {getattr(error_code, 'value', error_code)}" if error_code else ""
+        return CommandFailed(f"the blob service at {endpoint} answered {cause.status_code}{code}: {_first_line(cause)}")
+    return CommandFailed(f"the archive at {endpoint}: {_first_line(error)}")
+
+
+def endpoint_of(args: argparse.Namespace) -> str:
+    """The blob endpoint the arguments name, as scheme://host[:port][/account]: no query (a SAS) and no key."""
+    from azure.storage.blob import BlobServiceClient
+
+    if args.connection_string is not None:
+        service = BlobServiceClient.from_connection_string(args.connection_string)
+    else:
+        service = BlobServiceClient(args.blob_service_uri)
+    return f"{service.scheme}://{service.primary_hostname}"
+
+
+@contextlib.contextmanager
+def identity_logs_quiet() -> Iterator[None]:
+    """azure-identity logs a failed sign-in at WARNING, some twenty lines on stderr; the command says it in one
+    (unavailable), so within the block that logger says nothing."""
+    logger = logging.getLogger("azure.identity")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _reason(error: Exception) -> str:
+    """The transport's reason without urllib3's object names: `Failed to establish a new connection: [Errno 111]
+    Connection refused`."""
+    return re.sub(r"^\w+\(host=[^)]*\): ", "", _first_line(error))
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,8 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         except NothingArchived as nothing:
             print(f"./dev archive: {nothing}", file=sys.stderr)
             status = 1
+        except ArchiveUnavailable as error:
+            raise unavailable(error, args) from None
 
-    run_command("./dev archive", body)
+    with identity_logs_quiet():
+        run_command("./dev archive", body)
     return status
 
 

@@ -17,6 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "local.settings.json.example"
 TARGET = ROOT / "local.settings.json"
 LOCAL_STORE_URI = f"mongodb://127.0.0.1:{DEFAULT_PORT}/?directConnection=true"
+# Azurite for func start and F5, as .vscode/tasks.json starts it (tests/tools/test_local_azurite.py runs it):
+# - --skipApiVersionCheck: the pinned Storage SDKs (requirements.txt) name a newer API version (x-ms-version
+#   2026-10-06) than Azurite knows (3.35, package.json's, up to 2025-11-05), and Azurite refuses such a request
+#   ("The API version ... is not supported by Azurite") unless told to skip the check (its `--help`: "Skip the
+#   request API version check, request with all Api versions will be allowed"); the operations the app calls (send
+#   a message, create a queue or a container, put, get and list blobs) are old ones that Azurite serves as ever;
+# - --location .azurite: its data in the repository's .azurite/ (git-ignored); without it Azurite writes five
+#   __azurite_db_*.json files and two folders into the directory it was started in.
+AZURITE_COMMAND = "npx azurite --silent --disableTelemetry --skipApiVersionCheck --location .azurite"
 
 
 def local_settings(mongodb_uri: str) -> dict[str, Any]:
@@ -45,5 +54,5 @@ def main(argv: list[str] | None = None) -> int:
         raise CommandFailed(f"{args.output} exists: --force replaces it, --keep leaves it")
     args.output.write_text(json.dumps(local_settings(args.mongodb_uri), indent=2) + "\n")
     print(f"wrote {args.output}: the store is {'./dev store' if args.mongodb_uri == LOCAL_STORE_URI else 'yours'}")
-    print("next: ./dev store (one terminal), npx azurite --silent --disableTelemetry (another), then func start or F5")
+    print(f"next: ./dev store (one terminal), {AZURITE_COMMAND} (another, in {ROOT}), then func start or F5")
     return 0

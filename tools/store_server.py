@@ -3,17 +3,65 @@
 Ctrl-C stops it. `./dev local-settings` points local.settings.json at it."""
 
 import argparse
+import contextlib
+import errno
+import io
+import os
+import sys
 import threading
 from typing import Any
 
 from pymongo import MongoClient
 
 from shared.settings import get_settings
+from shared.store.command_line import CommandFailed
 from shared.store.setup import ensure_store
 from tools.arguments import int_between
 from tools.local_store import make_data_dir, setting_defaults
 
 DEFAULT_PORT = 27017
+HOST = "127.0.0.1"
+
+
+def cannot_listen(port: int, error: OSError) -> CommandFailed:
+    """The one line for a port the server cannot have: what the system said, and what to do."""
+    why = os.strerror(error.errno) if error.errno else str(error)
+    if error.errno != errno.EADDRINUSE:
+        return CommandFailed(f"cannot listen on {HOST}:{port}: {why} (pick another --port, 0 for any free one)")
+    if port == DEFAULT_PORT:  # ./dev local-settings points local.settings.json here by default
+        instead = "./dev store --port N and ./dev local-settings --mongodb-uri mongodb://127.0.0.1:N/"
+    else:
+        instead = "pick another --port, 0 for any free one"
+    return CommandFailed(f"cannot listen on {HOST}:{port}: {why} (another server has it: stop it, or {instead})")
+
+
+def cannot_open(data_dir: str, error: Exception) -> CommandFailed:
+    """The one line for a data folder the store cannot open (another server holds it: WiredTiger's EBUSY)."""
+    if "busy" in str(error).lower():
+        return CommandFailed(
+            f"--data-dir {data_dir} is in use by another running store: stop it, or pick another --data-dir"
+        )
+    return CommandFailed(f"--data-dir {data_dir}: the store cannot open it: {error}")
+
+
+def open_store(port: int, data_dir: str) -> Any:
+    """SecantusDBServer on `data_dir` (not listening yet), or CommandFailed in one line when its storage engine
+    cannot open the folder. WiredTiger's Python binding writes the engine's own error to sys.stderr before it
+    raises: held back while the folder opens, it is written out unless the one line says it instead."""
+    from secantus import SecantusDBServer
+    from wiredtiger import WiredTigerError  # type: ignore[import-untyped]  # SecantusDB's storage engine
+
+    held = io.StringIO()
+    refused: Exception | None = None
+    with contextlib.redirect_stderr(held):
+        try:
+            server = SecantusDBServer(host=HOST, port=port, storage_path=data_dir)
+        except WiredTigerError as error:
+            refused = error
+    if refused is not None:
+        raise cannot_open(data_dir, refused)
+    sys.stderr.write(held.getvalue())
+    return server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,12 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=".local/store", help="where the data is kept (default: .local/store)")
     args = parser.parse_args(argv)
     make_data_dir(args.data_dir)
-    from secantus import SecantusDBServer
-
-    with SecantusDBServer(host="127.0.0.1", port=args.port, storage_path=args.data_dir) as server:
+    server = open_store(args.port, args.data_dir)
+    try:
+        try:
+            server.start()
+        except OSError as error:  # a port in use, or one below 1024 without the right
+            raise cannot_listen(args.port, error) from None
         uri = f"{server.uri}{'&' if '?' in server.uri else '?'}directConnection=true"
         with setting_defaults(MONGODB_CONNECTION_STRING=uri), MongoClient[dict[str, Any]](uri, tz_aware=True) as client:
             ensure_store(client[get_settings().mongodb_database], get_settings(), on_cosmos=False)
         print(f"serving {uri} (data in {args.data_dir}); Ctrl-C stops", flush=True)
         threading.Event().wait()  # until Ctrl-C (run_command says so in one line)
+    finally:
+        server.stop()  # also when it never started: its storage is open from the start
     return 0
