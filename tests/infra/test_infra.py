@@ -951,9 +951,10 @@ def function_timeout() -> timedelta:
 
 def test_host_json_pins_the_v4_extension_bundle_and_configures_logging_for_opentelemetry_mode() -> None:
     """In OpenTelemetry mode the host samples its traces by OTEL_TRACES_SAMPLER (main.bicep telemetrySettings),
-    and host.json's logging.applicationInsights section does not apply (azure-functions-host issue 10770): none,
-    so no one tunes a setting that does nothing. The host's per-invocation lines (Function.*) at Warning: only
-    failures, and those only if the worker's OpenTelemetry were off (the host drops Function.* otherwise)."""
+    and host.json's logging.applicationInsights section does not apply
+    (https://github.com/Azure/azure-functions-host/issues/10770): none, so no one tunes a setting that does
+    nothing. The host's per-invocation lines (Function.*) at Warning: only failures, and those only if the
+    worker's OpenTelemetry were off (the host drops Function.* otherwise)."""
     host = host_json()
     assert host["version"] == "2.0"
     assert host["extensionBundle"] == {"id": "Microsoft.Azure.Functions.ExtensionBundle", "version": "[4.*, 5.0.0)"}
