@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from benchmarks.harness import print_table, secantus_store
+from benchmarks.harness import Table, print_table, secantus_store
 from shared.instants import set_clock, utc_now
 from shared.reports.partitions import ACTIONS_FEED, Partition
 from shared.settings import get_settings
@@ -226,6 +226,15 @@ def _difference(unit: str, more: UnitVolume, less: UnitVolume, per: int) -> Unit
         round((more.metric_points - less.metric_points) / per),
         round((more.metric_bytes - less.metric_bytes) / per),
     )
+
+
+def measured(tables: list[Table]) -> dict[str, UnitVolume] | None:
+    """Each unit's volume from this benchmark's table among `tables` (a suite run's), or None."""
+    for table in tables:
+        if table.title.startswith(TITLE):
+            numbers = [[int(cell.replace(",", "")) for cell in row[1:]] for row in table.rows]
+            return {row[0]: UnitVolume(row[0], *values) for row, values in zip(table.rows, numbers, strict=True)}
+    return None
 
 
 def run() -> str:

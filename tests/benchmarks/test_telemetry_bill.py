@@ -7,9 +7,11 @@ from dataclasses import replace
 import pytest
 
 from benchmarks import deployment_bill as bill
+from benchmarks import telemetry as benchmark
+from benchmarks.harness import Table
 from shared.settings import Settings
 from tools.costs import telemetry
-from tools.costs.telemetry import Rates
+from tools.costs.telemetry import MEASURED, Rates
 
 GOAL_DOLLARS = 3_000  # a month, at the design scale
 # The database calls a unit of work makes, as benchmarks/costs.py measured them (docs/costs.md, How the bill is made).
@@ -80,3 +82,23 @@ def test_every_rule_cites_its_page_and_every_figure_not_measured_is_an_assumptio
     for figure in ("HOST_METRIC_SERIES", "AZURE_SDK_SPANS_PER_CALL"):
         assert figure in named
     assert {rule.name for rule in telemetry.RULES} <= {rule.name for rule in bill.RULES}
+
+
+def test_a_bench_run_prices_the_line_with_the_telemetry_it_measured_in_the_same_run(
+    design_scale: Rates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`./dev bench` runs the telemetry benchmark before the cost part, which reads its printed table back: each
+    unit as measured, and the line priced with it rather than with MEASURED."""
+    from benchmarks import suite
+
+    names = [part.label for part in suite.parts(quick=True)]
+    assert names.index("telemetry") < names.index("request units")
+    doubled = {name: replace(unit, sampled_bytes=2 * unit.sampled_bytes) for name, unit in MEASURED.items()}
+    table = Table(benchmark.TITLE, benchmark.HEADER, [benchmark.row(unit) for unit in doubled.values()])
+
+    assert benchmark.measured([table]) == doubled
+    monkeypatch.setattr(telemetry, "measured_in_this_run", benchmark.measured([table]))
+    sampled = "host requests and app log lines (sampled)"
+    assert telemetry.volume(design_scale, 0.01).parts[sampled] == pytest.approx(
+        2 * telemetry.volume(design_scale, 0.01, MEASURED).parts[sampled]
+    )
