@@ -14,13 +14,13 @@ in-process store's together: an upper bound for the app alone).
 
 import json
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from benchmarks import design_scale
 from shared.settings import Settings
+from tools.costs import telemetry
 from tools.costs.billing import HOURS_PER_MONTH, PRICE, RESERVED_MAX_DISCOUNT, archive_bill
 from tools.costs.rules import Rule
 
@@ -417,21 +417,10 @@ STORAGE_CALCULATOR = (
     "1,000 x 10,000 Class 2 operations: $8.05)"
 )
 QUEUE_OPERATIONS = "https://learn.microsoft.com/rest/api/storageservices/queue-service-rest-api"
-APP_INSIGHTS_VOLUME = "https://learn.microsoft.com/azure/azure-monitor/app/pricing"
-LOG_INGESTION_PRICE = (
-    "https://azure.microsoft.com/pricing/details/monitor/ (as public cost notes copy it: Application Insights and "
-    "Log Analytics ingestion ~$2.30 per GB, the first 5 GB a month free; one gives Log Analytics $2.76 per GB)"
-)
-OTEL_HOST_SAMPLING = (
-    "https://github.com/Azure/azure-functions-host/issues/10770 (host.json's logging.applicationInsights does not "
-    "apply in OpenTelemetry mode); https://github.com/Azure/azure-functions-host/issues/11745 (OTEL_TRACES_SAMPLER "
-    "for the host, from 4.1048.100, reported not to apply)"
-)
 KEY_VAULT_PRICE = (
     "https://learn.microsoft.com/answers/questions/5608202/how-to-correctly-estimate-azure-key-vault-cost "
     "(Standard tier: ~$0.03 per 10,000 operations; a service caches a secret it fetched)"
 )
-FUNCTIONS_BICEP = Path(__file__).resolve().parent.parent / "infra" / "modules" / "functionapp.bicep"
 
 
 @dataclass(frozen=True)
@@ -440,10 +429,8 @@ class OtherPrice:
 
     queue_per_10k: float = 0.004  # Class 1 and Class 2 alike: 1,000 x 0.004 + 1,000 x 0.004 + 1 GB x 0.045 = 8.05
     queue_gb_month: float = 0.045
-    ingestion_per_gb: float = 2.30
-    ingestion_free_gb: float = 5.0  # a month, per billing account
     key_vault_per_10k: float = 0.03
-    source: str = f"{STORAGE_CALCULATOR}; {LOG_INGESTION_PRICE}; {KEY_VAULT_PRICE}; read {READ_ON}"
+    source: str = f"{STORAGE_CALCULATOR}; {KEY_VAULT_PRICE}; read {READ_ON}"
 
 
 OTHER = OtherPrice()
@@ -458,56 +445,33 @@ RULES = (
         "10 M Class 1 and 10 M Class 2 operations and 1 GB: 1,000 x $0.004 + 1,000 x $0.004 + $0.045 = $8.05",
     ),
     Rule(
-        "Application Insights ingestion",
-        "telemetry is billed by the GB (10^9 bytes) of uncompressed JSON ingested into the workspace, the first "
-        "5 GB a month free; what is sampled away is not; sampling by a rate a second is per process",
-        f"{APP_INSIGHTS_VOLUME} (Data volume); {LOG_INGESTION_PRICE}; {OTEL_HOST_SAMPLING}",
-        "a cost guide's 'medium app: 10 GB/month = ~$12', 'large app: 100 GB/month = ~$220': (10 - 5) x $2.30 = "
-        "$11.50, (100 - 5) x $2.30 = $218.50",
-    ),
-    Rule(
         "Key Vault operations",
         "each secret read or write is an operation, $0.03 per 10,000 on the Standard tier; the app's connection "
         "string is a Key Vault reference the platform reads when an instance starts and caches",
         KEY_VAULT_PRICE,
         "a few dozen operations a month cost a few cents: 30 x $0.03 / 10,000 = $0.00009",
     ),
+    *telemetry.RULES,  # Application Insights: tools/costs/telemetry.py
 )
 
 ASSUMPTIONS = (
     *ASSUMPTIONS,
-    "TELEMETRY_ITEM_BYTES: an Application Insights item (a request, a span, a log line) is ~1,000 bytes of JSON; "
-    "the workspace's Usage table tells (calibrate).",
-    "Each busy instance sends what its sampling lets through a second: the host host.json's "
-    "maxTelemetryItemsPerSecond (if it still applies in OpenTelemetry mode; if instead the host follows "
-    "OTEL_TRACES_SAMPLER, fewer; if it samples nothing, every request: OTEL_HOST_SAMPLING), the Python worker "
-    "OTEL_TRACES_SAMPLER_ARG traces of TELEMETRY_ITEMS_PER_TRACE items.",
     "A notification is put on its queue by the checks and got and deleted by its consumer (outside the app); a "
     "queue listener polls an empty queue every maxPollingInterval, the platform's scale controller each queue "
     "every SCALE_POLL_SECONDS.",
     "KEY_VAULT_READS_A_DAY: the connection string read when an instance starts: the always-ready instances once a "
     "day, the workers' as they scale out (an instance start each an hour).",
+    *telemetry.ASSUMPTIONS,  # Application Insights: tools/costs/telemetry.py
 )
 
-TELEMETRY_ITEM_BYTES = 1_000
-TELEMETRY_ITEMS_PER_TRACE = 2  # the function's span and its invocation log line
 SCALE_POLL_SECONDS = 10.0
 
 
-def host_sampling(host: Path = HOST_JSON) -> tuple[float, float]:
-    """host.json's queue polling interval (seconds) and the host's telemetry items a second an instance."""
+def queue_polling_seconds(host: Path = HOST_JSON) -> float:
+    """host.json's queue polling interval (seconds): the longest an empty queue waits to be polled again."""
     loaded = json.loads(host.read_text())
     hours, minutes, seconds = (float(part) for part in loaded["extensions"]["queues"]["maxPollingInterval"].split(":"))
-    polling = hours * 3600 + minutes * 60 + seconds
-    items = float(loaded["logging"]["applicationInsights"]["samplingSettings"]["maxTelemetryItemsPerSecond"])
-    return polling, items
-
-
-def worker_traces_per_second(bicep: Path = FUNCTIONS_BICEP) -> float:
-    """The Python worker's sampled traces a second an instance: OTEL_TRACES_SAMPLER_ARG as deployed."""
-    found = re.search(r"OTEL_TRACES_SAMPLER_ARG: '([\d.]+)'", bicep.read_text())
-    assert found, f"{bicep} sets no OTEL_TRACES_SAMPLER_ARG"
-    return float(found.group(1))
+    return hours * 3600 + minutes * 60 + seconds
 
 
 @dataclass(frozen=True)
@@ -525,7 +489,7 @@ class Line:
 def queue_line(functions: FunctionsBill, work: Workload, notifications_per_second: float) -> Line:
     """Storage queue transactions a month: each work message put, got (a batch of batchSize at a time) and
     deleted, each notification put, got and deleted, the listeners' empty polls and the scale controller's."""
-    polling, _items = host_sampling()
+    polling = queue_polling_seconds()
     batch = json.loads(HOST_JSON.read_text())["extensions"]["queues"]["batchSize"]
     work_messages = (work.actions_partitions + work.tally_partitions) / 60 + work.check_runs_per_second
     listeners = sum(g.instances for g in functions.groups if "(queue)" in g.name)
@@ -543,27 +507,40 @@ def queue_line(functions: FunctionsBill, work: Workload, notifications_per_secon
     return Line("Storage queues", monthly, monthly, counts, STORAGE_CALCULATOR)
 
 
-def telemetry_line(functions: FunctionsBill) -> Line:
-    """Application Insights ingestion a month at the configured sampling: each busy instance's host items and
-    worker traces a second (per process), TELEMETRY_ITEM_BYTES each."""
-    _polling, host_items = host_sampling()
-    per_instance = host_items + worker_traces_per_second() * TELEMETRY_ITEMS_PER_TRACE
-    instances = sum(g.instances for g in functions.groups if g.instances >= 1)
-    gb = instances * per_instance * TELEMETRY_ITEM_BYTES * SECONDS_PER_MONTH / 1e9
-    monthly = max(gb - OTHER.ingestion_free_gb, 0.0) * OTHER.ingestion_per_gb
-    counts = (
-        f"{gb:,.0f} GB a month: {instances:,.0f} busy instances x {per_instance:,.0f} items a second "
-        f"(host.json {host_items:,.0f} + worker {worker_traces_per_second():,.0f} traces x "
-        f"{TELEMETRY_ITEMS_PER_TRACE}) x {TELEMETRY_ITEM_BYTES:,} bytes"
+def telemetry_rates(functions: FunctionsBill) -> telemetry.Rates:
+    """The design scale's work as the telemetry model counts it: the HTTP requests by kind, the queue and timer
+    runs, the Azure SDK calls (notifications sent, archive files written and merged) and the instances each
+    group keeps (a group that runs at all keeps at least one process exporting its metrics)."""
+    by_kind = {"(queue)": 0.0, "(dispatch)": 0.0}
+    workers = 0.0
+    for group in functions.groups:
+        if group.name.startswith("HTTP"):
+            continue
+        workers += math.ceil(group.instances) if group.executions_per_second > 0 else 0
+        for suffix in by_kind:
+            if group.name.endswith(suffix):
+                by_kind[suffix] += group.executions_per_second
+    reports = next((g.executions_per_second for g in functions.groups if g.name.startswith("report")), 0.0)
+    archive = archive_bill()
+    return telemetry.Rates(
+        requests={r.name: r.per_second for r in functions.requests},
+        report_runs=reports,
+        check_runs=by_kind["(queue)"] - reports,
+        timer_runs=by_kind["(dispatch)"],
+        sdk_calls=design_scale.notifications_a_day() / 86_400
+        + (archive.event_writes_hour + 2 * archive.heartbeat_merges_hour) / 3600,
+        http_instances=math.ceil(http_group(functions).instances),
+        worker_instances=workers,
     )
-    return Line("Application Insights", monthly, monthly, counts, LOG_INGESTION_PRICE)
 
 
-def unsampled_telemetry(requests_per_second: float) -> float:
-    """Application Insights a month if the host's request telemetry were not sampled at all (OTEL_HOST_SAMPLING):
-    an item per request."""
-    gb = requests_per_second * TELEMETRY_ITEM_BYTES * SECONDS_PER_MONTH / 1e9
-    return max(gb - OTHER.ingestion_free_gb, 0.0) * OTHER.ingestion_per_gb
+def telemetry_line(functions: FunctionsBill) -> Line:
+    """Application Insights ingestion a month at the design scale (tools/costs/telemetry.py): the volume measured
+    per unit of work, at the deployment's fixed-percentage trace sampling."""
+    rates = telemetry_rates(functions)
+    ratio = telemetry.sampling_ratio()
+    monthly = telemetry.dollars(telemetry.volume(rates, ratio).gb_month())
+    return Line("Application Insights", monthly, monthly, telemetry.counts(rates, ratio), telemetry.INGESTION_PRICE)
 
 
 KEY_VAULT_READS_A_DAY_PER_WORKER = 24  # an instance start an hour

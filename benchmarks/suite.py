@@ -38,11 +38,13 @@ from benchmarks import (
     reports,
     runtime_cost,
     scaleout,
+    telemetry,
 )
 from benchmarks.harness import PRINTED, Table, print_table
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.command_line import CommandFailed, user_problem
+from tools.costs import telemetry as telemetry_model
 from tools.costs.rules import ASSUMPTIONS, RULES
 from tools.progress import Ticker
 
@@ -348,6 +350,7 @@ def parts(quick: bool) -> list[Part]:
             "Requests through the Functions runtime",
             lambda: runtime_cost.run(200 if quick else 600, 3 if quick else 5),
         ),
+        Part("telemetry", "Telemetry per unit of work", telemetry.run),
         Part("request units", "Cost on Cosmos DB", lambda: _cost_part(quick)),
     ]
 
@@ -357,7 +360,9 @@ _COST_SECTIONS: list[CostSection] = []
 
 
 def _cost_part(quick: bool) -> str:
-    """The request units measured, priced with the CPU a request took through the runtime in this run."""
+    """The request units measured, priced with the CPU a request took through the runtime in this run (and the
+    telemetry each unit of work sent in it: the Application Insights line)."""
+    telemetry_model.measured_in_this_run = telemetry.measured(list(PRINTED))
     section = cost_section(costs.measure(quick), measured_http_cpu_ms(list(PRINTED)))
     _COST_SECTIONS.append(section)
     return section.text

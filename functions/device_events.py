@@ -5,6 +5,7 @@ import logging
 import azure.functions as func
 
 from functions.responses import handles_errors, json_response
+from shared import metrics
 from shared.ids import check_id
 from shared.ingestion.receive import receive
 from shared.instants import utc_now
@@ -33,5 +34,6 @@ def post_events(req: func.HttpRequest) -> func.HttpResponse:
         settings=get_settings(),
     )
     counts = {"stored": result.stored, "duplicates": result.duplicates, "expired": result.expired}
+    metrics.events_received(stored=result.stored, duplicate=result.duplicates, expired=result.expired)
     log_invocation(log, "post_events", bottle_id=bottle_id, **counts)
     return json_response(202, counts)

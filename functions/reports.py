@@ -2,6 +2,7 @@
 API, and a timer runs on one instance) and its workers (queue-triggered, so they scale out), and the read
 endpoint reporting consumers use."""
 
+import json
 import logging
 
 import azure.functions as func
@@ -11,6 +12,7 @@ from functions.invocations import Invocation, work_message
 from functions.responses import handles_errors, json_response
 from shared.ids import check_id
 from shared.instants import utc_now
+from shared.observability import fields
 from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import Partition, retired
 from shared.reports.reading import parse_report_query, read_reports
@@ -28,36 +30,43 @@ CONNECTION = "AzureWebJobsStorage"
 @bp.function_name("aggregate_reports")
 @bp.timer_trigger(arg_name="timer", schedule="%REPORTS_SCHEDULE%", run_on_startup=False, use_monitor=True)
 @bp.queue_output(arg_name="work", queue_name=QUEUE, connection=CONNECTION)
-def aggregate_reports(timer: func.TimerRequest, work: func.Out[QueueMessages]) -> None:
-    invocation = Invocation.of_timer("aggregate_reports", timer)
-    run = dispatch(get_database(), now=utc_now(), settings=get_settings(), send=work.set)
+def aggregate_reports(timer: func.TimerRequest, work: func.Out[QueueMessages], context: func.Context) -> None:
+    invocation = Invocation.of_timer("aggregate_reports", timer, context)
+    with invocation.guard(log):
+        run = dispatch(get_database(), now=utc_now(), settings=get_settings(), send=work.set)
     invocation.log(log, partitions=run.partitions, leases_created=run.leases_created, dispatched=len(run.sent))
 
 
 @bp.function_name("aggregate_report_partition")
 @bp.queue_trigger(arg_name="message", queue_name=QUEUE, connection=CONNECTION)
-def aggregate_report_partition(message: func.QueueMessage) -> None:
+def aggregate_report_partition(message: func.QueueMessage, context: func.Context) -> None:
     """A malformed message raises, so the host retries it and then moves it to the poison queue."""
-    invocation = Invocation.of_message("aggregate_report_partition", message)
-    body = work_message(message)
-    if retired(body):
-        log.info("aggregate_report_partition: dropped a work message of a retired feed or layout: %s", body)
-        return
-    partition = Partition.from_message(body)
-    run = process_partition(get_database(), partition, now=utc_now(), settings=get_settings())
-    invocation.log(
-        log,
-        partition=run.lease_id,
-        claimed=run.claimed,
-        pages=run.pages,
-        changes=run.changes,
-        hourly_written=run.hourly_written,
-        daily_written=run.daily_written,
-        caught_up=run.caught_up,
-        recovered=run.recovered,
-        lost_lease=run.lost_lease,
-        gave_way=run.gave_way,
-    )
+    invocation = Invocation.of_message("aggregate_report_partition", message, context)
+    with invocation.guard(log):
+        body = work_message(message)
+        if retired(body):
+            log.info(
+                "aggregate_report_partition: dropped a work message of a retired feed or layout: %s",
+                body,
+                extra=fields(function="aggregate_report_partition", retired=json.dumps(body, default=str)[:512]),
+            )
+            return
+        partition = Partition.from_message(body)
+        run = process_partition(get_database(), partition, now=utc_now(), settings=get_settings())
+        invocation.log(
+            log,
+            feed=partition.feed.key,
+            partition=run.lease_id,
+            claimed=run.claimed,
+            pages=run.pages,
+            changes=run.changes,
+            hourly_written=run.hourly_written,
+            daily_written=run.daily_written,
+            caught_up=run.caught_up,
+            recovered=run.recovered,
+            lost_lease=run.lost_lease,
+            gave_way=run.gave_way,
+        )
 
 
 @bp.function_name("get_user_reports")

@@ -105,8 +105,18 @@ param httpAlwaysReadyInstances int = 0
 @description('Days Log Analytics keeps logs and telemetry.')
 param logRetentionDays int = 30
 
-@description('Daily Log Analytics ingestion cap in GB (-1: none). A cap stops telemetry for the rest of the day once hit.')
-param logDailyQuotaGb int = -1
+@description('Daily ingestion cap of the Log Analytics workspace and of Application Insights, in GB (-1: none): twice what the design scale sends in a day (docs/costs.md: Application Insights). Once hit, telemetry stops for the rest of the workspace\'s day: alerts fire before it (dailyCapWarningPercent) and when it is reached (docs/operations.md: Telemetry).')
+@minValue(-1)
+param logDailyQuotaGb int = 70
+
+@description('Alert when an hour\'s billable ingestion, kept up for a day, would reach this percentage of the daily cap.')
+@minValue(1)
+@maxValue(100)
+param dailyCapWarningPercent int = 80
+
+@description('The share of traces kept, the same in the Functions host and the Python worker (OTEL_TRACES_SAMPLER microsoft.fixed_percentage, OTEL_TRACES_SAMPLER_ARG): a fixed percentage, so the volume follows the traffic, not the instances (docs/operations.md: Telemetry). Warnings, errors and metrics are kept whatever it is.')
+@allowed(['0.001', '0.002', '0.005', '0.01', '0.02', '0.05', '0.1', '0.2', '0.5', '1'])
+param traceSamplingRatio string = '0.01'
 
 @description('App settings to set or override on top of the ones below, e.g. { STORE_MAX_RETRIES: \'5\' }.')
 param appSettingOverrides object = {}
@@ -208,6 +218,18 @@ var appSettings = {
   ARCHIVE_DIR: ''
 }
 
+// The telemetry settings every Function App of the deployment must get (modules/functionapp.bicep's required
+// `telemetrySettings`): the host and the Python worker read the same sampler from them
+// (docs/operations.md: Telemetry). The host samples its traces by OTEL_TRACES_SAMPLER since azure-functions-host
+// PR 11568 (https://github.com/Azure/azure-functions-host/pull/11568, merged 2026-01-20, read 2026-11-28); the
+// distro reads the same two settings (azure-monitor-opentelemetry _utils/configurations.py), and both keep a trace
+// by a hash of its id, so the host and the worker keep the same traces.
+var telemetrySettings = {
+  PYTHON_ENABLE_OPENTELEMETRY: 'true'
+  OTEL_TRACES_SAMPLER: 'microsoft.fixed_percentage'
+  OTEL_TRACES_SAMPLER_ARG: traceSamplingRatio
+}
+
 // Azure Verified Modules are pinned to versions of Azure/bicep-registry-modules; each comment names the tag
 // (avm/res/<module>/<version>) whose main.bicep declares every parameter passed, as tests/avm_parameters.json lists.
 
@@ -243,6 +265,19 @@ module applicationInsights 'br/public:avm/res/insights/component:0.6.0' = {
     tags: tags
     workspaceResourceId: logAnalytics.outputs.resourceId
     disableLocalAuth: true
+  }
+}
+
+// Application Insights' own daily cap, the same as the workspace's: for a workspace-based component "the effective
+// daily cap is the minimum of the two settings" (https://learn.microsoft.com/azure/azure-monitor/logs/daily-cap, read
+// 2026-11-28), so neither is left at a default no one chose. The resource type: microsoft.insights
+// components/pricingPlans (https://learn.microsoft.com/azure/templates/microsoft.insights/components/pricingplans).
+module ingestionCap 'modules/ingestion-cap.bicep' = if (logDailyQuotaGb > 0) {
+  name: 'ingestionCap'
+  params: {
+    applicationInsightsName: applicationInsights.outputs.name
+    dailyCapGb: logDailyQuotaGb
+    warningPercent: dailyCapWarningPercent
   }
 }
 
@@ -430,6 +465,9 @@ module alerts 'modules/alerts.bicep' = {
     tags: tags
     namePrefix: 'alert-${resourceToken}'
     applicationInsightsName: applicationInsights.outputs.name
+    logAnalyticsWorkspaceName: logAnalytics.outputs.name
+    dailyCapGb: logDailyQuotaGb
+    dailyCapWarningPercent: dailyCapWarningPercent
     actionGroupId: alertActionGroupId
     alertEmail: alertEmail
     notifySubscriptionOwners: alertSubscriptionOwners
@@ -440,6 +478,18 @@ module alerts 'modules/alerts.bicep' = {
     throttlesPer5Minutes: alertThrottlesPer5Minutes
     internalErrorsPer5Minutes: alertInternalErrorsPer5Minutes
     http5xxPercent: alertHttp5xxPercent
+  }
+}
+
+// The workbook ops open first: the app's metrics and Cosmos DB's own on one page (docs/operations.md: The workbook).
+module workbook 'modules/workbook.bicep' = {
+  name: 'workbook'
+  params: {
+    location: location
+    tags: tags
+    applicationInsightsName: applicationInsights.outputs.name
+    logAnalyticsWorkspaceName: logAnalytics.outputs.name
+    cosmosAccountName: cosmos.outputs.name
   }
 }
 
@@ -455,6 +505,7 @@ module functionApp 'modules/functionapp.bicep' = {
     applicationInsightsName: applicationInsights.outputs.name
     identityId: identity.outputs.resourceId
     identityClientId: identity.outputs.clientId
+    telemetrySettings: telemetrySettings
     appSettings: union(appSettings, appSettingOverrides)
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB

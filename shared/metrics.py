@@ -1,6 +1,7 @@
-"""The metrics an operator alerts on (infra/modules/alerts.bicep; docs/operations.md: Metrics and alerts), as
-OpenTelemetry instruments. In Azure the distro that shared/observability.py configures exports them to Application
-Insights (the `customMetrics` table); without it the OpenTelemetry API's default provider makes every call a no-op.
+"""The metrics an operator watches and alerts on (infra/modules/alerts.bicep; the workbook, infra/workbook.json;
+docs/operations.md: Metrics and alerts), as OpenTelemetry instruments. In Azure the distro that
+shared/observability.py configures exports them to Application Insights (the `customMetrics` table), never
+sampled; without it the OpenTelemetry API's default provider makes every call a no-op.
 
 A common module: the jobs call it with plain values and it imports none of them.
 
@@ -23,6 +24,14 @@ STORE_THROTTLED = "pillbottle.store.throttled"
 REPORT_UNPARTITIONED = "pillbottle.reports.unpartitioned"
 REPORT_UNCOVERED = "pillbottle.reports.uncovered_ranges"
 HTTP_500 = "pillbottle.http.responses_500"
+HTTP_REQUESTS = "pillbottle.http.requests"
+EVENTS = "pillbottle.events.received"
+NOTIFICATIONS_SENT = "pillbottle.notifications.sent"
+NOTIFICATION_DELAY = "pillbottle.notifications.delay_seconds"
+PARTITION_LAG = "pillbottle.reports.partition_lag_seconds"
+STORE_RETRIES = "pillbottle.store.retries"
+QUEUE_FAILURES = "pillbottle.queue.failures"
+POISON_MESSAGES = "pillbottle.queue.poison_messages"
 NAMES = (
     REPORT_LAG,
     PENDING_NOTIFICATIONS,
@@ -33,6 +42,14 @@ NAMES = (
     STORE_THROTTLED,
     REPORT_UNPARTITIONED,
     REPORT_UNCOVERED,
+    HTTP_REQUESTS,
+    EVENTS,
+    NOTIFICATIONS_SENT,
+    NOTIFICATION_DELAY,
+    PARTITION_LAG,
+    STORE_RETRIES,
+    QUEUE_FAILURES,
+    POISON_MESSAGES,
 )
 # The attributes each metric carries (custom dimensions in Application Insights, which the alert rules split by).
 ATTRIBUTES: dict[str, tuple[str, ...]] = {
@@ -47,9 +64,19 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     REPORT_UNPARTITIONED: ("feed",),
     REPORT_UNCOVERED: ("feed", "problem"),
     HTTP_500: ("function", "error"),
+    HTTP_REQUESTS: ("function", "status"),
+    EVENTS: ("outcome",),
+    NOTIFICATIONS_SENT: ("kind",),
+    NOTIFICATION_DELAY: ("kind",),
+    PARTITION_LAG: ("feed", "partition"),
+    STORE_RETRIES: ("reason",),
+    QUEUE_FAILURES: ("function",),
+    POISON_MESSAGES: ("function",),
 }
 
 Unavailable = Literal["store_unavailable", "not_configured"]
+EventOutcome = Literal["stored", "duplicate", "expired"]
+RetryReason = Literal["throttled", "transient"]
 
 _meter = metrics.get_meter(METER)
 _report_lag = _meter.create_histogram(
@@ -105,6 +132,53 @@ _http_500 = _meter.create_counter(
     "bad query, a refused write, denied access are faults, not outages, so not 503s)",
 )
 
+_http_requests = _meter.create_counter(
+    HTTP_REQUESTS,
+    unit="{response}",
+    description="Every answer of an HTTP function, per function and status code: 2xx accepted, 4xx refused (bad "
+    "input, unknown bottle, wrong key), 503 throttled or unavailable (the device retries), 500 a fault",
+)
+_events = _meter.create_counter(
+    EVENTS,
+    unit="{event}",
+    description="Device events answered 202, per outcome: stored (new, kept), duplicate (a repeat of one kept), "
+    "expired (a heartbeat older than the heartbeat window, accepted and not kept)",
+)
+_notifications_sent = _meter.create_counter(
+    NOTIFICATIONS_SENT,
+    unit="{notification}",
+    description="Notifications the notifications queue accepted, per check kind",
+)
+_notification_delay = _meter.create_histogram(
+    NOTIFICATION_DELAY,
+    unit="s",
+    description="For each notification the queue accepted: how long after its episode began (a dose due, a "
+    "bottle opened, the last heartbeat), per check kind",
+)
+_partition_lag = _meter.create_histogram(
+    PARTITION_LAG,
+    unit="s",
+    description="At the end of each report worker run on a change feed's partition: the run's time minus the "
+    "partition's checkpoint time (the newest change its reports hold), per feed and partition",
+)
+_store_retries = _meter.create_counter(
+    STORE_RETRIES,
+    unit="{retry}",
+    description="Database calls retried after a transient failure, per reason: throttled (16500, or 50), "
+    "transient (a network error, a failover)",
+)
+_queue_failures = _meter.create_counter(
+    QUEUE_FAILURES,
+    unit="{invocation}",
+    description="Queue-triggered invocations that failed (the host retries the message), per function",
+)
+_poison = _meter.create_counter(
+    POISON_MESSAGES,
+    unit="{message}",
+    description="Queue messages whose last attempt (host.json maxDequeueCount) failed: the host moves them to "
+    "<queue>-poison and nothing retries them, per function",
+)
+
 
 def report_lag(feed: str, seconds: float) -> None:
     """Record a report feed's lag (`feed`: its source collection: now minus the checkpoint time of its
@@ -146,3 +220,39 @@ def store_throttled(code: int) -> None:
 def internal_error(function: str, error: str) -> None:
     """Count a 500 answered by an HTTP function; `error` names the exception (`OperationFailure:13`)."""
     _http_500.add(1, {"function": function, "error": error})
+
+
+def http_request(function: str, status: int) -> None:
+    """Count an answer of an HTTP function with its status code."""
+    _http_requests.add(1, {"function": function, "status": status})
+
+
+def events_received(*, stored: int, duplicate: int, expired: int) -> None:
+    """Count the events of a request answered 202 by what became of each."""
+    counts: dict[EventOutcome, int] = {"stored": stored, "duplicate": duplicate, "expired": expired}
+    for outcome, count in counts.items():
+        if count:
+            _events.add(count, {"outcome": outcome})
+
+
+def notification_sent(kind: str, delay_seconds: float) -> None:
+    """Count a notification the queue accepted, and how long after its episode began (never below 0)."""
+    _notifications_sent.add(1, {"kind": kind})
+    _notification_delay.record(max(0.0, delay_seconds), {"kind": kind})
+
+
+def partition_lag(feed: str, partition: str, seconds: float) -> None:
+    """Record a change feed partition's lag at the end of a worker run (`partition`: its lease id)."""
+    _partition_lag.record(max(0.0, seconds), {"feed": feed, "partition": partition})
+
+
+def store_retried(reason: RetryReason) -> None:
+    """Count a database call about to be retried."""
+    _store_retries.add(1, {"reason": reason})
+
+
+def queue_failure(function: str, *, last_attempt: bool) -> None:
+    """Count a failed queue-triggered invocation; `last_attempt`: its message goes to the poison queue."""
+    _queue_failures.add(1, {"function": function})
+    if last_attempt:
+        _poison.add(1, {"function": function})

@@ -1,8 +1,10 @@
 // Azure Monitor alerts on what an operator must act on: the app's own metrics (shared/metrics.py; OpenTelemetry,
 // exported by the distro to Application Insights' customMetrics table, never sampled) and the HTTP 5xx rate of the
 // Function App (its requests, which are sampled: counted by itemCount). One log search alert rule each, over the
-// Application Insights component. tests/test_infra.py checks that every metric the code emits has a rule here and
-// that every pillbottle.* metric a rule queries is one the code emits. docs/operations.md: Metrics and alerts.
+// Application Insights component; and two rules on the Log Analytics workspace's ingestion, before and at the daily
+// cap (`capRules`). tests/infra/test_infra.py checks that every pillbottle.* metric a rule queries is one the code
+// emits, with its dimensions, and that every metric is alerted on here or shown on the workbook. docs/operations.md:
+// Metrics and alerts.
 
 param location string
 param tags object = {}
@@ -10,8 +12,19 @@ param tags object = {}
 @description('Prefix of the alert rule names.')
 param namePrefix string
 
-@description('Application Insights component the app sends its telemetry to: the scope of every rule.')
+@description('Application Insights component the app sends its telemetry to: the scope of every rule on the app.')
 param applicationInsightsName string
+
+@description('Log Analytics workspace the component stores its telemetry in: the scope of the ingestion rules.')
+param logAnalyticsWorkspaceName string
+
+@description('The workspace\'s daily cap in GB (-1: none, and no ingestion rules).')
+param dailyCapGb int = -1
+
+@description('Alert when an hour\'s billable ingestion, kept up for a day, would reach this percentage of the daily cap.')
+@minValue(1)
+@maxValue(100)
+param dailyCapWarningPercent int = 80
 
 @description('Resource ID of an existing action group to notify (optional).')
 param actionGroupId string = ''
@@ -51,6 +64,10 @@ param http5xxPercent int = 5
 
 resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: applicationInsightsName
+}
+
+resource logAnalytics 'Microsoft.OperationalInsights/workspaces@2023-09-01' existing = {
+  name: logAnalyticsWorkspaceName
 }
 
 // Owner, the built-in role (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/general#owner).
@@ -277,6 +294,26 @@ customMetrics
     periods: 1
   }
   {
+    name: 'queue-poison-messages'
+    title: 'Work messages given up (poison queue)'
+    description: 'A queue message failed its last attempt (host.json maxDequeueCount) and the host moved it to <queue>-poison: a check partition or a report partition was not run for that message. Its error line (invocation ... failed, with function, error, dequeue_count) says why; the next dispatch sends the partition again.'
+    severity: 2
+    metrics: ['pillbottle.queue.poison_messages']
+    query: '''
+customMetrics
+| where name == 'pillbottle.queue.poison_messages'
+| extend function_name = tostring(customDimensions['function'])
+| summarize messages = sum(valueSum) by function_name, bin(timestamp, 5m)
+'''
+    measure: 'messages'
+    dimensions: ['function_name']
+    aggregation: 'Total'
+    comparison: 'GreaterThan'
+    threshold: 0
+    window: 5
+    periods: 1
+  }
+  {
     name: 'http-5xx-rate'
     title: 'HTTP 5xx rate'
     description: 'More than http5xxPercent % of the Function App\'s HTTP requests in 5 minutes answered 5xx (of at least 20).'
@@ -295,6 +332,86 @@ requests
     threshold: http5xxPercent
     window: 5
     periods: 1
+  }
+]
+
+// The ingestion rules, over the Log Analytics workspace (its tables, not the component's): one before the daily
+// cap and one when it is reached, from the daily cap page (https://learn.microsoft.com/azure/azure-monitor/logs/
+// daily-cap, "Alert when daily cap is reached", read 2026-11-28). The first fires on a pace: billable ingestion
+// (`_BilledSize`, https://learn.microsoft.com/azure/azure-monitor/logs/log-standard-columns) in the last hour that,
+// kept up for a day, reaches dailyCapWarningPercent of the cap; that gives hours to act before the cap stops the
+// telemetry the other rules read. Both only with a cap.
+var ingestionRules = [
+  {
+    name: 'telemetry-ingestion-high'
+    title: 'Telemetry ingestion on pace for the daily cap'
+    description: 'In the last hour the workspace took more billable telemetry than, kept up for a day, dailyCapWarningPercent of its daily cap: at this pace telemetry (and every alert that reads it) stops for the rest of the day when the cap is reached. Find the source in the workbook (Cost drivers) or with union App* | summarize sum(_BilledSize) by Type; lower OTEL_TRACES_SAMPLER_ARG (traceSamplingRatio), or raise logDailyQuotaGb.'
+    severity: 2
+    query: '''
+union withsource = table_name App*
+| summarize megabytes = sum(_BilledSize) / 1e6 by bin(TimeGenerated, 5m)
+'''
+    measure: 'megabytes'
+    aggregation: 'Total'
+    comparison: 'GreaterThan'
+    threshold: dailyCapGb * 1000 * dailyCapWarningPercent / 100 / 24
+    window: 60
+  }
+  {
+    name: 'telemetry-daily-cap-reached'
+    title: 'Telemetry daily cap reached: telemetry stopped'
+    description: 'The workspace reached its daily cap (logDailyQuotaGb) and stopped ingesting billable data until its reset hour: the app\'s metrics, logs and every alert on them are blind until then. Raise logDailyQuotaGb now if the day still matters; find what grew (workbook, Cost drivers).'
+    severity: 1
+    query: '''
+_LogOperation
+| where Category =~ 'Ingestion'
+| where Detail contains 'OverQuota'
+'''
+    measure: ''
+    aggregation: 'Count'
+    comparison: 'GreaterThan'
+    threshold: 0
+    window: 5
+  }
+]
+var capRules = dailyCapGb > 0 ? ingestionRules : []
+
+resource capAlertRules 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = [
+  for rule in capRules: {
+    name: '${namePrefix}-${rule.name}'
+    location: location
+    tags: tags
+    kind: 'LogAlert'
+    properties: {
+      displayName: rule.title
+      description: rule.description
+      severity: rule.severity
+      enabled: true
+      scopes: [
+        logAnalytics.id
+      ]
+      evaluationFrequency: 'PT5M'
+      windowSize: 'PT${rule.window}M'
+      criteria: {
+        allOf: [
+          {
+            query: rule.query
+            timeAggregation: rule.aggregation
+            metricMeasureColumn: empty(rule.measure) ? null : rule.measure
+            operator: rule.comparison
+            threshold: rule.threshold
+            failingPeriods: {
+              numberOfEvaluationPeriods: 1
+              minFailingPeriodsToAlert: 1
+            }
+          }
+        ]
+      }
+      autoMitigate: true
+      actions: {
+        actionGroups: actionGroups
+      }
+    }
   }
 ]
 

@@ -22,6 +22,9 @@ param virtualNetworkSubnetId string = ''
 @description('Settings the code reads (shared/settings.py), merged over the host settings.')
 param appSettings object
 
+@description('The telemetry settings every app of the deployment gets alike (main.bicep `telemetrySettings`): OpenTelemetry on in the worker, and the trace sampler the host and the worker both read. Required, so that an app made from this module cannot miss them.')
+param telemetrySettings object
+
 @minValue(40)
 @maxValue(1000)
 param maximumInstanceCount int = 100
@@ -70,10 +73,7 @@ var hostSettings = {
   AzureWebJobsStorage__credential: 'managedidentity'
   APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsights.properties.ConnectionString
   APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
-  PYTHON_ENABLE_OPENTELEMETRY: 'true'
   PYTHON_THREADPOOL_THREAD_COUNT: string(pythonThreadpoolThreadCount)
-  OTEL_TRACES_SAMPLER: 'microsoft.rate_limited'
-  OTEL_TRACES_SAMPLER_ARG: '5'
 }
 
 // The site itself is the Azure Verified Module the azd Flex Consumption templates use (their infra/app/api.bicep:
@@ -142,7 +142,7 @@ module functionApp 'br/public:avm/res/web/site:0.24.0' = {
       {
         name: 'appsettings'
         retainCurrentAppSettings: false
-        properties: union(hostSettings, appSettings)
+        properties: union(hostSettings, telemetrySettings, appSettings)
       }
     ]
   }

@@ -9,14 +9,16 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import UpdateOne
 from pymongo.database import Database
 
+from shared import metrics
 from shared.notifications.documents import PENDING, QUEUED, Kind
 from shared.notifications.outside import queue_message
+from shared.observability import fields
 from shared.store import schema
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, count_matched, with_retries
@@ -98,6 +100,9 @@ def send_pending(
                     kind,
                     partition.index,
                     partition.count,
+                    extra=fields(
+                        check=kind, partition=f"{partition.index}/{partition.count}", pending=len(pending) - start
+                    ),
                 )
                 return Delivery(queued, len(pending), failed=False, out_of_time=True)
             batch = pending[start : start + MARK_BATCH]
@@ -107,6 +112,7 @@ def send_pending(
             errors = list(pool.map(lambda n, context: context.run(_send_one, send, n), batch, contexts))
             accepted = [n for n, error in zip(batch, errors, strict=True) if error is None]
             queued += _mark_queued(db, accepted, now=now, policy=sending.request_policy())
+            _count_sent(kind, accepted, now)
             if len(accepted) < len(batch):
                 first = next(e for e in errors if e is not None)
                 log.warning(
@@ -119,9 +125,30 @@ def send_pending(
                     partition.index,
                     partition.count,
                     first,
+                    extra=fields(
+                        check=kind,
+                        partition=_label(partition),
+                        failed=len(batch) - len(accepted),
+                        pending=len(pending) - start - len(accepted),
+                        error=type(first).__name__,
+                    ),
                 )
                 return Delivery(queued, len(pending), failed=True)
     return Delivery(queued, len(pending), failed=False)
+
+
+def _label(partition: BucketRange) -> str:
+    """A partition as the log lines and metrics name it: `index/count`."""
+    return f"{partition.index}/{partition.count}"
+
+
+def _count_sent(kind: Kind, accepted: list[Mapping[str, Any]], now: datetime) -> None:
+    """Count the notifications the queue accepted, each with how long after its episode began (at the run's
+    `now`: a run sends within its budget)."""
+    for notification in accepted:
+        began = notification["episode_start"]
+        began = began if began.tzinfo is not None else began.replace(tzinfo=UTC)
+        metrics.notification_sent(kind, (now - began).total_seconds())
 
 
 def _send_one(send: Send, notification: Mapping[str, Any]) -> SendFailed | None:

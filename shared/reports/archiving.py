@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from pymongo.database import Database
 
 from shared.instants import format_instant, hour_of
+from shared.observability import fields
 from shared.reports.documents import HOUR
 from shared.reports.leases import Lease, LeaseDocument, lease_documents
 from shared.reports.partitions import HEARTBEATS_ARCHIVE, Partition, tally_partner
@@ -185,6 +186,7 @@ def run_catch_up(
             error,
             format_instant(current.start),
             PROBE_EVERY // timedelta(minutes=1),
+            extra=fields(partition=partition.lease_id, feed=partition.feed.key, error=type(error).__name__),
         )
         return held, run
     _mark_up(db, partition, policy=policy)
@@ -291,6 +293,7 @@ def _log_lost(partition: Partition, current: Pass, *, settings: Settings) -> Non
         format_instant(oldest),
         format_instant(current.start),
         format_instant(oldest),
+        extra=fields(partition=partition.lease_id, feed=partition.feed.key, lost_from=current.start, lost_to=oldest),
     )
 
 

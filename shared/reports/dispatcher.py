@@ -14,6 +14,7 @@ from pymongo.database import Database
 
 from shared import metrics
 from shared.archive.current import get_archive
+from shared.observability import fields
 from shared.reports.archiving import behind_the_tally, due_to_catch_up
 from shared.reports.layouts import ensure_leases, feed_coverage, leases_over
 from shared.reports.leases import feed_lags, leases_to_dispatch
@@ -101,7 +102,7 @@ def _partitions_of_every_feed(
                 db, source, count=settings.reports_partitions, on_cosmos=by_feed_range, policy=policy
             )
         except NoPartitionTokens as error:
-            log.error("reports: %s is not dispatched: %s", source.key, error)
+            log.error("reports: %s is not dispatched: %s", source.key, error, extra=fields(feed=source.key))
             metrics.feed_unpartitioned(source.key)
             found.unpartitioned.append(error)
             continue
@@ -162,6 +163,7 @@ def _check_coverage(db: Database[Any], feed: Feed, partitions: list[Partition], 
             "reports: GetChangeStreamTokens gave %s tokens whose feed ranges overlap at %s; those keys are read twice",
             feed.collection,
             _ranges(shared),
+            extra=fields(feed=feed.key, problem="overlap", ranges=_ranges(shared)),
         )
         metrics.feed_ranges_uncovered(feed.key, "overlap")
     if not gaps:
@@ -173,6 +175,7 @@ def _check_coverage(db: Database[Any], feed: Feed, partitions: list[Partition], 
         feed.collection,
         _ranges(gaps),
         ", ".join(stranded) or "none yet",
+        extra=fields(feed=feed.key, problem="gap", ranges=_ranges(gaps), kept=", ".join(stranded)),
     )
     metrics.feed_ranges_uncovered(feed.key, "gap")
     return stranded

@@ -12,6 +12,7 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.database import Database
 
+from shared.observability import fields
 from shared.reports.leases import ROLLUPS_FROM, LeaseDocument, lease_documents
 from shared.reports.partitions import Feed, Partition, Token, bucket_span
 from shared.store import cosmos
@@ -150,16 +151,25 @@ def _within(inner: FeedRange, outer: FeedRange) -> bool:
 def _log_child_start(partition: Partition, parents: list[LeaseDocument], how: ChildStart) -> None:
     """One line per new Cosmos DB lease with parents: which way it starts, and from which parents."""
     named = ", ".join(sorted(str(doc["_id"]) for doc in parents))
+    extra = fields(feed=partition.feed.key, partition=partition.lease_id, parents=named, start=how)
     if how == "own_entry":
-        log.info("reports: %s starts from its own entry of its parent %s's token", partition.lease_id, named)
+        log.info(
+            "reports: %s starts from its own entry of its parent %s's token", partition.lease_id, named, extra=extra
+        )
     elif how == "narrowed":
-        log.info("reports: %s starts from its parent %s's token narrowed to its range", partition.lease_id, named)
+        log.info(
+            "reports: %s starts from its parent %s's token narrowed to its range",
+            partition.lease_id,
+            named,
+            extra=extra,
+        )
     else:
         log.info(
             "reports: %s recovers by time from its parents' (%s) checkpoint less the overlap: no token of theirs "
             "holds its range, so it polls the whole collection from there",
             partition.lease_id,
             named,
+            extra=extra,
         )
 
 

@@ -15,6 +15,7 @@ from pymongo.database import Database
 from pymongo.errors import OperationFailure
 
 from shared.instants import format_instant
+from shared.observability import fields
 from shared.reports.aggregation import Change, find_all
 from shared.reports.leases import Lease
 from shared.reports.partitions import Feed, Partition, Token, cosmos_partitions
@@ -271,7 +272,11 @@ def open_source(
         if resumed is not None:
             return resumed, False
     elif lease.checkpoint_time is None:
-        log.info("reports: %s has no saved position; building from the start of its source", partition.lease_id)
+        log.info(
+            "reports: %s has no saved position; building from the start of its source",
+            partition.lease_id,
+            extra=fields(feed=partition.feed.key, partition=partition.lease_id),
+        )
     return _recovering(db, partition, lease, since, settings, policy=policy, watch=watch), True
 
 
@@ -298,6 +303,7 @@ def _resumed(watch: Watch, partition: Partition, lease: Lease, settings: Setting
             cause.details.get("errmsg") if cause.details else cause,
             format_instant(lease.checkpoint_time) if lease.checkpoint_time else "(none: from the start)",
             settings.reports_poll_overlap_seconds,
+            extra=fields(feed=partition.feed.key, partition=partition.lease_id, code=cause.code),
         )
         return None
 
@@ -335,6 +341,7 @@ def _new_stream(watch: Watch, partition: Partition, start: Token | None, page_si
                 "mongod, a Cosmos DB account with them off) needs CHANGE_SOURCE=polling",
                 partition.lease_id,
                 error,
+                extra=fields(feed=partition.feed.key, partition=partition.lease_id),
             )
         raise
 

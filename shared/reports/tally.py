@@ -26,6 +26,7 @@ from pymongo.database import Database
 from shared.device_time import LATE_AFTER
 from shared.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME, USER_BUCKET
 from shared.instants import day_of, format_instant, hour_of
+from shared.observability import fields
 from shared.reports.aggregation import BottleParts, Parts, Stamper, refresh_daily, write_hourly
 from shared.reports.documents import HOUR, heartbeat_parts, tally_hours
 from shared.reports.leases import ROLLUPS_FROM, Lease
@@ -435,6 +436,7 @@ class _Handing:
             format_instant(current.end),
             type(error).__name__,
             error,
+            extra=fields(buckets=f"{self._buckets.low}-{self._buckets.high - 1}", error=type(error).__name__),
         )
         self._archive.failed(current, error)
         return replace(current, handing=False)

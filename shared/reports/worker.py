@@ -8,17 +8,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
+from shared import metrics
 from shared.archive.actions import MERGE_ATTEMPTS, run_actions_sweep
 from shared.archive.current import get_archive
 from shared.archive.heartbeats import HeartbeatArchiver
 from shared.archive.storage import ArchiveUnavailable
 from shared.instants import format_instant, to_stored
+from shared.observability import fields
 from shared.reports.aggregation import Stamper, refresh_hourly
 from shared.reports.archiving import ArchiveHandOff, run_catch_up
 from shared.reports.leases import Lease, checkpoint, claim, new_owner, release
@@ -100,7 +102,12 @@ def process_partition(
         else:
             held = worker.read_and_aggregate(held, watch)
     except PartitionLayoutChanged as change:
-        log.info("reports: %s belongs to an old partition layout (%s); leaving it", partition.lease_id, change)
+        log.info(
+            "reports: %s belongs to an old partition layout (%s); leaving it",
+            partition.lease_id,
+            change,
+            extra=fields(feed=partition.feed.key, partition=partition.lease_id),
+        )
         worker.run.layout_changed = True
     except (PyMongoError, StoreUnavailable, NoPartitionTokens, ArchiveUnavailable):
         worker.release_quietly(held)
@@ -108,6 +115,10 @@ def process_partition(
     if not worker.run.lost_lease:
         release(db, partition, held, now=worker.wall_clock(), policy=worker.release_policy())
     worker.run.checkpoint_time = held.checkpoint_time
+    if held.checkpoint_time is not None and not partition.feed.hourly:
+        since = held.checkpoint_time
+        since = since if since.tzinfo is not None else since.replace(tzinfo=UTC)
+        metrics.partition_lag(partition.feed.key, partition.lease_id, (worker.wall_clock() - since).total_seconds())
     return worker.run
 
 
@@ -131,6 +142,10 @@ class _Worker:
         self.run = PartitionRun(partition.lease_id)
         self.now, self.clock, self.sleep, self._started = now, clock, sleep, clock()
         self.deadline = self._started + settings.reports_time_budget_seconds  # on `clock`
+
+    def fields(self, **values: object) -> dict[str, object]:
+        """The log fields of this run's lines: its feed and partition (lease id), and `values`."""
+        return fields(feed=self.partition.feed.key, partition=self.partition.lease_id, **values)
 
     def wall_clock(self) -> datetime:
         """The server clock as the run goes on (the trigger read `now` once, at the start)."""
@@ -233,6 +248,7 @@ class _Worker:
             format_instant(hour),
             chunk,
             MERGE_ATTEMPTS,
+            extra=self.fields(file=name, hour=hour, chunk=chunk, gave_way=True),
         )
 
     def _pause(self, seconds: float) -> bool:
@@ -267,7 +283,11 @@ class _Worker:
             policy=self.policy,
         )
         if not saved:
-            log.warning("reports: lost the lease of %s to another worker; stopping unsaved", self.partition.lease_id)
+            log.warning(
+                "reports: lost the lease of %s to another worker; stopping unsaved",
+                self.partition.lease_id,
+                extra=self.fields(),
+            )
             self.run.lost_lease = True
         return saved
 
@@ -279,7 +299,12 @@ class _Worker:
         try:
             release(self.db, self.partition, held, now=self.wall_clock(), policy=self.release_policy())
         except (PyMongoError, StoreUnavailable) as error:  # the lease then expires on its own
-            log.warning("reports: could not release %s: %s", self.partition.lease_id, type(error).__name__)
+            log.warning(
+                "reports: could not release %s: %s",
+                self.partition.lease_id,
+                type(error).__name__,
+                extra=self.fields(error=type(error).__name__),
+            )
 
 
 class _Reading:
@@ -330,6 +355,7 @@ class _Reading:
                 "throttled?); the run ends with its budget and the next run carries on",
                 self._worker.partition.lease_id,
                 self._run.empty_retries,
+                extra=self._worker.fields(asked_again=self._run.empty_retries),
             )
         self.held = self._polled(self.held)
         if self.held != self._saved:
@@ -352,6 +378,7 @@ class _Reading:
             refused.details.get("errmsg") if refused.details else refused,
             format_instant(self.held.checkpoint_time) if self.held.checkpoint_time else "(none: from the start)",
             self._worker.settings.reports_poll_overlap_seconds,
+            extra=self._worker.fields(code=refused.code),
         )
         return replace(self.held, token=None)
 
@@ -412,6 +439,7 @@ class _Reading:
             "next run carries on",
             self._worker.partition.lease_id,
             self._run.empty_retries,
+            extra=self._worker.fields(asked_again=self._run.empty_retries),
         )
 
     def _polled(self, held: Lease) -> Lease:

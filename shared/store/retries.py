@@ -220,6 +220,7 @@ def with_retries[T](operation: Callable[[], T], policy: RetryPolicy, sleep: Call
             left = policy.remaining_s()
             if left is not None and left <= delay:  # waiting would only end past the deadline
                 raise _unavailable(error, attempt, policy) from error
+            metrics.store_retried("throttled" if code is not None else "transient")
             sleep(delay)
         else:
             policy.throttling.record(False)

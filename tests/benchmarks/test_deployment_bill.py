@@ -10,6 +10,7 @@ from benchmarks import deployment_bill as bill
 from benchmarks import design_scale
 from benchmarks.deployment_bill import FLEX, Group, Requests, Workload
 from shared.settings import Settings
+from tools.costs import telemetry
 from tools.costs.billing import archive_bill
 
 NO_GRANTS = replace(FLEX, free_gb_s=0, free_executions=0)
@@ -122,22 +123,26 @@ def test_the_queues_bill_each_message_put_got_and_deleted_and_the_polls():
     assert line.two_regions == line.one_region  # the queues stay in the first region
 
 
-def test_telemetry_is_what_the_configured_sampling_lets_through_from_each_busy_instance():
-    """Ingestion is billed by the GB of JSON after the first 5 a month (a cost guide's examples: 10 GB a month
-    ~$12, 100 GB ~$220); the host samples to host.json's 20 items a second an instance, the Python worker to
-    OTEL_TRACES_SAMPLER_ARG (5) traces a second."""
-    assert max(10 - bill.OTHER.ingestion_free_gb, 0) * bill.OTHER.ingestion_per_gb == pytest.approx(11.50)
-    assert max(100 - bill.OTHER.ingestion_free_gb, 0) * bill.OTHER.ingestion_per_gb == pytest.approx(218.50)
-    assert bill.host_sampling() == (2.0, 20.0)
-    assert bill.worker_traces_per_second() == 5.0
-    functions = bill.FunctionsBill(2048, [Group("HTTP", 1_000, 10), Group("timers", 0.04, 0.04)], bill.Cost())
+def test_the_telemetry_line_is_the_telemetry_model_s_volume_of_the_groups_work():
+    """The line's computation is tools/costs/telemetry.py's (tests/benchmarks/test_telemetry_bill.py checks it): the
+    bill hands it the requests by kind, the runs of each group and the instances each keeps."""
+    requests = [Requests("heartbeat", 1_000, 3.0, 1.0), Requests("opened", 50, 3.0, 3.0)]
+    groups = [
+        Group("HTTP (device events)", 1_050, 9.2),
+        Group("report partitions (queue)", 2.0, 3.4),
+        Group("check partitions (queue)", 2.5, 0.2),
+        Group("timers (dispatch)", 0.04, 0.04),
+    ]
+    functions = bill.FunctionsBill(2048, groups, bill.Cost(), requests=requests)
 
+    rates = bill.telemetry_rates(functions)
     line = bill.telemetry_line(functions)
 
-    gb = 10 * (20 + 5 * 2) * 1_000 * bill.SECONDS_PER_MONTH / 1e9  # the timers' instance is rarely busy
-    assert line.one_region == pytest.approx((gb - 5) * 2.30)
-    # Were the host's request telemetry not sampled at all, every request would be an item.
-    assert bill.unsampled_telemetry(1_000) == pytest.approx((1_000 * 1_000 * bill.SECONDS_PER_MONTH / 1e9 - 5) * 2.30)
+    assert rates.requests == {"heartbeat": 1_000, "opened": 50}
+    assert (rates.report_runs, rates.check_runs, rates.timer_runs) == pytest.approx((2.0, 2.5, 0.04))
+    assert (rates.http_instances, rates.worker_instances) == (10, 4 + 1 + 1)
+    expected = telemetry.dollars(telemetry.volume(rates, telemetry.sampling_ratio()).gb_month())
+    assert (line.component, line.one_region, line.two_regions) == ("Application Insights", expected, expected)
 
 
 def test_key_vault_bills_the_connection_strings_reads_at_instance_starts():

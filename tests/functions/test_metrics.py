@@ -6,10 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from opentelemetry import metrics as otel_metrics
-from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
     HistogramDataPoint,
     InMemoryMetricReader,
     MetricsData,
@@ -30,10 +27,13 @@ from shared.store import schema
 from shared.store.cosmos import feed_range
 from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable, count_matched, with_retries
+from tests import invoke
 from tests.api import ago, closed, get_bottle, heartbeat, opened, post_events, provisioned
 from tests.checking import World, sweep_all
 from tests.cosmos_fakes import CosmosTokens, ThrottlingDatabase, throttled
 from tests.report_client import run_round, set_setting
+from tools import telemetry_capture
+from tools.host.worker import InvocationFailed
 
 START = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
 # (metric name, its attributes sorted) -> a counter's sum, or a histogram's (count, min, max)
@@ -42,11 +42,10 @@ Readings = dict[tuple[str, tuple[tuple[str, Any], ...]], Any]
 
 @pytest.fixture(scope="session")
 def reader() -> InMemoryMetricReader:
-    """The process's MeterProvider (set once), read by delta: each read returns what was recorded since the last."""
-    delta = AggregationTemporality.DELTA
-    found = InMemoryMetricReader(preferred_temporality={Counter: delta, Histogram: delta})
-    otel_metrics.set_meter_provider(MeterProvider(metric_readers=[found]))
-    return found
+    """The process's MeterProvider (set once for the process, shared with tools/telemetry_capture.py), read with the
+    Azure Monitor exporter's temporalities: counters and histograms by delta, each read returning what was recorded
+    since the last."""
+    return telemetry_capture.metric_reader()
 
 
 def readings(data: MetricsData | None) -> Readings:
@@ -327,3 +326,78 @@ def test_a_token_reply_leaving_a_range_out_is_counted_for_its_feed_as_a_gap(
 
     counted = of(recorded(), metrics.REPORT_UNCOVERED)
     assert counted == {(("feed", schema.BOTTLE_ACTIONS), ("problem", "gap")): 1}
+
+
+# --- what ops watch: requests, events, notifications, partitions, retries, poison ---------------------------------
+
+
+def test_every_answer_is_counted_by_function_and_status_and_each_event_by_what_became_of_it(
+    mock_db: Any, recorded: Callable[[], Readings]
+) -> None:
+    key = provisioned()
+    events = {"events": [heartbeat(ago(minutes=3)), opened(ago(minutes=2)), closed(ago(minutes=1))]}
+    recorded()
+
+    assert post_events("bottle-1", key, events).status == 202
+    assert post_events("bottle-1", key, events).status == 202  # a device's retry
+    assert post_events("bottle-1", "not-the-key-0123456789abcdef", events).status == 401
+
+    found = recorded()
+    assert of(found, metrics.HTTP_REQUESTS) == {
+        (("function", "post_events"), ("status", 202)): 2,
+        (("function", "post_events"), ("status", 401)): 1,
+    }
+    assert of(found, metrics.EVENTS) == {(("outcome", "stored"),): 3, (("outcome", "duplicate"),): 3}
+
+
+def test_each_notification_sent_is_counted_with_how_long_after_its_episode_began(
+    world: World, recorded: Callable[[], Readings]
+) -> None:
+    left_open(world, 2)  # opened, then 10 minutes later the check runs
+    recorded()
+
+    sweep_all(world.db, "left_open", now=world.now, send=lambda _: None)
+
+    found = recorded()
+    assert of(found, metrics.NOTIFICATIONS_SENT) == {(("kind", "left_open"),): 2}
+    [(count, least, most)] = of(found, metrics.NOTIFICATION_DELAY).values()
+    assert (count, least, most) == (2, 600.0, 600.0)
+
+
+def test_each_retry_is_counted_by_its_reason(throttle: Any, recorded: Callable[[], Readings]) -> None:
+    key = provisioned()
+    throttle({f"{schema.BOTTLE_HEARTBEATS}.update_one": 2})
+
+    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 202
+
+    assert of(recorded(), metrics.STORE_RETRIES) == {(("reason", "throttled"),): 2}
+
+
+def test_each_change_feed_partition_s_run_records_its_lag(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
+) -> None:
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    key = provisioned()
+    assert post_events("bottle-1", key, {"events": [opened(ago(minutes=3)), closed(ago(minutes=2))]}).status == 202
+    recorded()
+
+    run_round(mock_db)
+
+    lags = of(recorded(), metrics.PARTITION_LAG)
+    assert lags, "no partition lag recorded"
+    assert {dict(attributes)["feed"] for attributes in lags} == {schema.BOTTLE_ACTIONS}
+    assert all(count == 1 and 0 <= most < 600 for count, _, most in lags.values())
+
+
+@pytest.mark.parametrize(("dequeue_count", "poisoned"), [(1, 0), (5, 1)])
+def test_a_failed_queue_message_is_counted_and_on_its_last_attempt_as_poison(
+    mock_db: Any, recorded: Callable[[], Readings], dequeue_count: int, poisoned: int
+) -> None:
+    recorded()
+
+    with pytest.raises(InvocationFailed):
+        invoke.queue("run_check_partition", "not json", dequeue_count=dequeue_count)
+
+    found = recorded()
+    assert of(found, metrics.QUEUE_FAILURES) == {(("function", "run_check_partition"),): 1}
+    assert of(found, metrics.POISON_MESSAGES) == ({(("function", "run_check_partition"),): 1} if poisoned else {})

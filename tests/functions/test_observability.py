@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,6 +21,11 @@ from tests.api import ago, closed, heartbeat, opened
 from tests.bicep import ROOT
 
 APP_INSIGHTS = "InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=https://example.invalid/"
+DEPLOYED = {  # as infra/modules/functionapp.bicep sets them
+    observability.CONNECTION_STRING_SETTING: APP_INSIGHTS,
+    observability.SAMPLER_SETTING: observability.FIXED_PERCENTAGE,
+    observability.SAMPLER_ARG_SETTING: "0.01",
+}
 MONGODB_URI = "mongodb://pillbottle:Sup3rSecretKey==@pillbottle.mongo.cosmos.azure.com:10255/?ssl=true"
 
 
@@ -56,10 +62,10 @@ def test_a_connection_string_configures_the_distro_once(distro: list[dict[str, A
 
 
 @pytest.fixture
-def exported_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], list[str]]]:
+def exported_records(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], list[tuple[str, dict[str, Any]]]]]:
     """Stands in for configure_azure_monitor's logging set-up as the distro builds it (its own trace-based sampling
     processor, the OpenTelemetry LoggingHandler on the root logger), exporting to memory; returns a reader of
-    the messages exported."""
+    the records exported: each one's message and attributes."""
     import azure.monitor.opentelemetry
     from azure.monitor.opentelemetry.exporter.export.logs._processor import _AzureBatchLogRecordProcessor
     from opentelemetry.instrumentation.logging.handler import LoggingHandler
@@ -76,9 +82,11 @@ def exported_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], list
         handlers.append(LoggingHandler(logger_provider=provider))
         logging.getLogger().addHandler(handlers[-1])
 
-    def read() -> list[str]:
+    def read() -> list[tuple[str, dict[str, Any]]]:
         provider.force_flush()
-        return [str(data.log_record.body) for data in exporter.get_finished_logs()]
+        found = [(str(d.log_record.body), dict(d.log_record.attributes or {})) for d in exporter.get_finished_logs()]
+        exporter.clear()
+        return found
 
     monkeypatch.setattr(azure.monitor.opentelemetry, "configure_azure_monitor", configure_azure_monitor)
     monkeypatch.setattr(observability, "_telemetry_configured", False)
@@ -86,6 +94,12 @@ def exported_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], list
     for handler in handlers:
         logging.getLogger().removeHandler(handler)
     provider.shutdown()
+
+
+@pytest.fixture
+def exported_logs(exported_records: Callable[[], list[tuple[str, dict[str, Any]]]]) -> Callable[[], list[str]]:
+    """The messages exported (exported_records)."""
+    return lambda: [message for message, _ in exported_records()]
 
 
 def in_trace(sampled: bool) -> Any:
@@ -96,7 +110,7 @@ def in_trace(sampled: bool) -> Any:
 def test_warnings_and_errors_are_exported_whatever_the_sampling_and_lesser_logs_only_with_a_sampled_trace(
     exported_logs: Callable[[], list[str]],
 ) -> None:
-    assert observability.configure_telemetry({observability.CONNECTION_STRING_SETTING: APP_INSIGHTS}) is True
+    assert observability.configure_telemetry(DEPLOYED) is True
     logger = logging.getLogger("shared.sampling_probe")
     logger.setLevel(logging.INFO)
 
@@ -114,6 +128,93 @@ def test_warnings_and_errors_are_exported_whatever_the_sampling_and_lesser_logs_
         "invocation of a sampled request",
         "outside any trace",
     ]
+
+
+def test_only_the_app_s_own_info_lines_are_exported_and_every_logger_s_warnings(
+    exported_logs: Callable[[], list[str]],
+) -> None:
+    """The runtime logs a line per invocation at INFO ("Function name: ..."), the Azure SDK one per HTTP call:
+    in a sampled trace they would double what each invocation sends, for nothing an operator reads."""
+    assert observability.configure_telemetry(DEPLOYED) is True
+    runtime, sdk = logging.getLogger("azure.functions"), logging.getLogger("azure.core.pipeline.policies.probe")
+    app = logging.getLogger("functions.probe")
+    for logger in (runtime, sdk, app):
+        logger.setLevel(logging.INFO)
+
+    with in_trace(sampled=True):
+        runtime.info("Function name: post_events, Function Type: sync")
+        sdk.info("Request URL: 'https://example.queue.core.windows.net/notifications/messages'")
+        app.info("invocation post_events {}")
+        sdk.warning("a queue call failed")
+
+    assert exported_logs() == ["invocation post_events {}", "a queue call failed"]
+
+
+def test_a_sampler_that_grows_with_the_instances_is_a_warning_with_its_fields(
+    exported_records: Callable[[], list[tuple[str, dict[str, Any]]]],
+) -> None:
+    assert observability.configure_telemetry({**DEPLOYED, observability.SAMPLER_SETTING: "microsoft.rate_limited"})
+
+    [(message, attributes)] = exported_records()
+    assert "not microsoft.fixed_percentage" in message
+    assert (attributes["setting"], attributes["value"]) == ("OTEL_TRACES_SAMPLER", "microsoft.rate_limited")
+
+
+def test_a_fault_on_every_request_sends_at_most_the_limit_a_minute_and_then_how_many_were_cut(
+    exported_records: Callable[[], list[tuple[str, dict[str, Any]]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Warnings are never sampled away, so a fault on every request (~17 K a second at the design scale) would
+    send as many records and fill the day's ingestion cap: at most RECORDS_PER_MINUTE of a kind leave a process
+    a minute, the first, and the next after the cut says how many were cut."""
+    now = [1_000.0]
+    monkeypatch.setattr(observability, "rate_clock", lambda: now[0])
+    assert observability.configure_telemetry(DEPLOYED) is True
+    logger = logging.getLogger("functions.responses")
+    limit = observability.RECORDS_PER_MINUTE
+
+    for n in range(limit + 30):
+        logger.warning("%s store unavailable: %s", "post_events", f"attempt {n}")
+    logger.error("%s misconfigured: %s", "post_events", "no connection string")  # another kind: its own limit
+    now[0] += 59.9
+    logger.warning("%s store unavailable: %s", "post_events", "still in the same minute")
+    now[0] += 0.2
+    logger.warning("%s store unavailable: %s", "post_events", "the next minute")
+
+    found = exported_records()
+    assert [m for m, _ in found] == [
+        *(f"post_events store unavailable: attempt {n}" for n in range(limit)),
+        "post_events misconfigured: no connection string",
+        "post_events store unavailable: the next minute",
+    ]
+    assert [a.get(observability.SUPPRESSED) for _, a in found][-2:] == [None, 31]
+    assert all(observability.SUPPRESSED not in a for _, a in found[:-1])
+
+
+def test_fields_become_attributes_of_the_exported_record_without_colliding_with_the_record_s_own(
+    exported_records: Callable[[], list[tuple[str, dict[str, Any]]]],
+) -> None:
+    assert observability.configure_telemetry(DEPLOYED) is True
+    logger = logging.getLogger("shared.fields_probe")
+    when = datetime(2026, 11, 28, 8, 30, tzinfo=UTC)
+
+    logger.warning(
+        "probe",
+        extra=observability.fields(
+            check="late_dose", partition="2/4", created=True, name="x", skipped=None, at=when, count=3, odd=[1, 2]
+        ),
+    )
+
+    [(_, attributes)] = exported_records()
+    assert {k: attributes[k] for k in ("check", "partition", "created_", "name_", "at", "count", "odd")} == {
+        "check": "late_dose",
+        "partition": "2/4",
+        "created_": True,
+        "name_": "x",
+        "at": "2026-11-28T08:30:00+00:00",
+        "count": 3,
+        "odd": "[1, 2]",
+    }
+    assert "skipped" not in attributes
 
 
 def test_a_telemetry_fault_is_logged_without_the_connection_string_and_the_app_carries_on(

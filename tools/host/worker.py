@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.store.command_line import CommandFailed
-from tools.host import protocol
+from tools.host import protocol, tracing
 
 SCRIPT_SETTING = "PYTHON_SCRIPT_FILE_NAME"  # the runtime's own app setting for a script other than function_app.py
 
@@ -156,6 +156,7 @@ class _Worker:
                 function_id=function.function_id,
                 input_data=input_data,
                 trigger_metadata=trigger_metadata,
+                trace_context=protocol.RpcTraceContext(trace_parent=tracing.trace_parent()),
             )
         )
         response = self._send("invocation_request", message)

@@ -15,6 +15,7 @@ from pymongo.errors import PyMongoError
 from shared.notifications import delivery
 from shared.notifications.checks.partitions import partition_label
 from shared.notifications.documents import Kind
+from shared.observability import fields
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange
@@ -94,8 +95,19 @@ def still_pending(sending: RunSending, policy: RetryPolicy) -> int | None:
             policy,
         )
     except StoreUnavailable as error:
-        log.warning("%s %s: pending notifications not counted: %s", kind, label, error)
+        log.warning(
+            "%s %s: pending notifications not counted: %s",
+            kind,
+            label,
+            error,
+            extra=fields(check=kind, partition=label),
+        )
         return None
     except PyMongoError:
-        log.exception("%s %s: pending notifications not counted: a database fault", kind, label)
+        log.exception(
+            "%s %s: pending notifications not counted: a database fault",
+            kind,
+            label,
+            extra=fields(check=kind, partition=label),
+        )
         return None
