@@ -149,7 +149,8 @@ def test_a_bottle_lost_from_the_store_after_its_insert_met_it_is_a_503_to_retry_
     real_insert = provisioning._insert_new
 
     def lost_after_the_insert(inserting_db: Any, bottle: Any) -> bool:
-        assert real_insert(inserting_db, {**bottle, "key_hash": "a racing create's"})
+        racing_create = dict(bottle, key_hash="a racing create's")
+        assert real_insert(inserting_db, racing_create)
         inserted = real_insert(inserting_db, bottle)
         inserting_db[schema.BOTTLES].delete_one({"_id": bottle["_id"]})
         return inserted
