@@ -35,17 +35,18 @@ def check_start_up() -> Settings:
     """The process-wide settings, checked for serving the app; InvalidSettings naming every setting that would
     break it (never a secret)."""
     settings = get_settings()
-    problems = start_up_problems(settings, local_host=_local_host)
+    problems = start_up_problems(settings, local_host=_local_host, keep_client=not _local_host)
     if problems:
         raise InvalidSettings("invalid app settings: " + "; ".join(problems))
     return settings
 
 
-def start_up_problems(settings: Settings, *, local_host: bool) -> list[str]:
-    """What would break the app served with these settings, one line a setting (empty: nothing)."""
+def start_up_problems(settings: Settings, *, local_host: bool, keep_client: bool = False) -> list[str]:
+    """What would break the app served with these settings, one line a setting (empty: nothing). `keep_client`:
+    these are the process's settings, and the client made of the connection string is kept as the process's."""
     problems = []
     if settings.mongodb_connection_string:
-        problem = client_problem(settings)
+        problem = client_problem(settings, keep=keep_client)
         if problem is not None:
             problems.append(f"MONGODB_CONNECTION_STRING: {problem}")
     elif not local_host:
@@ -62,16 +63,21 @@ def start_up_problems(settings: Settings, *, local_host: bool) -> list[str]:
     return problems
 
 
-def client_problem(settings: Settings) -> str | None:
+def client_problem(settings: Settings, *, keep: bool = False) -> str | None:
     """What pymongo refuses when it makes the app's client of the connection string (shared/store/client.py, with
     connect=False: nothing is reached, a mongodb+srv:// host is not even looked up), or None. Parsing it
     (Settings) leaves some options unchecked until then: a mechanism's credentials (GSSAPI needs a user name,
-    MONGODB-OIDC takes no password), the TLS certificate and key it names."""
-    from shared.store.client import create_client  # noqa: PLC0415 - the store imports the settings
+    MONGODB-OIDC takes no password), the TLS certificate and key it names. `keep`: the client is the process's
+    own (`get_client`), made now instead of at the first request: the same work, done once (with TLS, loading the
+    CA certificates takes about 0.3 s)."""
+    from shared.store.client import create_client, get_client  # noqa: PLC0415 - the store imports the settings
 
     uri = settings.mongodb_connection_string
     try:
-        create_client(uri, settings=settings).close()
+        if keep:
+            get_client()
+        else:
+            create_client(uri, settings=settings).close()
     except (PyMongoError, ValueError, TypeError, OSError) as error:  # OSError: ssl's, a file's
         return "pymongo cannot make a client of it: " + without_secrets(f"{type(error).__name__}: {error}", uri)
     return None

@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from functions import start_up
 from functions.start_up import start_up_problems
-from shared.settings import Settings
+from shared.settings import Settings, get_settings
+from shared.store import client
 from tests.functions.test_settings import REQUIRED, SECRET, start_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +67,36 @@ def test_a_connection_string_pymongo_parses_but_makes_no_client_of_stops_the_sta
     assert words in problem
     assert SECRET not in problem
     assert "s3cr3t" not in problem
+
+
+def test_the_host_s_start_fails_on_a_connection_string_pymongo_makes_no_client_of():
+    started = start_app(MONGODB_CONNECTION_STRING=f"mongodb://acct:{SECRET}@h/?authMechanism=MONGODB-OIDC")
+
+    assert started.returncode != 0
+    assert "MONGODB_CONNECTION_STRING: pymongo cannot make a client of it: " in started.stderr
+    assert "s3cr3t" not in started.stderr
+
+
+def test_the_host_s_start_makes_the_process_s_client_once_which_the_first_request_uses(monkeypatch):
+    """Made to be checked, the client is kept: its TLS set-up (about 0.3 s) is not paid twice in a cold start."""
+    monkeypatch.setattr(start_up, "_local_host", False)
+    for name, value in (REQUIRED | {"MONGODB_CONNECTION_STRING": "mongodb://127.0.0.1:1/?tls=true"}).items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    made: list[object] = []
+    real = client.create_client
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(client, "create_client", counted)
+
+    start_up.check_start_up()
+
+    assert client.get_client() is made[0]
+    assert len(made) == 1
+    made[0].close()
 
 
 # --- the host's storage: the queue and the archive -----------------------------------------------------------------
