@@ -7,10 +7,10 @@ from functions.checks import bp as checks
 from functions.device_events import bp as device_events
 from functions.notifications import bp as notifications
 from functions.reports import bp as reports
+from functions.start_up import check_start_up
 from shared.observability import configure_telemetry
-from shared.settings import get_settings
 
-get_settings()  # a bad app setting stops the start-up here, naming the setting, not every invocation later
+check_start_up()  # a bad app setting stops the start-up here, naming the setting, not every invocation later
 configure_telemetry()  # Application Insights in Azure; nothing without APPLICATIONINSIGHTS_CONNECTION_STRING
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 for blueprint in (bottles, device_events, reports, checks, notifications):

@@ -12,6 +12,7 @@ swaps `Fri-Mon`), an interval must be at least 1 (it reads `*/0` as `*`), a name
 `M` for March), and a schedule that never fires (`0 0 0 31 2 *`) is refused (its timer would never run)."""
 
 import calendar
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -113,6 +114,29 @@ class Schedule:
             if at is not None:
                 return datetime.combine(day, at, tzinfo=moment.tzinfo)
         raise ValueError("schedule never fires")  # parse() refuses such a schedule; only past year 9999
+
+    def shortest_interval(self) -> timedelta:
+        """The shortest time between two consecutive firings: within a day, between its times; across days, from
+        the last time of a firing day to the first of the next, the nearest two firing dates apart (found within
+        one Gregorian cycle, which every calendar pattern repeats in)."""
+        times = sorted(h * 3600 + m * 60 + s for h in self.hours for m in self.minutes for s in self.seconds)
+        within = min((b - a for a, b in itertools.pairwise(times)), default=None)
+        day = 86_400
+        if within is not None and within <= day - times[-1] + times[0]:
+            return timedelta(seconds=within)  # across days is never shorter, whatever the dates
+        fewest_days = None
+        dates = self._dates_from(date(2000, 1, 1))
+        previous = next(dates)
+        for found in dates:
+            days = (found - previous).days
+            fewest_days = days if fewest_days is None else min(fewest_days, days)
+            if fewest_days == 1:
+                break
+            previous = found
+        if fewest_days is None:  # one firing date in the cycle: none after it to measure to
+            return timedelta(seconds=within) if within is not None else timedelta(days=_GREGORIAN_CYCLE_YEARS * 366)
+        across = fewest_days * day - times[-1] + times[0]
+        return timedelta(seconds=across if within is None else min(within, across))
 
     def _dates_from(self, first: date) -> Iterator[date]:
         """Every date from `first` on (within one Gregorian cycle) that matches day, month and day of week."""

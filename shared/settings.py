@@ -1,10 +1,14 @@
 """All configuration, read from the environment (Azure app settings, or local.settings.json under func)."""
 
+import base64
+import binascii
 import math
 import re
+import unicodedata
+from datetime import timedelta
 from functools import lru_cache
 from typing import Annotated, Literal
-from urllib.parse import unquote_plus
+from urllib.parse import unquote_plus, urlsplit
 
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
@@ -49,6 +53,9 @@ SCHEDULE_SETTINGS = (
     "check_silent_bottles_schedule",
     "check_late_doses_schedule",
 )
+# host.json's functionTimeout (tests/functions/test_settings.py keeps them equal): the host stops a run that takes
+# longer, so no run the settings allow may.
+FUNCTION_TIMEOUT = timedelta(minutes=10)
 
 
 class Settings(BaseSettings):
@@ -393,6 +400,76 @@ class Settings(BaseSettings):
                     )
         return self
 
+    @field_validator("storage_connection_string")
+    @classmethod
+    def _a_storage_connection_string(cls, value: str) -> str:
+        """Empty is allowed (Azure reaches the storage with an identity); anything else must be a connection string
+        the Storage SDK reads, or every notification's send and every archive write would fail on it. The message
+        never quotes it (it may hold the account key)."""
+        if value:
+            problem = storage_connection_string_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
+
+    @field_validator("storage_queue_service_uri", "storage_blob_service_uri")
+    @classmethod
+    def _a_service_endpoint(cls, value: str) -> str:
+        if value:
+            problem = endpoint_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
+
+    @field_validator("storage_client_id")
+    @classmethod
+    def _a_client_id(cls, value: str) -> str:
+        """A managed identity's client id is a GUID: anything else fails the first token request, and with it
+        every send and archive write."""
+        if value and not _GUID.fullmatch(value):
+            raise ValueError(
+                "must be the client id (a GUID, like 00000000-0000-0000-0000-000000000000) of the user-assigned "
+                "managed identity, or empty"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _paced_late_dose_runs_end_before_the_next(self) -> "Settings":
+        """A paced late-dose run spreads its batches over CHECK_LATE_DOSES_SPREAD_MINUTES: at or past the
+        schedule's shortest interval, each run would still be sweeping when the next one starts."""
+        spread = timedelta(minutes=self.check_late_doses_spread_minutes)
+        interval = Schedule.parse(self.check_late_doses_schedule).shortest_interval()
+        if spread and spread >= interval:
+            raise ValueError(
+                f"CHECK_LATE_DOSES_SPREAD_MINUTES ({self.check_late_doses_spread_minutes}) must be less than the "
+                f"shortest interval between two runs of CHECK_LATE_DOSES_SCHEDULE ({_duration(interval)}), or 0: a "
+                "paced run would still be sweeping when the next one starts"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _runs_end_within_the_function_timeout(self) -> "Settings":
+        """The host stops a function that runs longer than host.json's functionTimeout, mid-run: a check run takes
+        up to its budget, the paced waits and its last sends (one request deadline); a report worker's its budget
+        and its checkpoint (one request deadline)."""
+        limit = FUNCTION_TIMEOUT.total_seconds()
+        check_run = (
+            self.checks_time_budget_seconds + 60 * self.check_late_doses_spread_minutes + self.request_deadline_seconds
+        )
+        if check_run >= limit:
+            raise ValueError(
+                "CHECKS_TIME_BUDGET_SECONDS plus CHECK_LATE_DOSES_SPREAD_MINUTES plus REQUEST_DEADLINE_SECONDS "
+                f"({check_run:g} s) must be less than the host's function timeout ({limit:g} s, host.json): a longer "
+                "check run is stopped by the host"
+            )
+        report_run = self.reports_time_budget_seconds + self.request_deadline_seconds
+        if report_run >= limit:
+            raise ValueError(
+                f"REPORTS_TIME_BUDGET_SECONDS plus REQUEST_DEADLINE_SECONDS ({report_run:g} s) must be less than "
+                f"the host's function timeout ({limit:g} s, host.json): a longer report run is stopped by the host"
+            )
+        return self
+
     @field_validator("archive_container")
     @classmethod
     def _one_container_name(cls, value: str) -> str:
@@ -452,12 +529,12 @@ def connection_string_problem(uri: str) -> str | None:
         parsed = _SCHEME + uri[len(_SRV_SCHEME) :]
     try:
         uri_parser.parse_uri(parsed, validate=True, warn=False)
-    except (PyMongoError, ValueError) as error:
-        return "not a MongoDB connection string as pymongo reads it: " + _without_secrets(str(error), uri)
+    except (PyMongoError, ValueError, OSError) as error:  # OSError: a TLS file it names cannot be read
+        return "not a MongoDB connection string as pymongo reads it: " + without_secrets(str(error), uri)
     return None
 
 
-def _without_secrets(reason: str, uri: str) -> str:
+def without_secrets(reason: str, uri: str) -> str:
     """pymongo's reason, unless it quotes the string's user name or password (then only that it was refused)."""
     userinfo = uri.partition("://")[2].split("/", 1)[0].rpartition("@")[0]
     pieces = {userinfo, *userinfo.split(":")}
@@ -489,9 +566,62 @@ def database_name_problem(name: str) -> str | None:
             f'cannot contain {shown}: a database name takes none of / \\ . space " $ * < > : | ? # '
             "nor the null character (MongoDB's and Cosmos DB's naming rules)"
         )
+    unseen = sorted({c for c in name if c != " " and (c.isspace() or unicodedata.category(c) == "Cc")} - {"\0"})
+    if unseen:
+        shown = " ".join(_UNSEEN_NAMES.get(c, f"U+{ord(c):04X}") for c in unseen)
+        return (
+            f"cannot contain a control character or other whitespace ({shown}): a setting pasted with a tab or a "
+            "newline names another database than the one set up, which the app would then write to"
+        )
     if name.lower() in _MONGODB_OWN_DATABASES:
         return "names one of MongoDB's own databases (admin, local, config), which change streams cannot watch"
     return None
+
+
+_UNSEEN_NAMES = {"\t": "a tab", "\n": "a newline", "\r": "a carriage return"}
+
+
+_GUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def storage_connection_string_problem(value: str) -> str | None:
+    """What is wrong with a Storage connection string, or None if the Storage SDK takes it for the queue and blob
+    services the app uses and it signs with what it holds: read by the SDK's own parser (what
+    `QueueClient.from_connection_string` calls), each endpoint an absolute http(s) URL, an account key base64 (the
+    SDK decodes it only when it signs the first request). Nothing connects. Never quotes the string."""
+    from azure.storage.queue._shared.base_client import parse_connection_str  # noqa: PLC0415 - the SDK's own parser, only when set
+
+    for service in ("queue", "blob"):
+        try:
+            endpoint, _, credential = parse_connection_str(value, None, service)
+        except ValueError as error:
+            return f"not a Storage connection string as the Storage SDK reads it ({service} service): {error}"
+        if endpoint_problem(endpoint) is not None:
+            return f"its {service} endpoint is not an absolute http(s) URL"
+        key = credential.get("account_key") if isinstance(credential, dict) else None
+        if key is not None:
+            try:
+                base64.b64decode(key, validate=True)
+            except (binascii.Error, ValueError):
+                return "its AccountKey is not base64, as a storage account's key is"
+    return None
+
+
+def endpoint_problem(value: str) -> str | None:
+    """What is wrong with a storage service endpoint (`https://account.queue.core.windows.net`), or None."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        return "must be an absolute http(s) URL, like https://account.queue.core.windows.net"
+    if parts.scheme not in ("https", "http") or not parts.hostname or any(c.isspace() for c in value):
+        return "must be an absolute http(s) URL, like https://account.queue.core.windows.net"
+    return None
+
+
+def _duration(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    return f"{seconds // 60} minutes" if seconds % 60 == 0 else f"{seconds} seconds"
 
 
 # Azure Storage's rules for queue names ("Naming Queues and Metadata",

@@ -59,7 +59,11 @@ def provision(
 ) -> Provisioned:
     """Create a bottle with one insert guarded by its unique `_id`, or update it. A new bottle, or a
     rotation, gets a fresh key. Of concurrent creates exactly one inserts, answers `created` and holds the
-    key; the others update the bottle it made and get no key (an upsert is not atomic on every store)."""
+    key; the others update the bottle it made and get no key (an upsert is not atomic on every store).
+
+    A PUT that asks for what is stored already (a retry), its bottle and heartbeat document read first, writes
+    nothing and answers the bottle as stored, `updated_at` that of its last change: a retry changes nothing. Any
+    difference, or a rotation, goes the whole way, every write guarded as before."""
     policy = RetryPolicy.for_request(settings)
     device_key = new_device_key()
     registry: BottleDocument = {
@@ -82,20 +86,31 @@ def provision(
         # The checks sweep bottles one bucket range (partition) at a time (shared/notifications/checks/).
         BUCKET_FIELD: bucket_of(bottle_id),
     }
-    created = with_retries(lambda: _insert_new(db, new_bottle), policy)
+    point: BottleFilter = {"_id": bottle_id, "bottle_id": bottle_id}
+    stored = with_retries(lambda: bottle_documents(db).find_one(point, _REGISTRY_READ), policy)
+    if (
+        stored is not None
+        and not rotate_key
+        and _registry_unchanged(stored, registry)
+        and _heartbeat_document_in_step(db, bottle_id, spec, stored.get(KEY_VERSION_FIELD, 0), policy)
+    ):
+        # What the PUT asks for is stored already (a retry, or the same PUT again): nothing is written, not even
+        # `updated_at`, and the answer is the bottle as stored.
+        return Provisioned(created=False, bottle=registry_view(stored), device_key=None)
+    created = stored is None and with_retries(lambda: _insert_new(db, new_bottle), policy)
     after: BottleDocument
     if created:
         after = new_bottle
     else:
         # `bucket` too: a bottle stored before the checks swept by bucket gets it with its next PUT.
         update: BottleUpdate = {"$set": {**registry, BUCKET_FIELD: bucket_of(bottle_id)}}
-        point: BottleFilter = {"_id": bottle_id, "bottle_id": bottle_id}
         before = with_retries(
             lambda: bottle_documents(db).find_one_and_update(point, update, return_document=ReturnDocument.BEFORE),
             policy,
         )
-        if before is None:  # bottles are never deleted: only a store that lost the insert gets here
-            raise StoreUnavailable("the bottle was not found after its insert; retry", policy.contended_retry_after())
+        if before is None:  # bottles are never deleted: only a store that lost the bottle gets here
+            met = "insert" if stored is None else "read"
+            raise StoreUnavailable(f"the bottle was not found after its {met}; retry", policy.contended_retry_after())
         # Our own insert, applied by an attempt whose answer was lost: still a create, and this key is its key.
         created = before.get("key_hash") == key_hash and before.get("provisioned_at") == now
         if not created and _schedule_changed(before, registry):
@@ -110,6 +125,50 @@ def provision(
         created=created,
         bottle=registry_view(after),
         device_key=device_key if created or rotate_key else None,
+    )
+
+
+# What a PUT reads of a bottle first: whether the registry is already as asked, and the answer if it is.
+_REGISTRY_READ = dict.fromkeys(
+    (
+        "user_id",
+        "medication",
+        "schedule",
+        "grace_minutes",
+        "provisioned_at",
+        "updated_at",
+        BUCKET_FIELD,
+        KEY_VERSION_FIELD,
+    ),
+    1,
+)
+
+
+def _registry_unchanged(stored: BottleDocument, registry: BottleDocument) -> bool:
+    """Whether the bottle as read already holds every registry field a PUT would write (`updated_at` aside), and
+    its bucket (which a PUT adds to a bottle stored before the checks swept by bucket)."""
+    return all(stored.get(name) == value for name, value in registry.items() if name != "updated_at") and stored.get(
+        BUCKET_FIELD
+    ) == bucket_of(stored["_id"])
+
+
+def _heartbeat_document_in_step(
+    db: Database[Any], bottle_id: str, spec: BottleSpec, key_version: int, policy: RetryPolicy
+) -> bool:
+    """Whether the bottle's heartbeat document already holds what `_sync_heartbeat_document` would write for this
+    spec (its owner, medication and bucket, a key at least as new as the bottle's, none of the earlier layout's
+    fields), so that the sync would change nothing. One point read; False if there is no document yet (a PUT
+    interrupted before it made one: the PUT goes the whole way, as the first one would have)."""
+    collection: Collection[HeartbeatDocument] = db[schema.BOTTLE_HEARTBEATS]
+    projection = dict.fromkeys(("user_id", "medication", BUCKET_FIELD, KEY_VERSION, *_FORMER_FIELDS), 1)
+    found = with_retries(lambda: collection.find_one({"_id": bottle_id, "bottle_id": bottle_id}, projection), policy)
+    return bool(
+        found is not None
+        and found.get("user_id") == spec.user_id
+        and found.get("medication") == spec.medication
+        and found.get(BUCKET_FIELD) == bucket_of(bottle_id)
+        and found.get(KEY_VERSION, -1) >= key_version
+        and not any(name in found for name in _FORMER_FIELDS)
     )
 
 

@@ -5,8 +5,11 @@ from typing import Any
 
 import pytest
 
-from shared.instants import format_instant
+from shared.bottles import provisioning
+from shared.instants import format_instant, set_clock
 from shared.store import schema
+from shared.store.partitioning import bucket_of
+from shared.store.retries import StoreUnavailable
 from tests.api import SPEC, ago, closed, get_bottle, heartbeat, opened, post_events, provisioned, put_bottle
 
 
@@ -264,3 +267,117 @@ def test_provisioning_again_drops_the_fields_of_the_heartbeat_document_s_earlier
     document = db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})
     assert set(former).isdisjoint(document)
     assert get_bottle("bottle-1").body["status"]["last_heartbeat"] is not None
+
+
+# --- a PUT that changes nothing stores nothing ------------------------------------------------------------------
+
+
+def stored_documents(db: Any) -> tuple[Any, Any]:
+    """The bottle and its heartbeat document as stored."""
+    return (
+        db[schema.BOTTLES].find_one({"_id": "bottle-1"}),
+        db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"}),
+    )
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [SPEC, {**SPEC, "user_id": "newowner"}, {**SPEC, "schedule": {"every_hours": 8}, "grace_minutes": 30}],
+    ids=["as created", "after a reassignment", "after a schedule change"],
+)
+def test_a_put_of_what_is_stored_already_stores_nothing_and_answers_as_the_last_change_did(db, spec):
+    key = provisioned()
+    post_events("bottle-1", key, {"events": [heartbeat(ago(minutes=9)), opened(ago(minutes=8))]})
+    earlier = ago(minutes=5)
+    set_clock(lambda: earlier)
+    try:
+        last_change = put_bottle("bottle-1", {**spec, "medication": "Tri-ox"})
+        assert last_change.status == 200
+    finally:
+        set_clock(None)
+    again = {**spec, "medication": "Tri-ox"}
+    assert put_bottle("bottle-1", again).body == last_change.body
+    before = stored_documents(db)
+
+    retried = put_bottle("bottle-1", again)
+
+    assert (retried.status, retried.body) == (200, last_change.body)
+    assert retried.body["updated_at"] == format_instant(earlier)
+    assert stored_documents(db) == before
+
+
+def test_a_put_that_changes_one_field_or_rotates_the_key_still_stores_it(db):
+    provisioned()
+    first = db[schema.BOTTLES].find_one({"_id": "bottle-1"})
+
+    grace = put_bottle("bottle-1", {**SPEC, "grace_minutes": 61})
+    assert (grace.status, grace.body["grace_minutes"]) == (200, 61)
+    assert db[schema.BOTTLES].find_one({"_id": "bottle-1"})["updated_at"] > first["updated_at"]
+
+    rotated = put_bottle("bottle-1", {**SPEC, "grace_minutes": 61}, rotate_key=True)
+    assert rotated.status == 200
+    assert post_events("bottle-1", rotated.body["device_key"], heartbeat(ago(minutes=1))).status == 202
+    assert db[schema.BOTTLES].find_one({"_id": "bottle-1"})["key_version"] == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "shown"),
+    [({"medication": "Tri-ox"}, {"medication": "Tri-ox"}), ({"user_id": "newowner"}, {"user_id": "newowner"})],
+    ids=["a medication", "an owner"],
+)
+def test_a_retry_of_a_put_that_failed_after_its_registry_write_completes_the_heartbeat_document(
+    db, monkeypatch, change, shown
+):
+    """The first PUT wrote the bottle and then failed (a 503) before it wrote the heartbeat document; its retry
+    finds the bottle as asked but the heartbeat document not, and goes the whole way: the device's heartbeats and
+    the reports then carry the new medication or owner."""
+    key = provisioned()
+    real = provisioning._sync_heartbeat_document
+
+    def store_gone(*args: Any, **kwargs: Any) -> None:
+        raise StoreUnavailable("the store went away", 5)
+
+    monkeypatch.setattr(provisioning, "_sync_heartbeat_document", store_gone)
+    assert put_bottle("bottle-1", {**SPEC, **change}).status == 503
+    monkeypatch.setattr(provisioning, "_sync_heartbeat_document", real)
+
+    assert put_bottle("bottle-1", {**SPEC, **change}).status == 200
+
+    document = db[schema.BOTTLE_HEARTBEATS].find_one({"_id": "bottle-1"})
+    assert {name: document[name] for name in shown} == shown
+    assert post_events("bottle-1", key, heartbeat(ago(minutes=1))).status == 202
+
+
+def test_a_put_after_a_rotation_that_failed_before_its_heartbeat_copy_refuses_the_old_key_for_every_event_kind(
+    db, monkeypatch
+):
+    """A rotation wrote the bottle's new key and failed (a 503, no key shown) before it copied the key to the
+    heartbeat document, so heartbeats still took the old key while opened/closed events did not. The next PUT,
+    though it asks for the registry as stored, finds the copy behind and writes it: one key for every kind."""
+    old_key = provisioned()
+    real = provisioning._sync_heartbeat_document
+
+    def store_gone(*args: Any, **kwargs: Any) -> None:
+        raise StoreUnavailable("the store went away", 5)
+
+    monkeypatch.setattr(provisioning, "_sync_heartbeat_document", store_gone)
+    assert put_bottle("bottle-1", rotate_key=True).status == 503
+    monkeypatch.setattr(provisioning, "_sync_heartbeat_document", real)
+    assert post_events("bottle-1", old_key, opened(ago(minutes=2))).status == 401
+
+    assert put_bottle("bottle-1").status == 200
+
+    assert post_events("bottle-1", old_key, heartbeat(ago(minutes=1))).status == 401
+
+
+@pytest.mark.parametrize("collection", [schema.BOTTLES, schema.BOTTLE_HEARTBEATS])
+def test_a_put_of_the_same_bottle_still_gives_a_document_stored_before_buckets_its_bucket(db, collection):
+    """The checks sweep bottles, and the silent check heartbeat documents, by bucket range: a document stored
+    before they did has no `bucket`, and is swept by no partition until the bottle's next PUT writes it, even a
+    PUT that asks for nothing new."""
+    provisioned()
+    db[collection].update_one({"_id": "bottle-1"}, {"$unset": {"bucket": ""}})
+
+    assert put_bottle("bottle-1").status == 200
+
+    assert db[collection].find_one({"_id": "bottle-1"})["bucket"] == bucket_of("bottle-1")

@@ -245,7 +245,10 @@ def test_importing_the_app_without_app_insights_loads_no_telemetry_and_opens_no_
         "assert 'azure.monitor.opentelemetry' not in sys.modules\n"
         "print(sorted(f.get_function_name() for f in function_app.app.get_functions()))\n"
     )
-    environ = {k: v for k, v in os.environ.items() if k != observability.CONNECTION_STRING_SETTING}
+    environ = {k: v for k, v in os.environ.items() if k != observability.CONNECTION_STRING_SETTING} | {
+        "MONGODB_CONNECTION_STRING": "mongodb://127.0.0.1:1/",  # what the start-up requires (none is reached)
+        "AzureWebJobsStorage": "UseDevelopmentStorage=true",
+    }
     done = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=120, check=False
     )

@@ -1,23 +1,32 @@
 """A bad app setting stops the app at start-up, naming the setting (never its value)."""
 
+import json
 import os
 import re
 import socket
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from pydantic.fields import FieldInfo
 
-from shared.settings import InvalidSettings, Settings, get_settings
+from shared.settings import FUNCTION_TIMEOUT, InvalidSettings, Settings, get_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# What every deployment sets (local.settings.json.example for `func start`, infra/ in Azure): a database and the
+# host's storage.
+REQUIRED = {"MONGODB_CONNECTION_STRING": "mongodb://127.0.0.1:1/", "AzureWebJobsStorage": "UseDevelopmentStorage=true"}
+
+
 def start_app(**settings: str) -> subprocess.CompletedProcess[str]:
-    """Import the function app as the Functions host's worker does at start-up, with these app settings."""
-    env = {k: v for k, v in os.environ.items() if k.upper() not in settings} | settings
+    """Import the function app as the Functions host's worker does at start-up, with these app settings (and the
+    required ones, unless given)."""
+    settings = REQUIRED | settings
+    env = {k: v for k, v in os.environ.items() if k.upper() not in {name.upper() for name in settings}} | settings
     return subprocess.run(
         [sys.executable, "-c", "import function_app"],
         cwd=ROOT,
@@ -41,6 +50,9 @@ def start_app(**settings: str) -> subprocess.CompletedProcess[str]:
         ("CHECKS_QUEUE", "notifications", "CHECKS_QUEUE and NOTIFICATIONS_QUEUE name the same queue"),
         ("CHECK_PARTITIONS", "4.0", "CHECK_PARTITIONS: must be a whole number from 1 to 1024"),
         ("QUEUE_SEND_TIMEOUT_SECONDS", "1e-300", "QUEUE_SEND_TIMEOUT_SECONDS: must be a number from 0.1 to 60"),
+        ("MONGODB_DATABASE", "pillbottle\n", "MONGODB_DATABASE: cannot contain a control character"),
+        ("CHECK_LATE_DOSES_SPREAD_MINUTES", "5", "CHECK_LATE_DOSES_SPREAD_MINUTES (5) must be less than the shortest"),
+        ("AzureWebJobsStorage", "AccountName=acct;AccountKey=s3cr3t!", "AzureWebJobsStorage: its AccountKey is not"),
     ],
 )
 def test_a_bad_setting_fails_the_start_up_naming_it(name, value, message):
@@ -71,6 +83,8 @@ MALFORMED = {
     "srv with a port": f"mongodb+srv://acct:{SECRET}@cluster0.example.net:27017/",
     "srv with two hosts": f"mongodb+srv://acct:{SECRET}@a.example.net,b.example.net/",
     "an unresolved Key Vault reference": "@Microsoft.KeyVault(SecretUri=https://kv-x.vault.azure.net/secrets/mongo/1)",
+    # pymongo opens the file as it parses: a missing one was a FileNotFoundError out of the settings, not a refusal
+    "a TLS CA file that is not there": f"mongodb://acct:{SECRET}@h/?tls=true&tlsCAFile=/nonexistent/ca.pem",
 }
 VALID = {
     "Cosmos DB's own": f"mongodb://acct:{SECRET}@acct.mongo.cosmos.azure.com:10255/?ssl=true&replicaSet=globaldb"
@@ -191,6 +205,13 @@ BAD_DATABASE_NAMES = {
     "MongoDB's admin": ("admin", "names one of MongoDB's own databases"),
     "MongoDB's local, in capitals": ("LOCAL", "names one of MongoDB's own databases"),
     "MongoDB's config": ("config", "names one of MongoDB's own databases"),
+    # A name pasted with a tab or a newline names another database than the one set up (and passed start-up).
+    "a trailing newline": ("pillbottle\n", "cannot contain a control character or other whitespace (a newline)"),
+    "a tab": ("pill\tbottle", "cannot contain a control character or other whitespace (a tab)"),
+    "a carriage return and a newline": ("pillbottle\r\n", "(a newline a carriage return)"),
+    "DEL": ("pill\x7fbottle", "cannot contain a control character or other whitespace (U+007F)"),
+    "a no-break space": ("pill\u00a0bottle", "cannot contain a control character or other whitespace (U+00A0)"),
+    "a line separator": ("pill\u2028bottle", "cannot contain a control character or other whitespace (U+2028)"),
 }
 
 
@@ -198,7 +219,8 @@ BAD_DATABASE_NAMES = {
 def test_a_database_name_mongodb_or_cosmos_db_would_refuse_stops_the_start_up(monkeypatch, name, words):
     message = refusal(monkeypatch, MONGODB_DATABASE=name)
 
-    assert message.startswith(f"invalid app settings: MONGODB_DATABASE: {words}")
+    assert message.startswith("invalid app settings: MONGODB_DATABASE: ")
+    assert words in message
 
 
 @pytest.mark.parametrize("name", ["pillbottle", "pill_bottle", "PillBottle-2", "test_12", "p" * 63])
@@ -234,7 +256,164 @@ def test_a_schedule_the_host_would_not_run_stops_the_start_up(monkeypatch, setti
 
 @pytest.mark.parametrize("schedule", ["0 */10 * * * *", "0 30 9 * * Mon-Fri", "0 0 0 29 Feb *", "*/30 * * * * *"])
 def test_schedules_azure_functions_runs_start(monkeypatch, schedule):
-    assert read_settings(monkeypatch, CHECK_LATE_DOSES_SCHEDULE=schedule).check_late_doses_schedule == schedule
+    # Not the late-dose check's: its spread must also fit in its schedule's interval (below).
+    assert read_settings(monkeypatch, CHECK_OPEN_BOTTLES_SCHEDULE=schedule).check_open_bottles_schedule == schedule
+
+
+@pytest.mark.parametrize(
+    ("environment", "interval"),
+    [
+        ({"CHECK_LATE_DOSES_SPREAD_MINUTES": "5"}, "5 minutes"),  # the default schedule: every 5 minutes
+        ({"CHECK_LATE_DOSES_SPREAD_MINUTES": "8"}, "5 minutes"),
+        ({"CHECK_LATE_DOSES_SCHEDULE": "0 */2 * * * *", "CHECK_LATE_DOSES_SPREAD_MINUTES": "2"}, "2 minutes"),
+        ({"CHECK_LATE_DOSES_SCHEDULE": "*/30 * * * * *"}, "30 seconds"),  # the default spread: 4 minutes
+        # 00:00 and 23:57 each day: 3 minutes from the last run of a day to the first of the next
+        ({"CHECK_LATE_DOSES_SCHEDULE": "0 0,57 0,23 * * *", "CHECK_LATE_DOSES_SPREAD_MINUTES": "3"}, "3 minutes"),
+    ],
+)
+def test_a_late_dose_spread_at_or_past_its_schedule_s_interval_stops_the_start_up(monkeypatch, environment, interval):
+    """A paced run spreads its batches over the spread: as long as the interval, or longer, it is still sweeping
+    when the next run starts (and its sends with it)."""
+    message = refusal(monkeypatch, **environment)
+
+    spread = environment.get("CHECK_LATE_DOSES_SPREAD_MINUTES", "4")
+    assert message == (
+        f"invalid app settings: CHECK_LATE_DOSES_SPREAD_MINUTES ({spread}) must be less than the shortest interval "
+        f"between two runs of CHECK_LATE_DOSES_SCHEDULE ({interval}), or 0: a paced run would still be sweeping when "
+        "the next one starts"
+    )
+
+
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {"CHECK_LATE_DOSES_SPREAD_MINUTES": "4"},
+        {"CHECK_LATE_DOSES_SCHEDULE": "0 */2 * * * *", "CHECK_LATE_DOSES_SPREAD_MINUTES": "1"},
+        {"CHECK_LATE_DOSES_SCHEDULE": "*/30 * * * * *", "CHECK_LATE_DOSES_SPREAD_MINUTES": "0"},
+        {"CHECK_LATE_DOSES_SCHEDULE": "0 0 9 * * Mon-Fri", "CHECK_LATE_DOSES_SPREAD_MINUTES": "8"},
+    ],
+)
+def test_a_late_dose_spread_shorter_than_its_schedule_s_interval_starts(monkeypatch, environment):
+    assert problems(monkeypatch, **environment) == ""
+
+
+@pytest.mark.parametrize(
+    ("environment", "words"),
+    [
+        (
+            {
+                "CHECK_LATE_DOSES_SCHEDULE": "0 */10 * * * *",
+                "CHECK_LATE_DOSES_SPREAD_MINUTES": "8",
+                "CHECKS_TIME_BUDGET_SECONDS": "120",
+            },
+            "CHECKS_TIME_BUDGET_SECONDS plus CHECK_LATE_DOSES_SPREAD_MINUTES plus REQUEST_DEADLINE_SECONDS (608 s) "
+            "must be less than the host's function timeout (600 s, host.json)",
+        ),
+        (
+            {"REPORTS_TIME_BUDGET_SECONDS": "540", "REQUEST_DEADLINE_SECONDS": "60", "REPORTS_LEASE_SECONDS": "900"},
+            "REPORTS_TIME_BUDGET_SECONDS plus REQUEST_DEADLINE_SECONDS (600 s) must be less than the host's function "
+            "timeout (600 s, host.json)",
+        ),
+    ],
+)
+def test_a_run_the_settings_let_outlast_the_function_timeout_stops_the_start_up(monkeypatch, environment, words):
+    """The host stops a function at host.json's functionTimeout, mid-run: each bound alone fits it, but a check
+    run's budget, its paced waits and its last sends, or a report run's budget and its checkpoint, add up."""
+    assert refusal(monkeypatch, **environment).startswith(f"invalid app settings: {words}")
+
+
+def test_the_function_timeout_the_settings_check_runs_against_is_host_json_s():
+    hours, minutes, seconds = (
+        int(part) for part in json.loads((ROOT / "host.json").read_text())["functionTimeout"].split(":")
+    )
+    assert timedelta(hours=hours, minutes=minutes, seconds=seconds) == FUNCTION_TIMEOUT
+
+
+# --- the host's storage: a connection string the Storage SDK reads, endpoints, an identity ----------------------
+
+ACCOUNT_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # Azurite's own
+)
+BAD_STORAGE_STRINGS = {
+    "not a connection string": ("garbage", "not a Storage connection string as the Storage SDK reads it"),
+    "a key without an account": (f"AccountKey={ACCOUNT_KEY}", "missing required connection details"),
+    "the emulator turned off": ("UseDevelopmentStorage=false", "missing required connection details"),
+    "a key that is not base64": ("AccountName=acct;AccountKey=s3cr3t-Key!", "its AccountKey is not base64"),
+    "a queue endpoint that is not a URL": (
+        f"AccountName=acct;AccountKey={ACCOUNT_KEY};QueueEndpoint=queue.example",
+        "its queue endpoint is not an absolute http(s) URL",
+    ),
+    "a queue endpoint and its SAS only (no blob service, where the archive is)": (
+        "QueueEndpoint=https://acct.queue.core.windows.net;SharedAccessSignature=sv=2024&sig=s3cr3t",
+        "(blob service)",
+    ),
+}
+GOOD_STORAGE_STRINGS = {
+    "the emulator": "UseDevelopmentStorage=true",
+    "Azurite's": f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={ACCOUNT_KEY};"
+    "QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;",
+    "an account's": f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={ACCOUNT_KEY};"
+    "EndpointSuffix=core.windows.net",
+}
+
+
+@pytest.mark.parametrize(("value", "words"), BAD_STORAGE_STRINGS.values(), ids=BAD_STORAGE_STRINGS.keys())
+def test_a_storage_connection_string_the_sdk_would_fail_on_stops_the_start_up_never_quoting_it(
+    monkeypatch, value, words
+):
+    """The checks send every notification, and the archive writes, with it: a string the SDK cannot read, or an
+    account key it cannot sign with (decoded only for the first request), passed start-up and failed every send."""
+    message = refusal(monkeypatch, AzureWebJobsStorage=value)
+
+    assert message.startswith("invalid app settings: AzureWebJobsStorage: ")
+    assert words in message
+    assert "s3cr3t" not in message
+    assert ACCOUNT_KEY not in message
+
+
+@pytest.mark.parametrize("value", GOOD_STORAGE_STRINGS.values(), ids=GOOD_STORAGE_STRINGS.keys())
+def test_storage_connection_strings_the_sdk_reads_start(monkeypatch, value):
+    assert read_settings(monkeypatch, AzureWebJobsStorage=value).storage_connection_string == value
+
+
+@pytest.mark.parametrize("setting", ["AzureWebJobsStorage__queueServiceUri", "AzureWebJobsStorage__blobServiceUri"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "acct.queue.core.windows.net",
+        "ftp://acct.queue.core.windows.net",
+        "https://",
+        "https://a b.net",
+        "https://h:99999",
+    ],
+)
+def test_a_service_endpoint_that_is_not_an_absolute_url_stops_the_start_up(monkeypatch, setting, value):
+    message = refusal(monkeypatch, **{setting: value})
+
+    assert (
+        message
+        == f"invalid app settings: {setting}: must be an absolute http(s) URL, like https://account.queue.core.windows.net"
+    )
+
+
+@pytest.mark.parametrize(
+    "value", ["my-identity", "00000000-0000-0000-0000-00000000000", "{00000000-0000-0000-0000-000000000000}"]
+)
+def test_a_client_id_that_is_not_a_guid_stops_the_start_up(monkeypatch, value):
+    """ManagedIdentityCredential takes any string, and fails the first token request with it: every send."""
+    message = refusal(monkeypatch, AzureWebJobsStorage__clientId=value)
+
+    assert message.startswith("invalid app settings: AzureWebJobsStorage__clientId: must be the client id (a GUID")
+
+
+def test_service_endpoints_and_a_client_id_as_infra_sets_them_start(monkeypatch):
+    settings = read_settings(
+        monkeypatch,
+        AzureWebJobsStorage__queueServiceUri="https://acct.queue.core.windows.net",
+        AzureWebJobsStorage__blobServiceUri="https://acct.blob.core.windows.net/",
+        AzureWebJobsStorage__clientId="8f3c2a10-5b7e-4d2c-9a61-0c4e2f7b9d13",
+    )
+    assert settings.storage_client_id == "8f3c2a10-5b7e-4d2c-9a61-0c4e2f7b9d13"
 
 
 QUEUES = ["NOTIFICATIONS_QUEUE", "REPORTS_QUEUE", "CHECKS_QUEUE"]

@@ -14,7 +14,7 @@ from shared.ingestion import authentication
 from shared.instants import utc_now
 from shared.store import schema
 from shared.store.retries import THROTTLED_SPREAD_S
-from tests.api import ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
+from tests.api import SPEC, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
 from tests.heartbeats import counted
 from tools.local_host import invoking_thread_name
 
@@ -143,12 +143,14 @@ def test_a_bottle_lost_from_the_store_during_its_rotation_is_a_503_to_retry_and_
 def test_a_bottle_lost_from_the_store_after_its_insert_met_it_is_a_503_to_retry_and_logged_saying_so(
     db, monkeypatch, caplog
 ):
-    """A PUT's insert meets the bottle already there (a duplicate `_id`), then its update finds none: the store
-    lost it in between. The same 503 with a short Retry-After, and a line saying where."""
-    provisioned("bottle-1")
+    """A PUT's insert meets the bottle already there (a duplicate `_id`: a racing create landed after the PUT read
+    no bottle), then its update finds none: the store lost it in between. The same 503 with a short Retry-After,
+    and a line saying where."""
     real_insert = provisioning._insert_new
 
-    def lost_after_the_insert(inserting_db: Any, bottle: dict[str, Any]) -> bool:
+    def lost_after_the_insert(inserting_db: Any, bottle: Any) -> bool:
+        racing_create = dict(bottle, key_hash="a racing create's")
+        assert real_insert(inserting_db, racing_create)
         inserted = real_insert(inserting_db, bottle)
         inserting_db[schema.BOTTLES].delete_one({"_id": bottle["_id"]})
         return inserted
@@ -163,6 +165,29 @@ def test_a_bottle_lost_from_the_store_after_its_insert_met_it_is_a_503_to_retry_
     assert 1 <= int(response.headers["Retry-After"]) <= 1 + THROTTLED_SPREAD_S
     logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert "provision_bottle store unavailable: the bottle was not found after its insert; retry" in logged, logged
+
+
+def test_a_bottle_lost_from_the_store_after_its_put_read_it_is_a_503_to_retry_and_logged_saying_so(
+    db, monkeypatch, caplog
+):
+    """A PUT reads the bottle (to tell a change from a retry), then its update finds none: the store lost it in
+    between. A 503 with a short Retry-After, and a line saying where."""
+    provisioned("bottle-1")
+    real_compare = provisioning._registry_unchanged
+
+    def lost_after_the_read(stored: Any, registry: Any) -> bool:
+        db[schema.BOTTLES].delete_one({"_id": "bottle-1"})
+        return real_compare(stored, registry)
+
+    monkeypatch.setattr(provisioning, "_registry_unchanged", lost_after_the_read)
+
+    with caplog.at_level(logging.WARNING):
+        response = put_bottle("bottle-1", {**SPEC, "medication": "Tri-ox"})
+
+    assert response.status == 503
+    assert 1 <= int(response.headers["Retry-After"]) <= 1 + THROTTLED_SPREAD_S
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "provision_bottle store unavailable: the bottle was not found after its read; retry" in logged, logged
 
 
 def test_a_bottle_stored_before_key_versions_keeps_its_key_and_takes_its_next_rotation(db):

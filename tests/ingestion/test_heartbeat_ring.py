@@ -14,6 +14,7 @@ from bson.int64 import Int64
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shared.device_time import MAX_FUTURE_SKEW
 from shared.heartbeat_document import (
     ALIVE_AT,
     FIELD_NAMES,
@@ -225,6 +226,66 @@ def test_an_earlier_owner_is_kept_while_its_heartbeats_are_in_the_window_and_dro
 
     assert bottle.document.get(OWNERS) == []  # its heartbeats all left the window: nothing kept of it
     assert bottle.document["user_id"] == "newowner"
+
+
+@pytest.mark.parametrize(
+    ("after_the_margin", "kept"),
+    [(timedelta(0), False), (timedelta(milliseconds=1), True)],
+    ids=["until at the window's start less the skew: dropped", "a millisecond later: kept"],
+)
+def test_an_earlier_owner_is_dropped_exactly_when_the_window_s_start_less_the_device_skew_passes_it(
+    bottle, after_the_margin, kept
+):
+    """A heartbeat received before a reassignment may be dated up to MAX_FUTURE_SKEW after it, and the tally then
+    recomputes that owner's part of the hour (shared/reports/documents.py: heartbeat_parts): a ring write keeps an
+    earlier owner until its `until` is at least MAX_FUTURE_SKEW before the window's first hour, no longer. Both
+    sides of the edge, so that any other margin (none, its sign turned, twice as wide) fails one of them."""
+    day = T0.replace(hour=0, minute=0, second=0)
+    last = day + timedelta(days=1, hours=7, minutes=30)  # the window (24 hours, whole fields) starts at 08:00
+    start = bottle.window.start(hour_number(last))
+    assert start == day + timedelta(hours=8)
+    reassigned = start - MAX_FUTURE_SKEW + after_the_margin  # 07:55:00, or 07:55:00.001
+    set_clock(lambda: reassigned)
+    try:
+        assert put_bottle("bottle-1", {**SPEC, "user_id": "newowner"}).status == 200
+    finally:
+        set_clock(None)
+    assert bottle.document[OWNERS] == [{"user_id": SPEC["user_id"], "until": reassigned}]
+
+    # Ring writes at most MAX_GAP_HOURS apart (a longer gap goes the slow way, which writes no `$pull`).
+    for moment in (reassigned + timedelta(minutes=2), day + timedelta(hours=18), day + timedelta(hours=29), last):
+        bottle.send(moment, now=moment)
+
+    assert bottle.document[OWNERS] == ([{"user_id": SPEC["user_id"], "until": reassigned}] if kept else [])
+
+
+def test_a_reassignment_on_an_instance_whose_clock_is_behind_never_moves_the_ring_s_clock_back(bottle, monkeypatch):
+    """`r` is the server time of the ring's last write, the latest of every instance's: a reassignment on an
+    instance 3 minutes behind the one that wrote the last heartbeat (clock skew between instances) keeps the
+    later time. Moved back across the hour, it would refuse the in-place write of a heartbeat MAX_GAP_HOURS after
+    the last one (`r` too old: the ring-write guard) and send it the slow way (a read and a second write)."""
+    written = T0 + timedelta(hours=2, seconds=30)  # 08:01:00 on the instance ahead
+    bottle.send(written - timedelta(seconds=20), now=written)
+    reassigned = written - timedelta(minutes=3)  # 07:58:00 on the instance behind
+    set_clock(lambda: reassigned)
+    try:
+        assert put_bottle("bottle-1", {**SPEC, "user_id": "newowner"}).status == 200
+    finally:
+        set_clock(None)
+
+    assert bottle.document[RING_TIME] == written
+    slow_ways: list[object] = []
+    read_for_key = storing._read_for_key
+
+    def the_slow_way(*args: Any) -> Any:  # the read after the in-place write matched nothing
+        slow_ways.append(args)
+        return read_for_key(*args)
+
+    monkeypatch.setattr(storing, "_read_for_key", the_slow_way)
+    twelve_hours_on = hour_start(hour_number(written) + MAX_GAP_HOURS) + timedelta(seconds=40)  # 20:00:40
+    assert bottle.send(twelve_hours_on, now=twelve_hours_on) == 1
+    assert slow_ways == []
+    assert bottle.counted == [slot_start(written - timedelta(seconds=20)), slot_start(twelve_hours_on)]
 
 
 def test_a_reassignment_counts_from_the_start_of_its_5_minute_slot(bottle):

@@ -1,6 +1,7 @@
 """The NCRONTAB schedules the local host and the simulator run timers on."""
 
-from datetime import datetime
+import itertools
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -84,3 +85,32 @@ def test_a_malformed_expression_is_refused_naming_the_field(expression, words):
     with pytest.raises(ValueError, match="NCRONTAB") as refused:
         Schedule.parse(expression)
     assert words in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("expression", "shortest"),
+    [
+        ("0 */5 * * * *", timedelta(minutes=5)),
+        ("*/30 * * * * *", timedelta(seconds=30)),
+        ("0 0,57 0,23 * * *", timedelta(minutes=3)),  # 23:57 to 00:00 the next day, not 57 minutes within one
+        ("0 0,30 23 * * Fri", timedelta(minutes=30)),
+        ("0 0 9 * * Mon-Fri", timedelta(days=1)),
+        ("0 0 9 * * Mon", timedelta(days=7)),
+        ("0 0 0 29 2 *", timedelta(days=4 * 365 + 1)),
+        ("0 0 0 29 2 Mon", timedelta(days=4382)),  # 12 years apart at best: a Monday 29 February is rare
+    ],
+)
+def test_the_shortest_interval_between_two_firings(expression, shortest):
+    """What the settings hold CHECK_LATE_DOSES_SPREAD_MINUTES under: across midnight and rare dates too."""
+    assert Schedule.parse(expression).shortest_interval() == shortest
+
+
+@pytest.mark.parametrize("expression", ["0 0,57 0,23 * * *", "0 15 8,20 * * Sat,Sun", "0 0 12 1,2,31 * *"])
+def test_the_shortest_interval_is_the_smallest_gap_between_firings_one_after_another(expression):
+    schedule = Schedule.parse(expression)
+    firings = [datetime(2026, 1, 1)]
+    while len(firings) < 1500:
+        firings.append(schedule.next_after(firings[-1]))
+    gaps = [later - earlier for earlier, later in itertools.pairwise(firings[1:])]
+
+    assert schedule.shortest_interval() == min(gaps)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from functions import start_up
 from shared.store.command_line import CommandFailed
 from tools.host import protocol, tracing
 
@@ -167,6 +168,9 @@ class _Worker:
 
 
 _WORKER = _Worker()
+# Whoever runs the app here installs its store, queues and archive (use_client, use_sender, use_archive): the
+# app's start-up check requires none of them of the settings (functions/start_up.py).
+start_up.served_by_the_local_host()
 
 
 def runtime_version() -> str:
