@@ -281,14 +281,15 @@ INGESTION_STEADY = "Ingestion, one event per request at steady state"
 
 
 def measured_http_cpu_ms(tables: list[Table]) -> float | None:
-    """The CPU a one-event request took through the Functions runtime (benchmarks/runtime_cost.py: the
-    Functions side alone, the store in another process), else in the ingestion benchmark (the app, its largest
-    fleet, the in-process store included: an upper bound), or None."""
+    """The CPU a heartbeat request took through the Functions runtime (benchmarks/runtime_cost.py: a provisioned
+    bottle's, one database command, the Functions side alone, the store in another process), else a one-event
+    request in the ingestion benchmark (the app, its largest fleet, the in-process store included: an upper
+    bound), or None."""
     for table in tables:
         if table.title.startswith(runtime_cost.TITLE):
             for row in table.rows:
                 if (table.column(row, "requests"), table.column(row, "invoked")) == (
-                    runtime_cost.SINGLE,
+                    runtime_cost.HEARTBEAT,
                     runtime_cost.RUNTIME,
                 ):
                     return _number(table.column(row, "CPU ms/request"))
