@@ -552,8 +552,8 @@ def functions_bill(
 ) -> FunctionsBill:
     """The cheapest hosting of the design scale's work that fits: everything on Flex Consumption, or the HTTP
     requests on an allocated plan's instances (each size of `sizes`) and the background on Flex Consumption. An
-    option fits when its instances are within one plan's limit and this deployment can run the app on it; on a
-    tie, the fewer instances (more room within the limit)."""
+    option fits when its instances are within LIMIT_HEADROOM of one plan's limit and this deployment can run the
+    app on it; on a tie, the fewer instances (more room within the limit)."""
     memory, all_flex, flex_cost, by_memory = flex_bill(requests, work, price)
     options = [Hosting(FLEX_PLAN_NAME, None, http_group_of(all_flex).instances, flex_cost, True)]
     bg_memory, background, bg_cost, bg_by_memory = flex_bill(requests, work, price, http=False)
