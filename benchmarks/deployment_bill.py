@@ -189,6 +189,7 @@ class Group:
     executions_per_second: float
     instances: float
     always_ready: int = 0
+    processes: int = PYTHON_WORKER_PROCESSES  # Python worker processes an instance runs (each samples on its own)
 
     def gb_seconds(self, memory_mb: int) -> float:
         """GB-seconds a month its instances execute."""
@@ -565,7 +566,10 @@ def functions_bill(
     if not chosen.split:
         return FunctionsBill(memory, all_flex, flex_cost, by_memory, list(requests), chosen, options)
     rate = sum(r.per_second for r in requests)
-    http_group = Group(f"HTTP (device events), on {chosen.name}", rate, chosen.instances, int(chosen.instances))
+    processes = min(chosen.size.cores, MAX_WORKER_PROCESSES) if chosen.size else PYTHON_WORKER_PROCESSES
+    http_group = Group(
+        f"HTTP (device events), on {chosen.name}", rate, chosen.instances, int(chosen.instances), processes
+    )
     return FunctionsBill(bg_memory, [http_group, *background], chosen.cost, bg_by_memory, list(requests), chosen,
                          options)  # fmt: skip
 

@@ -225,6 +225,7 @@ def test_the_design_scale_runs_its_http_requests_on_the_cheapest_plan_that_fits_
     assert all(found.cost.total <= o.cost.total for o in found.options if o.fits)
     http = bill.http_group(found)
     assert http.instances == found.hosting.instances
+    assert http.processes == 8  # a Python worker process a core: what each instance's telemetry is sampled by
     assert found.cost.allocated == pytest.approx(found.hosting.instances * 452.60)
     assert found.cost.on_demand_executions < 1_000  # the background's executions alone
     text = bill.functions_markdown(found)
