@@ -15,6 +15,13 @@ the seeds' approach measured in the same run:
 - per bottle in trouble a check's sweep finds (and per run that finds none), beside one query per bottle.
 
     python -m benchmarks.costs [--quick]
+    python -m benchmarks.costs --record     measure at full size, and rewrite benchmarks/cost_record.json
+
+The bill's headline is priced from a recorded measurement at full size (RECORD, written by `--record` and by every
+full `./dev bench`), never from a quick run's smaller passes, whose per-unit costs differ a little (fuller pages, other
+id lengths): so `./dev bench --quick`, a full run, README.md and docs/costs.md give the same dollars for the same
+code. Every run prints its own measurement's Cosmos DB bill beside the record's, with the difference
+(benchmarks/suite.py); a large one says the record is stale: re-record it.
 
 Costs are measured in their own passes: the meter reads every written document aside (before and after), which
 slows a run down. Nothing here is timed.
@@ -27,6 +34,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import azure.functions as func
@@ -353,6 +361,46 @@ class Costs:
             calls={kind: u[kind].commands / max(u[kind].units, 1) for kind in CALLS if kind in u},
         )
 
+    def to_json(self) -> dict[str, Any]:
+        """The measurement as plain JSON (RECORD)."""
+        units = {
+            name: {"units": unit.units, "commands": unit.commands, "base": unit.cost.base,
+                   "queries": {c: {str(reach): n for reach, n in by.items()} for c, by in unit.cost.queries.items()}}
+            for name, unit in sorted(self.units.items())
+        }  # fmt: skip
+        return {"units": units, "sizes": dict(sorted(self.sizes.items())), "notes": dict(sorted(self.notes.items()))}
+
+    @classmethod
+    def from_json(cls, found: dict[str, Any]) -> "Costs":
+        units = {
+            name: PerUnit(
+                int(unit["units"]),
+                UnitCost(
+                    {c: float(ru) for c, ru in unit["base"].items()},
+                    {c: {int(reach): float(n) for reach, n in by.items()} for c, by in unit["queries"].items()},
+                ),
+                int(unit["commands"]),
+            )
+            for name, unit in found["units"].items()
+        }
+        return cls(units, {k: float(v) for k, v in found["sizes"].items()}, dict(found.get("notes", {})))
+
+
+RECORD = Path(__file__).with_name("cost_record.json")
+
+
+def write_record(costs: "Costs", path: Path = RECORD) -> None:
+    path.write_text(json.dumps(costs.to_json(), indent=1) + "\n")
+
+
+def load_record(path: Path = RECORD) -> "Costs":
+    """The recorded full-size measurement the bill is priced from; a broken record fails here, naming the file."""
+    try:
+        return Costs.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        problem = f"{path}: not a cost record ({error}); python -m benchmarks.costs --record makes one"
+        raise ValueError(problem) from error
+
 
 CALLS = ("heartbeat", "opened", "closed", "actions feed")  # the commands a unit takes, for the Functions bill
 
@@ -416,9 +464,15 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m benchmarks.costs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="smaller passes")
+    parser.add_argument("--record", action="store_true", help=f"measure at full size and write {RECORD.name}")
     args = parser.parse_args(argv)
+    if args.quick and args.record:
+        parser.error("--record measures at full size: not with --quick")
     costs = measure(args.quick)
     table(costs)
+    if args.record:
+        write_record(costs)
+        print(f"written to {RECORD}")
 
 
 if __name__ == "__main__":

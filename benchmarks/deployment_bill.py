@@ -1,15 +1,16 @@
-"""The whole deployment's bill beside Cosmos DB's (benchmarks/design_scale.py): the Functions app on Flex
-Consumption, priced from the work the design scale brings (~18 K HTTP requests a second, the report and check
-workers, the timers) and the CPU a request takes; each price with the page it was read from and the date it was
-read (READ_ON), each rule with a worked example from its page that tests/benchmarks/test_deployment_bill.py checks.
+"""The whole deployment's bill beside Cosmos DB's (benchmarks/design_scale.py): the Functions app's hosting, chosen
+by the load (Flex Consumption, Elastic Premium EP1-EP3 or a Dedicated plan for the HTTP requests, the background on
+Flex Consumption), the queues, Key Vault, telemetry and the archive; each price with the page it was read from and
+the date it was read (READ_ON, HOSTING_READ_ON), each rule with a worked example from its page that
+tests/benchmarks/test_deployment_bill.py checks.
 
-What decides the Functions bill: Flex Consumption bills each instance's memory for the time it executes functions
-(GB-seconds) and each execution; always-ready instances bill a lower rate while busy and a baseline while idle. An
-HTTP instance takes `httpPerInstanceConcurrency` requests at once, and the platform adds instances as requests wait,
-so the count follows the CPU a request takes (the instance's CPU queue, M/M/1) and its database round trips.
-HTTP_CPU_MS is the one input to swap in when the ingestion benchmark measures invocations through the Functions
-runtime; until then `./dev bench` passes the CPU per request its ingestion benchmark measures (the app's and the
-in-process store's together: an upper bound for the app alone).
+What decides the Functions bill: the design scale's ~18 K HTTP requests a second are steady all day. On Flex
+Consumption each is an execution ($0.40 a million) and its instance's memory bills while it executes; on Elastic
+Premium or a Dedicated plan there is no execution charge, and the instances allocated bill all month whatever they
+do. How many instances a plan needs follows the CPU a request takes: the Python worker's, from a recorded calibration
+(benchmarks/cpu_calibration.json, never the machine that runs the bench: the headline must not move with it), and the
+Functions host's own, which nothing here can measure (HOST_CPU_MS: an assumption with its sources and a range, the
+bill printed at both ends).
 """
 
 import json
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from benchmarks import design_scale
+from benchmarks import cpu_calibration, design_scale
 from shared.settings import Settings
 from tools.costs import telemetry
 from tools.costs.billing import HOURS_PER_MONTH, PRICE, RESERVED_MAX_DISCOUNT, archive_bill
@@ -110,16 +111,17 @@ RULES: tuple[Rule, ...] = (
 )
 
 ASSUMPTIONS: tuple[str, ...] = (
-    "HTTP_CPU_MS: the CPU a request takes; until the ingestion benchmark measures invocations through the "
-    "Functions runtime, the CPU per event its one-event-per-request run measures (the app's and the in-process "
-    "store's together: an upper bound for the app alone; the host's own share not in it).",
+    "The CPU a request takes in the Python worker: benchmarks/cpu_calibration.json, a recorded run of "
+    "benchmarks/runtime_cost.py (a heartbeat and an opened/closed event, each to a provisioned bottle, through the "
+    "pinned runtime; the store in another process), not the machine that runs the bench.",
+    "HOST_CPU_MS: the Functions host's own CPU a request (the .NET process in front of the worker), which nothing "
+    "here can measure: 1.2 ms, within 0.08 to 2.4 ms (HOST_CPU_SOURCES); the bill is printed at both ends.",
     "DB_CALL_MS: a database round trip in the region, ~5 ms (Cosmos DB answers in single-digit milliseconds).",
     "A queue-triggered instance takes batchSize + newBatchThreshold messages at once (host.json), and a check "
     "run that finds little takes CHECK_RUN_SECONDS, the 1 s an active period bills at least.",
     "The users' own reads (their reports and notifications) are in neither bill: the design gives no rate.",
 )
 
-HTTP_CPU_MS = 3.29  # benchmarks/RESULTS.md (2026-11-24): the app, one event a request, 20,000 bottles
 DB_CALL_MS = 5.0
 HTTP_CONCURRENCY = 16  # infra/modules/functionapp.bicep httpPerInstanceConcurrency
 PYTHON_WORKER_PROCESSES = 1  # the app sets no FUNCTIONS_WORKER_PROCESS_COUNT: one Python process an instance
@@ -187,6 +189,7 @@ class Group:
     executions_per_second: float
     instances: float
     always_ready: int = 0
+    processes: int = PYTHON_WORKER_PROCESSES  # Python worker processes an instance runs (each samples on its own)
 
     def gb_seconds(self, memory_mb: int) -> float:
         """GB-seconds a month its instances execute."""
@@ -205,6 +208,7 @@ class Cost:
     baseline: float = 0.0
     always_ready_time: float = 0.0
     always_ready_executions: float = 0.0
+    allocated: float = 0.0  # Elastic Premium or Dedicated instances, billed all month whatever they do
 
     @property
     def total(self) -> float:
@@ -214,6 +218,17 @@ class Cost:
             + self.baseline
             + self.always_ready_time
             + self.always_ready_executions
+            + self.allocated
+        )
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(
+            self.on_demand_time + other.on_demand_time,
+            self.on_demand_executions + other.on_demand_executions,
+            self.baseline + other.baseline,
+            self.always_ready_time + other.always_ready_time,
+            self.always_ready_executions + other.always_ready_executions,
+            self.allocated + other.allocated,
         )
 
 
@@ -289,16 +304,207 @@ def groups(requests: Sequence[Requests], work: Workload, memory_mb: int) -> list
     return [http, reports, checks, timers]
 
 
+# --- hosting the HTTP requests: Flex Consumption, Elastic Premium, Dedicated ---------------------------------
+
+HOSTING_READ_ON = "2026-11-28"  # the date the hosting pages below were read
+PREMIUM_PLAN = "https://learn.microsoft.com/azure/azure-functions/functions-premium-plan"
+FUNCTIONS_SCALE = "https://learn.microsoft.com/azure/azure-functions/functions-scale"
+DEDICATED_PLAN = "https://learn.microsoft.com/azure/azure-functions/dedicated-plan"
+PYTHON_SCALE = "https://learn.microsoft.com/azure/azure-functions/python-scale-performance-reference"
+CONTENT_SHARE = (
+    "https://learn.microsoft.com/azure/azure-functions/functions-app-settings#website_contentazurefileconnectionstring"
+)
+DISABLE_FUNCTION = "https://learn.microsoft.com/azure/azure-functions/disable-function"
+PREMIUM_PRICE_SOURCE = (
+    f"{FLEX_PRICING} (Premium plan: vCPU $0.173 an hour, memory $0.0123 a GB-hour, pay as you go; the page as the "
+    "search tool stores it shows its prices as '$-', so these are its table as two public notes copy it, in "
+    "English and in Spanish, alike)"
+)
+DEDICATED_PRICE_SOURCE = (
+    "https://azure.microsoft.com/pricing/details/app-service/linux/ (Premium v3, Linux: P1v3 ~$0.155 an hour, "
+    "P2v3 ~$0.310; NOT read from a Microsoft page: the stored pricing page shows no prices, and these are a "
+    "public note's copy of it; other public tables give $83 to $124 a month for P1v3. The least grounded price "
+    "of the bill: check it in the pricing calculator for your region before deploying)"
+)
+HOST_CPU_SOURCES = (
+    "https://github.com/Azure/azure-functions-host/pull/8281 (2022-07-06: an HTTP function that only answers 200, "
+    ".NET isolated worker, on a one-core P1V2: 401 to 416 requests a second, 2.4 ms of a core a request for the "
+    "host and a worker together: the high end); https://github.com/Azure/azure-functions-host/pull/7908 (the host "
+    "with an in-process function in a lab, 13,126 requests a second on about one core: 0.08 ms, the low end)"
+)
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    """The Functions host's own CPU a request, milliseconds: what the bill assumes, and the range it is printed at."""
+
+    low: float
+    assumed: float
+    high: float
+    source: str = HOST_CPU_SOURCES
+
+
+# The assumption: half the high end's host-and-worker figure is the host's (the worker there did next to nothing, but
+# has its own gRPC and HTTP pipeline). Calibrate it in the first days (docs/costs.md: The host's own cost).
+HOST_CPU_MS = HostCpu(low=0.08, assumed=1.2, high=2.4)
+TARGET_CPU = 0.7  # the share of an allocated instance's cores the steady load may use: headroom for the peaks
+LIMIT_HEADROOM = 0.8  # the share of a plan's instance limit an option may use: room to grow a fifth before it is full
+MAX_WORKER_PROCESSES = 10  # FUNCTIONS_WORKER_PROCESS_COUNT's maximum (PYTHON_SCALE)
+THREADS_PER_PROCESS = 16  # PYTHON_THREADPOOL_THREAD_COUNT, as deployed
+FLEX_PLAN_NAME = "Flex Consumption"
+PREMIUM_PLAN_NAME = "Elastic Premium"
+DEDICATED_PLAN_NAME = "Dedicated (App Service Premium v3)"
+
+
+@dataclass(frozen=True)
+class Size:
+    """An instance size of a plan that bills allocated instances: its cores and memory, what an instance costs a
+    month, the most instances one plan may have, and whether this deployment can run the app on it."""
+
+    name: str
+    plan: str
+    cores: int
+    memory_gb: float
+    monthly: float
+    max_instances: int
+    price_source: str
+    blocked: str = ""  # why this deployment cannot use it ("": it can)
+
+
+def premium_size(name: str, cores: int, memory_gb: float) -> Size:
+    hourly = cores * 0.173 + memory_gb * 0.0123
+    return Size(
+        name,
+        PREMIUM_PLAN_NAME,
+        cores,
+        memory_gb,
+        hourly * HOURS_PER_MONTH,
+        PREMIUM_LINUX_MAX_INSTANCES,
+        PREMIUM_PRICE_SOURCE,
+        blocked=(
+            "its app needs an Azure Files content share reached with a storage key "
+            "(WEBSITE_CONTENTAZUREFILECONNECTIONSTRING; Azure Files takes no managed identity), and this "
+            "deployment's storage has shared keys off"
+        ),
+    )
+
+
+# A plan's instances on Linux: 20 in most regions, up to 100 in a few (PREMIUM_PLAN: Region max scale-out); the
+# bill keeps within the 20 every region with Linux Premium gives.
+PREMIUM_LINUX_MAX_INSTANCES = 20
+DEDICATED_MAX_INSTANCES = 30  # FUNCTIONS_SCALE: Dedicated plan 10 to 30 instances (Premium v3: 30)
+SIZES: tuple[Size, ...] = (
+    premium_size("EP1", 1, 3.5),
+    premium_size("EP2", 2, 7.0),
+    premium_size("EP3", 4, 14.0),
+    *(
+        Size(name, DEDICATED_PLAN_NAME, cores, 4.0 * cores, hourly * HOURS_PER_MONTH, DEDICATED_MAX_INSTANCES,
+             DEDICATED_PRICE_SOURCE)
+        for name, cores, hourly in (("P1v3", 2, 0.155), ("P2v3", 4, 0.310), ("P3v3", 8, 0.620))
+    ),
+)  # fmt: skip
+
+RULES = (
+    *RULES,
+    Rule(
+        "Elastic Premium",
+        "no execution charge: the plan bills the cores and memory of every instance allocated, per second, at least "
+        "one all the time; EP1, EP2, EP3 are 1, 2, 4 cores and 3.5, 7, 14 GB; one plan scales out to 20 to 100 "
+        "instances on Linux by region",
+        f"{PREMIUM_PLAN} (Billing; Available instance SKUs; Region max scale-out), read {HOSTING_READ_ON}; "
+        f"{PREMIUM_PRICE_SOURCE}",
+        "an EP1 all month: (1 x $0.173 + 3.5 x $0.0123) x 730 = $157.72; an EP3 (4 x $0.173 + 14 x $0.0123) x 730 = "
+        "$630.87: the same per core",
+    ),
+    Rule(
+        "Dedicated (App Service) plan",
+        "the app runs on the plan's instances at its regular rate, no execution charge, scaled by hand or by "
+        "autoscale rules (no event-driven scale), Always On; a Premium v3 plan has up to 30 instances",
+        f"{DEDICATED_PLAN}; {FUNCTIONS_SCALE} (Scale: Dedicated plan 10 to 30), read {HOSTING_READ_ON}; "
+        f"{DEDICATED_PRICE_SOURCE}",
+        "a P3v3 (8 cores, 32 GB) all month: 4 x $0.155 x 730 = $452.60",
+    ),
+    Rule(
+        "Python worker processes",
+        "each instance runs FUNCTIONS_WORKER_PROCESS_COUNT Python worker processes (1 to 10), each with its thread "
+        "pool: one process uses one core, so an instance of n cores runs n of them",
+        f"{PYTHON_SCALE} (FUNCTIONS_WORKER_PROCESS_COUNT: maximum 10), read {HOSTING_READ_ON}",
+        "a P3v3 of 8 cores: 8 processes of 16 threads, 128 requests at once",
+    ),
+    Rule(
+        "one package, two apps",
+        "the same code runs as two apps, each with the functions it does not host turned off by the app setting "
+        "AzureWebJobs.<FUNCTION_NAME>.Disabled = true (a disabled HTTP function answers 404 to other keys than "
+        "the master key)",
+        f"{DISABLE_FUNCTION}, read {HOSTING_READ_ON}",
+        "the HTTP app: AzureWebJobs.aggregate_reports.Disabled = true, ...; the background app: "
+        "AzureWebJobs.post_events.Disabled = true, ...",
+    ),
+)
+
+
+def allocated_instances(requests: Sequence[Requests], size: Size) -> int:
+    """The instances of `size` the requests need, allocated all month: their CPU (worker and host) at TARGET_CPU of
+    the instances' cores, and their requests under way within the worker processes' threads."""
+    rate = sum(r.per_second for r in requests)
+    if rate <= 0:
+        return 1
+    cpu = sum(r.per_second * r.cpu_ms for r in requests) / 1000  # cores busy
+    io = sum(r.per_second * r.io_ms for r in requests) / 1000
+    by_cpu = math.ceil(cpu / (size.cores * TARGET_CPU) - 1e-9)
+    slots = min(size.cores, MAX_WORKER_PROCESSES) * THREADS_PER_PROCESS
+    by_threads = math.ceil((io + cpu / TARGET_CPU) / slots - 1e-9)
+    return max(1, by_cpu, by_threads)
+
+
+@dataclass(frozen=True)
+class Hosting:
+    """Where the HTTP requests run, and what that costs a month: Flex Consumption (one app, every function), or
+    `instances` of an allocated `size` (an app of its own; the background stays on Flex Consumption)."""
+
+    plan: str
+    size: Size | None  # None: Flex Consumption
+    instances: float
+    cost: Cost
+    fits: bool
+    why_not: str = ""
+
+    @property
+    def name(self) -> str:
+        return FLEX_PLAN_NAME if self.size is None else f"{self.plan} {self.size.name}"
+
+    @property
+    def split(self) -> bool:
+        return self.size is not None
+
+
+def allocated_hosting(requests: Sequence[Requests], size: Size) -> Hosting:
+    """The HTTP requests on `size`: the instances they need (and the one prewarmed instance an Elastic Premium
+    plan adds as a buffer when it scales, billed too), whether they fit the plan (within LIMIT_HEADROOM of its
+    instance limit) and this deployment."""
+    instances = allocated_instances(requests, size)
+    billed = instances + (1 if size.plan == PREMIUM_PLAN_NAME else 0)
+    room = math.floor(size.max_instances * LIMIT_HEADROOM)
+    reasons = [size.blocked] if size.blocked else []
+    if instances > room:
+        reasons.append(f"needs {instances} instances, a plan has {size.max_instances} ({room} with room to grow)")
+    why_not = "; and ".join(reasons)
+    return Hosting(size.plan, size, instances, Cost(allocated=billed * size.monthly), not why_not, why_not)
+
+
 @dataclass(frozen=True)
 class FunctionsBill:
-    """The Functions part of the bill: the instance memory chosen, the groups with their always-ready
-    instances, and what they cost a month (with each size's cost, for the choice)."""
+    """The Functions part of the bill: the hosting of the HTTP requests chosen (`hosting`; every option priced in
+    `options`), the background's Flex Consumption instance memory, the groups (the HTTP one on its plan) with
+    their always-ready instances, and what they cost a month (with each Flex memory size's cost)."""
 
     memory_mb: int
     groups: list[Group]
     cost: Cost
     by_memory: dict[int, float] = field(default_factory=dict)
     requests: list[Requests] = field(default_factory=list)
+    hosting: Hosting | None = None
+    options: list[Hosting] = field(default_factory=list)
 
     @property
     def calls_per_request(self) -> float:
@@ -318,20 +524,76 @@ class FunctionsBill:
     def peak_instances(self) -> int:
         return math.ceil(sum(g.instances for g in self.groups))
 
+    @property
+    def split(self) -> bool:
+        return self.hosting is not None and self.hosting.split
 
-def functions_bill(requests: Sequence[Requests], work: Workload, price: FlexPrice = FLEX) -> FunctionsBill:
-    """The cheaper instance memory for the design scale's work, each group on its cheaper always-ready count."""
+    @property
+    def background_instances(self) -> float:
+        """The Flex Consumption instances busy on average (all of them, HTTP too, when it is not split)."""
+        return sum(g.instances for g in self.groups if not (self.split and g.name.startswith("HTTP")))
+
+
+def flex_bill(requests: Sequence[Requests], work: Workload, price: FlexPrice = FLEX, *, http: bool = True
+              ) -> tuple[int, list[Group], Cost, dict[int, float]]:  # fmt: skip
+    """Every group on Flex Consumption (`http` False: all but the HTTP one) on the cheaper instance memory, the HTTP
+    group on its cheaper always-ready count: (memory, groups, cost, each memory's cost)."""
     bills = {}
     for memory in MEMORY_SIZES:
         found = [with_always_ready(g, memory, price) if g.name.startswith("HTTP") else g
-                 for g in groups(requests, work, memory)]  # fmt: skip
+                 for g in groups(requests, work, memory) if http or not g.name.startswith("HTTP")]  # fmt: skip
         bills[memory] = (found, monthly(found, memory, price))
     memory = min(MEMORY_SIZES, key=lambda m: (bills[m][1].total, m))
     chosen, cost = bills[memory]
-    return FunctionsBill(memory, chosen, cost, {m: c.total for m, (_, c) in bills.items()}, list(requests))
+    return memory, chosen, cost, {m: c.total for m, (_, c) in bills.items()}
+
+
+def functions_bill(
+    requests: Sequence[Requests], work: Workload, price: FlexPrice = FLEX, sizes: Sequence[Size] = SIZES
+) -> FunctionsBill:
+    """The cheapest hosting of the design scale's work that fits: everything on Flex Consumption, or the HTTP
+    requests on an allocated plan's instances (each size of `sizes`) and the background on Flex Consumption. An
+    option fits when its instances are within LIMIT_HEADROOM of one plan's limit and this deployment can run the
+    app on it; on a tie, the fewer instances (more room within the limit)."""
+    memory, all_flex, flex_cost, by_memory = flex_bill(requests, work, price)
+    options = [Hosting(FLEX_PLAN_NAME, None, http_group_of(all_flex).instances, flex_cost, True)]
+    bg_memory, background, bg_cost, bg_by_memory = flex_bill(requests, work, price, http=False)
+    for size in sizes:
+        http = allocated_hosting(requests, size)
+        options.append(replace(http, cost=http.cost + bg_cost))
+    fitting = [o for o in options if o.fits]
+    chosen = min(fitting, key=lambda o: (round(o.cost.total, 2), o.instances))
+    if not chosen.split:
+        return FunctionsBill(memory, all_flex, flex_cost, by_memory, list(requests), chosen, options)
+    rate = sum(r.per_second for r in requests)
+    processes = min(chosen.size.cores, MAX_WORKER_PROCESSES) if chosen.size else PYTHON_WORKER_PROCESSES
+    http_group = Group(
+        f"HTTP (device events), on {chosen.name}", rate, chosen.instances, int(chosen.instances), processes
+    )
+    return FunctionsBill(bg_memory, [http_group, *background], chosen.cost, bg_by_memory, list(requests), chosen,
+                         options)  # fmt: skip
+
+
+def http_group_of(found: Sequence[Group]) -> Group:
+    return next(g for g in found if g.name.startswith("HTTP"))
 
 
 # --- at the design scale -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestCpu:
+    """The CPU a device request takes, milliseconds: the Python worker's for a heartbeat and for an opened or closed
+    event (a calibration's), and the Functions host's (HOST_CPU_MS)."""
+
+    heartbeat_ms: float
+    action_ms: float
+    host_ms: float
+
+    @classmethod
+    def calibrated(cls, host_ms: float = HOST_CPU_MS.assumed, record: Path = cpu_calibration.RECORD) -> "RequestCpu":
+        found = cpu_calibration.load(record)
+        return cls(found.heartbeat_cpu_ms, found.action_cpu_ms, host_ms)
 
 
 def design_scale_work(
@@ -339,16 +601,19 @@ def design_scale_work(
     actions_partitions: int,
     settings: Settings,
     *,
-    http_cpu_ms: float = HTTP_CPU_MS,
+    cpu: RequestCpu | None = None,
 ) -> tuple[list[Requests], Workload]:
     """The design scale's HTTP requests and worker load (design_scale's rates): `calls` are the database commands
     a unit of work makes, measured (benchmarks/costs.py: "heartbeat", "opened", "closed", "actions feed" per
-    source change), `http_cpu_ms` the CPU a request takes (HTTP_CPU_MS)."""
+    source change), `cpu` the CPU each request takes, the worker's and the host's (None: the calibration's and
+    HOST_CPU_MS's assumed)."""
+    cpu = cpu or RequestCpu.calibrated()
     requests = [
-        Requests("heartbeat", design_scale.HEARTBEATS_PER_SECOND, http_cpu_ms, calls.get("heartbeat", 1.0)),
-        Requests("opened", design_scale.OPENED_PER_SECOND, http_cpu_ms, calls.get("opened", 3.0)),
-        Requests("closed", design_scale.CLOSED_PER_SECOND, http_cpu_ms, calls.get("closed", 3.0)),
-    ]
+        Requests("heartbeat", design_scale.HEARTBEATS_PER_SECOND, cpu.heartbeat_ms + cpu.host_ms,
+                 calls.get("heartbeat", 1.0)),
+        Requests("opened", design_scale.OPENED_PER_SECOND, cpu.action_ms + cpu.host_ms, calls.get("opened", 3.0)),
+        Requests("closed", design_scale.CLOSED_PER_SECOND, cpu.action_ms + cpu.host_ms, calls.get("closed", 3.0)),
+    ]  # fmt: skip
     spread = min(settings.reports_tally_spread_minutes or design_scale.TALLY_MINUTES, 60) / 60
     schedules = design_scale.SWEEP_MINUTES  # minutes between a check's runs
     work = Workload(
@@ -364,47 +629,93 @@ def design_scale_work(
 
 
 def http_group(functions: FunctionsBill) -> Group:
-    return next(g for g in functions.groups if g.name.startswith("HTTP"))
+    return http_group_of(functions.groups)
 
 
-def functions_parameters(functions: FunctionsBill) -> dict[str, int]:
-    """The infra/main.bicep parameters that deploy the Functions part of the bill: the instance memory, the
-    always-ready HTTP instances, and a maximum instance count twice the instances busy on average (bursts, cold
-    starts), within Flex Consumption's 40 to 1,000."""
-    maximum = min(1000, max(40, math.ceil(2 * functions.peak_instances / 10) * 10))
-    return {
-        "instanceMemoryMB": functions.memory_mb,
-        "httpAlwaysReadyInstances": http_group(functions).always_ready,
-        "maximumInstanceCount": maximum,
+FLEX_HOSTING = "FlexConsumption"  # infra/main.bicep httpHostingPlan: every function on the Flex app
+DEDICATED_HOSTING = "Dedicated"  # the HTTP functions on an app of their own on a Dedicated plan
+
+
+def functions_parameters(functions: FunctionsBill) -> dict[str, object]:
+    """The infra/main.bicep parameters that deploy the Functions part of the bill: where the HTTP functions run
+    (httpHostingPlan, and for a plan of their own its size, instances and worker processes), the Flex app's
+    instance memory and always-ready HTTP instances, and a maximum instance count twice the instances it keeps
+    busy on average (bursts, cold starts), within Flex Consumption's 40 to 1,000."""
+    flex_busy = math.ceil(functions.background_instances)
+    parameters: dict[str, object] = {"instanceMemoryMB": functions.memory_mb}
+    hosting = functions.hosting
+    if hosting is not None and hosting.size is not None:
+        parameters |= {
+            "httpHostingPlan": DEDICATED_HOSTING,
+            "httpPlanSku": hosting.size.name,
+            "httpInstanceCount": int(hosting.instances),
+            "httpWorkerProcessCount": min(hosting.size.cores, MAX_WORKER_PROCESSES),
+            "httpAlwaysReadyInstances": 0,
+        }
+    else:
+        parameters |= {"httpHostingPlan": FLEX_HOSTING, "httpAlwaysReadyInstances": http_group(functions).always_ready}
+    parameters["maximumInstanceCount"] = min(1000, max(40, math.ceil(2 * flex_busy / 10) * 10))
+    return parameters
+
+
+def hosting_markdown(functions: FunctionsBill) -> str:
+    """Every hosting of the HTTP requests priced, the chosen one first in bold, with what it gives up."""
+    lines = [
+        "| HTTP requests on | instances | $/month (the background on Flex Consumption included) | fits | gives up |",
+        "| --- | ---: | ---: | --- | --- |",
+    ]
+    gives_up = {
+        FLEX_PLAN_NAME: "nothing of the platform's, but bills every execution ($0.40 a million)",
+        PREMIUM_PLAN_NAME: "scale to zero (an instance at least, all month); per-function scaling (one app of "
+        "HTTP functions)",
+        DEDICATED_PLAN_NAME: "scale to zero and event-driven scale: its instances are set (by hand or autoscale "
+        "rules), billed all month; cold starts gone",
     }
+    for option in sorted(functions.options, key=lambda o: (o is not functions.hosting, o.cost.total)):
+        name = option.name if option is not functions.hosting else f"**{option.name}**"
+        fits = "yes" if option.fits else f"no: {option.why_not}"
+        lines.append(
+            f"| {name} | {option.instances:,.0f} | {option.cost.total:,.0f} | {fits} | {gives_up[option.plan]} |"
+        )
+    return "\n".join(lines)
 
 
 def functions_markdown(functions: FunctionsBill, price: FlexPrice = FLEX) -> str:
-    """The Functions part of the bill as docs/costs.md shows it."""
+    """The Functions part of the bill as docs/costs.md shows it: the hosting options, the scale groups, the cost."""
     lines = [
-        "| Functions scale group (Flex Consumption) | executions a second | instances busy (average) | always ready "
-        "| GB-s a month |",
+        hosting_markdown(functions),
+        "",
+        "| Functions scale group | executions a second | instances busy (average) | always ready | GB-s a month |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     for group in functions.groups:
+        allocated = functions.split and group.name.startswith("HTTP")
+        gb_s = "-" if allocated else f"{group.gb_seconds(functions.memory_mb):,.0f}"
         lines.append(
             f"| {group.name} | {group.executions_per_second:,.2f} | {group.instances:,.1f} | {group.always_ready:,} | "
-            f"{group.gb_seconds(functions.memory_mb):,.0f} |"
+            f"{gb_s} |"
         )
     cost = functions.cost
-    others = ", ".join(f"{m:,} MB ${c:,.0f}" for m, c in functions.by_memory.items() if m != functions.memory_mb)
     executions = cost.on_demand_executions + cost.always_ready_executions
+    hosting = functions.hosting
+    where = (
+        f"the HTTP requests on **{hosting.instances:,.0f} {hosting.size.name} instances** ({hosting.plan}, "
+        f"${cost.allocated:,.0f}), the rest on Flex Consumption instances of {functions.memory_mb:,} MB"
+        if hosting is not None and hosting.size is not None
+        else f"every function on Flex Consumption instances of **{functions.memory_mb:,} MB**, "
+        f"**{http_group(functions).always_ready} of them always-ready HTTP instances**"
+    )
     lines.append(
-        f"\nFunctions: **${cost.total:,.0f} a month** on instances of **{functions.memory_mb:,} MB** (on {others}), "
-        f"**{http_group(functions).always_ready} of them always-ready HTTP instances**: executions "
-        f"${executions:,.0f}, execution time ${cost.on_demand_time + cost.always_ready_time:,.0f}, always-ready "
-        f"baseline ${cost.baseline:,.0f}. A request takes {functions.cpu_ms:.2f} ms of CPU (HTTP_CPU_MS) and "
-        f"{functions.calls_per_request:.2f} database round trips of {DB_CALL_MS:.0f} ms; an HTTP instance takes "
-        f"{HTTP_CONCURRENCY} at once. Price: ${price.on_demand_gb_s:.6f} per GB-s and "
-        f"${price.on_demand_per_million:.2f} per million executions on demand; always ready "
-        f"${price.baseline_gb_s:.8f} per GB-s of baseline, "
-        f"${price.always_ready_gb_s:.7f} per GB-s busy, ${price.always_ready_per_million:.3f} per million "
-        f"(benchmarks/deployment_bill.py FLEX: its pages, read {READ_ON})."
+        f"\nFunctions: **${cost.total:,.0f} a month**, {where}: executions ${executions:,.0f}, execution time "
+        f"${cost.on_demand_time + cost.always_ready_time:,.0f}, always-ready baseline ${cost.baseline:,.0f}. A "
+        f"request takes {functions.cpu_ms:.2f} ms of CPU on average (the worker's, benchmarks/cpu_calibration.json, "
+        f"and the host's {HOST_CPU_MS.assumed} ms, HOST_CPU_MS) and {functions.calls_per_request:.2f} database round "
+        f"trips of {DB_CALL_MS:.0f} ms; an allocated instance is sized to {TARGET_CPU:.0%} of its cores. Price: "
+        f"Flex ${price.on_demand_gb_s:.6f} per GB-s and ${price.on_demand_per_million:.2f} per million executions "
+        f"on demand, always ready ${price.baseline_gb_s:.8f} per GB-s of baseline, ${price.always_ready_gb_s:.7f} "
+        f"per GB-s busy, ${price.always_ready_per_million:.3f} per million (read {READ_ON}); Elastic Premium "
+        f"$0.173 a core-hour and $0.0123 a GB-hour; Dedicated P1v3 $0.155 an hour, not from a Microsoft page "
+        f"(benchmarks/deployment_bill.py SIZES: their pages, read {HOSTING_READ_ON})."
     )
     return "\n".join(lines)
 
@@ -592,13 +903,28 @@ def cosmos_line(rows: list[design_scale.Row]) -> Line:
     return Line("Cosmos DB", design_scale.monthly(rows, 1), design_scale.monthly(rows, 2), counts, PRICE.source)
 
 
+FUNCTIONS_COMPONENT = "Functions"  # the line's name, whatever the hosting (the summary and the README find it by it)
+
+
 def functions_line(functions: FunctionsBill) -> Line:
-    executions = sum(g.executions() for g in functions.groups)
-    counts = (
-        f"{executions / 1e9:,.1f} billion executions a month, {functions.peak_instances} instances busy on average "
-        f"({http_group(functions).always_ready} always ready) of {functions.memory_mb:,} MB"
-    )
-    return Line("Functions (Flex Consumption)", functions.cost.total, functions.cost.total, counts, FLEX.source)
+    hosting = functions.hosting
+    if hosting is not None and hosting.size is not None:
+        background = sum(g.executions() for g in functions.groups if not g.name.startswith("HTTP"))
+        counts = (
+            f"the HTTP requests on {hosting.instances:,.0f} {hosting.size.name} instances ({hosting.plan}); the "
+            f"timers and queue workers on Flex Consumption, {background / 1e6:,.1f} million executions a month, "
+            f"{math.ceil(functions.background_instances)} instances busy on average of {functions.memory_mb:,} MB"
+        )
+        price = f"{hosting.size.price_source}; {FLEX.source}"
+    else:
+        executions = sum(g.executions() for g in functions.groups)
+        counts = (
+            f"Flex Consumption: {executions / 1e9:,.1f} billion executions a month, {functions.peak_instances} "
+            f"instances busy on average ({http_group(functions).always_ready} always ready) of "
+            f"{functions.memory_mb:,} MB"
+        )
+        price = FLEX.source
+    return Line(FUNCTIONS_COMPONENT, functions.cost.total, functions.cost.total, counts, price)
 
 
 def whole_bill(

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -32,6 +32,7 @@ from benchmarks import (
     calibrate,
     checks,
     costs,
+    cpu_calibration,
     deployment_bill,
     design_scale,
     ingestion,
@@ -44,7 +45,6 @@ from benchmarks.harness import PRINTED, Table, print_table
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.command_line import CommandFailed, user_problem
-from tools.costs import telemetry as telemetry_model
 from tools.costs.rules import ASSUMPTIONS, RULES
 from tools.progress import Ticker
 
@@ -194,6 +194,7 @@ class CostSection(NamedTuple):
     text: str
     bill: str
     money: list[str]
+    priced: costs.Costs | None = None  # the request units the bill is priced from
 
 
 def money_lines(cosmos: float, whole: float) -> list[str]:
@@ -218,23 +219,75 @@ def headline(rows: list[design_scale.Row], lines: list[deployment_bill.Line]) ->
     return found
 
 
-def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> CostSection:
-    """The RU table, the steady-state heartbeat document, the design-scale bill, the whole deployment's and the
-    models' rules, all from the one honest model (tools/costs/rules.py, benchmarks/deployment_bill.py).
-    `http_cpu_ms`: the CPU an HTTP request takes, as the ingestion benchmark measured it (None: the model's
-    HTTP_CPU_MS, benchmarks/deployment_bill.py)."""
-    sizes = measured.sizes
+@dataclass(frozen=True)
+class LiveCpu:
+    """The CPU a request took through the runtime in this run (benchmarks/runtime_cost.py), milliseconds."""
+
+    heartbeat_ms: float
+    action_ms: float
+
+
+def whole_deployment(
+    measured: costs.Costs, cpu: deployment_bill.RequestCpu
+) -> tuple[list[design_scale.Row], deployment_bill.FunctionsBill, deployment_bill.Workload, list[deployment_bill.Line]]:
+    """The design-scale bill from the measured request units and `cpu`: the collections' rows, the Functions
+    part, its work and the whole deployment's lines."""
     model = measured.measured()
     rows = design_scale.table(model, get_settings())
-    per_unit = costs.table(measured, design_scale.partitions_of(rows))
     requests, work = deployment_bill.design_scale_work(
-        model.calls,
-        design_scale.partitions_of(rows).get(schema.BOTTLE_ACTIONS, 1),
-        get_settings(),
-        http_cpu_ms=deployment_bill.HTTP_CPU_MS if http_cpu_ms is None else http_cpu_ms,
+        model.calls, design_scale.partitions_of(rows).get(schema.BOTTLE_ACTIONS, 1), get_settings(), cpu=cpu
     )
     functions = deployment_bill.functions_bill(requests, work)
     lines = deployment_bill.whole_bill(rows, functions, work, design_scale.notifications_a_day() / 86_400)
+    return rows, functions, work, lines
+
+
+def cpu_rows(calibrated: deployment_bill.RequestCpu, live: LiveCpu | None) -> list[list[str]]:
+    """The calibration's CPU a request beside this run's, with the difference: the bill takes the calibration's."""
+    found = []
+    for name, pinned, now in (
+        ("a heartbeat", calibrated.heartbeat_ms, live.heartbeat_ms if live else None),
+        ("an opened or closed event", calibrated.action_ms, live.action_ms if live else None),
+    ):
+        difference = f"{now / pinned - 1:+.0%}" if now else "-"
+        found.append([name, f"{pinned:.3f}", f"{now:.3f}" if now else "not measured", difference])
+    return found
+
+
+def host_range_rows(measured: costs.Costs, calibrated: deployment_bill.RequestCpu) -> list[list[str]]:
+    """The Functions line and the whole deployment with the host's CPU at the low end of its range, as assumed and
+    at the high end (HOST_CPU_MS)."""
+    found = []
+    host = deployment_bill.HOST_CPU_MS
+    for label, host_ms in (("low", host.low), ("assumed", host.assumed), ("high", host.high)):
+        _rows, functions, _work, lines = whole_deployment(measured, replace(calibrated, host_ms=host_ms))  # pinned
+        hosting = functions.hosting.name if functions.hosting else "-"
+        instances = f"{functions.hosting.instances:,.0f}" if functions.hosting else "-"
+        found.append([f"{label}: {host_ms} ms", hosting, instances, f"{functions.cost.total:,.0f}",
+                      f"{deployment_bill.total(lines, 1):,.0f}"])  # fmt: skip
+    return found
+
+
+def cost_section(measured: costs.Costs, live: LiveCpu | None = None, pinned: costs.Costs | None = None) -> CostSection:
+    """The RU table, the steady-state heartbeat document, the design-scale bill, the whole deployment's and the
+    models' rules, all from the one honest model (tools/costs/rules.py, benchmarks/deployment_bill.py), priced
+    from pinned inputs: the request units of `pinned` (None: the recorded full-size measurement,
+    benchmarks/cost_record.json; this run's, `measured`, billed beside it), the CPU a request takes from
+    benchmarks/cpu_calibration.json (this run's, `live`, printed beside it, never priced) and the host's as
+    HOST_CPU_MS assumes it (the bill is printed at both ends of its range too)."""
+    pinned = pinned or costs.load_record()
+    sizes = measured.sizes
+    calibrated = deployment_bill.RequestCpu.calibrated()
+    rows, functions, _work, lines = whole_deployment(pinned, calibrated)
+    live_rows = design_scale.table(measured.measured(), get_settings())
+    per_unit = costs.table(measured, design_scale.partitions_of(rows))
+    recorded, now = design_scale.monthly(rows, 1), design_scale.monthly(live_rows, 1)
+    cosmos = print_table(
+        "Cosmos DB $ a month: the recorded full-size measurement the bill is priced from "
+        "(benchmarks/cost_record.json) beside this run's",
+        [["Cosmos DB, one region", f"{recorded:,.0f}", f"{now:,.0f}", f"{now / recorded - 1:+.1%}"]],
+        ["bill", "recorded (priced)", "this run", "difference"],
+    )
     bill = "\n\n".join(
         [
             design_scale.markdown(rows),
@@ -252,15 +305,28 @@ def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> Cos
         ],
         ["measure", "value"],
     )
+    record = cpu_calibration.load()
+    cpu = print_table(
+        f"CPU ms a request through the runtime: the calibration the bill is priced from ({record.recorded}, "
+        f"{record.machine}) beside this run",
+        cpu_rows(calibrated, live),
+        CPU_HEADER,
+    )
+    hosts = print_table(
+        f"The Functions host's own CPU a request (HOST_CPU_MS, an assumption: {deployment_bill.HOST_CPU_MS.low} to "
+        f"{deployment_bill.HOST_CPU_MS.high} ms): the bill at both ends",
+        host_range_rows(pinned, calibrated),
+        HOST_HEADER,
+    )
     print_table("Design scale: the bill from these costs", headline(rows, lines), ["measure", "value", "goal"])
     alternatives = print_table(
         "Design scale: the same work run other ways, side by side, billed by the same model",
-        design_scale.alternatives(measured.measured(), get_settings()),
+        design_scale.alternatives(pinned.measured(), get_settings()),
         design_scale.ALTERNATIVES_HEADER,
     )
     floor = print_table(
         "Design scale: the floor, every feature kept",
-        design_scale.floor(measured.measured(), get_settings()).lines(),
+        design_scale.floor(pinned.measured(), get_settings()).lines(),
         design_scale.FLOOR_HEADER,
     )
     rules = "\n".join(
@@ -270,36 +336,32 @@ def cost_section(measured: costs.Costs, http_cpu_ms: float | None = None) -> Cos
     assumptions = "\n".join(f"- {text}" for text in (*ASSUMPTIONS, *deployment_bill.ASSUMPTIONS))
     rates = "\n".join(f"- {name}: {value:,.2f}" for name, value in design_scale.ASSUMED_RATES.items())
     text = (
-        f"{per_unit}\n\n{heartbeat}\n\nDesign scale ({design_scale.BOTTLES:,} bottles, {design_scale.USERS:,} users), "
-        f"from the RU above:\n\n{TABLE_START}\n{bill}\n{TABLE_END}\n\n{alternatives}\n\n{floor}\n\n"
-        f"Rules (tools/costs/rules.py, benchmarks/deployment_bill.py):\n{rules}\n\nAssumptions:\n{assumptions}\n\n"
-        f"Rates the design does not give (benchmarks/design_scale.py):\n{rates}"
+        f"{per_unit}\n\n{heartbeat}\n\n{cosmos}\n\n{cpu}\n\n{hosts}\n\nDesign scale ({design_scale.BOTTLES:,} bottles, "
+        f"{design_scale.USERS:,} users), from the RU above:\n\n{TABLE_START}\n{bill}\n{TABLE_END}\n\n{alternatives}\n\n"
+        f"{floor}\n\nRules (tools/costs/rules.py, benchmarks/deployment_bill.py):\n{rules}\n\nAssumptions:\n"
+        f"{assumptions}\n\nRates the design does not give (benchmarks/design_scale.py):\n{rates}"
     )
     money = money_lines(lines[0].one_region, deployment_bill.total(lines, 1))
-    return CostSection(text, f"{bill}\n\n{DEPLOYMENT_START}\n{deployment_file(parameters)}", money)
+    return CostSection(text, f"{bill}\n\n{DEPLOYMENT_START}\n{deployment_file(parameters)}", money, pinned)
 
 
+CPU_HEADER = ["request", "calibrated (priced)", "this run", "difference"]
+HOST_HEADER = ["host CPU a request", "HTTP requests on", "instances", "Functions $/month", "whole deployment $/month"]
 INGESTION_STEADY = "Ingestion, one event per request at steady state"
 
 
-def measured_http_cpu_ms(tables: list[Table]) -> float | None:
-    """The CPU a one-event request took through the Functions runtime (benchmarks/runtime_cost.py: the
-    Functions side alone, the store in another process), else in the ingestion benchmark (the app, its largest
-    fleet, the in-process store included: an upper bound), or None."""
+def measured_live_cpu(tables: list[Table]) -> LiveCpu | None:
+    """The CPU a heartbeat and an opened/closed request took through the Functions runtime in this run
+    (benchmarks/runtime_cost.py: provisioned bottles, the store in another process), or None if it did not run."""
     for table in tables:
         if table.title.startswith(runtime_cost.TITLE):
-            for row in table.rows:
-                if (table.column(row, "requests"), table.column(row, "invoked")) == (
-                    runtime_cost.SINGLE,
-                    runtime_cost.RUNTIME,
-                ):
-                    return _number(table.column(row, "CPU ms/request"))
-    for table in tables:
-        if table.title.startswith(INGESTION_STEADY):
-            app = [row for row in table.rows if table.column(row, "approach") == ingestion.APP_SINGLE]
-            if app:
-                largest = max(app, key=lambda row: _number(table.column(row, "bottles")))
-                return _number(table.column(largest, "CPU ms/event"))
+            found = {
+                table.column(row, "requests"): _number(table.column(row, "CPU ms/request"))
+                for row in table.rows
+                if table.column(row, "invoked") == runtime_cost.RUNTIME
+            }
+            if runtime_cost.HEARTBEAT in found and runtime_cost.ACTION in found:
+                return LiveCpu(found[runtime_cost.HEARTBEAT], found[runtime_cost.ACTION])
     return None
 
 
@@ -360,10 +422,12 @@ _COST_SECTIONS: list[CostSection] = []
 
 
 def _cost_part(quick: bool) -> str:
-    """The request units measured, priced with the CPU a request took through the runtime in this run (and the
-    telemetry each unit of work sent in it: the Application Insights line)."""
-    telemetry_model.measured_in_this_run = telemetry.measured(list(PRINTED))
-    section = cost_section(costs.measure(quick), measured_http_cpu_ms(list(PRINTED)))
+    """The request units measured, priced as recorded (a quick run: benchmarks/cost_record.json; a full run: its
+    own measurement, which it records) with the CPU a request takes as the calibration recorded it, and the
+    telemetry each unit of work sends as tools/costs/telemetry.py records it (the telemetry part measured it again
+    in this run, beside it); this run's figures printed beside them."""
+    measured = costs.measure(quick)
+    section = cost_section(measured, measured_live_cpu(list(PRINTED)), None if quick else measured)
     _COST_SECTIONS.append(section)
     return section.text
 
@@ -376,6 +440,7 @@ class DocBlocks:
     scaleout: str  # docs/benchmarks.md: SCALEOUT_START to SCALEOUT_END
     bill: str  # docs/costs.md: TABLE_START to TABLE_END
     deployment: str = ""  # infra/design-scale.parameters.json (empty: none measured)
+    record: costs.Costs | None = None  # benchmarks/cost_record.json: the full run's measurement, priced
 
 
 def run(quick: bool, ticker: Ticker | None = None, todo: list[Part] | None = None) -> tuple[str, DocBlocks]:
@@ -425,6 +490,7 @@ def run(quick: bool, ticker: Ticker | None = None, todo: list[Part] | None = Non
         scaleout=markdown_table(SCALEOUT_HEADER, scaleout_rows(PRINTED[first:])),
         bill=bill or _block(cost_text, TABLE_START, TABLE_END),
         deployment=deployment,
+        record=kept[-1].priced if kept and not quick else None,
     )
     return header + body + f"\n\n## Cost on Cosmos DB\n\n{cost_text}\n", blocks
 
@@ -451,16 +517,23 @@ def _between(text: str, start: str, end: str, block: str) -> str:
 
 
 def update_docs(
-    blocks: DocBlocks, summary_doc: Path = SUMMARY_DOC, table_doc: Path = TABLE_DOC, deployment: Path = DEPLOYMENT_FILE
+    blocks: DocBlocks,
+    summary_doc: Path = SUMMARY_DOC,
+    table_doc: Path = TABLE_DOC,
+    deployment: Path = DEPLOYMENT_FILE,
+    record: Path = costs.RECORD,
 ) -> None:
     """Put the summary and the scale-out table into docs/benchmarks.md and the design-scale table into
-    docs/costs.md, each between its markers, and the deployment parameters (when measured) into
-    infra/design-scale.parameters.json."""
+    docs/costs.md, each between its markers, the deployment parameters (when measured) into
+    infra/design-scale.parameters.json, and a full run's measurement, which its bill is priced from, into
+    benchmarks/cost_record.json (the record every later run prices its headline from)."""
     text = _between(summary_doc.read_text(), SUMMARY_START, SUMMARY_END, blocks.summary)
     summary_doc.write_text(_between(text, SCALEOUT_START, SCALEOUT_END, blocks.scaleout))
     table_doc.write_text(_between(table_doc.read_text(), TABLE_START, TABLE_END, blocks.bill))
     if blocks.deployment:
         deployment.write_text(blocks.deployment)
+    if blocks.record is not None:
+        costs.write_record(blocks.record, record)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -102,6 +102,24 @@ param instanceMemoryMB int = 2048
 @maxValue(1000)
 param httpAlwaysReadyInstances int = 0
 
+@description('Where the HTTP functions run (docs/costs.md: Hosting chosen by the load): FlexConsumption, every function in one Flex Consumption app (small fleets, bursty loads: it scales to zero); Dedicated, the HTTP functions in an app of their own on a Dedicated plan of httpInstanceCount httpPlanSku instances (a steady load all day: no execution charge), the timers and queue workers in the Flex app. The design scale\'s is in design-scale.parameters.json.')
+@allowed(['FlexConsumption', 'Dedicated'])
+param httpHostingPlan string = 'FlexConsumption'
+
+@description('Instance size of the HTTP functions\' Dedicated plan (httpHostingPlan Dedicated): Premium v3, 2, 4 or 8 cores.')
+@allowed(['P1v3', 'P2v3', 'P3v3'])
+param httpPlanSku string = 'P3v3'
+
+@description('Instances of the HTTP functions\' Dedicated plan (httpHostingPlan Dedicated): a Premium v3 plan has at most 30. Set, not scaled by events: raise it before a fleet grows (docs/operations.md).')
+@minValue(1)
+@maxValue(30)
+param httpInstanceCount int = 2
+
+@description('Python worker processes on each instance of the HTTP functions\' Dedicated plan: one a core (P1v3 2, P2v3 4, P3v3 8), at most 10.')
+@minValue(1)
+@maxValue(10)
+param httpWorkerProcessCount int = 8
+
 @description('Days Log Analytics keeps logs and telemetry.')
 param logRetentionDays int = 30
 
@@ -157,6 +175,28 @@ var abbrs = loadJsonContent('./abbreviations.json')
 var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName, location))
 var tags = { 'azd-env-name': environmentName }
 var functionAppName = '${abbrs.webSitesFunctions}api-${resourceToken}'
+var httpAppName = '${abbrs.webSitesFunctions}http-${resourceToken}'
+var splitHttp = httpHostingPlan == 'Dedicated'
+
+// One code package, two apps when httpHostingPlan is Dedicated: each turns off the functions the other runs, by the
+// app setting AzureWebJobs.<FUNCTION_NAME>.Disabled (https://learn.microsoft.com/azure/azure-functions/
+// disable-function, read 2026-11-28). tests/infra/test_hosting.py keeps these lists to the app's own functions, by
+// their triggers.
+var httpFunctionsOff = {
+  'AzureWebJobs.provision_bottle.Disabled': 'true'
+  'AzureWebJobs.get_bottle.Disabled': 'true'
+  'AzureWebJobs.post_events.Disabled': 'true'
+  'AzureWebJobs.get_user_notifications.Disabled': 'true'
+  'AzureWebJobs.get_user_reports.Disabled': 'true'
+}
+var backgroundFunctionsOff = {
+  'AzureWebJobs.check_open_bottles.Disabled': 'true'
+  'AzureWebJobs.check_silent_bottles.Disabled': 'true'
+  'AzureWebJobs.check_late_doses.Disabled': 'true'
+  'AzureWebJobs.run_check_partition.Disabled': 'true'
+  'AzureWebJobs.aggregate_reports.Disabled': 'true'
+  'AzureWebJobs.aggregate_report_partition.Disabled': 'true'
+}
 var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
 
 // Every setting shared/settings.py reads (env name = upper-cased field name), at the code's defaults unless it is
@@ -334,6 +374,24 @@ module plan 'br/public:avm/res/web/serverfarm:0.1.1' = {
   }
 }
 
+// The HTTP functions' Dedicated plan (httpHostingPlan Dedicated), with the same verified module at the same version
+// as the Flex plan's (avm/res/web/serverfarm/0.1.1): Linux, Premium v3, its instances set (no event-driven scale).
+module httpPlan 'br/public:avm/res/web/serverfarm:0.1.1' = if (splitHttp) {
+  name: 'httpPlan'
+  params: {
+    name: '${abbrs.webServerFarms}http-${resourceToken}'
+    location: location
+    tags: tags
+    kind: 'linux'
+    sku: {
+      name: httpPlanSku
+      tier: 'PremiumV3'
+      capacity: httpInstanceCount
+    }
+    reserved: true
+  }
+}
+
 module cosmos 'modules/cosmos.bicep' = {
   name: 'cosmos'
   params: {
@@ -506,7 +564,7 @@ module functionApp 'modules/functionapp.bicep' = {
     identityId: identity.outputs.resourceId
     identityClientId: identity.outputs.clientId
     telemetrySettings: telemetrySettings
-    appSettings: union(appSettings, appSettingOverrides)
+    appSettings: union(appSettings, appSettingOverrides, splitHttp ? httpFunctionsOff : {})
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     httpAlwaysReadyInstances: httpAlwaysReadyInstances
@@ -524,13 +582,43 @@ module functionApp 'modules/functionapp.bicep' = {
   ]
 }
 
+// The HTTP functions' app on its Dedicated plan (httpHostingPlan Dedicated): the same package, identity and settings.
+module httpApp 'modules/httpapp.bicep' = if (splitHttp) {
+  name: 'httpApp'
+  params: {
+    name: httpAppName
+    location: location
+    tags: tags
+    planId: splitHttp ? httpPlan.outputs.resourceId : ''
+    storageAccountName: storage.outputs.name
+    applicationInsightsName: applicationInsights.outputs.name
+    identityId: identity.outputs.resourceId
+    identityClientId: identity.outputs.clientId
+    telemetrySettings: telemetrySettings
+    appSettings: union(appSettings, appSettingOverrides, backgroundFunctionsOff)
+    workerProcessCount: httpWorkerProcessCount
+    virtualNetworkSubnetId: vnetEnabled ? vnet.outputs.httpAppSubnetId : ''
+  }
+  dependsOn: [
+    rbac
+    archive
+    blobEndpoint
+    queueEndpoint
+    cosmosEndpoint
+    keyVaultEndpoint
+  ]
+}
+
 // Names and addresses only: no key, connection string or secret is ever an output.
 output AZURE_LOCATION string = location
 output AZURE_TENANT_ID string = tenant().tenantId
 output AZURE_RESOURCE_GROUP string = resourceGroup().name
 output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
 output SERVICE_API_NAME string = functionApp.outputs.name
-output AZURE_FUNCTION_APP_URL string = 'https://${functionApp.outputs.defaultHostName}'
+// The devices' and the operators' address: the HTTP app's when the HTTP functions have one of their own.
+output AZURE_FUNCTION_APP_URL string = 'https://${splitHttp ? httpApp.outputs.defaultHostName : functionApp.outputs.defaultHostName}'
+// The HTTP functions' own app (httpHostingPlan Dedicated; empty otherwise): infra/hooks/deploy-http-app.sh deploys to it.
+output AZURE_HTTP_APP_NAME string = splitHttp ? httpApp.outputs.name : ''
 output AZURE_COSMOS_ACCOUNT_NAME string = cosmos.outputs.name
 output MONGODB_DATABASE string = cosmos.outputs.databaseName
 output AZURE_KEY_VAULT_NAME string = keyVault.outputs.name

@@ -58,9 +58,9 @@ def literal(tree: Tree, value: Any) -> Any:
 
 def evaluate(tree: Tree, value: Any, scope: dict[str, Any]) -> Any:
     """`value` computed for one deployment: `scope` gives the loop item and any parameter values passed (others
-    take their defaults); a var is computed the same way; conditionals, `!`, `||`, `&&`, `empty`, `contains`,
-    `min`, `concat`, `c.x` and `x[y]` are evaluated, literals and objects as `literal` reads them. Anything else
-    (a module's output, a resource's property) is EXPRESSION."""
+    take their defaults); a var is computed the same way; conditionals, `!`, `||`, `&&`, `==`, `!=`, `empty`,
+    `contains`, `min`, `concat`, `c.x` and `x[y]` are evaluated, literals and objects as `literal` reads them.
+    Anything else (a module's output, a resource's property) is EXPRESSION."""
     if isinstance(value, BicepElement) and str(value) in scope:
         return scope[str(value)]
     if isinstance(value, BicepElement) and str(value) in tree.get("variables", {}):
@@ -86,6 +86,11 @@ def _operator(tree: Tree, value: dict[str, Any], scope: dict[str, Any]) -> Any:
     if kind in ("or", "and"):
         left, right = (evaluate(tree, operands[key], scope) for key in ("operand_1", "operand_2"))
         return (left or right) if kind == "or" else (left and right)
+    if kind in ("equals", "not_equals"):
+        left, right = (evaluate(tree, operands[key], scope) for key in ("operand_1", "operand_2"))
+        if EXPRESSION in (left, right):
+            return EXPRESSION
+        return (left == right) if kind == "equals" else (left != right)
     if kind in ("property_accessor", "index_accessor"):
         container = evaluate(tree, operands["operand_1"], scope)
         key = operands["operand_2"] if kind == "property_accessor" else evaluate(tree, operands["operand_2"], scope)

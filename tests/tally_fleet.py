@@ -63,7 +63,7 @@ class Fleet:
 
     def hourly(self, user_id: str) -> dict[datetime, int]:
         found = self.db[schema.USER_HOURLY_REPORTS].find({"user_id": user_id})
-        return {r["hour"].astimezone(UTC): r["heartbeats"] for r in found if r["heartbeats"]}
+        return {r["hour"].astimezone(UTC): r["heartbeats"] for r in found if r.get("heartbeats")}
 
     def daily(self, user_id: str, day: datetime) -> dict[str, Any] | None:
         found: dict[str, Any] | None = self.db[schema.USER_DAILY_REPORTS].find_one(

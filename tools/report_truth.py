@@ -39,9 +39,9 @@ def source_totals(db: Any) -> Totals:
 
 
 def reported_totals(db: Any) -> Totals:
-    """The same totals as the hourly reports have them."""
+    """The same totals as the hourly reports have them (a counter a report leaves out is 0)."""
     return {
-        (report["user_id"], report["hour"]): tuple(report[c] for c in COUNTED)
+        (report["user_id"], report["hour"]): tuple(report.get(c, 0) for c in COUNTED)
         for report in db[schema.USER_HOURLY_REPORTS].find()
     }
 

@@ -5,6 +5,12 @@ action part (recomputed from the bottle's `bottle_actions` of that hour) and a h
 from the ring of the bottle's heartbeat document: shared/heartbeat_document.py). `user_daily_reports` sum a day's hourly
 documents. Everything here is pure: `aggregation` reads the sources and writes the documents, and `reading` serves
 GET /api/users/{user_id}/reports.
+
+A report is stored sparse: a counter at 0 and a reading that is null are left out, of the report and of each of its
+bottles' entries (`stored_entry`, `sparse`), and every reader takes a missing counter as 0 and a missing reading as
+null (`full_entry`, `full_report`). Most bottle-hours have heartbeats and no opened/closed event, so this is ~40 %
+of an hourly report's bytes, which Cosmos DB bills as storage for the reports' 60 days (docs/costs.md). Documents
+written before, with every field, read the same.
 """
 
 from collections import Counter, defaultdict
@@ -248,31 +254,60 @@ def older_than_stored(action: ActionPart, stored: Mapping[str, Any]) -> bool:
     return action.opened + action.closed < int(stored.get("opened") or 0) + int(stored.get("closed") or 0)
 
 
+ENTRY_FIELDS = ("bottle_id", "medication", *ACTION_COUNTERS, "heartbeats", *LAST_READINGS)
+
+
 def ordered_entry(entry: Mapping[str, Any]) -> Document:
     """The entry's fields in their documented order (documents compare equal field by field)."""
-    fields = ("bottle_id", "medication", *ACTION_COUNTERS, "heartbeats", *LAST_READINGS)
-    return {f: entry.get(f) for f in fields}
+    return {f: entry.get(f) for f in ENTRY_FIELDS}
+
+
+def full_entry(entry: Mapping[str, Any]) -> Document:
+    """A stored entry with every field, in order: a counter it leaves out is 0, a reading null."""
+    return {f: entry.get(f, 0 if f in COUNTERS else None) for f in ENTRY_FIELDS}
+
+
+def sparse(fields: Mapping[str, Any]) -> Document:
+    """`fields` without the counters at 0 and the readings that are null (the stored form)."""
+    return {k: v for k, v in fields.items() if not ((k in COUNTERS and v == 0) or (k in LAST_READINGS and v is None))}
+
+
+def stored_entry(entry: Mapping[str, Any]) -> Document:
+    """An entry as a report stores it: its fields in order, without the counters at 0 and the null readings."""
+    return sparse(full_entry(entry))
+
+
+def full_report(report: Mapping[str, Any]) -> Document:
+    """A stored report with every counter at the top (0 if left out) and every entry whole, in order."""
+    found = dict(report)
+    for counter in COUNTERS:
+        found.setdefault(counter, 0)
+    found["bottles"] = [full_entry(e) for e in report.get("bottles", [])]
+    return found
 
 
 def hourly_document(user_id: str, hour: datetime, entries: Iterable[Document], updated_at: datetime) -> Document:
-    bottles = sorted(entries, key=lambda e: e["bottle_id"])
+    bottles = sorted((full_entry(e) for e in entries), key=lambda e: e["bottle_id"])
     return {
         "_id": hourly_id(user_id, hour),
         "user_id": user_id,
         BUCKET_FIELD: bucket_of(user_id),
         "hour": hour_of(hour),
-        **{c: sum(e[c] for e in bottles) for c in COUNTERS},
-        "bottles": bottles,
+        **sparse({c: sum(e[c] for e in bottles) for c in COUNTERS}),
+        "bottles": [stored_entry(e) for e in bottles],
         "updated_at": updated_at,
     }
 
 
 def same_content(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
-    """Equal apart from `updated_at` (and the stored datetimes' tzinfo, which compare equal anyway)."""
+    """Equal apart from `updated_at` (and the stored datetimes' tzinfo, which compare equal anyway), a report
+    stored with every field (before reports were stored sparse) equal to its sparse form."""
     if a is None or b is None:
         return a is b
     strip = ("updated_at",)
-    return {k: v for k, v in a.items() if k not in strip} == {k: v for k, v in b.items() if k not in strip}
+    return {k: v for k, v in full_report(a).items() if k not in strip} == {
+        k: v for k, v in full_report(b).items() if k not in strip
+    }
 
 
 # --- daily documents -----------------------------------------------------------------------------------------
@@ -288,7 +323,7 @@ def daily_document(user_id: str, day: datetime, hourly: Iterable[Mapping[str, An
         return None
     bottles: dict[str, Document] = {}
     for report in hours:
-        for entry in report["bottles"]:
+        for entry in map(full_entry, report["bottles"]):
             total = bottles.setdefault(
                 entry["bottle_id"], ordered_entry({"bottle_id": entry["bottle_id"], **dict.fromkeys(COUNTERS, 0)})
             )
@@ -303,7 +338,7 @@ def daily_document(user_id: str, day: datetime, hourly: Iterable[Mapping[str, An
         "_id": daily_id(user_id, day),
         "user_id": user_id,
         "day": day_of(day),
-        **{c: sum(e[c] for e in entries) for c in COUNTERS},
-        "bottles": entries,
+        **sparse({c: sum(e[c] for e in entries) for c in COUNTERS}),
+        "bottles": [stored_entry(e) for e in entries],
         "updated_at": max(h["updated_at"] for h in hours),
     }

@@ -9,7 +9,7 @@ from pymongo.database import Database
 
 from shared.errors import BadRequest
 from shared.instants import day_of, format_instant, hour_of, parse_instant
-from shared.reports.documents import COUNTERS, DAY, HOUR, Document, ordered_entry
+from shared.reports.documents import COUNTERS, DAY, HOUR, Document, full_entry
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries
@@ -80,9 +80,10 @@ def read_reports(db: Database[Any], query: ReportQuery, *, settings: Settings) -
 
 
 def report_view(report: Mapping[str, Any], period_field: str) -> Document:
-    """A stored report as the API shows it: instants as ISO-8601 strings, fields in their documented order."""
+    """A stored report as the API shows it: instants as ISO-8601 strings, every field in its documented order (a
+    counter the stored report leaves out is 0, a reading null: shared/reports/documents.py stores them sparse)."""
     view: Document = {"user_id": report["user_id"], period_field: format_instant(report[period_field])}
-    view |= {c: report[c] for c in COUNTERS}
-    view["bottles"] = [ordered_entry(e) for e in report["bottles"]]
+    view |= {c: report.get(c, 0) for c in COUNTERS}
+    view["bottles"] = [full_entry(e) for e in report["bottles"]]
     view["updated_at"] = format_instant(report["updated_at"])
     return view

@@ -6,7 +6,7 @@ import math
 import re
 from pathlib import Path
 
-from benchmarks import costs, design_scale, suite
+from benchmarks import costs, deployment_bill, design_scale, runtime_cost, suite
 from benchmarks.harness import PRINTED, Table
 from shared.settings import Settings
 from shared.store import schema
@@ -189,20 +189,55 @@ def test_a_quick_run_writes_nowhere_unless_given_an_output(tmp_path, monkeypatch
     assert written == [f"{suite.RESULTS}: quick=False", "bill"]  # a full run: RESULTS.md and the docs
 
 
-def test_the_functions_bill_takes_the_cpu_a_request_took_in_the_ingestion_benchmark_at_its_largest_fleet():
-    steady = Table(
-        "Ingestion, one event per request at steady state on SecantusDB in-process (1000 events a fleet)",
-        ["bottles", "approach", "events/s", "vs seeds", "commands/event", "CPU ms/event"],
-        [
-            ["100", "seeds: one insert per event, one event per request", "943", "1.00x", "1.000", "0.886"],
-            ["100", "app: one event per request", "209", "0.22x", "1.332", "3.393"],
-            ["20,000", "app: one event per request", "212", "0.20x", "1.332", "3.294"],
-            ["20,000", "store floor: the app's commands, sent bare", "270", "0.25x", "1.252", "2.566"],
-        ],
-    )
+def runtime_table(heartbeat: str, action: str) -> Table:
+    """benchmarks/runtime_cost.py's table of a run, as print_table printed it."""
+    rows = [
+        [runtime_cost.HEARTBEAT, runtime_cost.DIRECT, "600", "1.00", "1.700", "1.00x", "30.0", "1.700"],
+        [runtime_cost.HEARTBEAT, runtime_cost.RUNTIME, "600", "1.00", heartbeat, "1.80x", "31.0", heartbeat],
+        [runtime_cost.ACTION, runtime_cost.DIRECT, "300", "3.00", "4.000", "1.00x", "100.0", "4.000"],
+        [runtime_cost.ACTION, runtime_cost.RUNTIME, "300", "3.00", action, "1.25x", "101.0", action],
+    ]
+    return Table(f"{runtime_cost.TITLE} (3.13.0, the store in another process)", runtime_cost.HEADER, rows)
 
-    assert suite.measured_http_cpu_ms([steady]) == 3.294
-    assert suite.measured_http_cpu_ms([]) is None  # not measured: the model's HTTP_CPU_MS
+
+def test_a_runs_cpu_a_request_is_read_from_its_runtime_table_and_printed_beside_the_calibration_never_priced():
+    live = suite.measured_live_cpu([runtime_table("3.500", "6.000")])
+    assert live == suite.LiveCpu(3.5, 6.0)
+    assert suite.measured_live_cpu([]) is None
+    calibrated = deployment_bill.RequestCpu(heartbeat_ms=3.0, action_ms=5.0, host_ms=1.2)
+
+    rows = suite.cpu_rows(calibrated, live)
+
+    assert rows == [
+        ["a heartbeat", "3.000", "3.500", "+17%"],
+        ["an opened or closed event", "5.000", "6.000", "+20%"],
+    ]
+    assert suite.cpu_rows(calibrated, None)[0] == ["a heartbeat", "3.000", "not measured", "-"]
+
+
+def test_the_bill_is_priced_from_the_calibration_whatever_this_runs_cpu(capsys):
+    """The same pinned inputs, two runs on machines a CPU apart: the same money lines."""
+    PRINTED.clear()
+    first = suite.cost_section(synthetic_costs(), suite.LiveCpu(2.0, 4.0), pinned=synthetic_costs())
+    second = suite.cost_section(synthetic_costs(), suite.LiveCpu(6.0, 9.0), pinned=synthetic_costs())
+    assert first.money == second.money
+    out = capsys.readouterr().out
+    assert "CPU ms a request through the runtime: the calibration the bill is priced from" in out
+    assert "The Functions host's own CPU a request (HOST_CPU_MS" in out
+
+
+def test_a_runs_request_units_are_billed_beside_the_recorded_ones_which_the_headline_takes(capsys):
+    PRINTED.clear()
+    heavier = synthetic_costs()
+    heavier.units["heartbeat"] = costs.PerUnit(1, UnitCost({schema.BOTTLE_HEARTBEATS: 20.0}), 1)
+
+    section = suite.cost_section(heavier, None, pinned=synthetic_costs())
+
+    [table] = [t for t in PRINTED if t.title.startswith("Cosmos DB $ a month: the recorded")]
+    assert section.money == suite.cost_section(synthetic_costs(), None, pinned=synthetic_costs()).money
+    recorded, now = (float(table.column(table.rows[0], c).replace(",", "")) for c in ("recorded (priced)", "this run"))
+    assert now > recorded
+    assert section.priced is not None
 
 
 def test_the_summary_takes_the_design_scale_bill_and_not_the_table_of_other_ways_beside_it():
@@ -240,7 +275,7 @@ def test_the_cost_section_ends_with_the_dollars_of_cosmos_db_and_of_the_whole_de
     """`./dev bench` prints, among its summary lines, `Cosmos DB: $N a month` and `whole deployment: $N a month`
     (one region), the figures of the bill's headline: the account's busiest hour and a line a component."""
     PRINTED.clear()
-    section = suite.cost_section(synthetic_costs(), http_cpu_ms=3.0)
+    section = suite.cost_section(synthetic_costs(), pinned=synthetic_costs())
 
     cosmos, whole = section.money
     assert re.fullmatch(r"Cosmos DB: \$[\d,]+ a month", cosmos)
@@ -250,9 +285,7 @@ def test_the_cost_section_ends_with_the_dollars_of_cosmos_db_and_of_the_whole_de
     assert cosmos == f"Cosmos DB: ${value['Cosmos DB: $ a month, one region']} a month"
     assert whole == f"whole deployment: ${value['whole deployment: $ a month, one region']} a month"
     assert any(name.startswith("RU/s at the account's busiest hour (") for name in value)
-    assert {"Functions (Flex Consumption): $ a month, one region", "Blob Storage archive: $ a month, one region"} <= (
-        set(value)
-    )
+    assert {"Functions: $ a month, one region", "Blob Storage archive: $ a month, one region"} <= set(value)
     assert "Cosmos DB: $ a month, one region" in capsys.readouterr().out
     assert f"{suite.DEPLOYMENT_START}\n" in section.bill
     assert suite.money_lines(20_981.4, 64_000.5) == ["Cosmos DB: $20,981 a month", "whole deployment: $64,000 a month"]

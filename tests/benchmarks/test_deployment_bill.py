@@ -2,6 +2,7 @@
 page it is read from, and the design scale's Functions work is priced on the cheaper instance memory and the
 cheaper count of always-ready instances."""
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -23,6 +24,9 @@ def test_every_rule_cites_its_page_and_a_worked_example():
         assert rule.example, rule.name
     assert bill.READ_ON == "2026-11-27"
     assert bill.READ_ON in FLEX.source
+    assert bill.HOSTING_READ_ON == "2026-11-28"
+    for size in bill.SIZES:
+        assert "https://" in size.price_source, size.name
 
 
 def test_on_demand_bills_each_active_instances_memory_and_each_execution_as_the_pages_example():
@@ -79,7 +83,7 @@ def test_the_instance_memory_is_the_cheaper_and_one_python_worker_uses_one_core(
     assert bill.usable_cores(4096, worker_processes=2) == 2
     requests = [Requests("heartbeat", 10_000, cpu_ms=3.0, calls=1)]
     work = Workload(0, 0.0, 0, 0.0, 0.0, 0.0, 6)
-    found = bill.functions_bill(requests, work)
+    found = bill.functions_bill(requests, work, sizes=())  # Flex Consumption alone
     assert found.memory_mb == 2048
     assert found.by_memory[4096] > found.by_memory[2048]
     http = found.groups[0]
@@ -89,10 +93,11 @@ def test_the_instance_memory_is_the_cheaper_and_one_python_worker_uses_one_core(
 
 def test_the_design_scales_work_is_its_rates_the_measured_calls_and_the_settings():
     calls = {"heartbeat": 1.0, "opened": 3.0, "closed": 3.0, "actions feed": 0.2}
-    requests, work = bill.design_scale_work(calls, actions_partitions=82, settings=Settings(), http_cpu_ms=2.0)
+    cpu = bill.RequestCpu(heartbeat_ms=2.0, action_ms=4.0, host_ms=1.0)
+    requests, work = bill.design_scale_work(calls, actions_partitions=82, settings=Settings(), cpu=cpu)
 
     assert [r.per_second for r in requests] == pytest.approx([30_000_000 / 1800, 700, 700])
-    assert {r.cpu_ms for r in requests} == {2.0}
+    assert [r.cpu_ms for r in requests] == [3.0, 5.0, 5.0]  # the worker's and the host's
     assert work.actions_calls_per_second == pytest.approx(0.2 * design_scale.CHANGES_PER_SECOND)
     assert work.tally_partitions == design_scale.REPORTS_PARTITIONS
     # A paced tally run waits in its execution for its pages: its budget (45 s) of every minute of the hour.
@@ -175,3 +180,95 @@ def test_the_whole_bill_is_a_line_a_component_and_their_total():
     text = bill.bill_markdown(lines, design_scale.Reserved(1_000.0, 58.4))
     assert "| **whole deployment** | **11** | **21** |" in text
     assert "$37 a month at 63%" in text  # 58.4 x 0.63
+
+
+DESIGN_REQUESTS = [
+    Requests("heartbeat", 30_000_000 / 1800, cpu_ms=3.0 + 1.2, calls=1),
+    Requests("opened", 700, cpu_ms=4.9 + 1.2, calls=3),
+    Requests("closed", 700, cpu_ms=4.9 + 1.2, calls=3),
+]
+QUIET = Workload(4, 0.0, 4, 1.0, 0.01, 0.04, 6)  # a background that keeps no instance busy
+
+
+def test_premium_and_dedicated_instances_bill_all_month_as_the_pages_examples():
+    """Elastic Premium: an EP1 (1 core, 3.5 GB) $0.173 a core-hour and $0.0123 a GB-hour, $157.72 a month, an EP3
+    the same per core; Dedicated P3v3 (8 cores) 4 x $0.155 an hour, $452.60 a month."""
+    sizes = {s.name: s for s in bill.SIZES}
+    assert sizes["EP1"].monthly == pytest.approx(157.717, abs=0.01)
+    assert sizes["EP3"].monthly == pytest.approx(630.87, abs=0.01)
+    assert sizes["EP3"].monthly / 4 == pytest.approx(sizes["EP1"].monthly)
+    assert sizes["P3v3"].monthly == pytest.approx(452.60)
+    assert (sizes["EP3"].cores, sizes["EP3"].memory_gb, sizes["P3v3"].cores) == (4, 14.0, 8)
+    assert sizes["EP1"].max_instances == 20
+    assert sizes["P3v3"].max_instances == 30
+
+
+def test_allocated_instances_carry_the_requests_cpu_at_seventy_percent_of_their_cores():
+    """18,067 requests a second at ~4.3 ms of CPU (worker and host) are ~78 cores busy: 112 at 70 %, 15 P3v3."""
+    cores = sum(r.per_second * r.cpu_ms for r in DESIGN_REQUESTS) / 1000
+    p3 = next(s for s in bill.SIZES if s.name == "P3v3")
+    assert bill.allocated_instances(DESIGN_REQUESTS, p3) == math.ceil(cores / (8 * bill.TARGET_CPU))
+    assert bill.allocated_instances([Requests("few", 10, cpu_ms=4.0, calls=1)], p3) == 1
+
+
+def test_the_design_scale_runs_its_http_requests_on_the_cheapest_plan_that_fits_and_says_why_others_do_not():
+    """Elastic Premium needs a key-based Azure Files share (and more instances than a Linux plan's 20); P1v3
+    would need more than a Dedicated plan's room; Flex Consumption bills every execution: P3v3 is the cheapest that
+    fits, the background stays on Flex Consumption."""
+    found = bill.functions_bill(DESIGN_REQUESTS, QUIET)
+
+    assert found.hosting is not None
+    assert found.split
+    assert found.hosting.name == "Dedicated (App Service Premium v3) P3v3"
+    options = {o.name: o for o in found.options}
+    assert not options["Elastic Premium EP3"].fits
+    assert "storage key" in options["Elastic Premium EP3"].why_not
+    assert "a plan has 20" in options["Elastic Premium EP3"].why_not
+    assert not options["Dedicated (App Service Premium v3) P1v3"].fits
+    assert "room to grow" in options["Dedicated (App Service Premium v3) P1v3"].why_not
+    assert options["Flex Consumption"].cost.total > 2 * found.cost.total
+    assert all(found.cost.total <= o.cost.total for o in found.options if o.fits)
+    http = bill.http_group(found)
+    assert http.instances == found.hosting.instances
+    assert http.processes == 8  # a Python worker process a core: what each instance's telemetry is sampled by
+    assert found.cost.allocated == pytest.approx(found.hosting.instances * 452.60)
+    assert found.cost.on_demand_executions < 1_000  # the background's executions alone
+    text = bill.functions_markdown(found)
+    assert f"the HTTP requests on **{found.hosting.instances:,.0f} P3v3 instances**" in text
+    assert "| no: its app needs an Azure Files content share" in text
+
+
+def test_a_small_fleet_stays_on_flex_consumption_which_scales_to_zero():
+    small = [Requests("heartbeat", 10_000 / 1800, cpu_ms=4.2, calls=1)]  # 10,000 bottles
+
+    found = bill.functions_bill(small, QUIET)
+
+    assert found.hosting is not None
+    assert not found.split
+    assert bill.functions_parameters(found)["httpHostingPlan"] == "FlexConsumption"
+
+
+def test_the_deployment_parameters_take_the_hosting_chosen():
+    found = bill.functions_bill(DESIGN_REQUESTS, QUIET)
+
+    parameters = bill.functions_parameters(found)
+
+    assert found.hosting is not None
+    assert parameters["httpHostingPlan"] == "Dedicated"
+    assert parameters["httpPlanSku"] == "P3v3"
+    assert parameters["httpInstanceCount"] == found.hosting.instances
+    assert parameters["httpWorkerProcessCount"] == 8
+    assert parameters["httpAlwaysReadyInstances"] == 0
+    assert 40 <= parameters["maximumInstanceCount"] <= 1000  # type: ignore[operator]
+
+
+def test_the_hosts_cpu_is_an_assumption_with_its_sources_and_a_range_that_moves_the_bill():
+    host = bill.HOST_CPU_MS
+    assert host.low < host.assumed < host.high
+    assert "azure-functions-host/pull/8281" in host.source
+    assert "azure-functions-host/pull/7908" in host.source
+    costs = []
+    for host_ms in (host.low, host.high):
+        requests = [replace(r, cpu_ms=r.cpu_ms - 1.2 + host_ms) for r in DESIGN_REQUESTS]
+        costs.append(bill.functions_bill(requests, QUIET).cost.total)
+    assert costs[0] < costs[1]

@@ -197,15 +197,19 @@ def test_the_design_scale_deployment_takes_the_bills_choice_for_every_collection
 
 def test_the_design_scale_deployment_takes_the_functions_bills_memory_and_always_ready_instances() -> None:
     """infra/design-scale.parameters.json deploys the Functions part of the bill docs/costs.md shows (both from the
-    last full run): its instance memory, its always-ready HTTP instances, and room for twice the busy ones."""
+    last full run): the Flex app's instance memory, its always-ready HTTP instances (none when the HTTP functions
+    have a plan of their own: tests/infra/test_hosting.py), and room for twice the busy ones."""
     given = design_scale_parameters()
     table = section_of((ROOT / "docs" / "costs.md").read_text(), "## The bill")
-    memory = re.search(r"on instances of \*\*([\d,]+) MB\*\*", table)
-    ready = re.search(r"\*\*(\d+) of them always-ready HTTP instances\*\*", table)
+    memory = re.search(r"Flex Consumption instances of \*{0,2}([\d,]+) MB", table)
     assert memory, "docs/costs.md's bill has no Functions part"
-    assert ready, "docs/costs.md's bill has no always-ready instances"
     assert given["instanceMemoryMB"] == int(memory.group(1).replace(",", ""))
-    assert given["httpAlwaysReadyInstances"] == int(ready.group(1))
+    if given.get("httpHostingPlan", "FlexConsumption") == "FlexConsumption":
+        ready = re.search(r"\*\*(\d+) of them always-ready HTTP instances\*\*", table)
+        assert ready, "docs/costs.md's bill has no always-ready instances"
+        assert given["httpAlwaysReadyInstances"] == int(ready.group(1))
+    else:
+        assert given["httpAlwaysReadyInstances"] == 0
     assert given["httpAlwaysReadyInstances"] < given["maximumInstanceCount"] <= 1000
 
 
@@ -751,8 +755,9 @@ def test_without_vnet_enabled_every_service_keeps_its_public_endpoint_and_no_net
 
 
 def test_with_vnet_enabled_storage_cosmos_and_key_vault_are_reached_through_private_endpoints_only() -> None:
-    """vnetEnabled: a virtual network with a subnet for private endpoints and one delegated to
-    Microsoft.App/environments (Flex Consumption's virtual network integration, as the templates' vnet.bicep); a
+    """vnetEnabled: a virtual network with a subnet for private endpoints, one delegated to
+    Microsoft.App/environments (Flex Consumption's virtual network integration, as the templates' vnet.bicep) and
+    one to Microsoft.Web/serverFarms (the HTTP app on a Dedicated plan); a
     private endpoint with its private DNS zone ("Azure Private Endpoint private DNS zone values",
     https://learn.microsoft.com/azure/private-link/private-endpoint-dns) for the storage account's blob and queue
     services, the Cosmos DB account (MongoDB) and the vault; public network access disabled on all three (the
@@ -790,7 +795,12 @@ def test_with_vnet_enabled_storage_cosmos_and_key_vault_are_reached_through_priv
     assert str(zone["name"]) == "privateDnsZoneName"
     assert str(zone["virtualNetworkLinks"][0]["virtualNetworkResourceId"]) == "virtualNetworkId"
     subnets = bicep.module("modules/vnet.bicep", "virtualNetwork")["params"]["subnets"]
-    assert [subnet.get("delegation") for subnet in subnets] == [None, "Microsoft.App/environments"]
+    # The third, delegated to App Service plans, for the HTTP functions' app on its Dedicated plan (httpHostingPlan).
+    assert [subnet.get("delegation") for subnet in subnets] == [
+        None,
+        "Microsoft.App/environments",
+        "Microsoft.Web/serverFarms",
+    ]
 
 
 AVM = json.loads((ROOT / "tests" / "avm_parameters.json").read_text())["modules"]

@@ -12,7 +12,7 @@ from pymongo.database import Database
 from shared.instants import hour_of, to_stored, utc_now
 from shared.reports import aggregation
 from shared.reports.aggregation import Change, refresh_hourly
-from shared.reports.documents import hourly_document, hourly_id
+from shared.reports.documents import full_entry, hourly_document, hourly_id
 from shared.store import schema
 from shared.store.retries import RetryPolicy, StoreUnavailable
 from tests.api import SPEC, ago, heartbeat, opened, post_events, provisioned
@@ -43,10 +43,10 @@ def action_changes(db: Database[Any], bottle_id: str) -> list[Change]:
 
 
 def entries(db: Database[Any], hour: datetime) -> dict[str, dict[str, Any]]:
-    """The stored user-hour's entries by bottle."""
+    """The stored user-hour's entries by bottle, whole (a counter the stored entry leaves out is 0)."""
     stored = db[schema.USER_HOURLY_REPORTS].find_one({"_id": hourly_id(USER, hour)})
     assert stored is not None
-    return {e["bottle_id"]: e for e in stored["bottles"]}
+    return {e["bottle_id"]: full_entry(e) for e in stored["bottles"]}
 
 
 def test_a_write_retried_after_a_conflict_counts_its_bottle_as_the_source_is_by_then(mock_db, monkeypatch):

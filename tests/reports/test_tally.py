@@ -131,7 +131,12 @@ def test_a_tally_that_fell_behind_by_more_than_the_window_still_rolls_up_the_day
         assert fleet.tally(back + hours * HOUR)
 
     days = [fleet.daily("u1", DAY + timedelta(days=day)) for day in range(4)]
-    assert [None if d is None else (d["opened"], d["heartbeats"]) for d in days] == [(1, 1), (1, 0), (1, 0), (1, 0)]
+    assert [None if d is None else (d.get("opened", 0), d.get("heartbeats", 0)) for d in days] == [
+        (1, 1),
+        (1, 0),
+        (1, 0),
+        (1, 0),
+    ]
 
 
 def test_a_first_pass_rolls_up_the_day_of_an_hour_it_finds_in_a_silent_bottles_ring(mock_db: Any) -> None:

@@ -214,15 +214,11 @@ def daily_cap_default(bicep: Path = MAIN_BICEP) -> int:
     return int(found.group(1))
 
 
-# What a run of `./dev bench` measured in the same run (benchmarks/suite.py sets it), in place of MEASURED.
-measured_in_this_run: Mapping[str, UnitVolume] | None = None
-
-
 def volume(rates: Rates, ratio: float, measured: Mapping[str, UnitVolume] | None = None) -> Volume:
     """Bytes a second by source: the requests and runs kept by the sampler (`ratio`), what is sent whatever the
     sampling, the Azure SDK spans of kept traces, and the metrics of every instance. `measured`: each unit's
-    volume (default: this run's measurement, else MEASURED)."""
-    measured = measured or measured_in_this_run or MEASURED
+    volume (default: MEASURED, the recorded one, so that the bill is the same on every machine)."""
+    measured = measured or MEASURED
     check = measured["check run sending 3 notifications"]
     report = measured["report run, 1 page"]
     dispatch = (measured["reports dispatch (timer)"], measured["check dispatch (timer)"])

@@ -67,12 +67,12 @@ def describe_report_check(check: ReportCheck) -> list[str]:
 
 
 def describe_report(report: dict[str, Any] | None) -> list[str]:
-    """A daily report's totals, then each bottle's."""
+    """A daily report's totals, then each bottle's (a counter the stored report leaves out is 0)."""
     if report is None:
         return ["daily report: none found"]
-    totals = ", ".join(f"{k} {report.get(k)}" for k in ("opened", "closed", "doses", "pills_taken", "heartbeats"))
+    totals = ", ".join(f"{k} {report.get(k, 0)}" for k in ("opened", "closed", "doses", "pills_taken", "heartbeats"))
     lines = [f"daily report {report['_id']}: {totals}"]
     for entry in report.get("bottles", []):
-        counts = ", ".join(f"{k} {entry.get(k)}" for k in ("opened", "closed", "doses", "pills_taken", "heartbeats"))
+        counts = ", ".join(f"{k} {entry.get(k, 0)}" for k in ("opened", "closed", "doses", "pills_taken", "heartbeats"))
         lines.append(f"  {entry.get('bottle_id')} ({entry.get('medication')}): {counts}")
     return lines
