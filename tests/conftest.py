@@ -1,13 +1,12 @@
 """Fixtures: a fresh store per test (mongomock, and SecantusDB in-process for the integration runs),
 settings from a clean environment, Azurite's queue service for the
 queue tests, and every sorted query checked against the declared indexes. PILLBOTTLE_TEST_CLOCK_START places
-the wall clock (below)."""
+the wall clock, and every read of it is recorded (tests/wall_clock.py)."""
 
 import itertools
 import os
-import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import mongomock
@@ -28,34 +27,9 @@ from tools.sort_audit import SortAudit
 
 _databases = itertools.count()
 
-# PILLBOTTLE_TEST_CLOCK_START=2026-12-31T23:59:30Z places the wall clock (what utc_now reads when a test has not set
-# one) at that instant, running in real time from there, and back at it when each test starts; collection (module
-# constants) sees it too. Run the suite at instants just before and after an hour, a midnight, a month's and a
-# year's end to find tests that depend on when they run.
-CLOCK_START = "PILLBOTTLE_TEST_CLOCK_START"
-
-
-class _PlacedClock:
-    def __init__(self, start: datetime) -> None:
-        self.start = start
-        self.began = time.monotonic()
-
-    def __call__(self) -> datetime:
-        return self.start + timedelta(seconds=time.monotonic() - self.began)
-
-
-_placed: _PlacedClock | None = None
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    global _placed  # noqa: PLW0603 - one placed clock for the session
-    text = os.environ.get(CLOCK_START)
-    if text:
-        try:
-            _placed = _PlacedClock(instants.parse_instant(text))
-        except ValueError as error:
-            raise pytest.UsageError(f"{CLOCK_START}: {error}") from None
-        instants._wall_clock = _placed
+# The wall clock, placed by PILLBOTTLE_TEST_CLOCK_START and each read of it recorded for the clock matrix
+# (tests/wall_clock.py); a test past its time limit stopped with where it was (tests/timeouts.py).
+pytest_plugins = ("tests.wall_clock", "tests.timeouts")
 
 
 # Under mutmut (`./dev mutate`, which sets MUTANT_UNDER_TEST) the property tests run traced, two at a time on busy
@@ -65,16 +39,6 @@ if "MUTANT_UNDER_TEST" in os.environ:
 
     hypothesis_settings.register_profile("mutmut", deadline=None, derandomize=True)
     hypothesis_settings.load_profile("mutmut")
-
-
-def pytest_report_header(config: pytest.Config) -> str | None:
-    return None if _placed is None else f"{CLOCK_START}: each test starts at {instants.format_instant(_placed.start)}"
-
-
-@pytest.fixture(autouse=True)
-def placed_clock() -> None:
-    if _placed is not None:
-        _placed.began = time.monotonic()
 
 
 def _teach_mongomock_bulk_sort() -> None:

@@ -1,15 +1,17 @@
-"""Run the tests that depend on time at placed instants of the wall clock, so that no test passes only at
-some hours: one inside each 6-hour daily roll-up block, just before an hour ends, just after midnight, a
-month's and a year's end, and both European and the American spring DST changes.
+"""Run the tests that read the wall clock at placed instants of it, so that no test passes only at some hours: one
+inside each 6-hour daily roll-up block, just before an hour ends, just after midnight, a month's and a year's end,
+and both European and the American spring DST changes.
 
     ./dev test-clocks [--jobs 2] [--only LABEL ...] [--list] [-- PYTEST_ARGS]
 
-Each instant is one pytest run with PILLBOTTLE_TEST_CLOCK_START set (tests/conftest.py: every test starts with
+Each instant is one pytest run with PILLBOTTLE_TEST_CLOCK_START set (tests/wall_clock.py: every test starts with
 the app's clock at that instant, running in real time from there). The runs print their instant and, on a
 failure, the command that replays it. The last line sums every run: `clocks: N passed, N failed`.
 
-Every test file runs at every instant except those in CLOCK_FREE, which read no clock (or play a simulated
-clock of their own) and are slow: a new test file is covered unless it is named there, with its reason.
+What runs is every test listed in tests/clock_readers.txt: the tests that read the wall clock, the one thing the
+placed instant moves, as a whole run of the suite recorded them (a test that reads no clock passes or fails the
+same at every instant). Every run of the suite checks the list (tests/wall_clock.py) and fails on a test that reads
+the clock but is missing from it.
 """
 
 import argparse
@@ -17,7 +19,9 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,28 +52,27 @@ INSTANTS = (
     Instant("eu-dst-autumn", "2027-10-31T00:59:58Z", "Europe's clocks go back at 01:00 UTC"),
 )
 
-# Test files that never read a clock, or play their own simulated one, and cost the most: left out of the
-# placed runs (the real-clock run of ./dev test still runs them).
-CLOCK_FREE = {
-    "tests/tools/test_simulation.py": "plays 28-30 March 2026 on its own simulated clock; about a minute",
-    "tests/tools/test_lifecycle.py": "plays 28-29 March 2026 on its own simulated clock (two tiny lifecycle runs)",
-    "tests/store/test_outages.py": "waits out store deadlines against an unreachable server",
-    "tests/benchmarks/test_checks_benchmark.py": "the benchmark's table on fixed dates",
-    "tests/benchmarks/test_ingestion_benchmark.py": "the benchmark's table on its own dates",
-    "tests/infra/test_infra.py": "Bicep, settings and docs agree: no clock",
-    "tests/infra/test_layout.py": "the repository's layout: no clock",
-    "tests/functions/test_bindings.py": "binding metadata: no clock",
-    "tests/tools/test_simulation_chart.py": "draws a chart of fixed data",
-    "tests/tools/test_command_line.py": "the commands' usage and failures; no clock; starts servers, waits on Ctrl-C",
-    "tests/tools/test_clock_matrix.py": "checks the instants themselves, and runs pytest in pytest",
-    "tests/functions/test_runtime.py": "the runtime's indexing and invocation; three commands on a copy of the app",
-    "tests/infra/test_openapi_lint.py": "Spectral over openapi.yaml: no clock",
-    "tests/infra/test_openapi_client.py": "a client generated from openapi.yaml: no clock",
-    "tests/tools/test_local_settings.py": "writes settings and starts a store server: no clock",
-    "tests/tools/test_lifecycle_end.py": "tiny lifecycle runs on their own simulated clock",
-    "tests/tools/test_lifecycle_plan.py": "the lifecycle's plan on fixed dates",
-    "tests/benchmarks/test_bench_runs.py": "the bench suite's handling of failing parts: no clock",
-}
+# The tests the matrix runs: those that read the wall clock, a node id a line, as tests/wall_clock.py recorded them.
+READERS_FILE = ROOT / "tests" / "clock_readers.txt"
+_READERS_HEADER = (
+    "# The tests that read the wall clock (shared.instants._wall_clock), which `./dev test-clocks` reruns at its\n"
+    "# placed instants: recorded by tests/wall_clock.py in every run, which fails when a test reads the clock but is\n"
+    "# not listed here. `./dev test --record-clock-readers` rewrites this file from a whole run (docs/testing.md).\n"
+)
+
+
+def listed_readers(path: Path = READERS_FILE) -> list[str]:
+    """The node ids the list holds, in its order (comments and blank lines left out); none if it is missing."""
+    if not path.is_file():
+        return []
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def write_readers(readers: Iterable[str], path: Path = READERS_FILE) -> None:
+    """The list, sorted, under its header."""
+    path.write_text(_READERS_HEADER + "".join(f"{nodeid}\n" for nodeid in sorted(set(readers))), encoding="utf-8")
+
 
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
 
@@ -97,17 +100,19 @@ class Outcome:
         return f"FAILED (exit {self.returncode})"
 
 
-def test_files(pytest_args: list[str]) -> list[str]:
-    """Every test file but the clock-free ones; or the paths the caller named."""
+def selected_tests(pytest_args: list[str], readers: Path = READERS_FILE) -> list[str]:
+    """The tests that read the wall clock; or none, when the caller named paths of their own after `--`."""
     if any(not arg.startswith("-") for arg in pytest_args):
         return []
-    found = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py"))
-    return [f for f in found if f not in CLOCK_FREE]
+    return listed_readers(readers)
 
 
-def replay_command(instant: Instant, tests: list[str]) -> str:
-    """The command that runs the failed tests again at the instant (each test starts at it)."""
-    return f"{CLOCK_ENV}={instant.at} .venv/bin/python -m pytest {' '.join(tests)}"
+def replay(outcome: "Outcome") -> str:
+    """The command that runs the failed tests again at the instant (each test starts at it), or the whole instant
+    again when pytest named none (a collection error, a crash)."""
+    if not outcome.failed_tests:
+        return f"./dev test-clocks --only {outcome.instant.label}"
+    return f"{CLOCK_ENV}={outcome.instant.at} .venv/bin/python -m pytest {' '.join(outcome.failed_tests)}"
 
 
 def failed_tests(output: list[str]) -> list[str]:
@@ -116,11 +121,17 @@ def failed_tests(output: list[str]) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def run_at(instant: Instant, files: list[str], pytest_args: list[str]) -> Outcome:
+def run_at(instant: Instant, tests: list[str], pytest_args: list[str]) -> Outcome:
+    """One pytest run at the instant; the tests' node ids go in an argument file (pytest's `@file`), since a
+    thousand of them overflow no command line that way."""
     env = {**os.environ, CLOCK_ENV: instant.at}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args, *files]
-    began = time.monotonic()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(prefix="test-clocks-") as folder:
+        listing = Path(folder) / "tests.txt"
+        listing.write_text("".join(f"{test}\n" for test in tests), encoding="utf-8")
+        selection = [f"@{listing}"] if tests else []
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args, *selection]
+        began = time.monotonic()
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     output = (done.stdout + done.stderr).strip().splitlines()
     summary = next((line for line in reversed(output) if _COUNT.search(line)), "")
     counts = {kind.rstrip("s") if kind.startswith("error") else kind: int(n) for n, kind in _COUNT.findall(summary)}
@@ -134,29 +145,34 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int_between(1, 16), default=2, help="instants run side by side (default 2)")
     parser.add_argument("--only", action="append", choices=[i.label for i in INSTANTS], help="run just this instant")
-    parser.add_argument("--list", action="store_true", help="print the instants and the files left out, and stop")
+    parser.add_argument("--list", action="store_true", help="print the instants and how many tests run, and stop")
     parser.add_argument("pytest_args", nargs="*", help="after --: pytest arguments (paths replace the default set)")
     args = parser.parse_args(argv)
     instants = [i for i in INSTANTS if not args.only or i.label in args.only]
-    files = test_files(args.pytest_args)
+    tests = selected_tests(args.pytest_args)
+    if not tests and not any(not arg.startswith("-") for arg in args.pytest_args):
+        print(
+            f"./dev test-clocks: {READERS_FILE.relative_to(ROOT)} lists no test: run ./dev test --record-clock-readers"
+        )
+        return 2
 
     for instant in instants:
         print(f"clock {instant.label:15} {instant.at}  {instant.why}")
     if args.list:
-        for name, why in CLOCK_FREE.items():
-            print(f"left out {name}: {why}")
+        where = f"listed in {READERS_FILE.relative_to(ROOT)}" if tests else "named after --"
+        print(f"tests at each instant: {len(tests) or 'those'} {where} (the tests that read the wall clock)")
         return 0
 
     outcomes: list[Outcome] = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for outcome in pool.map(lambda i: run_at(i, files, args.pytest_args), instants):
+        for outcome in pool.map(lambda i: run_at(i, tests, args.pytest_args), instants):
             outcomes.append(outcome)
             counts = ", ".join(f"{n} {kind}" for kind, n in outcome.counts.items()) or "no summary"
             took = f"{outcome.seconds:.0f} s"
             print(f"{outcome.instant.label:15} {outcome.instant.at}: {counts} in {took}: {outcome.verdict}")
             if not outcome.ok:
                 print(outcome.tail)
-                print(f"replay: {replay_command(outcome.instant, outcome.failed_tests or files)}")
+                print(f"replay: {replay(outcome)}")
             sys.stdout.flush()
 
     passed = sum(o.counts.get("passed", 0) for o in outcomes)

@@ -9,6 +9,7 @@ import fnmatch
 import importlib.metadata
 import json
 import re
+import subprocess
 import sys
 from datetime import timedelta
 from typing import Any
@@ -660,15 +661,18 @@ def test_azd_pipeline_config_finds_a_workflow_that_runs_ci_then_provisions_and_d
     federated credentials and repository variables ("Advanced pipeline features": AZURE_CLIENT_ID, AZURE_TENANT_ID,
     AZURE_SUBSCRIPTION_ID, AZURE_ENV_NAME, AZURE_LOCATION as `vars`, and azure.yaml's `pipeline.variables`,
     https://learn.microsoft.com/azure/developer/azure-developer-cli/pipeline-advanced-features). On a push to main
-    it runs the project's CI (`bash .ci/run`) and, only once that passes, `azd provision` and `azd deploy`, logged
-    in with OpenID Connect (id-token: write; `azd auth login --federated-credential-provider github`): no client
-    secret anywhere."""
+    it runs the project's CI as two jobs side by side, the suite (`bash .ci/run suite`: lint, types, the tests, the
+    lifecycle runs) and the clock matrix (`bash .ci/run clocks`), and, only once the suite passes, `azd provision`
+    and `azd deploy`, logged in with OpenID Connect (id-token: write; `azd auth login
+    --federated-credential-provider github`): no client secret anywhere."""
     flow = workflow()
     assert flow["on"]["push"]["branches"] == ["main"]
     assert flow["permissions"] == {"id-token": "write", "contents": "read"}
-    test, deploy = flow["jobs"]["test"], flow["jobs"]["deploy"]
-    assert "bash .ci/run" in step_runs(test)
-    assert deploy["needs"] == "test"
+    test, clocks, deploy = flow["jobs"]["test"], flow["jobs"]["clocks"], flow["jobs"]["deploy"]
+    assert "bash .ci/run suite" in step_runs(test)
+    assert "bash .ci/run clocks" in step_runs(clocks)
+    assert "needs" not in clocks  # beside the suite, not after it
+    assert deploy["needs"] == "test"  # the deploy waits for what protects it, not for the clock matrix
     runs = step_runs(deploy)
     login = next(run for run in runs if run.startswith("azd auth login"))
     assert '--federated-credential-provider "github"' in login
@@ -683,6 +687,20 @@ def test_azd_pipeline_config_finds_a_workflow_that_runs_ci_then_provisions_and_d
         assert env[name] == f"${{{{ vars.{name} }}}}", name
     assert "client-secret" not in WORKFLOW.read_text()
     assert re.findall(r"secrets\.(\w+)", WORKFLOW.read_text()) == ["AZD_INITIAL_ENVIRONMENT_CONFIG"]
+
+
+def test_ci_runs_the_suite_and_the_clock_matrix_and_either_alone() -> None:
+    """`.ci/run` is both jobs of the workflow one after the other, or one of them by name; another name is a usage
+    error before anything is installed."""
+    script = (ROOT / ".ci" / "run").read_text()
+    assert "./dev test\n" in script
+    assert "./dev test-clocks\n" in script
+    assert re.search(r'if \[ "\$stage" != clocks \]; then\n  \./dev test\n  lifecycle_runs\n', script)
+    done = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "run"), "everything"], capture_output=True, text=True, check=False, timeout=30
+    )
+    assert done.returncode == 2
+    assert done.stderr == "usage: bash .ci/run [all | suite | clocks]\n"
 
 
 def test_every_variable_the_parameters_file_reads_reaches_the_pipeline() -> None:

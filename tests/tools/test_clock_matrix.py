@@ -11,7 +11,7 @@ import pytest
 from shared.instants import parse_instant
 from shared.settings import Settings
 from tools import clock_matrix
-from tools.clock_matrix import CLOCK_FREE, INSTANTS, Instant
+from tools.clock_matrix import INSTANTS, Instant
 
 ROOT = Path(__file__).resolve().parents[2]
 PLACED = [parse_instant(i.at) for i in INSTANTS]
@@ -46,18 +46,20 @@ def test_the_american_spring_dst_change_falls_seconds_after_an_instant() -> None
     assert any(offset_changes_within("America/Los_Angeles", m, 5) for m in PLACED)
 
 
-def test_every_file_left_out_exists_and_says_why() -> None:
-    for name, why in CLOCK_FREE.items():
-        assert (ROOT / name).is_file(), name
-        assert why
+def test_the_default_set_is_every_listed_clock_reader(tmp_path: Path) -> None:
+    listing = tmp_path / "clock_readers.txt"
+    clock_matrix.write_readers(["tests/b.py::test_y", "tests/a.py::test_x[1]", "tests/a.py::test_x[1]"], listing)
+
+    assert listing.read_text().startswith("# The tests that read the wall clock")
+    assert clock_matrix.selected_tests([], listing) == ["tests/a.py::test_x[1]", "tests/b.py::test_y"]
+    assert clock_matrix.selected_tests(["-x"], listing) == ["tests/a.py::test_x[1]", "tests/b.py::test_y"]
+    assert clock_matrix.selected_tests(["-x", "tests/reports/test_tally.py"], listing) == []  # named paths instead
 
 
-def test_the_default_set_is_every_test_file_but_the_clock_free_ones() -> None:
-    files = clock_matrix.test_files([])
-    assert "tests/integration/store/test_sorted_reads.py" in files
-    assert "tests/reports/test_tally.py" in files
-    assert not set(files) & set(CLOCK_FREE)
-    assert clock_matrix.test_files(["-x", "tests/reports/test_tally.py"]) == []  # named paths replace the default set
+def test_the_repositorys_list_names_tests_that_read_the_clock() -> None:
+    listed = clock_matrix.listed_readers()
+    assert "tests/reports/test_tally.py::test_with_the_shortest_window_every_prompt_heartbeat_is_counted" in listed
+    assert not any(name.startswith("tests/infra/test_layout.py") for name in listed)  # reads no clock
 
 
 def test_a_failing_run_is_reported_with_its_instant_and_the_command_that_replays_it(

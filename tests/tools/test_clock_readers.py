@@ -1,0 +1,188 @@
+"""The record of which tests read the wall clock (tests/wall_clock.py), on which the clock matrix's selection rests:
+a test that reads it, however it does (in its body, in a thread, through a wider fixture, at its module's import),
+is found; a run fails on a reader the list leaves out, naming it and saying how to fix it, and on a listed test the
+suite no longer has; `--record-clock-readers` writes the list; under pytest-xdist the controller judges the workers'
+findings. Each case runs pytest on a scratch project with the plugin."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools.clock_matrix import listed_readers, write_readers
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRATCH = {
+    "test_reads.py": (
+        "import threading\n"
+        "from shared.instants import set_clock, utc_now\n"
+        "def test_in_its_body():\n"
+        "    assert utc_now()\n"
+        "def test_in_a_thread():\n"
+        "    done = threading.Thread(target=utc_now)\n"
+        "    done.start()\n"
+        "    done.join()\n"
+        "def test_on_a_clock_of_its_own():\n"
+        "    from datetime import UTC, datetime\n"
+        "    set_clock(lambda: datetime(2027, 1, 1, tzinfo=UTC))\n"
+        "    try:\n"
+        "        assert utc_now().year == 2027\n"
+        "    finally:\n"
+        "        set_clock(None)\n"
+        "def test_no_clock():\n"
+        "    assert 1 + 1 == 2\n"
+    ),
+    "test_fixture.py": (
+        "import pytest\n"
+        "from shared.instants import utc_now\n"
+        "@pytest.fixture(scope='module')\n"
+        "def started():\n"
+        "    return utc_now()\n"
+        "def test_first_user(started):\n"
+        "    assert started\n"
+        "def test_second_user(started):\n"
+        "    assert started\n"
+        "def test_not_a_user():\n"
+        "    pass\n"
+    ),
+    "test_import.py": (
+        "from shared.instants import utc_now\nSTARTED = utc_now()\ndef test_a_constant():\n    assert STARTED\n"
+    ),
+}
+READERS = [
+    "test_fixture.py::test_first_user",
+    "test_fixture.py::test_second_user",
+    "test_import.py::test_a_constant",
+    "test_reads.py::test_in_a_thread",
+    "test_reads.py::test_in_its_body",
+]
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    for name, text in SCRATCH.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # the scratch project is the rootdir
+    (tmp_path / "tests").mkdir()
+    return tmp_path
+
+
+def run_pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest on the scratch project with the plugin (and without the suite's heavy plugins, to start fast)."""
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "tests.wall_clock",
+        "-p",
+        "tests.timeouts",
+        "-p",
+        "no:cacheprovider",
+    ]
+    command += ["-p", "no:schemathesis", "-p", "no:hypothesispytest", "-p", "no:anyio", *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PILLBOTTLE_TEST_CLOCK_START", None)
+    return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, check=False, timeout=120)
+
+
+def test_recording_lists_every_test_that_reads_the_wall_clock_and_only_those(scratch: Path) -> None:
+    done = run_pytest(scratch, "--record-clock-readers")
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert listed_readers(scratch / "tests" / "clock_readers.txt") == READERS
+
+
+def test_a_reader_missing_from_the_list_fails_the_run_naming_it_and_the_fix(scratch: Path) -> None:
+    write_readers([r for r in READERS if r != "test_reads.py::test_in_a_thread"], scratch / "tests/clock_readers.txt")
+
+    done = run_pytest(scratch)
+
+    assert done.returncode == 1
+    assert "8 passed" in done.stdout  # every test passed: the list is what failed
+    assert "1 test(s) read the wall clock but are not in tests/clock_readers.txt" in done.stdout
+    assert "\n  test_reads.py::test_in_a_thread\n" in done.stdout
+    assert "./dev test --record-clock-readers" in done.stdout
+
+
+def test_a_complete_list_passes(scratch: Path) -> None:
+    write_readers(READERS, scratch / "tests/clock_readers.txt")
+
+    done = run_pytest(scratch)
+
+    assert done.returncode == 0, done.stdout
+    assert "clock readers" not in done.stdout
+
+
+def test_a_listed_test_the_suite_no_longer_has_fails_a_whole_run_only(scratch: Path) -> None:
+    write_readers([*READERS, "test_reads.py::test_renamed"], scratch / "tests/clock_readers.txt")
+
+    whole = run_pytest(scratch)
+    part = run_pytest(scratch, "test_reads.py")
+
+    assert whole.returncode == 1
+    assert "lists 1 test(s) the suite no longer has" in whole.stdout
+    assert "  test_reads.py::test_renamed\n" in whole.stdout
+    assert part.returncode == 0, part.stdout  # a run of one file cannot tell
+
+
+def test_recording_part_of_the_suite_keeps_the_listed_tests_it_did_not_run(scratch: Path) -> None:
+    listing = scratch / "tests/clock_readers.txt"
+    write_readers(["test_fixture.py::test_first_user", "test_reads.py::test_no_clock"], listing)
+
+    done = run_pytest(scratch, "--record-clock-readers", "test_reads.py")
+
+    assert done.returncode == 0, done.stdout
+    # test_no_clock ran and read nothing: dropped; test_first_user did not run: kept.
+    assert listed_readers(listing) == [
+        "test_fixture.py::test_first_user",
+        "test_reads.py::test_in_a_thread",
+        "test_reads.py::test_in_its_body",
+    ]
+
+
+def test_under_xdist_the_workers_findings_are_judged_together(scratch: Path) -> None:
+    write_readers(READERS[1:], scratch / "tests/clock_readers.txt")
+
+    done = run_pytest(scratch, "-n", "2")
+
+    assert done.returncode == 1
+    assert "1 test(s) read the wall clock but are not in tests/clock_readers.txt" in done.stdout
+    assert "\n  test_fixture.py::test_first_user\n" in done.stdout
+
+
+def test_a_worker_that_crashes_keeps_what_its_tests_recorded(scratch: Path) -> None:
+    """pytest-xdist replaces a worker that dies (a test's timeout ends it): the tests it ran before still count."""
+    (scratch / "test_zz_crash.py").write_text("import os\ndef test_dies():\n    os._exit(1)\n")
+
+    done = run_pytest(scratch, "-n", "1", "-p", "no:randomly", "--record-clock-readers")
+
+    assert "worker 'gw0' crashed while running 'test_zz_crash.py::test_dies'" in done.stdout
+    assert listed_readers(scratch / "tests" / "clock_readers.txt") == READERS
+
+
+def test_a_test_that_never_ends_fails_named_with_its_stack_and_the_run_goes_on(scratch: Path) -> None:
+    """The suite's own pytest configuration (pyproject.toml: pytest-timeout's limit and method) on a scratch test
+    that loops, with the limit cut to seconds: the run fails naming the test and where it was, under pytest-xdist
+    as ./dev test runs it, and the other tests still run."""
+    import tomllib
+
+    configured = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert configured["timeout_method"] == "thread"
+    assert 60 <= configured["timeout"] <= 9 * 60  # a looping test fails within 10 minutes
+    (scratch / "pytest.ini").write_text(
+        f"[pytest]\ntimeout = {configured['timeout']}\ntimeout_method = {configured['timeout_method']}\n"
+    )
+    (scratch / "test_loops.py").write_text("def test_spins_for_ever():\n    while True:\n        pass\n")
+
+    done = run_pytest(scratch, "-n", "2", "-o", "timeout=3", "test_loops.py", "test_reads.py")
+
+    assert done.returncode == 1
+    assert "crashed while running 'test_loops.py::test_spins_for_ever'" in done.stdout
+    report = done.stdout.split("= FAILURES =")[1]  # the test's report, not only the worker's stderr
+    assert "Timeout: test_loops.py::test_spins_for_ever ran for more than 3 s and was stopped." in report
+    assert 'test_loops.py", line 2, in test_spins_for_ever' in report
+    assert "4 passed" in done.stdout  # test_reads.py's four went on
