@@ -204,8 +204,8 @@ def test_a_commands_help_shows_it_run_the_way_its_usage_names_it(prog, monkeypat
 
 def dev_with_a_recording_venv(tmp_path: Path) -> Path:
     """The script in a directory of its own with the files it reads (requirements, pyproject.toml, the npm lock
-    file), no node_modules, and a .venv whose `python` and `mutmut` and an `npm` on PATH only write their
-    command lines to `calls` (and pip's first line of output as pip would): what the script runs and installs,
+    file), no node_modules, and a .venv whose `python`, `mutmut`, `ruff` and `mypy` and an `npm` on PATH only write
+    their command lines to `calls` (and pip's first line of output as pip would): what the script runs and installs,
     without running or installing anything. The script's path."""
     read = ("dev", "requirements.txt", "requirements-dev.txt", "pyproject.toml", "package.json", "package-lock.json")
     for name in read:
@@ -217,7 +217,8 @@ def dev_with_a_recording_venv(tmp_path: Path) -> Path:
         f'echo "$(basename "$0") $*" >> "{tmp_path}/calls"\n'
         'case "$*" in "-m pip install"*) echo "Collecting pymongo (from -r requirements-dev.txt)" ;; esac\n'
     )
-    for fake in (tmp_path / ".venv/bin/python", tmp_path / ".venv/bin/mutmut", tmp_path / "fakes/npm"):
+    fakes = ("python", "mutmut", "ruff", "mypy")
+    for fake in [*(tmp_path / ".venv/bin" / name for name in fakes), tmp_path / "fakes/npm"]:
         fake.write_text(recorder)
         fake.chmod(0o755)
     return tmp_path / "dev"
@@ -226,9 +227,9 @@ def dev_with_a_recording_venv(tmp_path: Path) -> Path:
 def run_recorded(script: Path, *argv: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """`script ARGV` with the recording npm first on PATH; what it did, and the commands it ran."""
     path = f"{script.parent / 'fakes'}:{os.environ['PATH']}"
-    done = subprocess.run(
-        [script, *argv], check=False, capture_output=True, text=True, timeout=30, env={**os.environ, "PATH": path}
-    )
+    environ = {**os.environ, "PATH": path}
+    environ.pop("PYTHON", None)  # another interpreter named there would have the script make the fake venv anew
+    done = subprocess.run([script, *argv], check=False, capture_output=True, text=True, timeout=30, env=environ)
     calls = script.parent / "calls"
     return done, calls.read_text().splitlines() if calls.exists() else []
 
@@ -251,6 +252,36 @@ def test_test_clocks_help_installs_no_node_modules(tmp_path, argv):
     assert done.returncode == 0, done.stderr
     assert [call for call in calls if call.startswith("npm")] == []
     assert calls[-1] == f"python -m tools.clock_matrix {' '.join(argv)}"
+
+
+@pytest.mark.parametrize("argv", [["--list"], ["--only", "year-end", "--list"]])
+def test_test_clocks_list_installs_nothing(tmp_path, argv):
+    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "test-clocks", *argv)
+
+    assert done.returncode == 0, done.stderr
+    assert calls == [f"python -m tools.clock_matrix {' '.join(argv)}"]  # no pip, no npm
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["tests/reports", "--help"]])
+def test_test_help_shows_the_usage_at_once_and_runs_nothing(tmp_path, argv):
+    """`./dev test --help` ran ruff, the formatter check and mypy (~50 s), and installed, before pytest's help."""
+    began = time.monotonic()
+    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "test", *argv)
+
+    assert time.monotonic() - began < 5  # a shell script printing its usage; generous for a busy machine
+    assert done.returncode == 0, done.stderr
+    assert calls == []
+    assert done.stdout.startswith("usage: ./dev test [PYTEST_ARGS ...]\n")
+    assert "--record-clock-readers" in done.stdout
+    assert ".venv/bin/python -m pytest --help" in done.stdout  # where pytest's own options are
+
+
+def test_test_lints_then_runs_the_suite_on_a_worker_a_core(tmp_path):
+    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "test", "-x")
+
+    assert done.returncode == 0, done.stderr
+    ran = [call for call in calls if not call.startswith(("python -m pip", "python -c", "npm"))]  # the venv's checks
+    assert ran == ["ruff check .", "ruff format --check .", "mypy .", "python -m pytest -n auto --dist worksteal -x"]
 
 
 def test_test_clocks_installs_azurite_for_a_run(tmp_path):
