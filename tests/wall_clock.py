@@ -27,7 +27,7 @@ from tools.clock_matrix import CLOCK_ENV, READERS_FILE, ROOT, listed_readers, wr
 CLOCK_START = CLOCK_ENV
 RECORD_OPTION = "--record-clock-readers"
 _OUTPUT_KEY = "clock_readers"
-READS_PROPERTY = ("reads_wall_clock", True)
+READS = "reads_wall_clock"  # a teardown report's user property: the list entry that covers the test
 
 
 class PlacedClock:
@@ -150,15 +150,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
 
 
-def reads_wall_clock(recorder: Recorder, item: pytest.Item) -> bool:
-    """Whether the test read the wall clock: itself, through a wider fixture it uses, or by its module's import."""
+def clock_entry(recorder: Recorder, item: pytest.Item) -> str | None:
+    """The list's entry for a test that read the wall clock, None for one that did not: its node id if it read it
+    itself or through a wider fixture it uses; its file if its module read it when imported, since then the module
+    may make its tests from the clock (a parameter's id that is a date), and a test's id at one instant is not its
+    id at another."""
     module = item.getparent(pytest.Module)
-    imported = module is not None and f"import:{module.nodeid}" in recorder.readers
-    uses_reader = any(
-        name in getattr(item, "fixturenames", ()) and item.nodeid.startswith(baseid)
-        for name, baseid in recorder.fixtures
-    )
-    return item.nodeid in recorder.readers or imported or uses_reader
+    if module is not None and f"import:{module.nodeid}" in recorder.readers:
+        return module.nodeid
+    uses = getattr(item, "fixturenames", ())
+    uses_reader = any(name in uses and item.nodeid.startswith(baseid) for name, baseid in recorder.fixtures)
+    return item.nodeid if item.nodeid in recorder.readers or uses_reader else None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -166,8 +168,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """The verdict rides on the test's teardown report (its user_properties), the last thing the test does: under
     pytest-xdist the report reaches the controller at once, so a worker that crashes later loses nothing of it."""
     report = yield
-    if call.when == "teardown" and _recorder is not None and reads_wall_clock(_recorder, item):
-        report.user_properties.append(READS_PROPERTY)
+    if call.when == "teardown" and _recorder is not None:
+        entry = clock_entry(_recorder, item)
+        if entry is not None:
+            report.user_properties.append((READS, entry))
     return report
 
 
@@ -184,14 +188,16 @@ class _Judge:
         self.problems: list[str] = []
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The tests and their files: what the list's entries may name."""
         self.collected.update(item.nodeid for item in session.items)
+        self.collected.update(item.nodeid.split("::")[0] for item in session.items)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Every test's reports, this process's or (under pytest-xdist) a worker's as it sends them."""
         if report.when == "call" or (report.when == "setup" and report.failed):
-            self.ran.add(report.nodeid)
-        if report.when == "teardown" and READS_PROPERTY in report.user_properties:
-            self.readers.add(report.nodeid)
+            self.ran.update((report.nodeid, report.nodeid.split("::")[0]))
+        if report.when == "teardown":
+            self.readers.update(str(value) for name, value in report.user_properties if name == READS)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -211,10 +217,11 @@ class _Judge:
             if exitstatus != pytest.ExitCode.INTERRUPTED:  # a run cut short would drop what it did not reach
                 self._record(listed)
             return
-        missing = sorted(self.readers - set(listed))
+        covered = set(listed)
+        missing = sorted(entry for entry in self.readers if not {entry, entry.split("::")[0]} & covered)
         if missing:
             self.problems.append(
-                f"{len(missing)} test(s) read the wall clock but are not in tests/clock_readers.txt, so "
+                f"{len(missing)} test(s) or file(s) read the wall clock but are not in tests/clock_readers.txt, so "
                 "./dev test-clocks would not run them at its placed instants:\n"
                 + "".join(f"  {nodeid}\n" for nodeid in missing)
                 + "Add them to tests/clock_readers.txt (`./dev test --record-clock-readers` rewrites it from a whole "
@@ -225,7 +232,7 @@ class _Judge:
             gone = sorted(set(listed) - self.collected)
             if gone:
                 self.problems.append(
-                    f"tests/clock_readers.txt lists {len(gone)} test(s) the suite no longer has, which "
+                    f"tests/clock_readers.txt lists {len(gone)} test(s) or file(s) the suite no longer has, which "
                     "./dev test-clocks would fail to find:\n"
                     + "".join(f"  {nodeid}\n" for nodeid in gone)
                     + "Remove them, or rewrite the list: ./dev test --record-clock-readers."

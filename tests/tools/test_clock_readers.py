@@ -49,13 +49,20 @@ SCRATCH = {
         "    pass\n"
     ),
     "test_import.py": (
-        "from shared.instants import utc_now\nSTARTED = utc_now()\ndef test_a_constant():\n    assert STARTED\n"
+        "import pytest\n"
+        "from shared.instants import utc_now\n"
+        "STARTED = utc_now()\n"
+        "def test_a_constant():\n"
+        "    assert STARTED\n"
+        "@pytest.mark.parametrize('day', [STARTED.date().isoformat()])\n"
+        "def test_of_the_day(day):\n"
+        "    assert day\n"
     ),
 }
 READERS = [
     "test_fixture.py::test_first_user",
     "test_fixture.py::test_second_user",
-    "test_import.py::test_a_constant",
+    "test_import.py",  # its module reads the clock as it is imported: its tests' ids may be made from it
     "test_reads.py::test_in_a_thread",
     "test_reads.py::test_in_its_body",
 ]
@@ -70,8 +77,9 @@ def scratch(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """pytest on the scratch project with the plugin (and without the suite's heavy plugins, to start fast)."""
+def run_pytest(project: Path, *args: str, placed: str | None = None) -> subprocess.CompletedProcess[str]:
+    """pytest on the scratch project with the plugin (and without the suite's heavy plugins, to start fast), on the
+    real clock or at a `placed` instant."""
     command = [
         sys.executable,
         "-m",
@@ -86,6 +94,8 @@ def run_pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command += ["-p", "no:schemathesis", "-p", "no:hypothesispytest", "-p", "no:anyio", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PILLBOTTLE_TEST_CLOCK_START", None)
+    if placed is not None:
+        env["PILLBOTTLE_TEST_CLOCK_START"] = placed
     return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, check=False, timeout=120)
 
 
@@ -102,8 +112,8 @@ def test_a_reader_missing_from_the_list_fails_the_run_naming_it_and_the_fix(scra
     done = run_pytest(scratch)
 
     assert done.returncode == 1
-    assert "8 passed" in done.stdout  # every test passed: the list is what failed
-    assert "1 test(s) read the wall clock but are not in tests/clock_readers.txt" in done.stdout
+    assert "9 passed" in done.stdout  # every test passed: the list is what failed
+    assert "1 test(s) or file(s) read the wall clock but are not in tests/clock_readers.txt" in done.stdout
     assert "\n  test_reads.py::test_in_a_thread\n" in done.stdout
     assert "./dev test --record-clock-readers" in done.stdout
 
@@ -124,7 +134,7 @@ def test_a_listed_test_the_suite_no_longer_has_fails_a_whole_run_only(scratch: P
     part = run_pytest(scratch, "test_reads.py")
 
     assert whole.returncode == 1
-    assert "lists 1 test(s) the suite no longer has" in whole.stdout
+    assert "lists 1 test(s) or file(s) the suite no longer has" in whole.stdout
     assert "  test_reads.py::test_renamed\n" in whole.stdout
     assert part.returncode == 0, part.stdout  # a run of one file cannot tell
 
@@ -150,7 +160,7 @@ def test_under_xdist_the_workers_findings_are_judged_together(scratch: Path) -> 
     done = run_pytest(scratch, "-n", "2")
 
     assert done.returncode == 1
-    assert "1 test(s) read the wall clock but are not in tests/clock_readers.txt" in done.stdout
+    assert "1 test(s) or file(s) read the wall clock but are not in tests/clock_readers.txt" in done.stdout
     assert "\n  test_fixture.py::test_first_user\n" in done.stdout
 
 
@@ -186,3 +196,16 @@ def test_a_test_that_never_ends_fails_named_with_its_stack_and_the_run_goes_on(s
     assert "Timeout: test_loops.py::test_spins_for_ever ran for more than 3 s and was stopped." in report
     assert 'test_loops.py", line 2, in test_spins_for_ever' in report
     assert "4 passed" in done.stdout  # test_reads.py's four went on
+
+
+def test_the_list_recorded_on_the_real_clock_selects_the_same_tests_at_a_placed_instant(scratch: Path) -> None:
+    """A module that makes a test's id from the clock (a parameter that is today's date) is listed as its file, so
+    the matrix finds its tests at an instant whose date is another."""
+    assert run_pytest(scratch, "--record-clock-readers").returncode == 0
+
+    listed = listed_readers(scratch / "tests" / "clock_readers.txt")
+    done = run_pytest(scratch, "-v", *listed, placed="2027-03-14T09:59:58Z")
+
+    assert done.returncode == 0, done.stdout
+    assert "test_import.py::test_of_the_day[2027-03-14] PASSED" in done.stdout
+    assert "6 passed" in done.stdout  # the five entries: two tests of test_import.py, four of the other files
