@@ -29,6 +29,8 @@ from shared.settings import get_settings
 from shared.store import setup
 from shared.store.command_line import run_command
 from tools import lifecycle, serve, simulate
+from tools.lifecycle import run as lifecycle_run
+from tools.simulate import in_process, over_http
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -486,7 +488,8 @@ def no_run(monkeypatch: pytest.MonkeyPatch) -> None:
     def ran(**_: Any) -> None:
         raise AssertionError("the run started")
 
-    for module, name in ((simulate, "run_simulation"), (simulate, "run_over_http"), (lifecycle, "run_lifecycle")):
+    runs = ((in_process, "run_simulation"), (over_http, "run_over_http"), (lifecycle_run, "run_lifecycle"))
+    for module, name in runs:  # where the commands import them from once their arguments are parsed
         monkeypatch.setattr(module, name, ran)
 
 
