@@ -237,13 +237,13 @@ def run_recorded(script: Path, *argv: str) -> tuple[subprocess.CompletedProcess[
 
 def test_the_first_run_shows_pips_progress_on_stderr(tmp_path):
     """The first `./dev` installed for minutes under `pip --quiet`, saying nothing."""
-    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "setup-store", "--help")
+    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "setup-store", "--check-deploy")
 
     [install] = [call for call in calls if call.startswith("python -m pip install")]
     assert not {"-q", "--quiet"} & set(install.split())
     assert "Collecting pymongo" in done.stderr
     assert "Collecting" not in done.stdout
-    assert calls[-1] == "python -m tools.command ./dev setup-store shared.store.setup_command --help"
+    assert calls[-1] == "python -m tools.command ./dev setup-store shared.store.setup_command --check-deploy"
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--only", "year-end", "--help"]])
