@@ -41,11 +41,12 @@ import azure.functions as func
 import bson
 from pymongo.database import Database
 
-from benchmarks import checks as check_bench
-from benchmarks import design_scale, ingestion
+from benchmarks import design_scale
+from benchmarks.checks import runs as check_bench
 from benchmarks.design_scale import Measured
 from benchmarks.harness import installed_store, print_table
-from benchmarks.reports import NaiveConsumer, provision_fleet
+from benchmarks.ingestion import runs as ingestion
+from benchmarks.reports.runs import NaiveConsumer, provision_fleet
 from shared.ingestion.receive import receive
 from shared.instants import set_clock
 from shared.notifications.documents import KINDS

@@ -36,7 +36,7 @@ from functools import partial
 import azure.functions as func
 
 from benchmarks.harness import installed_store, print_table
-from benchmarks.ingestion import device_event
+from benchmarks.ingestion.runs import device_event
 from functions.device_events import post_events
 from shared.instants import set_clock, utc_now
 from shared.settings import get_settings

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from benchmarks import checks as check_fleet
+from benchmarks.checks import runs as check_fleet
 from benchmarks.harness import bench_client, print_table
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec

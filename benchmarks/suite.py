@@ -1,26 +1,13 @@
 """Every benchmark in one run: ingestion, the notification checks, the report consumer, and what the app's work
 costs on Cosmos DB in request units (benchmarks/costs.py, by the rules of tools/costs/rules.py), each beside
 its same-run baseline (the seeds' approach) with the ratio; then the design-scale bill (benchmarks/design_scale.py)
-from those costs. Prints the tables; a full run writes them, with the commit and the machine, to
-benchmarks/RESULTS.md so results can be compared across commits, and its summary, scale-out table and
-design-scale table into docs/benchmarks.md and docs/costs.md. A quick run writes nowhere unless given --output
-(RESULTS.md and the docs hold the last full run's).
-
-    ./dev bench [--quick] [--output PATH]
-    ./dev bench --mongodb-uri "<Cosmos DB connection string>"   the model beside a real account's charges
-
-Each benchmark says on stderr when it starts and ends, and every 10 seconds that it is still running; its tables
-are printed as it ends. If one fails, the summary of those that finished is printed, and the error's one line
-names the one that failed (exit 2; a bug keeps its traceback); nothing is written. The benchmarks' own store
-clients wait as long as the app's settings allow (benchmarks/harness.py), so a loaded machine is slow, not down.
+from those costs. The command, `./dev bench`, and what it prints and writes: benchmarks/suite_command.py.
 """
 
-import argparse
 import json
 import os
 import platform
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -29,19 +16,19 @@ from pathlib import Path
 from typing import NamedTuple
 
 from benchmarks import (
-    calibrate,
-    checks,
     costs,
     cpu_calibration,
     deployment_bill,
     design_scale,
-    ingestion,
-    reports,
     runtime_cost,
     scaleout,
     telemetry,
 )
+from benchmarks.checks import runs as checks
 from benchmarks.harness import PRINTED, Table, print_table
+from benchmarks.ingestion import FLEETS, QUICK_FLEETS, STEADY_EVENTS
+from benchmarks.ingestion import runs as ingestion
+from benchmarks.reports import runs as reports
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.command_line import CommandFailed, user_problem
@@ -62,7 +49,6 @@ SUMMARY_HEADER = ["area", "figure", "app", "baseline (seeds)", "ratio"]
 SCALEOUT_START = "<!-- scale-out table: written by ./dev bench (benchmarks/suite.py) -->"
 SCALEOUT_END = "<!-- end of the scale-out table -->"
 SCALEOUT_HEADER = ["job", "workers", "throughput", "vs 1 worker", "commands per unit"]
-QUICK_TAKES = "about 3 minutes on 2 idle cores, up to 9 when they are busy"  # measured; as docs/benchmarks.md says
 
 
 def _commit() -> str:
@@ -391,7 +377,7 @@ class Part:
 
 def parts(quick: bool) -> list[Part]:
     """The suite's benchmarks, in the order they run."""
-    fleets, steady = (ingestion.QUICK_FLEETS, 300) if quick else (ingestion.FLEETS, ingestion.STEADY_EVENTS)
+    fleets, steady = (QUICK_FLEETS, 300) if quick else (FLEETS, STEADY_EVENTS)
     swept = 2_000 if quick else 20_000
     return [
         Part("ingestion", "Ingestion", lambda: ingestion.run(1000 if quick else 4000, 50, fleets, steady)),
@@ -534,40 +520,3 @@ def update_docs(
         deployment.write_text(blocks.deployment)
     if blocks.record is not None:
         costs.write_record(blocks.record, record)
-
-
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if any(arg.split("=")[0] == "--mongodb-uri" for arg in argv):
-        sys.exit(calibrate.main(argv))  # calibration on a real account (benchmarks/calibrate.py)
-    parser = argparse.ArgumentParser(
-        prog="./dev bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help=f"smaller fleets and streams ({QUICK_TAKES})")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        help="where to write the results (default: benchmarks/RESULTS.md for a full run, nowhere for --quick)",
-    )
-    parser.add_argument(
-        "--mongodb-uri",
-        help="instead of the benchmarks, calibrate the cost model on an account (benchmarks/calibrate.py)",
-    )
-    args = parser.parse_args(argv)
-    output: Path | None = args.output if args.output is not None or args.quick else RESULTS
-    if output is not None and not output.parent.is_dir():
-        parser.error(f"--output {output}: no directory {output.parent}")
-    document, blocks = run(args.quick)
-    if output is None:
-        print("\nquick run: nothing written (--output PATH to keep it)")
-        return
-    output.write_text(document)
-    print(f"\nwritten to {output}")
-    if not args.quick and output.resolve() == RESULTS.resolve():
-        update_docs(blocks)
-        print(f"summary and scale-out table written to {SUMMARY_DOC}, design-scale table to {TABLE_DOC}, its")
-        print(f"throughput to deploy to {DEPLOYMENT_FILE}")
-
-
-if __name__ == "__main__":
-    main()

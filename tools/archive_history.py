@@ -23,11 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from shared.archive import parquet
-from shared.archive.current import archive_of
 from shared.archive.layout import ACTIONS, date_folder
 from shared.archive.storage import Archive, ArchiveUnavailable
-from shared.settings import Settings, get_settings
 from shared.store.command_line import CommandFailed, run_command
 from tools.arguments import http_url
 from tools.local_settings import AZURITE_COMMAND
@@ -61,6 +58,7 @@ class History:
 def archive_setting(chosen: str | None, data_dir: str | None) -> Iterator[None]:
     """ARCHIVE_DIR for a run of ./dev serve or ./dev simulate: the folder chosen, else the environment's, else
     beside a persisted store, else the default."""
+    from shared.settings import get_settings  # pydantic: not for --help (nor for ./dev simulate's)
     from tools.local_store import setting_defaults
 
     if chosen is None:
@@ -99,6 +97,8 @@ def dates(first: datetime, last: datetime) -> Iterator[datetime]:
 def dose_history(archive: Archive, bottle_id: str, first: datetime, last: datetime) -> History:
     """The bottle's archived opened/closed events with a device date in [first, last], by time; NothingArchived if
     no file of events covers those dates."""
+    from shared.archive import parquet  # pyarrow: only where the archive is read
+
     events: list[dict[str, Any]] = []
     files = others = 0
     for day in dates(first, last):
@@ -185,6 +185,9 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def archive_named(args: argparse.Namespace) -> Archive:
     """The archive the arguments name (a folder by default)."""
+    from shared.archive.current import archive_of  # the settings (pydantic): not for --help
+    from shared.settings import Settings
+
     if args.connection_string is not None or args.blob_service_uri is not None:
         from shared.archive.blob import BlobArchive  # the Storage SDK: only for a blob archive
 

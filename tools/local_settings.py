@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shared.settings import connection_string_problem
 from shared.store.command_line import CommandFailed
 from tools.store_server import DEFAULT_PORT
 
@@ -45,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     existing.add_argument("--force", action="store_true", help="replace an existing file")
     existing.add_argument("--keep", action="store_true", help="leave an existing file as it is, quietly")
     args = parser.parse_args(argv)
+    from shared.settings import connection_string_problem  # pymongo and pydantic: not for --help
+
     problem = connection_string_problem(args.mongodb_uri)
     if problem is not None:
         raise CommandFailed(f"--mongodb-uri: {problem}")

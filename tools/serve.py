@@ -28,17 +28,20 @@ from wsgiref.util import is_hop_by_hop
 from waitress import wasyncore
 from waitress.server import BaseWSGIServer, create_server
 
-from functions.responses import json_response
 from shared.store.command_line import CommandFailed, run_command
 from tools.archive_history import DEFAULT_DIR as DEFAULT_ARCHIVE_DIR
 from tools.archive_history import archive_setting
 from tools.arguments import int_between
 from tools.http_bounds import Limits, bounded_channel
-from tools.local_delivery import Delivery
-from tools.local_host import LocalHost, no_route
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+    from tools.local_delivery import Delivery
+    from tools.local_host import LocalHost
+
+# The app and its host (the runtime, the store, pydantic: seconds of imports) are imported where they are used,
+# once `./dev serve`'s arguments are parsed: `--help` and a usage error come at once.
 
 log = logging.getLogger("serve")
 
@@ -110,10 +113,12 @@ def _status_line(code: int) -> str:
         return f"{code} Unknown"
 
 
-def wsgi_app(host: LocalHost) -> "WSGIApplication":
+def wsgi_app(host: "LocalHost") -> "WSGIApplication":
     """The HTTP functions as a WSGI application: one request in, one azure.functions.HttpRequest to the
     function of its route, its HttpResponse back out. Framing (Content-Length, chunked bodies,
     keep-alive) is the server's job: by here the body is whole and exactly the one request's."""
+    from functions.responses import json_response
+    from tools.local_host import no_route
 
     def app(environ: "WSGIEnvironment", start_response: "StartResponse") -> Iterable[bytes]:
         target = environ["REQUEST_URI"]  # waitress': the request target as sent, not yet decoded
@@ -170,7 +175,7 @@ class LocalServer:
 
     def __init__(
         self,
-        host: LocalHost,
+        host: "LocalHost",
         address: tuple[str, int],
         *,
         timers: bool = True,
@@ -311,7 +316,7 @@ class LocalServer:
             self._queue_activity.wait(wait.total_seconds())
 
 
-def _log_delivery(delivery: Delivery) -> None:
+def _log_delivery(delivery: "Delivery") -> None:
     head = f"queue {delivery.queue}: message {delivery.message_id} to {delivery.function}"
     head += f" (dequeue count {delivery.dequeue_count})"
     if delivery.outcome == "delivered":
@@ -349,6 +354,7 @@ def _serve_until_interrupted(argv: list[str] | None) -> None:
     # Listen first: a port in use is known before the store starts, and the socket is ours meanwhile.
     listening = listen(args.host, args.port)
 
+    from tools.local_host import LocalHost
     from tools.local_store import local_store
 
     with (

@@ -11,13 +11,8 @@ import sys
 import threading
 from typing import Any
 
-from pymongo import MongoClient
-
-from shared.settings import get_settings
 from shared.store.command_line import CommandFailed
-from shared.store.setup import ensure_store
 from tools.arguments import int_between
-from tools.local_store import make_data_dir, setting_defaults
 
 DEFAULT_PORT = 27017
 HOST = "127.0.0.1"
@@ -69,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int_between(0, 65535), default=DEFAULT_PORT, help="0: any free port")
     parser.add_argument("--data-dir", default=".local/store", help="where the data is kept (default: .local/store)")
     args = parser.parse_args(argv)
+    from pymongo import MongoClient  # the store's libraries: not for --help
+
+    from shared.settings import get_settings
+    from shared.store.setup import ensure_store
+    from tools.local_store import make_data_dir, setting_defaults
+
     make_data_dir(args.data_dir)
     server = open_store(args.port, args.data_dir)
     try:

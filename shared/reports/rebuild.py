@@ -14,19 +14,22 @@ import argparse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-from pymongo.database import Database
+from typing import TYPE_CHECKING, Any
 
 from shared.device_time import MAX_FUTURE_SKEW
-from shared.heartbeat_document import OWNERS, USER_BUCKET
 from shared.instants import day_of, hour_of, parse_instant, utc_now
-from shared.reports.aggregation import Change, Stamper, UserDay, refresh_daily, refresh_hourly
-from shared.settings import Settings, get_settings
-from shared.store import schema
 from shared.store.command_line import add_store_arguments, command_line_database, run_command
 from shared.store.partitioning import bucket_of
-from shared.store.retries import RetryPolicy, with_retries
+
+if TYPE_CHECKING:
+    from pymongo.database import Database
+
+    from shared.reports.aggregation import UserDay
+    from shared.settings import Settings
+    from shared.store.retries import RetryPolicy
+
+# The store's side (pymongo, the settings' pydantic: a second of imports) is imported by the functions that use
+# it, so that `python -m shared.reports.rebuild --help` and its usage errors come at once.
 
 Document = dict[str, Any]
 
@@ -39,16 +42,19 @@ class RebuildSummary:
 
 
 def rebuild(
-    db: Database[Any],
+    db: "Database[Any]",
     *,
     start: datetime,
     end: datetime,
     user_id: str | None,
     now: datetime,
-    settings: Settings,
+    settings: "Settings",
 ) -> RebuildSummary:
     """Recompute the hourly reports of [hour of `start`, `end`) for `user_id` (None: every user) from source,
     then their days, a page of REPORTS_PAGE_SIZE source documents at a time."""
+    from shared.reports.aggregation import Change, Stamper, refresh_daily, refresh_hourly  # noqa: PLC0415 - see the imports
+    from shared.store.retries import RetryPolicy  # noqa: PLC0415
+
     policy = RetryPolicy.from_settings(settings)
     page_size = settings.reports_page_size
     first = hour_of(start)
@@ -75,6 +81,9 @@ def _source_queries(first: datetime, end: datetime, user_id: str | None) -> list
     owns or owned within their window; or everyone's: actions by receive time (a device time is never more than
     MAX_FUTURE_SKEW ahead of its receipt, so nothing of the range was received before `first` minus that), and
     every heartbeat document."""
+    from shared.heartbeat_document import OWNERS, USER_BUCKET  # noqa: PLC0415 - see the imports
+    from shared.store import schema  # noqa: PLC0415
+
     in_range = {"$gte": first, "$lt": end}
     if user_id is not None:
         return [
@@ -91,7 +100,7 @@ def _source_queries(first: datetime, end: datetime, user_id: str | None) -> list
 
 
 def _pages(
-    db: Database[Any], collection: str, query: dict[str, Any], policy: RetryPolicy, size: int
+    db: "Database[Any]", collection: str, query: dict[str, Any], policy: "RetryPolicy", size: int
 ) -> Iterator[list[Document]]:
     """The matching documents in `_id` order, a page per query, so a throttled read is retried alone."""
     after: Any = None
@@ -105,8 +114,10 @@ def _pages(
 
 
 def _read_page(
-    db: Database[Any], collection: str, query: dict[str, Any], policy: RetryPolicy, size: int
+    db: "Database[Any]", collection: str, query: dict[str, Any], policy: "RetryPolicy", size: int
 ) -> list[Document]:
+    from shared.store.retries import with_retries  # noqa: PLC0415 - see the imports
+
     return with_retries(lambda: list(db[collection].find(query).sort("_id", 1).limit(size)), policy)
 
 
@@ -131,6 +142,8 @@ def _rebuild(argv: list[str] | None) -> None:
     start, end = _instant(parser, "--from", args.start), _instant(parser, "--to", args.end)
     if end <= start:
         parser.error("--to must be later than --from")
+    from shared.settings import get_settings  # noqa: PLC0415 - see the imports
+
     with command_line_database(parser, args) as (db, _uri):
         summary = rebuild(db, start=start, end=end, user_id=args.user, now=utc_now(), settings=get_settings())
     print(

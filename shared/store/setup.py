@@ -1,13 +1,9 @@
 """Create every collection and index the app needs (sharded through Cosmos' `customAction` on Cosmos DB), replacing
 an index whose keys changed only once its successor is built; idempotent. And check what a deployment of infra/
 would change. Why and how: docs/operations.md, "Changing an index's keys"; usage: docs/local-development.md.
-
-    ./dev setup-store [--uri URI] [--database NAME]   # by default MONGODB_CONNECTION_STRING / MONGODB_DATABASE
-    ./dev setup-store --backfill-buckets              # once, for data stored before documents carried `bucket`
-    ./dev setup-store --check-deploy                  # before deploying infra/: would it change an index? (exit 1)
+The command, `./dev setup-store`: shared/store/setup_command.py.
 """
 
-import argparse
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -22,9 +18,8 @@ from pymongo.database import Database
 
 from shared.heartbeat_document import LATE_AT, RING, RING_TIME, USER_BUCKET, late_flags
 from shared.instants import utc_now
-from shared.settings import Settings, get_settings
+from shared.settings import Settings
 from shared.store import cosmos, schema
-from shared.store.command_line import add_store_arguments, command_line_database, run_command
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 from shared.store.schema import CollectionSpec, IndexSpec, collection_specs
@@ -304,60 +299,3 @@ def _without_bucket(
     query = {field: {"$exists": False}}
     projection = dict.fromkeys((key, RING, RING_TIME) if ring else (key,), 1)
     return with_retries(lambda: list(collection.find(query, projection).limit(batch)), policy)
-
-
-def main(argv: list[str] | None = None) -> None:
-    run_command("./dev setup-store", lambda: _setup_store(argv))
-
-
-def _setup_store(argv: list[str] | None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="./dev setup-store", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_store_arguments(parser)
-    parser.add_argument(
-        "--backfill-buckets",
-        action="store_true",
-        help="also give documents stored before they carried `bucket` their bucket (scans each collection once)",
-    )
-    parser.add_argument(
-        "--check-deploy",
-        action="store_true",
-        help="change nothing: say whether deploying infra/ would drop or build an index on this account (exit 1 if "
-        "so: run the setup first, then deploy)",
-    )
-    args = parser.parse_args(argv)
-    with command_line_database(parser, args) as (db, uri):
-        if args.check_deploy:
-            _check_deploy(parser, db, on_cosmos=cosmos.is_cosmos_uri(uri))
-            return
-        try:
-            lines = ensure_store(db, get_settings(), on_cosmos=cosmos.is_cosmos_uri(uri))
-        except IndexBuildPending as pending:
-            parser.exit(1, f"{parser.prog}: {pending}\n")
-        for line in lines:
-            print(line)
-        if args.backfill_buckets:
-            for name, count in backfill_buckets(db, RetryPolicy.from_settings(get_settings())).items():
-                print(f"{name}: {count} documents given their bucket")
-
-
-def _check_deploy(parser: argparse.ArgumentParser, db: Database[Any], *, on_cosmos: bool) -> None:
-    """Print what a deployment of infra/ would do to the account's indexes; exit 1 if anything."""
-    problems = deploy_problems(db, get_settings(), on_cosmos=on_cosmos)
-    if not on_cosmos:
-        print("not a Cosmos DB account: compared with the indexes declared for any other MongoDB")
-    for problem in problems:
-        print(problem)
-    if problems:
-        parser.exit(
-            1,
-            f"{parser.prog}: refusing: deploying infra/ now would change the indexes above in place, failing the "
-            f"sorts that need them until Cosmos DB has rebuilt them. Run `{parser.prog}` against this account first "
-            "(it builds new keys beside the old and drops the old once built), then check again and deploy\n",
-        )
-    print("safe to deploy infra/: every collection has exactly the indexes it declares, built")
-
-
-if __name__ == "__main__":
-    main()

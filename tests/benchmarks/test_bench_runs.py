@@ -60,7 +60,7 @@ def never_run(ran: list[str]) -> suite.Part:
 
 def dev_bench(argv: list[str]) -> None:
     """As `./dev bench ARGV` runs it (the `dev` script's `python -m tools.command`)."""
-    command.main(["./dev bench", "benchmarks.suite", *argv])
+    command.main(["./dev bench", "benchmarks.suite_command", *argv])
 
 
 def test_a_failing_part_leaves_the_finished_ones_printed_and_names_itself(monkeypatch, capsys, refused_port):

@@ -6,7 +6,7 @@ import math
 import re
 from pathlib import Path
 
-from benchmarks import costs, deployment_bill, design_scale, runtime_cost, suite
+from benchmarks import costs, deployment_bill, design_scale, runtime_cost, suite, suite_command
 from benchmarks.harness import PRINTED, Table
 from shared.settings import Settings
 from shared.store import schema
@@ -177,15 +177,15 @@ def test_a_quick_run_writes_nowhere_unless_given_an_output(tmp_path, monkeypatch
     monkeypatch.setattr(suite, "update_docs", lambda bill, *docs: written.append(bill))
     monkeypatch.setattr(Path, "write_text", lambda path, text: written.append(f"{path}: {text}"))
 
-    suite.main(["--quick"])
+    suite_command.main(["--quick"])
     assert written == []
     assert "nothing written" in capsys.readouterr().out
 
-    suite.main(["--quick", "--output", str(tmp_path / "quick.md")])
+    suite_command.main(["--quick", "--output", str(tmp_path / "quick.md")])
     assert written == [f"{tmp_path / 'quick.md'}: quick=True"]  # and not the docs
 
     written.clear()
-    suite.main([])
+    suite_command.main([])
     assert written == [f"{suite.RESULTS}: quick=False", "bill"]  # a full run: RESULTS.md and the docs
 
 

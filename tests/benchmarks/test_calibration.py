@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from benchmarks import calibrate, suite
+from benchmarks import calibrate, suite_command
 from shared.store import cosmos
 from tests.cosmos_fakes import LastCommand, RequestStatistics
 
@@ -70,7 +70,7 @@ def test_a_database_holding_documents_is_refused_with_one_line_and_exit_2(
     try:
         client["calibration_full"]["orders"].insert_one({"_id": 1})
         with pytest.raises(SystemExit) as exited:
-            suite.main(["--mongodb-uri", secantus_uri, "--database", "calibration_full"])
+            suite_command.main(["--mongodb-uri", secantus_uri, "--database", "calibration_full"])
 
         assert exited.value.code == 2
         error = capsys.readouterr().err.strip()

@@ -4,8 +4,9 @@ where one query per bucket would be 1,024."""
 
 import pytest
 
-from benchmarks import checks, sweep_queries
-from benchmarks.checks import Fleet, run
+from benchmarks import sweep_queries
+from benchmarks.checks import runs as checks
+from benchmarks.checks.runs import Fleet, run
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """The ingestion benchmark's baseline is the seeds' approach as a whole request, held to the app's contract, and
-the benchmark measures the app on its own database with its indexes (benchmarks/ingestion.py)."""
+the benchmark measures the app on its own database with its indexes (benchmarks/ingestion/runs.py)."""
 
 import itertools
 import json
@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from benchmarks import ingestion
 from benchmarks.harness import installed_store, secantus_server
+from benchmarks.ingestion import runs as ingestion
 from shared.heartbeat_document import MAX_GAP_HOURS, Window, heartbeat_slots, place, slot_start
 from shared.instants import utc_now
 from shared.settings import get_settings

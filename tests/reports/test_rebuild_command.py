@@ -11,7 +11,7 @@ import pytest
 from shared.instants import day_of
 from shared.reports import rebuild
 from shared.settings import get_settings
-from shared.store import command_line
+from shared.store import client as store_client
 from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned
 from tests.report_client import aggregate, clear_reports, set_setting, stored_reports, use_change_source_of
 
@@ -28,7 +28,7 @@ def store(mock_db: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """mock_db is the database the command opens (MONGODB_DATABASE names it) whatever --uri says."""
     set_setting(monkeypatch, "HEARTBEAT_WINDOW_HOURS", "48")
     use_change_source_of(mock_db, monkeypatch)
-    monkeypatch.setattr(command_line, "create_client", lambda uri, **_: mock_db.client)
+    monkeypatch.setattr(store_client, "create_client", lambda uri, **_: mock_db.client)  # as open_client calls it
     return mock_db
 
 

@@ -19,7 +19,8 @@ import yaml
 
 from shared.settings import get_settings
 from shared.store import schema
-from shared.store.setup import BuildWait, IndexBuildPending, deploy_problems, ensure_store, main
+from shared.store.setup import BuildWait, IndexBuildPending, deploy_problems, ensure_store
+from shared.store.setup_command import main
 from tests import bicep
 from tests.cosmos_fakes import FakeCosmosDatabase, IndexTransformingDatabase
 from tests.store.old_layout import OLD_KEYS, pending_notifications

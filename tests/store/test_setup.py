@@ -10,7 +10,8 @@ from shared.notifications import delivery
 from shared.settings import get_settings
 from shared.store import cosmos, schema
 from shared.store.schema import collection_specs
-from shared.store.setup import BuildWait, IndexBuildPending, ensure_store, main
+from shared.store.setup import BuildWait, IndexBuildPending, ensure_store
+from shared.store.setup_command import main
 from tests.cosmos_fakes import FakeCosmosDatabase, IndexTransformingDatabase
 from tests.store.old_layout import OLD_KEYS, pending_notifications
 

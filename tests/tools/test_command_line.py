@@ -23,12 +23,14 @@ from pymongo.errors import ServerSelectionTimeoutError
 from benchmarks import checks as checks_benchmark
 from benchmarks import ingestion as ingestion_benchmark
 from benchmarks import reports as reports_benchmark
-from benchmarks import suite
+from benchmarks import suite_command
 from shared.reports import rebuild
 from shared.settings import get_settings
-from shared.store import setup
+from shared.store import setup_command
 from shared.store.command_line import run_command
 from tools import lifecycle, serve, simulate
+from tools.lifecycle import run as lifecycle_run
+from tools.simulate import in_process, over_http
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,8 +38,8 @@ COMMANDS: dict[str, Callable[[list[str] | None], int | None]] = {
     "./dev simulate": simulate.main,
     "./dev lifecycle": lifecycle.main,
     "./dev serve": serve.main,
-    "./dev bench": suite.main,
-    "./dev setup-store": setup.main,
+    "./dev bench": suite_command.main,
+    "./dev setup-store": setup_command.main,
     "python -m benchmarks.ingestion": ingestion_benchmark.main,
     "python -m benchmarks.checks": checks_benchmark.main,
     "python -m benchmarks.reports": reports_benchmark.main,
@@ -236,13 +238,13 @@ def run_recorded(script: Path, *argv: str) -> tuple[subprocess.CompletedProcess[
 
 def test_the_first_run_shows_pips_progress_on_stderr(tmp_path):
     """The first `./dev` installed for minutes under `pip --quiet`, saying nothing."""
-    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "setup-store", "--help")
+    done, calls = run_recorded(dev_with_a_recording_venv(tmp_path), "setup-store", "--check-deploy")
 
     [install] = [call for call in calls if call.startswith("python -m pip install")]
     assert not {"-q", "--quiet"} & set(install.split())
     assert "Collecting pymongo" in done.stderr
     assert "Collecting" not in done.stdout
-    assert calls[-1] == "python -m tools.command ./dev setup-store shared.store.setup --help"
+    assert calls[-1] == "python -m tools.command ./dev setup-store shared.store.setup_command --check-deploy"
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--only", "year-end", "--help"]])
@@ -385,30 +387,30 @@ NOT_A_URI = "not a MongoDB connection string as pymongo reads it:"
 
 STORE_ERRORS = [
     (
-        setup.main,
+        setup_command.main,
         ["--uri", "notauri"],
         f"./dev setup-store: error: --uri: {NOT_A_URI} Invalid URI scheme",
     ),
     (
-        setup.main,
+        setup_command.main,
         ["--uri", "mongodb://"],
         "./dev setup-store: error: --uri: not a MongoDB connection string as pymongo reads it: "
         "Must provide at least one hostname or IP",
     ),
     (
-        setup.main,
+        setup_command.main,
         ["--uri", "mongodb://h:99999/"],
         "./dev setup-store: error: --uri: not a MongoDB connection string as pymongo reads it: "
         "Port must be an integer between 0 and 65535",
     ),
     (
-        setup.main,
+        setup_command.main,
         ["--uri", "mongodb://127.0.0.1:{refused}/"],
         "./dev setup-store: error: cannot reach the database of --uri: "
         "127.0.0.1:{refused}: [Errno 111] Connection refused",
     ),
     (
-        setup.main,
+        setup_command.main,
         ["--uri", "mongodb://127.0.0.1:{refused}/", "--database", "a/b"],
         "./dev setup-store: error: --database 'a/b': database names cannot contain the character '/'",
     ),
@@ -492,7 +494,7 @@ def test_a_data_dir_that_is_a_file_is_one_line_naming_it(tmp_path, capsys):
 )
 def test_the_connection_string_is_never_printed(address, expected, capsys, refused_port):
     secret = f"mongodb://admin:s3cret-password@{address.format(refused=refused_port)}"
-    line = one_line_error(setup.main, ["--uri", secret], capsys)
+    line = one_line_error(setup_command.main, ["--uri", secret], capsys)
 
     assert "s3cret" not in line
     assert line.startswith(f"./dev setup-store: error: {expected.format(refused=refused_port)}")
@@ -517,7 +519,8 @@ def no_run(monkeypatch: pytest.MonkeyPatch) -> None:
     def ran(**_: Any) -> None:
         raise AssertionError("the run started")
 
-    for module, name in ((simulate, "run_simulation"), (simulate, "run_over_http"), (lifecycle, "run_lifecycle")):
+    runs = ((in_process, "run_simulation"), (over_http, "run_over_http"), (lifecycle_run, "run_lifecycle"))
+    for module, name in runs:  # where the commands import them from once their arguments are parsed
         monkeypatch.setattr(module, name, ran)
 
 

@@ -27,7 +27,7 @@ from tests.lifecycle_results import PERFECT, clean_result
 from tools import lifecycle
 from tools.archive_truth import ArchiveCheck
 from tools.host.worker import InvocationFailed
-from tools.lifecycle import screen, verdict
+from tools.lifecycle import run, screen, verdict
 from tools.lifecycle.faults import WORKER_PREFIX, SkewedClock, Watch, WorkerKilled, store_calls_watched
 from tools.lifecycle.result import PeakDrain
 from tools.simulate.result import ReportCheck, Score
@@ -39,8 +39,8 @@ TINY = ["--days", "1", "--bottles", "4", "--seed", "3"]
 
 def run_main(monkeypatch, registered_functions, tmp_path, tamper=None) -> int:
     """`./dev lifecycle` on a tiny plan, with the app's functions this process already has."""
-    runner = functools.partial(lifecycle.run_lifecycle, progress=False, tamper=tamper)
-    monkeypatch.setattr(lifecycle, "run_lifecycle", runner)
+    runner = functools.partial(run.run_lifecycle, progress=False, tamper=tamper)
+    monkeypatch.setattr(run, "run_lifecycle", runner)  # where main imports it from
     return lifecycle.main([*TINY, "--chart", str(tmp_path / "lifecycle.png")])
 
 

@@ -16,10 +16,9 @@ from pathlib import Path
 
 from shared.store.command_line import CommandFailed, run_command
 from tools.arguments import int_between, writable_file
-from tools.lifecycle.run import run_lifecycle
-from tools.lifecycle.screen import describe
 
-__all__ = ["main", "parse_arguments", "run_lifecycle"]  # run_lifecycle: the run main starts (tests replace it)
+# The run (the app, the Cosmos-faithful store, matplotlib: seconds of imports) is imported once the arguments are
+# parsed, from tools.lifecycle.run (tests replace run_lifecycle there): `--help` and a usage error come at once.
 
 MAX_DAYS = 366
 DEFAULT_CHART = "lifecycle.png"  # *.png is gitignored
@@ -52,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> None:
         args = parse_arguments(argv)
+        from tools.lifecycle.run import run_lifecycle
+        from tools.lifecycle.screen import describe
+
         result = run_lifecycle(days=args.days, bottles=args.bottles, seed=args.seed, workers=args.workers)
         print(describe(result))
         from tools.lifecycle.chart import draw

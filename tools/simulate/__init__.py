@@ -21,11 +21,9 @@ from shared.store.command_line import CommandFailed, run_command
 from tools.archive_history import DEFAULT_DIR as DEFAULT_ARCHIVE_DIR
 from tools.arguments import float_above, http_url, int_between, positive_float, positive_int, writable_file
 from tools.cosmos_store.options import Options
-from tools.simulate.in_process import run_simulation
-from tools.simulate.over_http import run_over_http
-from tools.simulate.screen import describe, describe_ingestion
 
-__all__ = ["main", "parse_arguments", "run_over_http", "run_simulation"]  # the runs main starts (tests replace them)
+# The runs (the app, the store, numpy, matplotlib: seconds of imports) are imported once the arguments are parsed,
+# from their modules (tests replace them there): `--help` and a usage error come at once.
 
 MAX_DAYS = 366
 
@@ -110,6 +108,9 @@ def _simulate(argv: list[str] | None) -> None:
 
 def _send_over_http(args: argparse.Namespace) -> None:
     """`--http`: the fleet's traffic sent in real time, then its ingestion lines."""
+    from tools.simulate.over_http import run_over_http
+    from tools.simulate.screen import describe_ingestion
+
     started = time.perf_counter()
     tally = run_over_http(
         args.http,
@@ -125,6 +126,9 @@ def _send_over_http(args: argparse.Namespace) -> None:
 
 def _simulate_in_process(args: argparse.Namespace) -> None:
     """The simulated days: the screen, the chart, the archive's folder, the verdict (exit 1 if it fails)."""
+    from tools.simulate.in_process import run_simulation
+    from tools.simulate.screen import describe
+
     started = time.perf_counter()
     result = run_simulation(
         bottles=args.bottles,

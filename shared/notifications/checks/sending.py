@@ -70,7 +70,7 @@ class RunSending:
 def sending_until(settings: Settings, deadline: float, clock: Callable[[], float]) -> delivery.Sending:
     """Sending stops at the run's budget, but has at least one request deadline's time even when the sweep used
     the budget up (notifications are what the run is for; at QUEUE_SEND_CONCURRENCY sends at once that time
-    covers a partition's cap, benchmarks/checks.py measures it); each store request gets a deadline of its own."""
+    covers a partition's cap, benchmarks/checks/runs.py measures it); each store request gets a deadline of its own."""
     return delivery.Sending(
         send_until=max(deadline, clock() + settings.request_deadline_seconds),
         concurrency=settings.queue_send_concurrency,
