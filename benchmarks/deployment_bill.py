@@ -850,7 +850,11 @@ def telemetry_parameters(functions: FunctionsBill) -> dict[str, object]:
     """The infra/main.bicep parameters that bound the telemetry of this load (tools/costs/telemetry.py):
     traceSamplingRatio, the smallest the infra allows that keeps the traces a second ops need (`ratio_for`), and
     logDailyQuotaGb, the daily cap: its day at that ratio with CAP_HEADROOM (the ingestion alerts follow the cap)."""
-    rates = telemetry_rates(functions)
+    return sampling_parameters(telemetry_rates(functions))
+
+
+def sampling_parameters(rates: telemetry.Rates) -> dict[str, object]:
+    """traceSamplingRatio and logDailyQuotaGb for the load of `rates`."""
     ratio = telemetry.ratio_for(rates.requests_per_second)
     return {"traceSamplingRatio": ratio, "logDailyQuotaGb": telemetry.daily_cap_gb(rates, float(ratio))}
 
@@ -860,7 +864,7 @@ def telemetry_line(functions: FunctionsBill) -> Line:
     the fixed-percentage trace sampling deployed for this load (`telemetry_parameters`: at the design scale, the
     ratio infra/design-scale.parameters.json sets)."""
     rates = telemetry_rates(functions)
-    ratio = float(str(telemetry_parameters(functions)["traceSamplingRatio"]))
+    ratio = float(telemetry.ratio_for(rates.requests_per_second))
     monthly = telemetry.dollars(telemetry.volume(rates, ratio).gb_month())
     return Line("Application Insights", monthly, monthly, telemetry.counts(rates, ratio), telemetry.INGESTION_PRICE)
 
@@ -886,9 +890,7 @@ def small_fleet_rates(design: telemetry.Rates, settings: Settings) -> telemetry.
 
 def default_telemetry_parameters(design: telemetry.Rates, settings: Settings) -> dict[str, object]:
     """infra/main.bicep's defaults for the telemetry: the ratio and daily cap of `small_fleet_rates`."""
-    rates = small_fleet_rates(design, settings)
-    ratio = telemetry.ratio_for(rates.requests_per_second)
-    return {"traceSamplingRatio": ratio, "logDailyQuotaGb": telemetry.daily_cap_gb(rates, float(ratio))}
+    return sampling_parameters(small_fleet_rates(design, settings))
 
 
 KEY_VAULT_READS_A_DAY_PER_WORKER = 24  # an instance start an hour
