@@ -842,16 +842,55 @@ def telemetry_rates(functions: FunctionsBill) -> telemetry.Rates:
         + (archive.event_writes_hour + 2 * archive.heartbeat_merges_hour) / 3600,
         http_instances=math.ceil(http_group(functions).instances),
         worker_instances=workers,
+        http_processes=http_group(functions).processes,
     )
 
 
+def telemetry_parameters(functions: FunctionsBill) -> dict[str, object]:
+    """The infra/main.bicep parameters that bound the telemetry of this load (tools/costs/telemetry.py):
+    traceSamplingRatio, the smallest the infra allows that keeps the traces a second ops need (`ratio_for`), and
+    logDailyQuotaGb, the daily cap: its day at that ratio with CAP_HEADROOM (the ingestion alerts follow the cap)."""
+    return sampling_parameters(telemetry_rates(functions))
+
+
+def sampling_parameters(rates: telemetry.Rates) -> dict[str, object]:
+    """traceSamplingRatio and logDailyQuotaGb for the load of `rates`."""
+    ratio = telemetry.ratio_for(rates.requests_per_second)
+    return {"traceSamplingRatio": ratio, "logDailyQuotaGb": telemetry.daily_cap_gb(rates, float(ratio))}
+
+
 def telemetry_line(functions: FunctionsBill) -> Line:
-    """Application Insights ingestion a month at the design scale (tools/costs/telemetry.py): the volume measured
-    per unit of work, at the deployment's fixed-percentage trace sampling."""
+    """Application Insights ingestion a month (tools/costs/telemetry.py): the volume measured per unit of work, at
+    the fixed-percentage trace sampling deployed for this load (`telemetry_parameters`: at the design scale, the
+    ratio infra/design-scale.parameters.json sets)."""
     rates = telemetry_rates(functions)
-    ratio = telemetry.sampling_ratio()
+    ratio = float(telemetry.ratio_for(rates.requests_per_second))
     monthly = telemetry.dollars(telemetry.volume(rates, ratio).gb_month())
     return Line("Application Insights", monthly, monthly, telemetry.counts(rates, ratio), telemetry.INGESTION_PRICE)
+
+
+def small_fleet_rates(design: telemetry.Rates, settings: Settings) -> telemetry.Rates:
+    """The load infra/main.bicep's telemetry defaults are sized for: the largest fleet whose device requests are
+    all kept and still no more than TRACES_A_SECOND_NEEDED a second (`ratio_for` gives it every trace, "1"), on
+    the default Flex app: the design scale's requests and Azure SDK calls in proportion, the timers and the check
+    and report partitions of `settings` (the defaults: REPORTS_PARTITIONS, CHECK_PARTITIONS; one physical
+    partition of bottle_actions), one HTTP instance and one instance for each background group."""
+    share = telemetry.TRACES_A_SECOND_NEEDED / design.requests_per_second
+    schedules = design_scale.SWEEP_MINUTES
+    return telemetry.Rates(
+        requests={kind: rate * share for kind, rate in design.requests.items()},
+        report_runs=(1 + settings.reports_partitions) / 60,
+        check_runs=sum(settings.check_partitions / (minutes * 60) for minutes in schedules.values()),
+        timer_runs=design.timer_runs,
+        sdk_calls=design.sdk_calls * share,
+        http_instances=1,
+        worker_instances=3,  # the report partitions, the check partitions, the timers
+    )
+
+
+def default_telemetry_parameters(design: telemetry.Rates, settings: Settings) -> dict[str, object]:
+    """infra/main.bicep's defaults for the telemetry: the ratio and daily cap of `small_fleet_rates`."""
+    return sampling_parameters(small_fleet_rates(design, settings))
 
 
 KEY_VAULT_READS_A_DAY_PER_WORKER = 24  # an instance start an hour

@@ -228,6 +228,17 @@ def whole_deployment(
     return rows, functions, work, lines
 
 
+def design_parameters(rows: list[design_scale.Row], functions: deployment_bill.FunctionsBill) -> dict[str, object]:
+    """The infra/main.bicep parameters that deploy the bill's choices at the design scale (the file
+    infra/design-scale.parameters.json): each collection's throughput, the Functions hosting, and the telemetry's
+    sampling ratio and daily cap."""
+    return (
+        design_scale.deployment_parameters(rows)
+        | deployment_bill.functions_parameters(functions)
+        | deployment_bill.telemetry_parameters(functions)
+    )
+
+
 def cpu_rows(calibrated: deployment_bill.RequestCpu, live: LiveCpu | None) -> list[list[str]]:
     """The calibration's CPU a request beside this run's, with the difference: the bill takes the calibration's."""
     found = []
@@ -281,7 +292,7 @@ def cost_section(measured: costs.Costs, live: LiveCpu | None = None, pinned: cos
             deployment_bill.bill_markdown(lines, design_scale.reserved(rows)),
         ]
     )
-    parameters = design_scale.deployment_parameters(rows) | deployment_bill.functions_parameters(functions)
+    parameters = design_parameters(rows, functions)
     heartbeat = print_table(
         "One bottle's heartbeat document at steady state (a heartbeat every 30 minutes, window full)",
         [

@@ -123,18 +123,18 @@ param httpWorkerProcessCount int = 8
 @description('Days Log Analytics keeps logs and telemetry.')
 param logRetentionDays int = 30
 
-@description('Daily ingestion cap of the Log Analytics workspace and of Application Insights, in GB (-1: none): twice what the design scale sends in a day (docs/costs.md: Application Insights). Once hit, telemetry stops for the rest of the workspace\'s day: alerts fire before it (dailyCapWarningPercent) and when it is reached (docs/operations.md: Telemetry).')
+@description('Daily ingestion cap of the Log Analytics workspace and of Application Insights, in GB (-1: none): twice what the load it is sized for sends in a day at traceSamplingRatio (the default: a small fleet keeping every trace; the design scale\'s is in design-scale.parameters.json; docs/operations.md: Telemetry). Once hit, telemetry stops for the rest of the workspace\'s day: alerts fire before it (dailyCapWarningPercent) and when it is reached.')
 @minValue(-1)
-param logDailyQuotaGb int = 70
+param logDailyQuotaGb int = 10
 
 @description('Alert when an hour\'s billable ingestion, kept up for a day, would reach this percentage of the daily cap.')
 @minValue(1)
 @maxValue(100)
 param dailyCapWarningPercent int = 80
 
-@description('The share of traces kept, the same in the Functions host and the Python worker (OTEL_TRACES_SAMPLER microsoft.fixed_percentage, OTEL_TRACES_SAMPLER_ARG): a fixed percentage, so the volume follows the traffic, not the instances (docs/operations.md: Telemetry). Warnings, errors and metrics are kept whatever it is.')
+@description('The share of traces kept, the same in the Functions host and the Python worker (OTEL_TRACES_SAMPLER microsoft.fixed_percentage, OTEL_TRACES_SAMPLER_ARG): a fixed percentage, so the volume follows the traffic, not the instances. The smallest that keeps 10 device requests\' traces a second: every trace (1) for a small fleet, up to ~10 requests a second (~17 K bottles); the design scale\'s (0.001) is in design-scale.parameters.json (docs/operations.md: Telemetry). Warnings, errors and metrics are kept whatever it is.')
 @allowed(['0.001', '0.002', '0.005', '0.01', '0.02', '0.05', '0.1', '0.2', '0.5', '1'])
-param traceSamplingRatio string = '0.01'
+param traceSamplingRatio string = '1'
 
 @description('App settings to set or override on top of the ones below, e.g. { STORE_MAX_RETRIES: \'5\' }.')
 param appSettingOverrides object = {}

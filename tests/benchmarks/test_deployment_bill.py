@@ -146,7 +146,7 @@ def test_the_telemetry_line_is_the_telemetry_model_s_volume_of_the_groups_work()
     assert rates.requests == {"heartbeat": 1_000, "opened": 50}
     assert (rates.report_runs, rates.check_runs, rates.timer_runs) == pytest.approx((2.0, 2.5, 0.04))
     assert (rates.http_instances, rates.worker_instances) == (10, 4 + 1 + 1)
-    expected = telemetry.dollars(telemetry.volume(rates, telemetry.sampling_ratio()).gb_month())
+    expected = telemetry.dollars(telemetry.volume(rates, float(telemetry.ratio_for(1_050))).gb_month())
     assert (line.component, line.one_region, line.two_regions) == ("Application Insights", expected, expected)
 
 

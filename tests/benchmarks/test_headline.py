@@ -47,7 +47,7 @@ def test_docs_costs_gives_the_same_figures_and_its_bill_is_the_models(bill):
 def test_the_design_scale_parameters_deploy_the_models_choice(bill):
     rows, functions, _lines = bill
     given = json.loads((ROOT / "infra" / "design-scale.parameters.json").read_text())["parameters"]
-    expected = design_scale.deployment_parameters(rows) | deployment_bill.functions_parameters(functions)
+    expected = suite.design_parameters(rows, functions)
 
     assert {name: entry["value"] for name, entry in given.items()} == expected
 

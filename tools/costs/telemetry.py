@@ -2,17 +2,20 @@
 and the app send at the design scale, from the volume each unit of work was measured to send through the pinned
 runtime (benchmarks/telemetry.py; the last run's figures are MEASURED, which tests/functions/test_telemetry_volume.py
 holds equal to a fresh measurement) and the trace sampler the deployment sets (a fixed percentage, the same in the
-host and the worker: infra/main.bicep `traceSamplingRatio`), priced by the GB ingested. Also the daily
-ingestion cap the deployment sets, sized from the same figures with headroom (`daily_cap_gb`).
+host and the worker: infra/main.bicep `traceSamplingRatio`), priced by the GB ingested. The ratio is chosen by the
+load (`ratio_for`): the smallest the infra allows that still keeps the traces a second ops need
+(TRACES_A_SECOND_NEEDED), so a small fleet keeps every trace (main.bicep's default) and the design scale one in a
+thousand (infra/design-scale.parameters.json). Also the daily ingestion cap the deployment sets for each, sized
+from the same figures with headroom (`daily_cap_gb`).
 
 How the volume is made:
 
 - a unit kept by the sampler sends its `sampled_bytes` (the host's request item, the app's INFO line); the
   sampler keeps a fixed share of the traces, whatever the instances (`ratio`);
 - a unit sends its `always_bytes` whatever the sampling (a warning or an error; none in normal operation);
-- metrics are never sampled: each instance exports each series it recorded in a minute once a minute (the
-  exporter's delta temporality), the distro's performance counters, and the host's own metrics (HOST_METRIC_SERIES,
-  assumed);
+- metrics are never sampled: each Python worker process exports each series it recorded in a minute once a
+  minute (the exporter's delta temporality) and the distro's performance counters (an instance of a Dedicated plan
+  runs a process a core), and each instance's host its own metrics (HOST_METRIC_SERIES, assumed);
 - a notification's send and an archive blob call are Azure SDK calls: AZURE_SDK_SPANS_PER_CALL spans each, in the
   invocation's trace (assumed: the capture runs without the distro's Azure SDK instrumentation).
 
@@ -115,7 +118,14 @@ ASSUMPTIONS: tuple[str, ...] = (
     "(the .NET exporter writes the same schema); the host writes no other item per invocation (its Function.* logs "
     "are not exported with the worker's OpenTelemetry on: HOST_SOURCE).",
     "The sampler applies in the host as PR 11568 says (one report, on Container Apps, says it did not): check it in "
-    "the first days (requests' itemCount is 100 at 0.01).",
+    "the first days (requests' itemCount is 1,000 at 0.001).",
+    "TRACES_A_SECOND_NEEDED: ops need at least 10 device requests' traces kept a second, 3,000 in the 5 minutes the "
+    "http-5xx-rate alert reads (infra/modules/alerts.bicep: the share of 5xx counted from the kept requests by their "
+    "itemCount): the share's standard error at the alert's 5 % is then under 0.4 points, so sampling alone never "
+    "fires it, and every 5 minutes hold ~230 opened/closed requests to look at; counts come from the metrics, never "
+    "sampled, and warnings and errors are kept whatever the sampling.",
+    "Each Python worker process exports its own metric series and the distro's performance counters (its own "
+    "meter provider and exporter); the host, one an instance, its own.",
 )
 
 HOST_METRIC_SERIES = 60
@@ -123,7 +133,8 @@ AZURE_SDK_SPANS_PER_CALL = 2
 EXPORT_INTERVAL_S = 60.0  # OTEL_METRIC_EXPORT_INTERVAL's default (60,000 ms), unset in the deployment
 INGESTION_PER_GB = 2.30
 FREE_GB = 5.0  # a month, per billing account
-CAP_HEADROOM = 2.0  # the daily cap: twice the design scale's day
+CAP_HEADROOM = 2.0  # the daily cap: twice the day of the load it is sized for
+TRACES_A_SECOND_NEEDED = 10.0  # the fewest device requests' traces a second ops need kept (ASSUMPTIONS)
 CAP_WARNING_PERCENT = 80  # the alert before the cap: at a pace that would reach this share of it in a day
 
 
@@ -181,6 +192,11 @@ class Rates:
     sdk_calls: float  # Azure SDK calls a second: notifications sent, archive blob writes
     http_instances: float
     worker_instances: float
+    http_processes: int = 1  # Python worker processes an HTTP instance runs (a core each on a Dedicated plan)
+
+    @property
+    def requests_per_second(self) -> float:
+        return sum(self.requests.values())
 
 
 @dataclass(frozen=True)
@@ -201,10 +217,27 @@ class Volume:
 
 
 def sampling_ratio(bicep: Path = MAIN_BICEP) -> float:
-    """The share of traces the deployment keeps: infra/main.bicep's traceSamplingRatio default."""
+    """The share of traces a deployment keeps by default (a small fleet's): infra/main.bicep's traceSamplingRatio
+    default."""
     found = re.search(r"param traceSamplingRatio string = '([\d.]+)'", bicep.read_text())
     assert found, f"{bicep} has no traceSamplingRatio parameter"
     return float(found.group(1))
+
+
+def allowed_ratios(bicep: Path = MAIN_BICEP) -> list[str]:
+    """The values infra/main.bicep allows traceSamplingRatio, as written there (strings: the app setting's)."""
+    found = re.search(r"@allowed\(\[([^\]]*)\]\)\s*param traceSamplingRatio ", bicep.read_text())
+    assert found, f"{bicep} has no @allowed list on traceSamplingRatio"
+    return sorted(re.findall(r"'([\d.]+)'", found.group(1)), key=float)
+
+
+def ratio_for(requests_per_second: float, bicep: Path = MAIN_BICEP) -> str:
+    """The trace sampling ratio to deploy for a load of `requests_per_second` device requests: the smallest
+    infra/main.bicep allows that keeps at least TRACES_A_SECOND_NEEDED of their traces a second, or every trace
+    ("1") when even all of them are fewer. Fewer kept traces than that add nothing ops use, and each costs its
+    bytes."""
+    allowed = allowed_ratios(bicep)
+    return next((r for r in allowed if float(r) * requests_per_second >= TRACES_A_SECOND_NEEDED), allowed[-1])
 
 
 def daily_cap_default(bicep: Path = MAIN_BICEP) -> int:
@@ -228,6 +261,7 @@ def volume(rates: Rates, ratio: float, measured: Mapping[str, UnitVolume] | None
     runs += [(rates.check_runs, check), (rates.report_runs, report)]
     runs += [(rates.timer_runs / 2, unit) for unit in dispatch]
     instances = rates.http_instances + rates.worker_instances
+    http_processes = rates.http_instances * rates.http_processes  # each exports its own series
     points, counter_bytes = PERFORMANCE_COUNTERS
     host_point = counter_bytes / points  # a metric point of the host's, the size of the distro's
     return Volume(
@@ -235,9 +269,11 @@ def volume(rates: Rates, ratio: float, measured: Mapping[str, UnitVolume] | None
             "host requests and app log lines (sampled)": ratio * sum(rate * unit.sampled_bytes for rate, unit in runs),
             "Azure SDK spans (sampled)": ratio * rates.sdk_calls * AZURE_SDK_SPANS_PER_CALL * item,
             "warnings and errors (every one)": sum(rate * unit.always_bytes for rate, unit in runs),
-            "app metrics": rates.http_instances * http_minute.metric_bytes / EXPORT_INTERVAL_S
+            "app metrics": http_processes * http_minute.metric_bytes / EXPORT_INTERVAL_S
             + sum(rate * unit.metric_bytes for rate, unit in runs if not _is_http(unit)),
-            "the distro's performance counters": instances * counter_bytes / EXPORT_INTERVAL_S,
+            "the distro's performance counters": (http_processes + rates.worker_instances)
+            * counter_bytes
+            / EXPORT_INTERVAL_S,
             "the host's metrics": instances * HOST_METRIC_SERIES * host_point / EXPORT_INTERVAL_S,
         }
     )
@@ -253,7 +289,8 @@ def dollars(gb_month: float) -> float:
 
 
 def daily_cap_gb(rates: Rates, ratio: float) -> int:
-    """The daily cap to set: CAP_HEADROOM times the design scale's day, up to a multiple of 10 GB."""
+    """The daily cap to set for the load of `rates` sampled at `ratio`: CAP_HEADROOM times its day, up to a multiple
+    of 10 GB."""
     return max(10, math.ceil(CAP_HEADROOM * volume(rates, ratio).gb_day() / 10) * 10)
 
 
@@ -266,7 +303,9 @@ def counts(rates: Rates, ratio: float) -> str:
     """What the line counts, as docs/costs.md's table says it."""
     found = volume(rates, ratio)
     parts = ", ".join(f"{name} {bps * SECONDS_PER_MONTH / 1e9:,.0f}" for name, bps in found.parts.items())
+    kept = ratio * rates.requests_per_second
     return (
-        f"{found.gb_month():,.0f} GB a month ({found.gb_day():,.1f} a day) at {ratio:.0%} of the traces kept: "
-        f"{parts} (GB, measured per unit of work through the runtime: benchmarks/telemetry.py)"
+        f"{found.gb_month():,.0f} GB a month ({found.gb_day():,.1f} a day) at {ratio * 100:g}% of the traces kept "
+        f"({kept:,.0f} device requests' traces a second): {parts} (GB, measured per unit of work through the runtime: "
+        "benchmarks/telemetry.py)"
     )
