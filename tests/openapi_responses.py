@@ -65,24 +65,26 @@ class Contract:
         operation = self.document["paths"].get(path, {}).get(method)
         if operation is None:
             return None
-        where = ["paths", path, method, "responses"]
         responses = operation["responses"]
         key = next((k for k in (str(answer.status), f"{answer.status // 100}XX", "default") if k in responses), None)
         if key is None:
             return f"status {answer.status} is not documented (documented: {', '.join(map(str, responses))})"
-        where.append(key)
-        response = responses[key]
+        where, response = ["paths", path, method, "responses", key], responses[key]
         if "$ref" in response:
             where = _ref_keys(response["$ref"])
             response = self._at(where)
-        headers = {
+        return self._headers_problem(response, answer) or self._body_problem(where, response, answer)
+
+    def _headers_problem(self, response: Mapping[str, Any], answer: HttpAnswer) -> str | None:
+        documented = {
             name: self._at(_ref_keys(h["$ref"])) if "$ref" in h else h
             for name, h in response.get("headers", {}).items()
         }
         given = {name.lower() for name in answer.headers}
-        missing = [name for name, header in headers.items() if header.get("required") and name.lower() not in given]
-        if missing:
-            return f"required header {', '.join(missing)} is missing"
+        missing = [name for name, h in documented.items() if h.get("required") and name.lower() not in given]
+        return f"required header {', '.join(missing)} is missing" if missing else None
+
+    def _body_problem(self, where: list[str], response: Mapping[str, Any], answer: HttpAnswer) -> str | None:
         content = response.get("content") or {}
         if not content:
             return None if not answer.body else f"a body where none is documented: {answer.body[:120]!r}"
