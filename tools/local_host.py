@@ -222,6 +222,7 @@ class LocalHost:
             query=params,
             route_params=route_params,
             body=body,
+            capabilities=self.app.capabilities,
         )
         try:
             returned, _ = self._invoke(route.function, [request], {}, route.outputs)
