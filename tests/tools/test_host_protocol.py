@@ -7,13 +7,14 @@ FunctionLoadRequest per function, InvocationRequest with an RpcHttp built by the
 import ast
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import azure.functions as func
 import azure_functions_runtime
 import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import Descriptor, EnumDescriptor
 
 from tools.host import bindings, protocol
@@ -22,6 +23,7 @@ from tools.host.worker import CAPABILITY_EFFECTS, AppRefused, InvocationFailed, 
 from tools.local_host import LocalHost
 
 RUNTIME = Path(azure_functions_runtime.__file__).parent
+RPC_PACKAGE = "AzureFunctionsRpcMessages"  # FunctionRpc.proto's
 # The runtime's declared capabilities (its handle_event.worker_init_request, without OpenTelemetry or HTTP streaming).
 RUNTIME_CAPABILITIES = {
     "RawHttpBodyBytes": "true",
@@ -94,12 +96,21 @@ def _protos_chain(node: ast.expr) -> list[str] | None:
     return names if isinstance(node, ast.Name) and node.id == "protos" and names else None
 
 
-def _message(name: str) -> Descriptor:
-    file = protocol.StreamingMessage.DESCRIPTOR.file
-    nullable = protocol.NullableString.DESCRIPTOR.file
-    found = file.message_types_by_name.get(name) or nullable.message_types_by_name.get(name)
-    assert found is not None, f"the runtime uses protos.{name}, which the vendored proto does not define"
-    return found
+Find = Callable[[str], Descriptor | None]
+
+
+def _finder(pool: descriptor_pool.DescriptorPool) -> Find:
+    """A message of the protocol by its name in `pool` (FunctionRpc.proto's have a package, NullableTypes' none)."""
+
+    def find(name: str) -> Descriptor | None:
+        for full_name in (f"{RPC_PACKAGE}.{name}", name):
+            try:
+                return pool.FindMessageTypeByName(full_name)
+            except KeyError:
+                continue
+        return None
+
+    return find
 
 
 def _enum_member(message: Descriptor, names: list[str]) -> str | None:
@@ -114,25 +125,25 @@ def _enum_member(message: Descriptor, names: list[str]) -> str | None:
     return f"{message.name}.{'.'.join(names)}"
 
 
-def test_every_message_field_and_enum_value_the_runtime_builds_is_in_the_vendored_proto() -> None:
-    """Every `protos.Message(field=...)` the runtime's code builds, every `protos.Message.EnumValue` and
-    `getattr(protos.Message.Enum, "Value")` it reads: the message, its fields and values are in the vendored proto,
-    and this host's `protos` (tools/host/protocol.py) has every message it names."""
+def built_but_missing(find: Find) -> tuple[list[str], set[str]]:
+    """What the runtime's code builds or names that `find`'s proto lacks: every `protos.Message(field=...)`, every
+    `protos.Message.EnumValue` or `protos.Message.Enum.Value` and `getattr(protos.Message.Enum, "Value")`; and the
+    messages it builds."""
     missing: list[str] = []
     built: set[str] = set()
     for path, tree in _runtime_sources():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and (chain := _protos_chain(node.func)) and len(chain) == 1:
-                message = _message(chain[0])
                 built.add(chain[0])
-                missing += [
-                    f"{path.name}: {chain[0]}.{kw.arg}"
-                    for kw in node.keywords
-                    if kw.arg is not None and kw.arg not in message.fields_by_name
-                ]
-            elif isinstance(node, ast.Attribute) and (chain := _protos_chain(node)) and len(chain) > 1:
-                problem = _enum_member(_message(chain[0]), chain[1:])
-                missing += [f"{path.name}: {problem}"] if problem else []
+                message = find(chain[0])
+                if message is None:
+                    missing.append(f"{path.name}: {chain[0]}")
+                    continue
+                keywords = [kw.arg for kw in node.keywords if kw.arg is not None]
+                missing += [f"{path.name}: {chain[0]}.{k}" for k in keywords if k not in message.fields_by_name]
+                continue
+            if isinstance(node, ast.Attribute) and (chain := _protos_chain(node)) and len(chain) > 1:
+                names = chain
             elif (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
@@ -140,34 +151,91 @@ def test_every_message_field_and_enum_value_the_runtime_builds_is_in_the_vendore
                 and (chain := _protos_chain(node.args[0]))
                 and isinstance(node.args[1], ast.Constant)
             ):
-                problem = _enum_member(_message(chain[0]), [*chain[1:], str(node.args[1].value)])
-                missing += [f"{path.name}: {problem}"] if problem else []
-    assert not missing, f"the runtime uses what the vendored proto lacks: {missing}"
-    assert {"InvocationResponse", "WorkerInitResponse", "RpcHttp", "TypedData", "ParameterBinding"} <= built
-    assert not [name for name in built if not hasattr(protocol, name)]
+                names = [*chain, str(node.args[1].value)]
+            else:
+                continue
+            message = find(names[0])
+            problem = names[0] if message is None else _enum_member(message, names[1:])
+            missing += [f"{path.name}: {problem}"] if problem else []
+    return missing, built
 
 
-def test_every_field_the_runtime_reads_of_the_host_s_messages_is_in_the_vendored_proto() -> None:
-    """What the runtime reads of the host's requests, through `request.request.<kind>` and the names it gives the
-    messages (READ_THROUGH); each of those names is still in its code, so that a renamed one is noticed here."""
+def read_but_missing(find: Find) -> tuple[list[str], set[str]]:
+    """What the runtime reads of the host's requests that `find`'s proto lacks, through `request.request.<kind>` and
+    the names it gives the messages (READ_THROUGH); and which of those names it uses."""
     missing: list[str] = []
     seen: set[str] = set()
-    streaming = protocol.StreamingMessage.DESCRIPTOR.fields_by_name
+    streaming = find("StreamingMessage")
+    assert streaming is not None
     for path, tree in _runtime_sources():
         for node in ast.walk(tree):
             if not isinstance(node, ast.Attribute):
                 continue
             value = node.value
             if isinstance(value, ast.Attribute) and value.attr == "request" and isinstance(value.value, ast.Name):
-                if value.value.id == "request" and node.attr not in streaming:
+                if value.value.id == "request" and node.attr not in streaming.fields_by_name:
                     missing.append(f"{path.name}: StreamingMessage.{node.attr}")
             elif isinstance(value, ast.Name) and value.id in READ_THROUGH:
                 seen.add(value.id)
-                message = _message(READ_THROUGH[value.id])
-                if node.attr not in message.fields_by_name and node.attr not in {"items", "WhichOneof", "HasField"}:
+                message = find(READ_THROUGH[value.id])
+                if message is None:
+                    missing.append(f"{path.name}: {READ_THROUGH[value.id]}")
+                elif node.attr not in message.fields_by_name and node.attr not in {"items", "WhichOneof", "HasField"}:
                     missing.append(f"{path.name}: {message.name}.{node.attr}")
+    return missing, seen
+
+
+def test_every_message_field_and_enum_value_the_runtime_builds_is_in_the_vendored_proto() -> None:
+    """And this host's `protos` (tools/host/protocol.py) has every message the runtime builds."""
+    missing, built = built_but_missing(_finder(descriptor_pool.Default()))
+    assert not missing, f"the runtime uses what the vendored proto lacks: {missing}"
+    assert {"InvocationResponse", "WorkerInitResponse", "RpcHttp", "TypedData", "ParameterBinding"} <= built
+    assert not [name for name in built if not hasattr(protocol, name)]
+
+
+def test_every_field_the_runtime_reads_of_the_host_s_messages_is_in_the_vendored_proto() -> None:
+    """Each name of READ_THROUGH is still in the runtime's code, so that a renamed one is noticed here."""
+    missing, seen = read_but_missing(_finder(descriptor_pool.Default()))
     assert not missing, f"the runtime reads what the vendored proto lacks: {missing}"
     assert seen == set(READ_THROUGH), f"the runtime no longer names {set(READ_THROUGH) - seen}: update READ_THROUGH"
+
+
+def _disagreeing_proto() -> descriptor_pool.DescriptorPool:
+    """The vendored proto, compiled into a pool of its own with three things the runtime uses taken out:
+    RpcHttp.status_code (it builds it), InvocationRequest.trace_context (it reads it) and the StatusResult value
+    Failure (it names it)."""
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+    taken_out = {("RpcHttp", "status_code"), ("InvocationRequest", "trace_context")}
+
+    def add(file: Any) -> None:
+        for dependency in file.dependencies:
+            add(dependency)
+        if file.name in added:
+            return
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        for message in proto.message_type:
+            kept = [f for f in message.field if (message.name, f.name) not in taken_out]
+            del message.field[:]
+            message.field.extend(kept)
+            for enum in message.enum_type:
+                for value in enum.value:
+                    if (message.name, value.name) == ("StatusResult", "Failure"):
+                        value.name = "Failed"
+        pool.Add(proto)
+        added.add(file.name)
+
+    add(protocol.StreamingMessage.DESCRIPTOR.file)
+    return pool
+
+
+def test_a_proto_that_disagrees_with_the_runtime_is_found_out() -> None:
+    find = _finder(_disagreeing_proto())
+    built, _ = built_but_missing(find)
+    read, _ = read_but_missing(find)
+    assert {problem.split(": ", 1)[1] for problem in built} == {"RpcHttp.status_code", "StatusResult.Failure"}
+    assert {problem.split(": ", 1)[1] for problem in read} == {"InvocationRequest.trace_context"}
 
 
 # --- the conversation ----------------------------------------------------------------------------------------
