@@ -15,7 +15,7 @@ from datetime import datetime
 
 import azure.functions as func
 
-from tools.host.protocol import ParameterBinding, RpcHttp, TypedData
+from tools.host.protocol import ParameterBinding, TypedData
 
 RAW_HTTP_BODY_BYTES = "RawHttpBodyBytes"
 RPC_HTTP_BODY_ONLY = "RpcHttpBodyOnly"
@@ -50,14 +50,14 @@ def http_request(
     for header, value in headers.items():
         key = header.lower()
         lowered[key] = f"{lowered[key]},{value}" if key in lowered else value
+    binding = ParameterBinding(name=name)
+    http = binding.data.http  # built in place: each nested message a constructor copies would be copied again
     try:
-        http = RpcHttp(
-            method=method,
-            url=url,
-            headers=lowered,
-            query={key: value for key, value in query.items() if value},
-            params=dict(route_params),
-        )
+        http.method = method
+        http.url = url
+        http.headers.update(lowered)
+        http.query.update({key: value for key, value in query.items() if value})
+        http.params.update(route_params)
     except UnicodeEncodeError:
         parts = {"method": {"": method}, "URL": {"": url}, "header": headers, "query parameter": query}
         raise NotSendable(_not_unicode({**parts, "route parameter": route_params})) from None
@@ -65,13 +65,17 @@ def http_request(
         content_type = lowered.get("content-type", "")
         raw_bytes = bool(declared.get(RAW_HTTP_BODY_BYTES))
         if declared.get(RPC_HTTP_BODY_ONLY):
-            as_bytes = raw_bytes or _octet_or_multipart(content_type)
-            http.body.CopyFrom(TypedData(bytes=body) if as_bytes else TypedData(string=_text(body, content_type)))
+            if raw_bytes or _octet_or_multipart(content_type):
+                http.body.bytes = body
+            else:
+                http.body.string = _text(body, content_type)
         else:
             http.body.CopyFrom(_body_beside_raw(body, content_type))
-            raw = TypedData(bytes=body) if raw_bytes else TypedData(string=_text(body, content_type))
-            http.rawBody.CopyFrom(raw)
-    return ParameterBinding(name=name, data=TypedData(http=http))
+            if raw_bytes:
+                http.rawBody.bytes = body
+            else:
+                http.rawBody.string = _text(body, content_type)
+    return binding
 
 
 def _not_unicode(parts: dict[str, dict[str, str]]) -> str:

@@ -201,15 +201,13 @@ class _Worker:
             )
         if function.function_id in app.load_errors:
             raise InvocationFailed(function.name, app.load_errors[function.function_id])
-        message = protocol.StreamingMessage(
-            request_id=invocation_id,
-            invocation_request=protocol.InvocationRequest(
-                invocation_id=invocation_id,
-                function_id=function.function_id,
-                input_data=input_data,
-                trigger_metadata=trigger_metadata,
-            ),
-        )
+        message = protocol.StreamingMessage(request_id=invocation_id)
+        request = message.invocation_request  # built in place: a nested constructor would copy each part twice
+        request.invocation_id = invocation_id
+        request.function_id = function.function_id
+        request.input_data.extend(input_data)
+        for key, value in trigger_metadata.items():
+            request.trigger_metadata[key].CopyFrom(value)
         response = self._exchange(message, "invocation_response").invocation_response
         if response.result.status != protocol.StatusResult.Success:
             exception = response.result.exception if response.result.HasField("exception") else None
