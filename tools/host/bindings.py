@@ -15,7 +15,7 @@ from datetime import datetime
 
 import azure.functions as func
 
-from tools.host.protocol import ParameterBinding, TypedData
+from tools.host.protocol import ParameterBinding, RpcHttp, TypedData
 
 RAW_HTTP_BODY_BYTES = "RawHttpBodyBytes"
 RPC_HTTP_BODY_ONLY = "RpcHttpBodyOnly"
@@ -45,7 +45,6 @@ def http_request(
     an empty value left out, the route parameters, and a body only when there is one: for a worker that declared
     `RpcHttpBodyOnly` the body alone, for any other the body and `rawBody`; bytes where the worker declared
     `RawHttpBodyBytes` (or the body is `application/octet-stream` or multipart), else the text."""
-    declared = capabilities or {}
     lowered: dict[str, str] = {}
     for header, value in headers.items():
         key = header.lower()
@@ -62,20 +61,24 @@ def http_request(
         parts = {"method": {"": method}, "URL": {"": url}, "header": headers, "query parameter": query}
         raise NotSendable(_not_unicode({**parts, "route parameter": route_params})) from None
     if body:
-        content_type = lowered.get("content-type", "")
-        raw_bytes = bool(declared.get(RAW_HTTP_BODY_BYTES))
-        if declared.get(RPC_HTTP_BODY_ONLY):
-            if raw_bytes or _octet_or_multipart(content_type):
-                http.body.bytes = body
-            else:
-                http.body.string = _text(body, content_type)
-        else:
-            http.body.CopyFrom(_body_beside_raw(body, content_type))
-            if raw_bytes:
-                http.rawBody.bytes = body
-            else:
-                http.rawBody.string = _text(body, content_type)
+        _set_body(http, body, lowered.get("content-type", ""), capabilities or {})
     return binding
+
+
+def _set_body(http: RpcHttp, body: bytes, content_type: str, declared: Mapping[str, str]) -> None:
+    """The body (and, for a worker without `RpcHttpBodyOnly`, `rawBody`) the host sends with a request."""
+    raw_bytes = bool(declared.get(RAW_HTTP_BODY_BYTES))
+    if declared.get(RPC_HTTP_BODY_ONLY):
+        if raw_bytes or _octet_or_multipart(content_type):
+            http.body.bytes = body
+        else:
+            http.body.string = _text(body, content_type)
+        return
+    http.body.CopyFrom(_body_beside_raw(body, content_type))
+    if raw_bytes:
+        http.rawBody.bytes = body
+    else:
+        http.rawBody.string = _text(body, content_type)
 
 
 def _not_unicode(parts: dict[str, dict[str, str]]) -> str:
