@@ -25,6 +25,7 @@ from shared.settings import get_settings
 from tools.host import bindings
 from tools.host.protocol import ParameterBinding, RpcFunctionMetadata, TypedData
 from tools.host.worker import InvocationFailed, LoadedApp, current_invocation_id, load_app, load_app_object
+from tools.http_answers import HttpAnswer, answered, observing
 from tools.local_delivery import PROCESSING_LEASE, Delivery, DeliveryReport, QueueListener, QueueTrigger
 from tools.local_queues import Clock, QueueOptions, QueueService, check_queue_name
 from tools.ncrontab import Schedule
@@ -55,6 +56,7 @@ class HttpRoute:
     trigger_arg: str = "req"
     outputs: dict[str, str] = field(default_factory=dict)  # argument name -> queue name
     auth_level: str = "ANONYMOUS"
+    template: str = ""  # the route as declared: bottles/{bottle_id}
 
 
 @dataclass
@@ -173,7 +175,8 @@ class LocalHost:
                 allowed |= route.methods
                 continue
             if not self._key_accepted(route, headers, params):
-                return func.HttpResponse(b"", status_code=401)
+                rejected = func.HttpResponse(b"", status_code=401)
+                return self._observed(route, method, url or path, rejected, by_host=True)
             return self.invoke_http(
                 route.name,
                 method=method,
@@ -219,13 +222,32 @@ class LocalHost:
             query=params,
             route_params=route_params,
             body=body,
+            capabilities=self.app.capabilities,
         )
         try:
             returned, _ = self._invoke(route.function, [request], {}, route.outputs)
         except InvocationFailed:
             log.exception("function %s failed: the host answers 500", route.name)
-            return func.HttpResponse(b"", status_code=500)
-        return bindings.http_response(returned, route.name)
+            return self._observed(route, method, url, func.HttpResponse(b"", status_code=500), by_host=True)
+        return self._observed(route, method, url, bindings.http_response(returned, route.name), by_host=False)
+
+    def _observed(
+        self, route: HttpRoute, method: str, url: str, response: func.HttpResponse, *, by_host: bool
+    ) -> func.HttpResponse:
+        """`response`, once every observer (tools/http_answers.py) has seen it."""
+        if observing():
+            answer = HttpAnswer(
+                app=self.app.key,
+                route=route.template,
+                method=method,
+                url=url,
+                status=response.status_code,
+                headers=dict(response.headers),
+                body=response.get_body(),
+                by_host=by_host,
+            )
+            answered(answer)
+        return response
 
     def invoke_queue(self, name: str, body: str, *, dequeue_count: int = 1, now: datetime | None = None) -> list[str]:
         """Hand one message to the queue-triggered function `name` (outside any queue: no retry, no poison
@@ -368,4 +390,5 @@ def _http_route(function: RpcFunctionMetadata, trigger: dict[str, Any], outputs:
         trigger["name"],
         outputs,
         auth_level=str(trigger.get("authLevel", "FUNCTION")),
+        template=str(trigger["route"]),
     )

@@ -1,10 +1,13 @@
 """Text that is not Unicode: a lone UTF-16 surrogate ("\\ud800" in JSON, which Python's decoder lets through)
 cannot be encoded (UTF-8, BSON, a regex engine, a hash). In any field of a body, or in any parameter or header a
-caller hands the function, it is a 400 naming the field, and nothing is stored."""
+caller hands the function, it is a 400 naming the field, and nothing is stored. Only a body can carry one through
+the Functions host: the protocol's strings are UTF-8, so the host cannot send one in a parameter or header (the
+last test); the function's own defence there is tested by handing it the request directly."""
 
 import json
 from typing import Any
 
+import azure.functions as func
 import pytest
 
 from functions import bottles, device_events, notifications, reports
@@ -12,6 +15,7 @@ from shared.heartbeat_document import heartbeat_slots
 from shared.store import schema
 from tests import invoke
 from tests.api import SPEC, Response, ago, heartbeat, iso, opened, post_events, provisioned, put_bottle
+from tools.host.bindings import NotSendable
 
 LONE = "\ud800"
 
@@ -74,14 +78,17 @@ def test_a_lone_surrogate_anywhere_in_an_event_is_400_naming_the_field_and_store
 
 
 def call(function: Any, *, route: dict[str, str], params: dict[str, str] | None = None, **options: Any) -> Response:
-    answer = invoke.http(
-        function,
+    """The function's answer to a request handed to it directly (not through the Functions host, which cannot send
+    a lone surrogate in a parameter or header: `test_the_functions_host_cannot_send_a_lone_surrogate_...`)."""
+    request = func.HttpRequest(
         method=options.get("method", "GET"),
+        url="/api/x",
         headers=options.get("headers", {}),
-        params=params,
+        params=params or {},
         route_params=route,
         body=options.get("body", b""),
     )
+    answer = function.build().get_user_function()(request)
     return Response(answer.status_code, json.loads(answer.get_body()), dict(answer.headers))
 
 
@@ -145,3 +152,16 @@ def test_a_surrogate_pair_is_one_character_and_accepted(mock_db):
 
     assert response.status == 201
     assert response.body["medication"] == "Cordrazine \U0001f48a"
+
+
+@pytest.mark.parametrize(
+    ("where", "request_parts"),
+    [
+        ("query parameter 'since'", {"params": {"since": LONE}, "route_params": {"user_id": "u"}}),
+        ("route parameter 'user_id'", {"route_params": {"user_id": f"u{LONE}"}}),
+        ("header 'X-Device-Key'", {"headers": {"X-Device-Key": f"k{LONE}"}, "route_params": {"user_id": "u"}}),
+    ],
+)
+def test_the_functions_host_cannot_send_a_lone_surrogate_in_a_parameter_or_header(mock_db, where, request_parts):
+    with pytest.raises(NotSendable, match=f"cannot send the {where}"):
+        invoke.http(notifications.get_user_notifications, **request_parts)

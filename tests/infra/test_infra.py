@@ -917,7 +917,7 @@ def test_the_package_leaves_out_tests_tools_and_local_secrets_and_keeps_the_app(
         return any(fnmatch.fnmatch(name, pattern.rstrip("/")) for pattern in patterns)
 
     left_out = ("tests", "tools", "benchmarks", ".venv", "infra", "local.settings.json", ".azure", ".git")
-    dev_only = ("node_modules", "package.json", "package-lock.json", ".spectral.yaml")  # Azurite, Spectral: tests
+    dev_only = ("node_modules", "package.json", "package-lock.json", ".spectral.yaml", "redocly.yaml")  # npm: tests
     for name in (*left_out, *dev_only):
         assert ignored(name), name
     for kept in ("function_app.py", "functions", "shared", "host.json", "requirements.txt"):

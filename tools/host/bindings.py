@@ -1,19 +1,30 @@
 """The host's side of each binding: trigger data into protocol messages, and what the runtime hands back out.
 
-Shapes follow what the Functions host sends a worker: an HTTP request as `RpcHttp` (the body as raw bytes, the
-worker having declared `RawHttpBodyBytes`), a timer's firing as the JSON of its `TimerInfo`, a queue message as its
-body with the message's fields in the trigger metadata; a queue output binding comes back as a string, bytes or the
-JSON of a list of messages, and an HTTP response as `RpcHttp` with a numeric status code as a string.
+Shapes follow what the Functions host sends a worker: an HTTP request as `RpcHttp` built by the capabilities the
+worker declared (`http_request`), a timer's firing as the JSON of its `TimerInfo`, a queue message as its body with
+the message's fields in the trigger metadata; a queue output binding comes back as a string, bytes or the JSON of a
+list of messages, and an HTTP response as `RpcHttp` with a numeric status code as a string.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
+from collections.abc import Mapping
 from datetime import datetime
 
 import azure.functions as func
 
 from tools.host.protocol import ParameterBinding, RpcHttp, TypedData
+
+RAW_HTTP_BODY_BYTES = "RawHttpBodyBytes"
+RPC_HTTP_BODY_ONLY = "RpcHttpBodyOnly"
+
+
+class NotSendable(ValueError):
+    """A request the Functions host cannot send the worker: the protocol's strings are UTF-8, and one of this
+    request's is not Unicode (it holds a lone surrogate). No HTTP request produces one: the host decodes what it
+    receives, and an escape that is not UTF-8 stays escaped (tools/serve.py does the same)."""
 
 
 def http_request(
@@ -25,28 +36,118 @@ def http_request(
     query: dict[str, str],
     route_params: dict[str, str],
     body: bytes,
+    capabilities: Mapping[str, str] | None = None,
 ) -> ParameterBinding:
-    """An HTTP trigger's input, as the host sends it."""
-    http = RpcHttp(
-        method=method,
-        url=url,
-        headers=dict(headers),
-        query=dict(query),
-        params=dict(route_params),
-        body=TypedData(bytes=body),
+    """An HTTP trigger's input, as the host builds it for a worker with `capabilities` (what its WorkerInitResponse
+    declared; none: a worker that declared nothing) in azure-functions-host's `ToRpcHttp`
+    (src/WebJobs.Script.Grpc/MessageExtensions/GrpcMessageConversionExtensions.cs, commit 09adf43, read 2026-11-28):
+    header names in lower case (values of names that differ only in case joined with ","), query parameters with
+    an empty value left out, the route parameters, and a body only when there is one: for a worker that declared
+    `RpcHttpBodyOnly` the body alone, for any other the body and `rawBody`; bytes where the worker declared
+    `RawHttpBodyBytes` (or the body is `application/octet-stream` or multipart), else the text."""
+    lowered: dict[str, str] = {}
+    for header, value in headers.items():
+        key = header.lower()
+        lowered[key] = f"{lowered[key]},{value}" if key in lowered else value
+    binding = ParameterBinding(name=name)
+    http = binding.data.http  # built in place: each nested message a constructor copies would be copied again
+    try:
+        http.method = method
+        http.url = url
+        http.headers.update(lowered)
+        http.query.update({key: value for key, value in query.items() if value})
+        http.params.update(route_params)
+    except UnicodeEncodeError:
+        parts = {"method": {"": method}, "URL": {"": url}, "header": headers, "query parameter": query}
+        raise NotSendable(_not_unicode({**parts, "route parameter": route_params})) from None
+    if body:
+        _set_body(http, body, lowered.get("content-type", ""), capabilities or {})
+    return binding
+
+
+def _set_body(http: RpcHttp, body: bytes, content_type: str, declared: Mapping[str, str]) -> None:
+    """The body (and, for a worker without `RpcHttpBodyOnly`, `rawBody`) the host sends with a request."""
+    raw_bytes = bool(declared.get(RAW_HTTP_BODY_BYTES))
+    if declared.get(RPC_HTTP_BODY_ONLY):
+        if raw_bytes or _octet_or_multipart(content_type):
+            http.body.bytes = body
+        else:
+            http.body.string = _text(body, content_type)
+        return
+    http.body.CopyFrom(_body_beside_raw(body, content_type))
+    if raw_bytes:
+        http.rawBody.bytes = body
+    else:
+        http.rawBody.string = _text(body, content_type)
+
+
+def _not_unicode(parts: dict[str, dict[str, str]]) -> str:
+    """Which name or value of a request is not Unicode, in a sentence."""
+    for kind, items in parts.items():
+        for key, value in items.items():
+            for text in (key, value):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    where = f"{kind} {key!r}" if key else kind
+                    return f"the Functions host cannot send the {where}: {text!r} holds a lone surrogate, not Unicode"
+    return "the Functions host cannot send a string of this request: it is not Unicode"
+
+
+def _media_type(content_type: str) -> str:
+    return content_type.split(";", maxsplit=1)[0].strip().lower()
+
+
+def _octet_or_multipart(content_type: str) -> bool:
+    media = _media_type(content_type)
+    return media == "application/octet-stream" or "multipart/" in media
+
+
+def _text(body: bytes, content_type: str) -> str:
+    """The body read as text, as ASP.NET Core reads it: by the Content-Type's charset (UTF-8 when it names none,
+    or one Python does not know), invalid bytes replaced."""
+    charset = next(
+        (
+            p.split("=", 1)[1].strip().strip('"')
+            for p in content_type.split(";")[1:]
+            if p.strip().lower().startswith("charset=")
+        ),
+        "utf-8",
     )
-    return ParameterBinding(name=name, data=TypedData(http=http))
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        charset = "utf-8"
+    return body.decode(charset, errors="replace")
+
+
+def _body_beside_raw(body: bytes, content_type: str) -> TypedData:
+    """The `body` the host sends beside `rawBody` (a worker without `RpcHttpBodyOnly`): JSON as JSON when it parses
+    (compact, as the host re-serializes it; a JSON string as a string), bytes for octet-stream and multipart,
+    else the text."""
+    if _media_type(content_type) == "application/json":
+        text = _text(body, content_type)
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return TypedData(string=text)
+        if isinstance(parsed, str):
+            return TypedData(string=parsed)
+        return TypedData(json=json.dumps(parsed, separators=(",", ":"), ensure_ascii=False))
+    if _octet_or_multipart(content_type):
+        return TypedData(bytes=body)
+    return TypedData(string=_text(body, content_type))
 
 
 def http_response(value: TypedData | None, function: str) -> func.HttpResponse:
     """The function's `$return` HTTP response; a function that returned none (or not an HTTP response) is the
     host's empty 500, as in Azure."""
-    if value is None or value.http is None:
-        kind = "nothing" if value is None else value.WhichOneof("data")
-        raise TypeError(f"HTTP function {function} returned {kind}, not an HTTP response")
+    kind = None if value is None else value.WhichOneof("data")
+    if value is None or kind != "http":
+        raise TypeError(f"HTTP function {function} returned {kind or 'nothing'}, not an HTTP response")
     http = value.http
     body = b""
-    if http.body is not None:
+    if http.HasField("body"):
         kind = http.body.WhichOneof("data")
         raw = getattr(http.body, kind) if kind else b""
         body = raw.encode() if isinstance(raw, str) else bytes(raw or b"")
@@ -94,9 +195,9 @@ def queue_message(
 def queue_messages(value: TypedData | None) -> list[str]:
     """The messages a queue output binding was set to: one string or bytes, or the JSON list the runtime sends
     for a list (a QueueMessage in it as {"id", "body"})."""
-    if value is None:
+    kind = None if value is None else value.WhichOneof("data")
+    if value is None or kind is None:
         return []
-    kind = value.WhichOneof("data")
     if kind == "string":
         return [str(value.string)]
     if kind == "bytes":

@@ -1,0 +1,1 @@
+"""The Functions language-worker protocol: the vendored proto files and the classes generated from them (README.md)."""

@@ -1,0 +1,1 @@
+"""Generated from identity/ClaimsIdentityRpc.proto (tools/host/generate_proto.py)."""

@@ -1,0 +1,1 @@
+"""Generated from shared/NullableTypes.proto (tools/host/generate_proto.py)."""
