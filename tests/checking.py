@@ -10,15 +10,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.instants import set_clock
+from shared.instants import set_clock, utc_now
 from shared.notifications import delivery
 from shared.notifications.checks.partitions import CheckPartition, dispatch
+from shared.notifications.checks.rules import CHECKS
 from shared.notifications.checks.run import CheckRun, run_check
-from shared.notifications.delivery import SendFailed
+from shared.notifications.delivery import SendFailed, pending_selector
 from shared.notifications.documents import Kind
 from shared.notifications.queue import use_sender
 from shared.settings import Settings, get_settings
 from shared.store import schema
+from shared.store.partitioning import BucketRange
 from tests import invoke
 from tests.api import SPEC, closed, get_bottle, heartbeat, opened, post_events, put_bottle
 
@@ -123,11 +125,25 @@ class FakeQueue:
 class World:
     """One store, one clock: provision bottles, post events at the current instant, run checks."""
 
-    def __init__(self, db: Any, start: datetime, *, fake_queue: bool = True) -> None:
+    def __init__(
+        self,
+        db: Any,
+        start: datetime,
+        *,
+        fake_queue: bool = True,
+        runtime: bool = True,
+        settings: Settings | None = None,
+    ) -> None:
         """`fake_queue=False`: the checks send with the app's own queue client (settings `AzureWebJobsStorage`,
-        `NOTIFICATIONS_QUEUE`), and `check` returns nothing of what they sent."""
+        `NOTIFICATIONS_QUEUE`), and `check` returns nothing of what they sent. `runtime=False`: `check` runs the
+        domain's side of a check (`sweep_all`, with the worker's server clock and unpaced: a world of a few bottles
+        never fills a paced sweep) instead of its timer and workers through the runtime, for a test of the checks'
+        rules to which the runtime adds nothing (tests/functions/test_check_triggers.py holds the triggers), with
+        `settings` (default: the app's)."""
         self.db = db
         self.now = start
+        self.runtime = runtime
+        self.settings = settings
         self.keys: dict[str, str] = {}
         self.sent: list[dict[str, Any]] = []  # every queue message, parsed, in order
         self.queue = FakeQueue()
@@ -172,18 +188,40 @@ class World:
         self.post(bottle_id, opened(taken_at - timedelta(seconds=30)), closed(taken_at, taken=1))
 
     def check(self, kind: Kind, *, past_due: bool = False) -> list[dict[str, Any]]:
-        """Run a check's timer function and its partitions' workers; the notification queue messages they sent."""
+        """Run a check's timer function and its partitions' workers (`runtime=False`: `sweep_all`); the
+        notification queue messages they sent."""
         before = len(self.queue.messages)
-        sweep(kind, past_due=past_due)
+        if self.runtime:
+            sweep(kind, past_due=past_due)
+        else:
+            # Created at the server clock's instant, as the worker function writes them (`wall`): the world's.
+            sweep_all(self.db, kind, now=self.now, send=self.queue, settings=self.settings, wall=utc_now)
         messages = [json.loads(message) for message in self.queue.messages[before:]]
         self.sent += messages
         return messages
 
+    def has_work(self, kind: Kind) -> bool:
+        """Whether a run of the check now would read anything: a document in one of its sweeps' ranges at this
+        instant (the rules' own selectors) or a notification of its kind waiting to be sent. A run with neither
+        reads nothing, so it records, resolves, marks and sends nothing (shared/notifications/checks/run.py):
+        `every` and `live` skip it, and run the check at every instant of their grid where it could change what
+        is stored or sent. So an early notification, or one too many, is still made at the instant the app would
+        make it (the selectors and the stored state that put a bottle in range are the app's), and an episode is
+        still found, created and resolved at the first grid instant after it started or ended."""
+        check = CHECKS[kind]
+        collection = self.db[check.collection]
+        for swept in check.sweeps(self.now, self.settings or get_settings()):
+            if collection.find_one(swept.selector, {"_id": 1}) is not None:
+                return True
+        return self.db[schema.NOTIFICATIONS].find_one(pending_selector(kind, BucketRange(0, 1)), {"_id": 1}) is not None
+
     def every(self, kind: Kind, until: datetime, step: timedelta = timedelta(minutes=5)) -> list[dict[str, Any]]:
-        """Run a check every `step` from now until `until` (inclusive), as its timer would."""
+        """Run a check every `step` from now until `until` (inclusive), as its timer would (but only where it has
+        work: `has_work`)."""
         messages = []
         while self.now <= until:
-            messages += self.check(kind)
+            if self.has_work(kind):
+                messages += self.check(kind)
             self.now += step
         self.now = until
         return messages
@@ -196,7 +234,7 @@ class World:
         step: timedelta = timedelta(minutes=5),
     ) -> list[dict[str, Any]]:
         """Time passes until `until`: each dose is taken (and sent) at its instant, and the check runs every
-        `step` from now, as its timer would. The messages sent."""
+        `step` from now, as its timer would (but only where it has work: `has_work`). The messages sent."""
         pending = sorted(doses)
         next_check = self.now
         messages: list[dict[str, Any]] = []
@@ -206,7 +244,8 @@ class World:
                 self.dose()
             else:
                 self.now = next_check
-                messages += self.check(kind)
+                if self.has_work(kind):
+                    messages += self.check(kind)
                 next_check += step
         self.now = until
         return messages

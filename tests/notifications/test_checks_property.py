@@ -6,7 +6,14 @@ from the one that found it on, at which the doses delivered by then resolve it.
 The true episodes come from an oracle written from the spec, independently of the app: at each check instant, the
 episodes the events delivered by then show (a late slot stays an episode even if a dose delivered later turns out
 to have been in time: the user was notified). A late slot is resolved by a dose counted for it or a later slot, or
-by a dose after its grace (docs/checks.md)."""
+by a dose after its grace (docs/checks.md).
+
+Each of the 60 examples: one bottle provisioned with one of eight schedules and one of four graces, 3 to 30 device
+events over 36 hours (about a quarter buffered up to 6 hours) sent through the app's HTTP function, and 1 to 12
+instants at which each check runs 1 to 3 times. The checks run in process (`run_check` on the one partition of a
+world with CHECK_PARTITIONS=1): what they record and send does not depend on the runtime that invokes them, whose
+triggers tests/functions/test_check_triggers.py holds, nor on how the fleet is cut into partitions,
+tests/notifications/test_check_partitions.py's."""
 
 import itertools
 from datetime import UTC, date, datetime, time, timedelta
@@ -141,7 +148,7 @@ def fresh_world() -> World:
     db = client[get_settings().mongodb_database]
     ensure_store(db, get_settings(), on_cosmos=False)
     store.use_client(client)
-    return World(db, START)
+    return World(db, START, runtime=False, settings=get_settings().model_copy(update={"check_partitions": 1}))
 
 
 def send(world: World, at: datetime, kind: str) -> None:
