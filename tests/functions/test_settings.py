@@ -8,11 +8,14 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic.fields import FieldInfo
 
 from shared.settings import FUNCTION_TIMEOUT, InvalidSettings, Settings, get_settings
+from tools import serve
+from tools.serve import LocalServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -540,16 +543,9 @@ def test_the_defaults_start(monkeypatch):
 # --- ./dev serve: a bad setting is one line and exit 2, never a traceback nor a server without its timers ---------
 
 
-@pytest.mark.parametrize(
-    ("name", "value", "words"),
-    [
-        ("MONGODB_DATABASE", "a/b", "MONGODB_DATABASE: cannot contain /"),
-        ("MONGODB_DATABASE", "$cmd", "MONGODB_DATABASE: cannot contain $"),
-        ("REPORTS_SCHEDULE", "0 0 0 31 2 *", "REPORTS_SCHEDULE: NCRONTAB schedule never fires"),
-        ("CHECK_OPEN_BOTTLES_SCHEDULE", " ", "CHECK_OPEN_BOTTLES_SCHEDULE: NCRONTAB needs 6 fields"),
-    ],
-)
-def test_dev_serve_with_a_bad_setting_says_which_in_one_line_and_exits_2(name, value, words):
+def test_dev_serve_with_a_bad_setting_says_which_in_one_line_and_exits_2():
+    """As ./dev serve runs, in a process of its own: what the process prints and its exit code."""
+    name, value = "MONGODB_DATABASE", "a/b"
     env = {k: v for k, v in os.environ.items() if k.upper() != name} | {name: value}
     try:
         served = subprocess.run(
@@ -566,4 +562,42 @@ def test_dev_serve_with_a_bad_setting_says_which_in_one_line_and_exits_2(name, v
 
     assert served.returncode == 2, served.stderr
     assert "Traceback" not in served.stderr
-    assert served.stderr.strip().splitlines()[-1].startswith(f"./dev serve: error: invalid app settings: {words}")
+    assert (
+        served.stderr.strip()
+        .splitlines()[-1]
+        .startswith("./dev serve: error: invalid app settings: MONGODB_DATABASE: cannot contain /")
+    )
+
+
+UNREACHED = "mongodb://127.0.0.1:1/"  # the settings are read before the store is connected to
+
+
+def never_serve(server: Any) -> None:
+    raise AssertionError(f"./dev serve started serving on {server.base_url}")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("MONGODB_DATABASE", "$cmd", "MONGODB_DATABASE: cannot contain $"),
+        ("REPORTS_SCHEDULE", "0 0 0 31 2 *", "REPORTS_SCHEDULE: NCRONTAB schedule never fires"),
+        ("CHECK_OPEN_BOTTLES_SCHEDULE", " ", "CHECK_OPEN_BOTTLES_SCHEDULE: NCRONTAB needs 6 fields"),
+    ],
+)
+def test_dev_serve_refuses_each_bad_setting_in_one_line_with_exit_2(name, value, words, monkeypatch, capsys):
+    """More bad settings, through ./dev serve's own call (tools.serve.main) in this process, on a store it never
+    reaches: a process of its own and the embedded store cost seconds to start, and show nothing the test above
+    does not (the exit code, no traceback at import, the embedded store's path). A server that would start anyway
+    fails the test rather than serve."""
+    monkeypatch.setattr(LocalServer, "start", never_serve)
+    with monkeypatch.context() as bad:  # gone before the teardown's own Settings()
+        bad.setenv(name, value)
+        get_settings.cache_clear()
+        with pytest.raises(SystemExit) as exited:
+            serve.main(["--port", "0", "--mongodb-uri", UNREACHED])
+    get_settings.cache_clear()
+
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"./dev serve: error: invalid app settings: {words}")
