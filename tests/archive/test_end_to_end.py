@@ -39,9 +39,11 @@ def dispatch_and_work(db: Any, now: datetime, settings: Settings, *, kill: str |
 
 
 def a_day_of_trouble(db: Any, archive: Archive) -> tuple[datetime, datetime]:
-    """Six bottles of three users through 12 hours: heartbeats, doses, uploads hours late, a reassignment,
-    REPORTS_PARTITIONS changed from 4 to 3, a work message of each kind lost; a dispatch every 30 minutes. The sweep's
-    position and the start of the hours every ring still holds."""
+    """Six bottles of three users through 12 hours: heartbeats and doses every 30 minutes, uploads hours late, a
+    reassignment, REPORTS_PARTITIONS changed from 4 to 3, a work message of each kind lost; a dispatch every hour
+    (as often as the archive's hours end: every one of them is swept and counted by a dispatch of its own, and a
+    dispatch between two costs a round of every partition's work and shows nothing more). The sweep's position
+    and the start of the hours every ring still holds."""
     use_archive(archive)
     rng = random.Random(29)
     settings = Settings(
@@ -64,8 +66,9 @@ def a_day_of_trouble(db: Any, archive: Archive) -> tuple[datetime, datetime]:
             fleet.provision("b3", "user-9", now)
         if step == 16:
             settings = settings.model_copy(update={"reports_partitions": 3})
-        kill = {6: ACTIONS_ARCHIVE.key, 18: HEARTBEAT_TALLY.key}.get(step)
-        dispatch_and_work(db, now + MINUTE, settings, kill=kill)
+        if step % 2:
+            kill = {7: ACTIONS_ARCHIVE.key, 19: HEARTBEAT_TALLY.key}.get(step)
+            dispatch_and_work(db, now + MINUTE, settings, kill=kill)
     lease = db[schema.LEASES].find_one({"_id": Partition(ACTIONS_ARCHIVE, 0, 1).lease_id})
     return lease["checkpoint_time"], start + 12 * HOUR - 20 * HOUR
 

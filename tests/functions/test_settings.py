@@ -8,11 +8,15 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic.fields import FieldInfo
 
+from functions.start_up import check_start_up
 from shared.settings import FUNCTION_TIMEOUT, InvalidSettings, Settings, get_settings
+from tools import serve
+from tools.serve import LocalServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,29 +42,50 @@ def start_app(**settings: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize(
-    ("name", "value", "message"),
-    [
-        ("CHECK_BATCH_SIZE", "0", "CHECK_BATCH_SIZE: must be a whole number from 1 to 10000"),
-        ("CHANGE_SOURCE", "kafka", "CHANGE_SOURCE: Input should be 'change_stream' or 'polling'"),
-        ("REQUEST_DEADLINE_SECONDS", "soon", "REQUEST_DEADLINE_SECONDS: must be a number from 0.01 to 200"),
-        ("REPORTS_LEASE_SECONDS", "50", "REPORTS_LEASE_SECONDS (50) must be longer than a worker's run"),
-        ("MONGODB_DATABASE", "a/b", "MONGODB_DATABASE: cannot contain /"),
-        ("REPORTS_SCHEDULE", "0 0 0 31 2 *", "REPORTS_SCHEDULE: NCRONTAB schedule never fires"),
-        ("CHECKS_QUEUE", "notifications", "CHECKS_QUEUE and NOTIFICATIONS_QUEUE name the same queue"),
-        ("CHECK_PARTITIONS", "4.0", "CHECK_PARTITIONS: must be a whole number from 1 to 1024"),
-        ("QUEUE_SEND_TIMEOUT_SECONDS", "1e-300", "QUEUE_SEND_TIMEOUT_SECONDS: must be a number from 0.1 to 60"),
-        ("MONGODB_DATABASE", "pillbottle\n", "MONGODB_DATABASE: cannot contain a control character"),
-        ("CHECK_LATE_DOSES_SPREAD_MINUTES", "5", "CHECK_LATE_DOSES_SPREAD_MINUTES (5) must be less than the shortest"),
-        ("AzureWebJobsStorage", "AccountName=acct;AccountKey=s3cr3t!", "AzureWebJobsStorage: its AccountKey is not"),
-    ],
-)
+BAD_SETTINGS = [
+    ("CHECK_BATCH_SIZE", "0", "CHECK_BATCH_SIZE: must be a whole number from 1 to 10000"),
+    ("CHANGE_SOURCE", "kafka", "CHANGE_SOURCE: Input should be 'change_stream' or 'polling'"),
+    ("REQUEST_DEADLINE_SECONDS", "soon", "REQUEST_DEADLINE_SECONDS: must be a number from 0.01 to 200"),
+    ("REPORTS_LEASE_SECONDS", "50", "REPORTS_LEASE_SECONDS (50) must be longer than a worker's run"),
+    ("MONGODB_DATABASE", "a/b", "MONGODB_DATABASE: cannot contain /"),
+    ("REPORTS_SCHEDULE", "0 0 0 31 2 *", "REPORTS_SCHEDULE: NCRONTAB schedule never fires"),
+    ("CHECKS_QUEUE", "notifications", "CHECKS_QUEUE and NOTIFICATIONS_QUEUE name the same queue"),
+    ("CHECK_PARTITIONS", "4.0", "CHECK_PARTITIONS: must be a whole number from 1 to 1024"),
+    ("QUEUE_SEND_TIMEOUT_SECONDS", "1e-300", "QUEUE_SEND_TIMEOUT_SECONDS: must be a number from 0.1 to 60"),
+    ("MONGODB_DATABASE", "pillbottle\n", "MONGODB_DATABASE: cannot contain a control character"),
+    ("CHECK_LATE_DOSES_SPREAD_MINUTES", "5", "CHECK_LATE_DOSES_SPREAD_MINUTES (5) must be less than the shortest"),
+    ("AzureWebJobsStorage", "AccountName=acct;AccountKey=s3cr3t!", "AzureWebJobsStorage: its AccountKey is not"),
+]
+# The host's start in a process of its own, for a rule of one field and for a value that holds a secret: the rest
+# of BAD_SETTINGS go through the same check in this process (a process costs seconds and shows only that
+# function_app.py runs the check as the worker imports it, which these two show).
+IN_A_PROCESS = {"CHECK_BATCH_SIZE", "AzureWebJobsStorage"}
+WITH_A_SECRET = "mongodb://user:s3cr3t@db.example/"
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [case for case in BAD_SETTINGS if case[0] in IN_A_PROCESS])
 def test_a_bad_setting_fails_the_start_up_naming_it(name, value, message):
-    started = start_app(**{name: value, "MONGODB_CONNECTION_STRING": "mongodb://user:s3cr3t@db.example/"})
+    started = start_app(**{name: value, "MONGODB_CONNECTION_STRING": WITH_A_SECRET})
 
     assert started.returncode != 0
     assert message in started.stderr
     assert "s3cr3t" not in started.stderr
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [case for case in BAD_SETTINGS if case[0] not in IN_A_PROCESS])
+def test_each_bad_setting_fails_the_start_up_check_naming_it(name, value, message, monkeypatch):
+    """The check function_app.py runs as the worker imports it (functions.start_up.check_start_up), in this
+    process, with the settings start_app gives the host's."""
+    with monkeypatch.context() as environment:
+        for setting, given in (REQUIRED | {"MONGODB_CONNECTION_STRING": WITH_A_SECRET, name: value}).items():
+            environment.setenv(setting, given)
+        get_settings.cache_clear()
+        with pytest.raises(InvalidSettings) as refused:
+            check_start_up()
+    get_settings.cache_clear()
+
+    assert message in str(refused.value)
+    assert "s3cr3t" not in str(refused.value)
 
 
 def test_good_settings_start_without_touching_the_network():
@@ -138,8 +163,11 @@ def test_no_connection_string_still_starts_and_answers_503_not_configured(monkey
     assert settings_with(monkeypatch, "").mongodb_connection_string == ""
 
 
-@pytest.mark.parametrize("uri", ["mongodb://", "mongodb://h:99999/", "not-a-uri"])
-def test_the_host_s_start_fails_on_a_malformed_connection_string(uri):
+def test_the_host_s_start_fails_on_a_malformed_connection_string():
+    """In a process of its own, as the worker imports the app. Every string of MALFORMED is refused by the same
+    settings in this process (the test above), so one string shows the process's part (three did, a process each:
+    a process costs seconds)."""
+    uri = "not-a-uri"
     started = start_app(MONGODB_CONNECTION_STRING=uri)
 
     assert started.returncode != 0
@@ -540,16 +568,9 @@ def test_the_defaults_start(monkeypatch):
 # --- ./dev serve: a bad setting is one line and exit 2, never a traceback nor a server without its timers ---------
 
 
-@pytest.mark.parametrize(
-    ("name", "value", "words"),
-    [
-        ("MONGODB_DATABASE", "a/b", "MONGODB_DATABASE: cannot contain /"),
-        ("MONGODB_DATABASE", "$cmd", "MONGODB_DATABASE: cannot contain $"),
-        ("REPORTS_SCHEDULE", "0 0 0 31 2 *", "REPORTS_SCHEDULE: NCRONTAB schedule never fires"),
-        ("CHECK_OPEN_BOTTLES_SCHEDULE", " ", "CHECK_OPEN_BOTTLES_SCHEDULE: NCRONTAB needs 6 fields"),
-    ],
-)
-def test_dev_serve_with_a_bad_setting_says_which_in_one_line_and_exits_2(name, value, words):
+def test_dev_serve_with_a_bad_setting_says_which_in_one_line_and_exits_2():
+    """As ./dev serve runs, in a process of its own: what the process prints and its exit code."""
+    name, value = "MONGODB_DATABASE", "a/b"
     env = {k: v for k, v in os.environ.items() if k.upper() != name} | {name: value}
     try:
         served = subprocess.run(
@@ -566,4 +587,42 @@ def test_dev_serve_with_a_bad_setting_says_which_in_one_line_and_exits_2(name, v
 
     assert served.returncode == 2, served.stderr
     assert "Traceback" not in served.stderr
-    assert served.stderr.strip().splitlines()[-1].startswith(f"./dev serve: error: invalid app settings: {words}")
+    assert (
+        served.stderr.strip()
+        .splitlines()[-1]
+        .startswith("./dev serve: error: invalid app settings: MONGODB_DATABASE: cannot contain /")
+    )
+
+
+UNREACHED = "mongodb://127.0.0.1:1/"  # the settings are read before the store is connected to
+
+
+def never_serve(server: Any) -> None:
+    raise AssertionError(f"./dev serve started serving on {server.base_url}")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("MONGODB_DATABASE", "$cmd", "MONGODB_DATABASE: cannot contain $"),
+        ("REPORTS_SCHEDULE", "0 0 0 31 2 *", "REPORTS_SCHEDULE: NCRONTAB schedule never fires"),
+        ("CHECK_OPEN_BOTTLES_SCHEDULE", " ", "CHECK_OPEN_BOTTLES_SCHEDULE: NCRONTAB needs 6 fields"),
+    ],
+)
+def test_dev_serve_refuses_each_bad_setting_in_one_line_with_exit_2(name, value, words, monkeypatch, capsys):
+    """More bad settings, through ./dev serve's own call (tools.serve.main) in this process, on a store it never
+    reaches: a process of its own and the embedded store cost seconds to start, and show nothing the test above
+    does not (the exit code, no traceback at import, the embedded store's path). A server that would start anyway
+    fails the test rather than serve."""
+    monkeypatch.setattr(LocalServer, "start", never_serve)
+    with monkeypatch.context() as bad:  # gone before the teardown's own Settings()
+        bad.setenv(name, value)
+        get_settings.cache_clear()
+        with pytest.raises(SystemExit) as exited:
+            serve.main(["--port", "0", "--mongodb-uri", UNREACHED])
+    get_settings.cache_clear()
+
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"./dev serve: error: invalid app settings: {words}")

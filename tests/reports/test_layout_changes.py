@@ -13,6 +13,9 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from shared import instants
+from shared.bottles.provisioning import provision
+from shared.bottles.spec import BottleSpec
+from shared.ingestion.receive import receive
 from shared.instants import utc_now
 from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
@@ -20,7 +23,7 @@ from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range
-from tests.api import opened, post_events, provisioned
+from tests.api import SPEC, opened, post_events, provisioned
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, epk
 from tests.report_client import set_setting, work
 from tests.tally_fleet import DAY as TALLY_DAY
@@ -306,11 +309,12 @@ class CosmosFeed(CosmosTokens):
         return {(epk(low), epk(high)) for low, high in self.ranges}
 
     def present(self) -> str:
-        last = self._db[schema.BOTTLE_ACTIONS].find_one({}, sort=[("received_at", -1)])
+        last = self._db[schema.BOTTLE_ACTIONS].find_one({}, {"received_at": 1}, sort=[("received_at", -1)])
         return "" if last is None else str(last["received_at"].isoformat())
 
     def tokens(self) -> list[dict[str, Any]]:
-        tokens = [span_token(span, self.present()) for span in self.spans()]
+        present = self.present()
+        tokens = [span_token(span, present) for span in self.spans()]
         self._order.shuffle(tokens)
         return tokens
 
@@ -338,8 +342,11 @@ class RangeStream:
             hook()
         after = {"received_at": {"$gt": datetime.fromisoformat(self._state)}} if self._state else {}
         low, high = key_of(self._span[0]), key_of(self._span[1])
-        found = self._feed[schema.BOTTLE_ACTIONS].find(after).sort("received_at", 1)
-        self._batch = [d for d in found if low <= epk_of(d) < high][: CosmosFeed.BATCH]
+        actions = self._feed[schema.BOTTLE_ACTIONS]
+        # The keys, then the batch's documents: mongomock copies every document a query returns.
+        found = actions.find(after, {"bottle_id": 1}).sort("received_at", 1)
+        ids = [d["_id"] for d in found if low <= epk_of(d) < high][: CosmosFeed.BATCH]
+        self._batch = list(actions.find({"_id": {"$in": ids}}).sort("received_at", 1)) if ids else []
         if self._batch:
             self._state = self._batch[-1]["received_at"].isoformat()
         return bool(self._batch)
@@ -358,10 +365,6 @@ class RangeStream:
         pass
 
 
-def stopped_at(moment: datetime) -> Callable[[], datetime]:
-    return lambda: moment
-
-
 class Churn:
     """Actions written and partitions reshaped at random (seeded), with the dispatcher and workers running."""
 
@@ -370,18 +373,25 @@ class Churn:
         self.rng = random.Random(seed)
         self.feed = CosmosFeed(db, partitions=1)
         self.now = utc_now() - DAY
-        self.keys = {f"bottle-{i}": provisioned(f"bottle-{i}") for i in range(12)}
+        self.db = db
+        spec, now = BottleSpec.model_validate(SPEC), utc_now()
+        self.keys = {
+            f"bottle-{i}": provision(
+                db, f"bottle-{i}", spec, rotate_key=False, now=now, settings=self.settings
+            ).device_key
+            or ""
+            for i in range(12)
+        }
         self.written: list[datetime] = []
 
     def write(self, count: int) -> None:
+        """`count` opened events, each of a bottle at random, received 7 s apart (through the app's ingestion, as
+        the events route stores them: the feed and the workers are what these tests play)."""
         for _ in range(count):
             self.now += timedelta(seconds=7)
             bottle, at = self.rng.choice(sorted(self.keys)), self.now
-            instants.set_clock(stopped_at(at))
-            try:
-                assert post_events(bottle, self.keys[bottle], opened(at)).status == 202
-            finally:
-                instants.set_clock(None)
+            body = json.dumps(opened(at)).encode()
+            assert receive(self.db, bottle, self.keys[bottle], body, now=at, settings=self.settings).stored == 1
             self.written.append(at)
 
     def reshape(self) -> None:

@@ -1,5 +1,6 @@
 """`./dev lifecycle`: a tiny run (one day, a few bottles, splits forced by the small partitions) prints its
-screen and passes on a clean run; a report planted wrong or a notification sent twice makes it exit 1."""
+screen and passes on a clean run; a report planted wrong, a notification sent twice or an event archived twice makes
+it exit 1."""
 
 import contextlib
 import dataclasses
@@ -75,16 +76,6 @@ def test_a_clean_tiny_run_prints_its_screen_and_passes(monkeypatch, registered_f
     assert (tmp_path / "lifecycle.png").stat().st_size > 10_000
 
 
-def test_a_planted_report_mismatch_and_a_second_send_fail_the_run(monkeypatch, registered_functions, tmp_path, capsys):
-    status = run_main(monkeypatch, registered_functions, tmp_path, tamper=plant_a_wrong_report_and_a_second_send)
-
-    out = capsys.readouterr().out
-    assert status == 1
-    assert "1 hourly reports differ from the source" in out
-    assert "1 notifications sent more than once" in out
-    assert "verdict: FAIL" in out
-
-
 def plant_an_event_twice_in_the_archive(db: Any, host: Any) -> None:
     """The first archived event copied into another file of the archive, as a second write by another name would."""
     archive = get_archive(get_settings())
@@ -96,14 +87,31 @@ def plant_an_event_twice_in_the_archive(db: Any, host: Any) -> None:
     archive.write(name.replace(".parquet", "-again.parquet"), parquet.encode_actions(rows[:1]))
 
 
-def test_an_event_archived_twice_fails_the_run(monkeypatch, registered_functions, tmp_path, capsys):
-    status = run_main(monkeypatch, registered_functions, tmp_path, tamper=plant_an_event_twice_in_the_archive)
+def plant_every_fault(db: Any, host: Any) -> None:
+    plant_a_wrong_report_and_a_second_send(db, host)
+    plant_an_event_twice_in_the_archive(db, host)
+
+
+def test_a_planted_report_mismatch_a_second_send_and_an_event_archived_twice_each_fail_the_run(
+    monkeypatch, registered_functions, tmp_path, capsys
+):
+    """The three faults planted in one tiny run, after its last step: the run's own checks find each, name it,
+    and each is a reason of the verdict. One run rather than one a fault: a run costs the same whatever is
+    planted, and each fault is found by a check of its own (the reports' ledger, the queue's sends, the archive's
+    ledger) that the others do not touch; test_each_failure_alone_fails_the_verdict holds that each reason alone
+    fails the verdict."""
+    status = run_main(monkeypatch, registered_functions, tmp_path, tamper=plant_every_fault)
 
     out = capsys.readouterr().out
     assert status == 1
+    assert "1 hourly reports differ from the source" in out
+    assert "1 notifications sent more than once" in out
     assert "event archived 1x more than stored" in out
     assert "event in the wrong file" in out
-    assert "verdict: FAIL: the archive differs from the source in 2 ways" in out
+    assert (
+        "verdict: FAIL: 1 hourly reports differ from the source; 1 notifications sent more than once; "
+        "the archive differs from the source in 2 ways"
+    ) in out
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ from tools.cosmos_store.proxy import CosmosProxy
 from tools.costs.meter import IndexedPaths
 from tools.costs.request_units import DocumentWrite, Operation
 from tools.simulate.in_process import run_simulation
+from tools.simulate.scoring import KINDS
 
 pytestmark = pytest.mark.integration
 USER = SPEC["user_id"]
@@ -584,34 +585,37 @@ def test_writers_side_by_side_leave_the_partition_map_exact(secantus_uri, clock,
         assert partition.bytes == sum(len(bson.encode(d)) for d in held)
 
 
-@pytest.mark.parametrize(
-    "shuffle_tokens",
-    [False, True],
-    ids=["tokens in partition order", "tokens in no order"],
-)
-def test_simulated_hours_on_the_store_notify_exactly_and_report_truly_through_splits(
-    registered_functions, monkeypatch, shuffle_tokens
-):
+def test_simulated_hours_on_the_store_notify_exactly_and_report_truly_through_splits(registered_functions, monkeypatch):
     """The simulator (./dev simulate --cosmos-store) on the store, the app in its Cosmos DB mode (one report feed
     partition per physical partition, from GetChangeStreamTokens): the partitions split as the fleet's data grows,
-    and the notifications and reports must still match the injected trouble and the source. With the tokens in
-    partition order and in no order (as CUSTOM_COMMANDS allows: the leases are keyed by the feed range each token
-    names, so a reply's order cannot lose a partition's actions). One queue worker: a run repeats."""
+    bottle_actions' among them while the report consumer reads it, and the notifications and reports must still
+    match the injected trouble and the source. The tokens come in no order (as CUSTOM_COMMANDS allows: the leases
+    are keyed by the feed range each token names, so a reply's order cannot lose a partition's actions; the rule
+    itself is tests/reports/test_partition_splits.py's, on the fakes). One queue worker: a run repeats.
+
+    Nine simulated hours of ten bottles: seed 89 injects every kind of trouble (two missed doses, a bottle left open,
+    two bottles silent for hours whose buffered events then arrive), and partitions of 1,200 bytes split
+    bottle_actions into four while it grows. The checks and the report dispatcher run less often than the app's
+    defaults, each still often enough to see every episode (tests/tools/test_simulation.py says why)."""
     monkeypatch.setenv("CHECK_PARTITIONS", "2")
+    monkeypatch.setenv("CHECK_OPEN_BOTTLES_SCHEDULE", "0 */5 * * * *")
+    monkeypatch.setenv("CHECK_SILENT_BOTTLES_SCHEDULE", "0 */15 * * * *")
+    monkeypatch.setenv("REPORTS_SCHEDULE", "0 */30 * * * *")
     get_settings.cache_clear()
     result = run_simulation(
-        bottles=8,
+        bottles=10,
         users=4,
-        days=0.5,
-        seed=5,
+        days=0.375,
+        seed=89,
         mongodb_uri=None,
         progress=False,
         workers=1,
-        cosmos=Options(partition_bytes=5_000, seed=3, shuffle_tokens=shuffle_tokens),
+        cosmos=Options(partition_bytes=1_200, seed=3, shuffle_tokens=True),
     )
 
-    assert "5 splits" in result.store_lines[0], result.store_lines
-    assert sum(s.expected for s in result.scores.values()) > 0, "the plan injected no trouble"
+    partitions = {line.split()[0]: int(line.split()[1]) for line in result.store_lines[1:]}
+    assert partitions["bottle_actions"] >= 3, result.store_lines
+    assert {kind: score.expected > 0 for kind, score in result.scores.items()} == dict.fromkeys(KINDS, True)
     for kind, score in result.scores.items():
         assert (score.precision, score.recall) == (1.0, 1.0), (kind, result.misses, result.extras)
     assert result.report_check.user_hours > 0
