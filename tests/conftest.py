@@ -143,7 +143,8 @@ def sort_audit() -> Iterator[SortAudit]:
 
 @pytest.fixture(autouse=True)
 def clean_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test starts from default settings with fast retries."""
+    """Every test starts from default settings with fast retries, and ends with the app's store, archive and clock
+    its own again."""
     for name, field in Settings.model_fields.items():
         alias = field.validation_alias  # the host's own names: AzureWebJobsStorage, ...
         monkeypatch.delenv(alias if isinstance(alias, str) else name.upper(), raising=False)
@@ -152,6 +153,7 @@ def clean_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     store.use_client(None)
     use_archive(None)
+    set_clock(None)  # a test that set a clock of its own and left it would run every later test in its process at it
     get_settings.cache_clear()
 
 

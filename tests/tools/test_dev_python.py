@@ -53,13 +53,14 @@ def checkout(tmp_path: Path) -> Path:
 
 
 def run_dev(checkout: Path, python: Path | None) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """`./dev setup-store --help` with PYTHON set to `python` (or unset); what it did and the commands the fake
+    """`./dev setup-store --uri mongodb://unreached` (a command that runs on .venv; its `--help` needs none) with
+    PYTHON set to `python` (or unset); what it did and the commands the fake
     interpreters were given (each path in the checkout relative to it, as the script names .venv's)."""
     environ = {name: value for name, value in os.environ.items() if name != "PYTHON"}
     if python is not None:
         environ["PYTHON"] = str(python)
     done = subprocess.run(
-        [checkout / "dev", "setup-store", "--help"],
+        [checkout / "dev", "setup-store", "--uri", "mongodb://unreached"],
         check=False,
         capture_output=True,
         text=True,
@@ -73,7 +74,10 @@ def run_dev(checkout: Path, python: Path | None) -> tuple[subprocess.CompletedPr
 
 
 def ran_the_command_with_the_venv(calls: list[str]) -> None:
-    assert calls[-1] == ".venv/bin/python -m tools.command ./dev setup-store shared.store.setup --help"
+    assert (
+        calls[-1]
+        == ".venv/bin/python -m tools.command ./dev setup-store shared.store.setup_command --uri mongodb://unreached"
+    )
 
 
 def test_without_python_set_a_venv_of_python_3_13_is_kept(checkout):
