@@ -12,11 +12,13 @@ Under pytest-xdist each worker records its own tests and the controller judges t
 """
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -118,11 +120,30 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, Any]:
-    """A module's import reads on behalf of every test in it (a module constant computed from the clock)."""
+    """A module's import reads on behalf of every test in it (a module constant computed from the clock), and on
+    behalf of every test module it imported first: `from tests.reports.test_reports import DAY` runs that module's
+    clock read during this one's import, and its own collection later reads nothing."""
     if _recorder is None or not isinstance(collector, pytest.Module):
         return (yield)
-    with _recorder.reads_within(f"import:{collector.nodeid}"):
-        return (yield)
+    before = set(sys.modules)
+    with _recorder.reads_within(f"import:{collector.nodeid}") as owning:
+        result = yield
+    if owning.read:
+        root = collector.config.rootpath
+        for name in set(sys.modules) - before:
+            imported = test_module_nodeid(sys.modules[name], root)
+            if imported is not None:
+                _recorder.readers.add(f"import:{imported}")
+    return result
+
+
+def test_module_nodeid(module: Any, root: Path) -> str | None:
+    """The node id of a test module (a `test_*.py` under `root`), None for any other module."""
+    file = getattr(module, "__file__", None)
+    if not file or not Path(file).name.startswith("test_"):
+        return None
+    path = Path(file).resolve()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else None
 
 
 @pytest.hookimpl(wrapper=True)

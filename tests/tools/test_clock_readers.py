@@ -154,6 +154,21 @@ def test_recording_part_of_the_suite_keeps_the_listed_tests_it_did_not_run(scrat
     ]
 
 
+def test_a_module_imported_by_another_before_its_own_collection_is_still_its_files_reader(scratch: Path) -> None:
+    """`test_borrows.py`, collected first, imports `test_import.py`'s clock-made constant: that module's read runs
+    during the other's import, and its own collection reads nothing. Both files are readers, so the list from a
+    whole run also passes a run of `test_import.py` alone."""
+    (scratch / "test_borrows.py").write_text(
+        "from test_import import STARTED\ndef test_borrowed():\n    assert STARTED\n"
+    )
+
+    assert run_pytest(scratch, "--record-clock-readers").returncode == 0
+    alone = run_pytest(scratch, "test_import.py")
+
+    assert listed_readers(scratch / "tests" / "clock_readers.txt") == sorted([*READERS, "test_borrows.py"])
+    assert alone.returncode == 0, alone.stdout
+
+
 def test_under_xdist_the_workers_findings_are_judged_together(scratch: Path) -> None:
     write_readers(READERS[1:], scratch / "tests/clock_readers.txt")
 
