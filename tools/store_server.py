@@ -8,7 +8,7 @@ import errno
 import io
 import os
 import sys
-import threading
+import time
 from typing import Any
 
 from shared.store.command_line import CommandFailed
@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         with setting_defaults(MONGODB_CONNECTION_STRING=uri), MongoClient[dict[str, Any]](uri, tz_aware=True) as client:
             ensure_store(client[get_settings().mongodb_database], get_settings(), on_cosmos=False)
         print(f"serving {uri} (data in {args.data_dir}); Ctrl-C stops", flush=True)
-        threading.Event().wait()  # until Ctrl-C (run_command says so in one line)
+        while True:  # until Ctrl-C (run_command says so in one line)
+            # Woken each second: a Ctrl-C that lands just before an endless wait began would not end it.
+            time.sleep(1)
     finally:
         server.stop()  # also when it never started: its storage is open from the start
     return 0
