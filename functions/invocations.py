@@ -17,7 +17,7 @@ from shared import metrics
 from shared.observability import fields, host_trace, log_invocation, trace_parent_of
 
 # host.json extensions.queues.maxDequeueCount: a message whose attempt of this number fails goes to the poison
-# queue (tests/functions/test_telemetry_fields.py holds the two equal).
+# queue (tests/functions/test_telemetry_volume.py holds the two equal).
 MAX_DEQUEUE_COUNT = 5
 
 

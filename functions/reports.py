@@ -45,10 +45,11 @@ def aggregate_report_partition(message: func.QueueMessage, context: func.Context
     with invocation.guard(log):
         body = work_message(message)
         if retired(body):
+            retired_message = json.dumps(body, default=str)[:512]  # a queue message may be 64 KB; a log line is not
             log.info(
                 "aggregate_report_partition: dropped a work message of a retired feed or layout: %s",
-                body,
-                extra=fields(function="aggregate_report_partition", retired=json.dumps(body, default=str)[:512]),
+                retired_message,
+                extra=fields(function="aggregate_report_partition", retired=retired_message),
             )
             return
         partition = Partition.from_message(body)

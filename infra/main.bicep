@@ -123,7 +123,7 @@ param httpWorkerProcessCount int = 8
 @description('Days Log Analytics keeps logs and telemetry.')
 param logRetentionDays int = 30
 
-@description('Daily ingestion cap of the Log Analytics workspace and of Application Insights, in GB (-1: none): twice what the load it is sized for sends in a day at traceSamplingRatio (the default: a small fleet keeping every trace; the design scale\'s is in design-scale.parameters.json; docs/operations.md: Telemetry). Once hit, telemetry stops for the rest of the workspace\'s day: alerts fire before it (dailyCapWarningPercent) and when it is reached.')
+@description('Daily ingestion cap of the Log Analytics workspace and of Application Insights, in GB (-1: none): twice what the load it is sized for sends in a day at traceSamplingRatio, rounded up to a multiple of 10 (the default: a small fleet keeping every trace; the design scale\'s is in design-scale.parameters.json; docs/operations.md: Telemetry). Once hit, telemetry stops for the rest of the workspace\'s day: alerts fire before it (dailyCapWarningPercent) and when it is reached.')
 @minValue(-1)
 param logDailyQuotaGb int = 10
 
@@ -200,7 +200,7 @@ var backgroundFunctionsOff = {
 var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
 
 // Every setting shared/settings.py reads (env name = upper-cased field name), at the code's defaults unless it is
-// deployment-specific. tests/test_infra.py checks this against the Settings class both ways.
+// deployment-specific. tests/infra/test_infra.py checks this against the Settings class both ways.
 var appSettings = {
   MONGODB_CONNECTION_STRING: '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.mongoSecretUri})'
   MONGODB_DATABASE: databaseName

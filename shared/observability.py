@@ -194,6 +194,18 @@ def fields(**values: Any) -> dict[str, Any]:
     return found
 
 
+ERROR_TEXT_LIMIT = 300
+
+
+def error_text(error: BaseException) -> str:
+    """`Type: message` of an exception for a log line, the message cut to ERROR_TEXT_LIMIT characters: a storage
+    SDK's error text carries the whole response (body and headers), and a line's size must not grow with it."""
+    message = str(error)
+    if len(message) > ERROR_TEXT_LIMIT:
+        message = message[:ERROR_TEXT_LIMIT] + "..."
+    return f"{type(error).__name__}: {message}"
+
+
 def log_invocation(logger: logging.Logger, function: str, **values: Any) -> None:
     """Log `invocation <function> {json of values}` at INFO, each value also a field, with `function`. Pass
     counts, ids and durations only: never device keys, connection strings or request bodies."""

@@ -11,6 +11,8 @@ when a test read it but is not listed, saying how to fix it. `--record-clock-rea
 Under pytest-xdist each worker records its own tests and the controller judges the whole.
 """
 
+import ast
+import functools
 import os
 import sys
 import threading
@@ -19,6 +21,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -53,6 +56,7 @@ class Recorder:
     readers: set[str] = field(default_factory=set)
     unowned: int = 0  # reads outside any test or import (plugin start-up, a thread left running between tests)
     fixtures: set[tuple[str, str]] = field(default_factory=set)  # (name, baseid) of wider fixtures that read it
+    modules: set[str] = field(default_factory=set)  # files whose top-level code read it as they were imported
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self) -> datetime:
@@ -62,10 +66,22 @@ class Recorder:
                 self.unowned += 1
             else:
                 self.readers.add(self.owner)
+                if self.owner.startswith("import:"):
+                    self.modules.update(importing_files(sys._getframe(1)))
         return self.clock()
 
     def reads_within(self, owner: str | None) -> "_Owning":
         return _Owning(self, owner)
+
+
+def importing_files(frame: FrameType | None) -> set[str]:
+    """The files of the modules being imported in the stack from `frame` out (their top-level code runs)."""
+    files = set()
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            files.add(str(Path(frame.f_code.co_filename).resolve()))
+        frame = frame.f_back
+    return files
 
 
 class _Owning:
@@ -120,30 +136,55 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, Any]:
-    """A module's import reads on behalf of every test in it (a module constant computed from the clock), and on
-    behalf of every test module it imported first: `from tests.reports.test_reports import DAY` runs that module's
-    clock read during this one's import, and its own collection later reads nothing."""
+    """A module whose import reads the clock (a module constant computed from it) reads it on behalf of every test
+    in it, and so does a module that imports such a module of the project, directly or not: `from tests.tally_fleet
+    import DAY` reads the clock only in the first test module imported that imports it, and every other one's tests
+    use the same DAY."""
     if _recorder is None or not isinstance(collector, pytest.Module):
         return (yield)
-    before = set(sys.modules)
-    with _recorder.reads_within(f"import:{collector.nodeid}") as owning:
+    with _recorder.reads_within(f"import:{collector.nodeid}"):
         result = yield
-    if owning.read:
-        root = collector.config.rootpath
-        for name in set(sys.modules) - before:
-            imported = test_module_nodeid(sys.modules[name], root)
-            if imported is not None:
-                _recorder.readers.add(f"import:{imported}")
+    if _recorder.modules & project_imports(collector.path, collector.config.rootpath):
+        _recorder.readers.add(f"import:{collector.nodeid}")
     return result
 
 
-def test_module_nodeid(module: Any, root: Path) -> str | None:
-    """The node id of a test module (a `test_*.py` under `root`), None for any other module."""
-    file = getattr(module, "__file__", None)
-    if not file or not Path(file).name.startswith("test_"):
-        return None
-    path = Path(file).resolve()
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else None
+@functools.cache
+def project_imports(path: Path, root: Path) -> frozenset[str]:
+    """The file at `path` and every file of the project under `root` it imports, directly or through others (its
+    import statements, read from the source: also those of modules already imported)."""
+    found: set[str] = set()
+    waiting = [path.resolve()]
+    while waiting:
+        current = waiting.pop()
+        if str(current) in found:
+            continue
+        found.add(str(current))
+        waiting.extend(imported_files(current, root))
+    return frozenset(found)
+
+
+def imported_files(path: Path, root: Path) -> list[Path]:
+    """The project files under `root` that the import statements of the file at `path` name (a module, or for
+    `from package import name`, the package and a submodule `name` if there is one)."""
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
+    files = []
+    for name in names:
+        base = root.joinpath(*name.split("."))
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                files.append(candidate.resolve())
+    return files
 
 
 @pytest.hookimpl(wrapper=True)

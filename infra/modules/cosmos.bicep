@@ -1,6 +1,6 @@
 // Azure Cosmos DB for MongoDB (RU): the account, the app's database, and every collection with its shard key and
 // indexes. The collections come from shared/store/schema.py (the one source the setup command also follows):
-// `python -m tools.bicep_collections` prints the block below, and tests/test_infra.py fails when they differ.
+// `python -m tools.bicep_collections` prints the block below, and tests/infra/test_infra.py fails when they differ.
 //
 // Not the Azure Verified Module (avm/res/document-db/database-account), unlike the vault and the site: at its
 // newest version in Azure/bicep-registry-modules (tag avm/res/document-db/database-account/0.20.1) a MongoDB

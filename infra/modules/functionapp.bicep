@@ -65,7 +65,7 @@ resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing
 }
 
 // Settings read by the Functions host, the Python worker or the OpenTelemetry distro, not by shared/settings.py.
-// tests/test_infra.py keeps this list to an explained allow-list. Flex Consumption rejects FUNCTIONS_WORKER_RUNTIME
+// tests/infra/test_infra.py keeps this list to an explained allow-list. Flex Consumption rejects FUNCTIONS_WORKER_RUNTIME
 // and FUNCTIONS_EXTENSION_VERSION as app settings: the runtime is functionAppConfig.runtime below.
 // AzureWebJobsStorage__clientId and __queueServiceUri, which the code reads as well, come with appSettings.
 var hostSettings = {

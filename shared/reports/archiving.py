@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from pymongo.database import Database
 
 from shared.instants import format_instant, hour_of
-from shared.observability import fields
+from shared.observability import error_text, fields
 from shared.reports.documents import HOUR
 from shared.reports.leases import Lease, LeaseDocument, lease_documents
 from shared.reports.partitions import HEARTBEATS_ARCHIVE, Partition, tally_partner
@@ -179,11 +179,10 @@ def run_catch_up(
     except Exception as error:  # the store is down: no read, no failure; the next dispatch after PROBE_EVERY tries
         _mark_down(db, partition.lease_id, at=wall_clock(), policy=policy)
         log.warning(
-            "archive: %s: the archive's store does not answer (%s: %s); the heartbeat hours from %s stay to be read "
+            "archive: %s: the archive's store does not answer (%s); the heartbeat hours from %s stay to be read "
             "from the rings once it does (tried again in %d minutes), and the tally hands nothing meanwhile",
             partition.lease_id,
-            type(error).__name__,
-            error,
+            error_text(error),
             format_instant(current.start),
             PROBE_EVERY // timedelta(minutes=1),
             extra=fields(partition=partition.lease_id, feed=partition.feed.key, error=type(error).__name__),

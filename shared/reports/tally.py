@@ -26,7 +26,7 @@ from pymongo.database import Database
 from shared.device_time import LATE_AFTER
 from shared.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME, USER_BUCKET
 from shared.instants import day_of, format_instant, hour_of
-from shared.observability import fields
+from shared.observability import error_text, fields
 from shared.reports.aggregation import BottleParts, Parts, Stamper, refresh_daily, write_hourly
 from shared.reports.documents import HOUR, heartbeat_parts, tally_hours
 from shared.reports.leases import ROLLUPS_FROM, Lease
@@ -428,14 +428,13 @@ class _Handing:
         assert self._archive is not None
         log.warning(
             "reports: the heartbeat tally of buckets %d-%d stops handing bottle-hours to the archive for its pass of "
-            "%s to %s: %s: %s. The reports are counted as usual; the archive reads those hours from the heartbeat "
+            "%s to %s: %s. The reports are counted as usual; the archive reads those hours from the heartbeat "
             "documents once it answers again (docs/archive.md, When the archive is down)",
             self._buckets.low,
             self._buckets.high - 1,
             format_instant(current.start),
             format_instant(current.end),
-            type(error).__name__,
-            error,
+            error_text(error),
             extra=fields(buckets=f"{self._buckets.low}-{self._buckets.high - 1}", error=type(error).__name__),
         )
         self._archive.failed(current, error)

@@ -293,3 +293,14 @@ def test_each_invocation_logs_one_line_with_its_counts_and_never_a_key_or_connec
     logged = "\n".join([caplog.text, *(record.getMessage() for record in caplog.records)])
     for secret in (key, new_key, "not-the-key-0123456789abcdef", MONGODB_URI, "Sup3rSecretKey"):
         assert secret not in logged
+
+
+def test_an_error_in_a_log_line_is_its_type_and_at_most_the_limit_of_its_text() -> None:
+    """A storage SDK's HttpResponseError carries the whole response: a warning that quotes it stays bounded."""
+    huge = RuntimeError("<Error>" + "x" * 70_000 + "</Error>")
+
+    assert observability.error_text(ValueError("bad page")) == "ValueError: bad page"
+    text = observability.error_text(huge)
+    assert text.startswith("RuntimeError: <Error>xxx")
+    assert text.endswith("...")
+    assert len(text) == len("RuntimeError: ") + observability.ERROR_TEXT_LIMIT + len("...")

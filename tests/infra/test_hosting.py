@@ -145,6 +145,10 @@ def test_the_devices_address_is_the_http_apps_when_it_has_one_and_the_postdeploy
     assert os.access(hook, os.X_OK)
     assert 'func azure functionapp publish "$AZURE_HTTP_APP_NAME" --python' in hook.read_text()
     assert "./infra/hooks/deploy-http-app.sh" in (ROOT / "azure.yaml").read_text()
+    # The deploy job has the hook's func: without it, a Dedicated deployment's HTTP app would be left without code.
+    workflow = (ROOT / ".github" / "workflows" / "azure-dev.yml").read_text()
+    deploy = workflow[workflow.index("\n  deploy:") :]
+    assert deploy.index("run: npm i -g azure-functions-core-tools@4") < deploy.index("run: azd deploy")
 
 
 def test_the_design_scale_deployment_takes_the_bills_hosting_choice():

@@ -716,6 +716,25 @@ def test_every_variable_the_parameters_file_reads_reaches_the_pipeline() -> None
         assert env[name] == f"${{{{ vars.{name} }}}}", name
 
 
+def test_azd_reaches_every_scalar_the_design_scale_sets_defaulting_to_the_bicep_s_own() -> None:
+    """`azd env set HTTP_HOSTING_PLAN Dedicated` (and the rest) before `azd up` deploys the design scale's hosting and
+    telemetry: each scalar parameter infra/design-scale.parameters.json sets to other than main.bicep's default is
+    an azd variable in infra/main.parameters.json, whose default is main.bicep's, so an unset one changes nothing."""
+    params = bicep.parse("main.bicep")["parameters"]
+    given = json.loads((bicep.INFRA / "main.parameters.json").read_text())["parameters"]
+    design = json.loads((bicep.INFRA / "design-scale.parameters.json").read_text())["parameters"]
+    scalars = {
+        name: entry["value"]
+        for name, entry in design.items()
+        if not isinstance(entry["value"], dict) and str(entry["value"]) != str(params[name]["default"]).strip("'")
+    }
+    assert {"httpHostingPlan", "httpInstanceCount", "traceSamplingRatio", "logDailyQuotaGb"} <= set(scalars)
+    for name in scalars:
+        variable = re.fullmatch(r"\$\{(\w+)=(.*)\}", given[name]["value"])
+        assert variable is not None, f"{name} is not an azd variable in main.parameters.json"
+        assert variable[2] == str(params[name]["default"]).strip("'"), name
+
+
 @pytest.mark.parametrize("relative", BICEP_FILES)
 def test_every_module_and_abbreviation_a_bicep_file_uses_exists(relative: str) -> None:
     abbreviations = json.loads((bicep.INFRA / "abbreviations.json").read_text())

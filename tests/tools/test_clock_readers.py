@@ -169,6 +169,21 @@ def test_a_module_imported_by_another_before_its_own_collection_is_still_its_fil
     assert alone.returncode == 0, alone.stdout
 
 
+def test_every_module_that_imports_a_helper_whose_import_reads_the_clock_is_its_files_reader(scratch: Path) -> None:
+    """A helper module's constant made from the clock (`DAY = utc_now()`) is read once, while the first test module
+    that imports it is imported; every test module that imports it, directly or through another helper, uses it."""
+    (scratch / "days.py").write_text("from shared.instants import utc_now\nDAY = utc_now().date()\n")
+    (scratch / "fleet.py").write_text("from days import DAY\nFIRST = DAY\n")
+    (scratch / "test_a_first.py").write_text("from days import DAY\ndef test_a():\n    assert DAY\n")
+    (scratch / "test_b_second.py").write_text("from days import DAY\ndef test_b():\n    assert DAY\n")
+    (scratch / "test_c_through.py").write_text("import fleet\ndef test_c():\n    assert fleet.FIRST\n")
+
+    assert run_pytest(scratch, "--record-clock-readers").returncode == 0
+
+    listed = listed_readers(scratch / "tests" / "clock_readers.txt")
+    assert {"test_a_first.py", "test_b_second.py", "test_c_through.py"} <= set(listed)
+
+
 def test_under_xdist_the_workers_findings_are_judged_together(scratch: Path) -> None:
     write_readers(READERS[1:], scratch / "tests/clock_readers.txt")
 
