@@ -172,3 +172,15 @@ def test_the_hosting_parameter_takes_only_what_the_bicep_deploys(hosting):
     allowed = bicep.parse("main.bicep")["parameters"]["httpHostingPlan"]["decorators"]
     assert hosting in json.dumps(allowed, default=str)
     assert {deployment_bill.FLEX_HOSTING, deployment_bill.DEDICATED_HOSTING} == {"FlexConsumption", "Dedicated"}
+
+
+def test_the_http_app_in_the_network_routes_all_its_traffic_through_it():
+    """With vnetEnabled its Key Vault reference (the connection string), Cosmos DB and the storage are private
+    endpoints, which a Linux App Service app reaches only with all traffic routed through the network."""
+    tree = bicep.parse("modules/httpapp.bicep")
+    params = bicep.module("modules/httpapp.bicep", "httpApp")["params"]
+    subnet = "/subscriptions/s/resourceGroups/g/providers/Microsoft.Network/virtualNetworks/v/subnets/app"
+    for given, routed in ((subnet, True), ("", False)):
+        scope = {"virtualNetworkSubnetId": given}
+        assert bicep.evaluate(tree, params["siteConfig"], scope)["vnetRouteAllEnabled"] is routed
+        assert bicep.evaluate(tree, params["virtualNetworkSubnetResourceId"], scope) == (given or None)
