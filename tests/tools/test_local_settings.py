@@ -16,6 +16,7 @@ from pymongo import MongoClient
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.command_line import CommandFailed
+from tests.ctrl_c import ctrl_c_default_action
 from tools import local_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,24 +61,25 @@ def stopped_within(server: subprocess.Popen[str], seconds: float) -> str:
 def test_the_local_store_serves_the_app_s_collections_and_stops_on_ctrl_c(tmp_path):
     environ = {k: v for k, v in os.environ.items() if k != "MONGODB_CONNECTION_STRING"}
     environ["PYTHONFAULTHANDLER"] = "1"  # a stop that hangs is shown with where each thread was
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tools.command",
-            "./dev store",
-            "tools.store_server",
-            "--port",
-            "0",
-            "--data-dir",
-            str(tmp_path / "store"),
-        ],
-        cwd=ROOT,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with ctrl_c_default_action():  # as from a terminal, even if the suite was started with Ctrl-C ignored
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tools.command",
+                "./dev store",
+                "tools.store_server",
+                "--port",
+                "0",
+                "--data-dir",
+                str(tmp_path / "store"),
+            ],
+            cwd=ROOT,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     try:
         assert server.stdout is not None
         line = server.stdout.readline()
