@@ -62,11 +62,14 @@ class Recorder:
     def __call__(self) -> datetime:
         with self._lock:
             self.reads += 1
-            if self.owner is None:
+            owner = self.owner
+            if owner is not None and owner.startswith("import:") and threading.current_thread() is not _MAIN:
+                owner = None  # a thread left running reads while a module is collected: not the module's read
+            if owner is None:
                 self.unowned += 1
             else:
-                self.readers.add(self.owner)
-                if self.owner.startswith("import:"):
+                self.readers.add(owner)
+                if owner.startswith("import:"):
                     self.modules.update(importing_files(sys._getframe(1)))
         return self.clock()
 
@@ -104,6 +107,7 @@ class _Owning:
 
 
 _recorder: Recorder | None = None
+_MAIN = threading.main_thread()  # where pytest collects, importing the test modules
 _placed: PlacedClock | None = None
 
 
