@@ -19,6 +19,7 @@ from shared.archive.current import use_archive
 from shared.instants import hour_of, set_clock
 from shared.settings import Settings, get_settings
 from shared.store import client as store
+from shared.store import retries
 from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
 from tests import azurite
@@ -143,13 +144,16 @@ def sort_audit() -> Iterator[SortAudit]:
 
 @pytest.fixture(autouse=True)
 def clean_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test starts from default settings with fast retries, and ends with the app's store, archive and clock
-    its own again."""
+    """Every test starts from default settings with fast retries and no throttling seen, and ends with the app's
+    store, archive and clock its own again."""
     for name, field in Settings.model_fields.items():
         alias = field.validation_alias  # the host's own names: AzureWebJobsStorage, ...
         monkeypatch.delenv(alias if isinstance(alias, str) else name.upper(), raising=False)
     monkeypatch.setenv("STORE_RETRY_BASE_MS", "1")
     get_settings.cache_clear()
+    # The process's recent throttling widens every 503's Retry-After for a minute: a throttling test before this
+    # one, in the same worker process, would change what this one's 503s say.
+    retries.RECENT_THROTTLING.forget()
     yield
     store.use_client(None)
     use_archive(None)

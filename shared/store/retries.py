@@ -98,6 +98,12 @@ class RecentThrottling:
             self._attempts += 1
             self._throttled += throttled
 
+    def forget(self) -> None:
+        """Start again from the prior alone, as a new process does."""
+        with self._lock:
+            self._throttled = self._attempts = 0.0
+            self._at = self._clock()
+
     def rate(self) -> float:
         """From 0 (no recent throttling) towards 1 (every recent attempt throttled)."""
         with self._lock:

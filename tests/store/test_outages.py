@@ -176,6 +176,19 @@ def test_the_spread_of_throttled_retry_afters_grows_with_sustained_throttling_an
     assert set(after) == {1, 2, 3}
 
 
+def test_forgetting_the_recent_throttling_starts_again_from_the_prior():
+    clock = FakeClock()
+    seen = RecentThrottling(half_life_s=30, clock=clock)
+    for _ in range(5000):
+        seen.record(throttled=True)
+    assert seen.rate() > 0.9
+
+    seen.forget()
+    assert seen.rate() == 0
+    seen.record(throttled=True)
+    assert seen.rate() == pytest.approx(1 / 101)  # one attempt against the prior of 100, as in a new process
+
+
 def test_the_throttled_share_is_the_recent_share_of_attempts():
     clock = FakeClock()
     seen = RecentThrottling(half_life_s=30, prior=0.001, clock=clock)
