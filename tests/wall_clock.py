@@ -148,7 +148,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
         return (yield)
     with _recorder.reads_within(f"import:{collector.nodeid}"):
         result = yield
-    if _recorder.modules & project_imports(collector.path, collector.config.rootpath):
+    if _recorder.modules and _recorder.modules & project_imports(collector.path, collector.config.rootpath):
         _recorder.readers.add(f"import:{collector.nodeid}")
     return result
 
@@ -168,13 +168,14 @@ def project_imports(path: Path, root: Path) -> frozenset[str]:
     return frozenset(found)
 
 
-def imported_files(path: Path, root: Path) -> list[Path]:
+@functools.cache
+def imported_files(path: Path, root: Path) -> tuple[Path, ...]:
     """The project files under `root` that the import statements of the file at `path` name (a module, or for
     `from package import name`, the package and a submodule `name` if there is one)."""
     try:
         tree = ast.parse(path.read_text(), str(path))
     except (OSError, SyntaxError, ValueError):
-        return []
+        return ()
     names: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -188,7 +189,7 @@ def imported_files(path: Path, root: Path) -> list[Path]:
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
                 files.append(candidate.resolve())
-    return files
+    return tuple(files)
 
 
 @pytest.hookimpl(wrapper=True)

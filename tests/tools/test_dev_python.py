@@ -101,7 +101,7 @@ def test_a_venv_of_another_interpreter_than_python_s_is_made_anew_with_it(checko
         f"./dev: .venv is Python 3.13.1 in /opt/a, PYTHON={python} is Python 3.13.5 in /opt/b: making it anew"
     )
     assert lines[1] == f"./dev: creating .venv with {python}"
-    assert lines[2].startswith("./dev: installing requirements-dev.txt into .venv (first run: ~720 MB")
+    assert lines[2].startswith("./dev: installing requirements-dev.txt into .venv (first run: ~760 MB")
     assert f"{python.relative_to(checkout)} -m venv .venv" in calls
     [install] = [call for call in calls if " -m pip install " in call]
     assert install.startswith(".venv/bin/python -m pip install ")
