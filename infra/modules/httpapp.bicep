@@ -92,7 +92,7 @@ module httpApp 'br/public:avm/res/web/site:0.24.0' = {
       // Integrated into the network, all its outbound traffic goes through it: "Linux applications that connect to
       // private endpoints must be explicitly configured to route all traffic through the virtual network" (Use Key
       // Vault references as app settings, https://learn.microsoft.com/azure/app-service/app-service-key-vault-references),
-      // and Cosmos DB, the storage and the vault are private endpoints there. Flex Consumption routes it so already.
+      // and Cosmos DB, the storage and the vault are private endpoints there.
       vnetRouteAllEnabled: !empty(virtualNetworkSubnetId)
     }
     configs: [
