@@ -1,6 +1,16 @@
 """A clock a test moves by hand: what a run reads as the time, and what its waits (sleep) add to it; the report
 feeds' and the checks' tests give it to the code they pace."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from shared import instants
+
+# A fixed instant for the clock of a test the instant cannot matter to (its `own_clock` mark, tests/wall_clock.py):
+# mid-hour, mid-block, mid-month, so that no hour, day or daily roll-up block ends in the half hour after it.
+QUIET_HOUR = datetime(2027, 1, 13, 14, 30, tzinfo=UTC)
+
 
 class FakeTime:
     """A monotonic clock that moves only when the code under test sleeps (a back-off, a paced wait) or a test
@@ -16,3 +26,15 @@ class FakeTime:
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.now += seconds
+
+
+@contextmanager
+def clock_stopped_at(at: datetime) -> Iterator[None]:
+    """The app's clock stopped at `at` within, then the clock it ran before: the test's own (its `own_clock` mark),
+    or the wall clock. Not set_clock(None), which would leave a test of its own clock on the wall clock."""
+    before = instants._clock
+    instants.set_clock(lambda: at)
+    try:
+        yield
+    finally:
+        instants.set_clock(before)

@@ -10,7 +10,6 @@ from typing import Any
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
-from shared.instants import day_of, utc_now
 from shared.reports.aggregation import Change, Stamper, refresh_hourly
 from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import Partition
@@ -24,9 +23,12 @@ from tests.tally_runner import TallyPartition
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 
-# A week ago: within the hourly reports' retention (mongomock expires them by the app's clock), and every
-# instant the tests play, up to four days on, is past.
-DAY = day_of(utc_now()) - timedelta(days=7)
+# A fixed day, a week before CLOCK, where the app's clock runs in these tests (their modules' `own_clock` mark):
+# within the hourly reports' retention (mongomock expires them by the app's clock), and every instant the tests play,
+# up to four days on, is past. Fixed, since the tests play their instants themselves: the instant the suite runs at
+# cannot matter to them, and the clock matrix leaves them out (docs/testing.md).
+DAY = datetime(2027, 1, 4, tzinfo=UTC)
+CLOCK = DAY + timedelta(days=7)
 
 HOUR = timedelta(hours=1)
 

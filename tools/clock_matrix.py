@@ -2,11 +2,13 @@
 inside each 6-hour daily roll-up block, just before an hour ends, just after midnight, a month's and a year's end,
 and both European and the American spring DST changes.
 
-    ./dev test-clocks [--jobs 2] [--only LABEL ...] [--list] [-- PYTEST_ARGS]
+    ./dev test-clocks [--workers N] [--only LABEL ...] [--list] [-- PYTEST_ARGS]
 
-Each instant is one pytest run with PILLBOTTLE_TEST_CLOCK_START set (tests/wall_clock.py: every test starts with
-the app's clock at that instant, running in real time from there). The runs print their instant and, on a
-failure, the command that replays it. The last line sums every run: `clocks: N passed, N failed`.
+One pytest run, on a worker a core (pytest-xdist): each test runs once at each instant, the instant a parameter of
+its own (`--clock-instants`, tests/wall_clock.py: the test starts with the app's clock at it, running in real time
+from there), so every instant's tests share the workers and the run is collected once. It prints each instant's
+counts and, on a failure, the command that replays the failed tests there. The last line sums every run:
+`clocks: N passed, N failed`.
 
 What runs is every test listed in tests/clock_readers.txt: the tests that read the wall clock, the one thing the
 placed instant moves, as a whole run of the suite recorded them (a test that reads no clock passes or fails the
@@ -16,17 +18,14 @@ the clock but is missing from it.
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-
-from tools.arguments import int_between
+from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parent.parent
 CLOCK_ENV = "PILLBOTTLE_TEST_CLOCK_START"
@@ -74,30 +73,18 @@ def write_readers(readers: Iterable[str], path: Path = READERS_FILE) -> None:
     path.write_text(_READERS_HEADER + "".join(f"{nodeid}\n" for nodeid in sorted(set(readers))), encoding="utf-8")
 
 
-_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
-
-
 @dataclass
 class Outcome:
+    """What the tests did at one instant."""
+
     instant: Instant
-    counts: dict[str, int]
-    returncode: int
-    tail: str
-    seconds: float
-    failed_tests: list[str]
+    counts: dict[str, int] = field(default_factory=dict)  # passed, failed, error, skipped
+    seconds: float = 0.0  # the tests' own time at this instant, summed
+    failed_tests: list[str] = field(default_factory=list)  # as the list names them, without the instant
 
     @property
     def ok(self) -> bool:
-        """Pytest passed and said how many: a run whose counts are hidden (`-- -q` makes it `-qq`) proves nothing."""
-        return self.returncode == 0 and bool(self.counts)
-
-    @property
-    def verdict(self) -> str:
-        if self.ok:
-            return "ok"
-        if self.returncode == 0:
-            return "UNKNOWN (pytest printed no counts: drop -q from the pytest arguments)"
-        return f"FAILED (exit {self.returncode})"
+        return not self.counts.get("failed") and not self.counts.get("error")
 
 
 def selected_tests(pytest_args: list[str], readers: Path = READERS_FILE) -> list[str]:
@@ -107,43 +94,75 @@ def selected_tests(pytest_args: list[str], readers: Path = READERS_FILE) -> list
     return listed_readers(readers)
 
 
-def replay(outcome: "Outcome") -> str:
-    """The command that runs the failed tests again at the instant (each test starts at it), or the whole instant
-    again when pytest named none (a collection error, a crash)."""
-    if not outcome.failed_tests:
-        return f"./dev test-clocks --only {outcome.instant.label}"
+def replay(outcome: Outcome) -> str:
+    """The command that runs the instant's failed tests again there (each test starts at it)."""
     return f"{CLOCK_ENV}={outcome.instant.at} .venv/bin/python -m pytest {' '.join(outcome.failed_tests)}"
 
 
-def failed_tests(output: list[str]) -> list[str]:
-    """The node ids of pytest's short summary: `FAILED tests/x.py::test_y - AssertionError...`."""
-    ids = [line.split()[1] for line in output if line.startswith(("FAILED ", "ERROR ")) and len(line.split()) > 1]
-    return list(dict.fromkeys(ids))
+def matrix_command(
+    instants: list[Instant], tests: list[str], pytest_args: list[str], workers: str, results: Path
+) -> list[str]:
+    """The one pytest run: the listed tests' files, only the listed tests kept, each at every instant; or, when
+    the caller named paths, every test of theirs at every instant."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers, "--dist", "worksteal"]
+    command += [f"--clock-instants={','.join(i.label for i in instants)}", f"--junitxml={results}"]
+    command += pytest_args
+    if tests:
+        command += ["--clock-readers-only", *dict.fromkeys(test.split("::")[0] for test in tests)]
+    return command
 
 
-def run_at(instant: Instant, tests: list[str], pytest_args: list[str]) -> Outcome:
-    """One pytest run at the instant; the tests' node ids go in an argument file (pytest's `@file`), since a
-    thousand of them overflow no command line that way."""
-    env = {**os.environ, CLOCK_ENV: instant.at}
-    with tempfile.TemporaryDirectory(prefix="test-clocks-") as folder:
-        listing = Path(folder) / "tests.txt"
-        listing.write_text("".join(f"{test}\n" for test in tests), encoding="utf-8")
-        selection = [f"@{listing}"] if tests else []
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args, *selection]
-        began = time.monotonic()
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    output = (done.stdout + done.stderr).strip().splitlines()
-    summary = next((line for line in reversed(output) if _COUNT.search(line)), "")
-    counts = {kind.rstrip("s") if kind.startswith("error") else kind: int(n) for n, kind in _COUNT.findall(summary)}
-    tail = "\n".join(output[-40:])
-    return Outcome(instant, counts, done.returncode, tail, time.monotonic() - began, failed_tests(output))
+def outcomes_of(results: Path, instants: list[Instant]) -> tuple[list[Outcome], list[str]]:
+    """Each instant's counts from pytest's JUnit XML, and the tests that failed at no instant (a module that failed
+    to import), by name; the XML names a parametrized test `test_x[secantus-year-end]`."""
+    by_label = {i.label: Outcome(i) for i in instants}
+    unplaced: list[str] = []
+    for case in ElementTree.parse(results).iter("testcase"):
+        name, module = case.get("name", ""), case.get("classname", "")
+        kind = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+        kind = {"failure": "failed"}.get(kind, kind)
+        label = next((label for label in by_label if name.endswith((f"[{label}]", f"-{label}]"))), None)
+        if label is None:
+            if kind in ("failed", "error"):
+                unplaced.append(f"{module}::{name}".strip(":"))
+            continue
+        outcome = by_label[label]
+        outcome.counts[kind] = outcome.counts.get(kind, 0) + 1
+        outcome.seconds += float(case.get("time") or 0)
+        if kind in ("failed", "error"):
+            outcome.failed_tests.append(listed_name(module, name, label))
+    return list(by_label.values()), unplaced
+
+
+def listed_name(module: str, name: str, label: str, root: Path = ROOT) -> str:
+    """The JUnit XML's `tests.x.test_y` and `test_z[secantus-year-end]` as the list names the test:
+    `tests/x/test_y.py::test_z[secantus]` (a test in a class: its classname ends with the class)."""
+    base = name[: -len(label) - 2] + "]" if name.endswith(f"-{label}]") else name[: -len(label) - 2]
+    parts = module.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = "/".join(parts[:cut]) + ".py"
+        if (root / path).is_file():
+            return "::".join([path, *parts[cut:], base])
+    return f"{module.replace('.', '/')}.py::{base}"  # a file outside the repository: a module at its root
+
+
+def workers_count(text: str) -> str:
+    """pytest-xdist's -n: a number of workers (0 runs in one process) or 'auto', one a core."""
+    if text == "auto" or (text.isdigit() and int(text) <= 64):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not 'auto' or a whole number from 0 to 64")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="./dev test-clocks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--jobs", type=int_between(1, 16), default=2, help="instants run side by side (default 2)")
+    parser.add_argument(
+        "--workers",
+        type=workers_count,
+        default=os.environ.get("PYTEST_WORKERS") or "auto",
+        help="pytest-xdist workers (default PYTEST_WORKERS, or auto: one a core; 0 runs in one process)",
+    )
     parser.add_argument("--only", action="append", choices=[i.label for i in INSTANTS], help="run just this instant")
     parser.add_argument("--list", action="store_true", help="print the instants and how many tests run, and stop")
     parser.add_argument("pytest_args", nargs="*", help="after --: pytest arguments (paths replace the default set)")
@@ -162,24 +181,47 @@ def main(argv: list[str] | None = None) -> int:
         where = f"listed in {READERS_FILE.relative_to(ROOT)}" if tests else "named after --"
         print(f"tests at each instant: {len(tests) or 'those'} {where} (the tests that read the wall clock)")
         return 0
+    sys.stdout.flush()
+    return run_matrix(instants, tests, args.pytest_args, args.workers)
 
-    outcomes: list[Outcome] = []
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for outcome in pool.map(lambda i: run_at(i, tests, args.pytest_args), instants):
-            outcomes.append(outcome)
-            counts = ", ".join(f"{n} {kind}" for kind, n in outcome.counts.items()) or "no summary"
-            took = f"{outcome.seconds:.0f} s"
-            print(f"{outcome.instant.label:15} {outcome.instant.at}: {counts} in {took}: {outcome.verdict}")
+
+def run_matrix(instants: list[Instant], tests: list[str], pytest_args: list[str], workers: str) -> int:
+    """The run, its report by instant, and its exit status: 0 when every instant passed."""
+    with tempfile.TemporaryDirectory(prefix="test-clocks-") as folder:
+        results = Path(folder) / "results.xml"
+        began = time.monotonic()
+        done = subprocess.run(
+            matrix_command(instants, tests, pytest_args, workers, results),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        took = time.monotonic() - began
+        output = (done.stdout + done.stderr).strip().splitlines()
+        if not results.is_file():
+            print("\n".join(output[-40:]))
+            print(f"clocks: pytest ended (exit {done.returncode}) before it reported any test; 0 passed, 1 failed")
+            return 1
+        outcomes, unplaced = outcomes_of(results, instants)
+
+    for outcome in outcomes:
+        counts = ", ".join(f"{n} {kind}" for kind, n in sorted(outcome.counts.items())) or "no tests"
+        verdict = "ok" if outcome.ok else "FAILED"
+        print(f"{outcome.instant.label:15} {outcome.instant.at}: {counts} in {outcome.seconds:.0f} s: {verdict}")
+    failed = sum(o.counts.get("failed", 0) + o.counts.get("error", 0) for o in outcomes) + len(unplaced)
+    if failed or done.returncode != 0:
+        print("\n".join(output[-40:]))
+        for name in unplaced:
+            print(f"failed at no instant (collection): {name}")
+        for outcome in outcomes:
             if not outcome.ok:
-                print(outcome.tail)
                 print(f"replay: {replay(outcome)}")
-            sys.stdout.flush()
-
     passed = sum(o.counts.get("passed", 0) for o in outcomes)
-    failed = sum(o.counts.get("failed", 0) + o.counts.get("error", 0) for o in outcomes)
-    failed += sum(1 for o in outcomes if not o.ok and not o.counts.get("failed") and not o.counts.get("error"))
-    print(f"clocks: {passed} passed, {failed} failed")
-    return 0 if all(o.ok for o in outcomes) else 1
+    if done.returncode != 0 and not failed:
+        failed = 1  # pytest failed beside the tests (the clock readers' judge, an internal error)
+    print(f"clocks: {passed} passed, {failed} failed in {took:.0f} s")
+    return 0 if failed == 0 and passed else 1
 
 
 if __name__ == "__main__":

@@ -26,8 +26,11 @@ from tests.archive.sweeps import Sweeper, closed, opened
 from tests.cosmos_fakes import CosmosTokens
 from tests.fake_time import FakeTime
 from tests.report_client import set_setting
-from tests.tally_fleet import DAY, HOUR, Fleet
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet
 from tools.archive_truth import archived_events, check_archive
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 H = DAY + 9 * HOUR  # the receive hour most tests play

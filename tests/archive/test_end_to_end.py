@@ -20,8 +20,11 @@ from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from tests import azurite
-from tests.tally_fleet import DAY, HOUR, Fleet, opened
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, opened
 from tools.archive_truth import check_archive
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 

@@ -18,9 +18,12 @@ from shared.archive.storage import Archive, FolderArchive
 from shared.reports import tally
 from shared.settings import Settings
 from shared.store.partitioning import bucket_of
-from tests.tally_fleet import DAY, HOUR, Fleet, user_in
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, user_in
 from tests.tally_runner import TallyPartition
 from tools.archive_truth import archived_bottle_hours, check_archive
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 

@@ -29,8 +29,11 @@ from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from tests import azurite
-from tests.tally_fleet import DAY, HOUR, Fleet, opened, user_in
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, opened, user_in
 from tools.archive_truth import archived_bottle_hours, check_archive, swept_until, tallied_until
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 STEP = 30 * MINUTE  # a dispatch, and a run of each message it sent, every 30 minutes

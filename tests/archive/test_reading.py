@@ -14,9 +14,12 @@ from shared.archive.storage import FolderArchive
 from shared.settings import Settings
 from shared.store import schema
 from tests.archive.sweeps import Sweeper, closed, opened
-from tests.tally_fleet import DAY, HOUR, Fleet
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet
 from tests.tally_runner import TallyPartition
 from tools import archive_history
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 ROOT = Path(__file__).resolve().parents[2]
 MINUTE = timedelta(minutes=1)

@@ -18,7 +18,7 @@ from shared.archive import actions
 from shared.archive.actions import Sweep, SweepRun, run_actions_sweep
 from shared.archive.current import use_archive
 from shared.archive.storage import FolderArchive
-from shared.instants import format_instant, set_clock
+from shared.instants import format_instant
 from shared.reports.dispatcher import dispatch
 from shared.reports.leases import Lease
 from shared.reports.partitions import ACTIONS_ARCHIVE, Partition
@@ -27,10 +27,14 @@ from shared.settings import Settings, get_settings
 from shared.store import schema
 from tests import invoke
 from tests.archive.sweeps import opened
+from tests.fake_time import clock_stopped_at
 from tests.report_client import set_setting
-from tests.tally_fleet import DAY, HOUR, Fleet
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet
 from tests.tally_runner import POLICY, out_of_time_after
 from tools.archive_truth import check_archive
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 H = DAY + 9 * HOUR  # the receive hour swept
@@ -205,12 +209,8 @@ def test_a_sweep_run_that_gives_way_to_another_writer_logs_it_and_its_invocation
         return None
 
     monkeypatch.setattr(archive, "write_guarded", another_writer_got_there_first)
-    set_clock(lambda: SWEPT_AT)
-    try:
-        with caplog.at_level(logging.INFO):
-            invoke.queue("aggregate_report_partition", json.dumps(partition.message()))
-    finally:
-        set_clock(None)
+    with clock_stopped_at(SWEPT_AT), caplog.at_level(logging.INFO):
+        invoke.queue("aggregate_report_partition", json.dumps(partition.message()))
 
     assert refused == [refused[0]] * actions.MERGE_ATTEMPTS
     [warning] = [r for r in caplog.records if "gave way" in r.getMessage()]

@@ -57,11 +57,15 @@ def test_a_lone_surrogate_in_an_update_leaves_the_bottle_as_it_was(mock_db):
     assert mock_db[schema.BOTTLES].find_one({"_id": "bottle-1"})["schedule"]["timezone"] == SPEC["schedule"]["timezone"]
 
 
+# Made when the test runs (functions), at the test's own instant of the clock (tests/wall_clock.py).
 EVENT_CASES = {
-    "time": ({"events": [heartbeat(ago(minutes=2)), {**heartbeat(ago(minutes=1)), "time": LONE}]}, "events[1].time"),
-    "type": ({**heartbeat(ago(minutes=1)), "type": f"heartbeat{LONE}"}, "type"),
-    "event_id": ({**opened(ago(minutes=1)), "event_id": f"e{LONE}"}, "event_id"),
-    "a member name": ({**heartbeat(ago(minutes=1)), LONE: 1}, None),
+    "time": (
+        lambda: {"events": [heartbeat(ago(minutes=2)), {**heartbeat(ago(minutes=1)), "time": LONE}]},
+        "events[1].time",
+    ),
+    "type": (lambda: {**heartbeat(ago(minutes=1)), "type": f"heartbeat{LONE}"}, "type"),
+    "event_id": (lambda: {**opened(ago(minutes=1)), "event_id": f"e{LONE}"}, "event_id"),
+    "a member name": (lambda: {**heartbeat(ago(minutes=1)), LONE: 1}, None),
 }
 
 
@@ -69,7 +73,7 @@ EVENT_CASES = {
 def test_a_lone_surrogate_anywhere_in_an_event_is_400_naming_the_field_and_stores_nothing(mock_db, payload, field):
     key = provisioned()
 
-    response = post_events("bottle-1", key, raw=raw(payload))
+    response = post_events("bottle-1", key, raw=raw(payload()))
 
     assert response.status == 400
     assert fields(response) == [field]
@@ -92,17 +96,23 @@ def call(function: Any, *, route: dict[str, str], params: dict[str, str] | None 
     return Response(answer.status_code, json.loads(answer.get_body()), dict(answer.headers))
 
 
+# Parameters with a time are made when the test runs (a function), at the test's clock.
 PARAMETER_CASES = {
     "notifications since": (notifications.get_user_notifications, {"user_id": "u"}, {"since": LONE}, "since"),
     "notifications kind": (notifications.get_user_notifications, {"user_id": "u"}, {"kind": f"silent{LONE}"}, "kind"),
     "notifications page": (notifications.get_user_notifications, {"user_id": "u"}, {"page": LONE}, "page"),
     "notifications cursor": (notifications.get_user_notifications, {"user_id": "u"}, {"cursor": LONE}, "cursor"),
     "notifications limit": (notifications.get_user_notifications, {"user_id": "u"}, {"limit": f"1{LONE}"}, "limit"),
-    "reports from": (reports.get_user_reports, {"user_id": "u"}, {"from": LONE, "to": iso(ago(hours=0))}, "from"),
+    "reports from": (
+        reports.get_user_reports,
+        {"user_id": "u"},
+        lambda: {"from": LONE, "to": iso(ago(hours=0))},
+        "from",
+    ),
     "reports granularity": (
         reports.get_user_reports,
         {"user_id": "u"},
-        {"from": iso(ago(hours=2)), "to": iso(ago(hours=0)), "granularity": f"day{LONE}"},
+        lambda: {"from": iso(ago(hours=2)), "to": iso(ago(hours=0)), "granularity": f"day{LONE}"},
         "granularity",
     ),
     "a user id": (reports.get_user_reports, {"user_id": f"u{LONE}"}, {}, "user_id"),
@@ -112,7 +122,7 @@ PARAMETER_CASES = {
 
 @pytest.mark.parametrize(("function", "route", "params", "field"), PARAMETER_CASES.values(), ids=PARAMETER_CASES.keys())
 def test_a_lone_surrogate_in_a_parameter_is_400_naming_it(mock_db, function, route, params, field):
-    response = call(function, route=route, params=params)
+    response = call(function, route=route, params=params() if callable(params) else params)
 
     assert response.status == 400
     assert fields(response) == [field]

@@ -19,43 +19,53 @@ def six_minutes_ahead() -> dict[str, Any]:
     return {"type": "heartbeat", "time": iso(ago(minutes=-6))}
 
 
+# An event with a time is made when its test runs (a function), at the test's clock: the clock is placed for each
+# test (tests/wall_clock.py), and an event made at collection would be at another instant.
 BAD_EVENTS = {
-    "unknown field": (heartbeat(ago(minutes=1), battery=3), "battery", "unknown field"),
-    "type missing": ({"time": iso(ago(minutes=1))}, "type", "required"),
-    "type unknown": ({"type": "shaken", "time": iso(ago(minutes=1))}, "type", "'heartbeat', 'opened' or 'closed'"),
+    "unknown field": (lambda: heartbeat(ago(minutes=1), battery=3), "battery", "unknown field"),
+    "type missing": (lambda: {"time": iso(ago(minutes=1))}, "type", "required"),
+    "type unknown": (
+        lambda: {"type": "shaken", "time": iso(ago(minutes=1))},
+        "type",
+        "'heartbeat', 'opened' or 'closed'",
+    ),
     "time missing": ({"type": "heartbeat"}, "time", "required"),
     "time not a string": ({"type": "heartbeat", "time": 1700000000}, "time", "string"),
     "time without offset": ({"type": "heartbeat", "time": "2026-11-21T08:00:00"}, "time", "no UTC offset"),
     "time not a date": ({"type": "heartbeat", "time": "yesterday"}, "time", "not an ISO-8601"),
     "time far in the future": (six_minutes_ahead, "time", "more than 5 minutes ahead"),
-    "time too old": ({"type": "heartbeat", "time": iso(ago(days=31))}, "time", "older than the 30 days"),
-    "event_id empty": (heartbeat(ago(minutes=1), event_id=""), "event_id", "at least 1"),
-    "event_id too long": (heartbeat(ago(minutes=1), event_id="e" * 65), "event_id", "at most 64"),
-    "event_id not a string": (heartbeat(ago(minutes=1), event_id=7), "event_id", "string"),
+    "time too old": (lambda: {"type": "heartbeat", "time": iso(ago(days=31))}, "time", "older than the 30 days"),
+    "event_id empty": (lambda: heartbeat(ago(minutes=1), event_id=""), "event_id", "at least 1"),
+    "event_id too long": (lambda: heartbeat(ago(minutes=1), event_id="e" * 65), "event_id", "at most 64"),
+    "event_id not a string": (lambda: heartbeat(ago(minutes=1), event_id=7), "event_id", "string"),
     "mass on heartbeat": (
-        heartbeat(ago(minutes=1), mass_of_contents=3),
+        lambda: heartbeat(ago(minutes=1), mass_of_contents=3),
         "mass_of_contents",
         "not allowed on heartbeat",
     ),
-    "pills on heartbeat": (heartbeat(ago(minutes=1), number_of_pills=3), "number_of_pills", "not allowed on heartbeat"),
-    "pills_taken on opened": (opened(ago(minutes=1), pills_taken=1), "pills_taken", "not allowed on opened"),
+    "pills on heartbeat": (
+        lambda: heartbeat(ago(minutes=1), number_of_pills=3),
+        "number_of_pills",
+        "not allowed on heartbeat",
+    ),
+    "pills_taken on opened": (lambda: opened(ago(minutes=1), pills_taken=1), "pills_taken", "not allowed on opened"),
     "mass missing on opened": (
-        {"type": "opened", "time": iso(ago(minutes=1)), "number_of_pills": 3},
+        lambda: {"type": "opened", "time": iso(ago(minutes=1)), "number_of_pills": 3},
         "mass_of_contents",
         "required for opened",
     ),
     "pills_taken missing on closed": (
-        {"type": "closed", "time": iso(ago(minutes=1)), "number_of_pills": 3, "mass_of_contents": 1.0},
+        lambda: {"type": "closed", "time": iso(ago(minutes=1)), "number_of_pills": 3, "mass_of_contents": 1.0},
         "pills_taken",
         "required for closed",
     ),
-    "pills_taken null on closed": (closed(ago(minutes=1), taken=None), "pills_taken", "required for closed"),
-    "negative mass": (opened(ago(minutes=1), mass=-0.5), "mass_of_contents", "greater than or equal to 0"),
-    "negative pill count": (opened(ago(minutes=1), pills=-1), "number_of_pills", "greater than or equal to 0"),
-    "negative pills_taken": (closed(ago(minutes=1), taken=-2), "pills_taken", "greater than or equal to 0"),
-    "fractional pill count": (opened(ago(minutes=1), pills=2.5), "number_of_pills", "integer"),
-    "pill count as string": (opened(ago(minutes=1), pills="3"), "number_of_pills", "integer"),
-    "mass as boolean": (opened(ago(minutes=1), mass=True), "mass_of_contents", "number"),
+    "pills_taken null on closed": (lambda: closed(ago(minutes=1), taken=None), "pills_taken", "required for closed"),
+    "negative mass": (lambda: opened(ago(minutes=1), mass=-0.5), "mass_of_contents", "greater than or equal to 0"),
+    "negative pill count": (lambda: opened(ago(minutes=1), pills=-1), "number_of_pills", "greater than or equal to 0"),
+    "negative pills_taken": (lambda: closed(ago(minutes=1), taken=-2), "pills_taken", "greater than or equal to 0"),
+    "fractional pill count": (lambda: opened(ago(minutes=1), pills=2.5), "number_of_pills", "integer"),
+    "pill count as string": (lambda: opened(ago(minutes=1), pills="3"), "number_of_pills", "integer"),
+    "mass as boolean": (lambda: opened(ago(minutes=1), mass=True), "mass_of_contents", "number"),
 }
 
 

@@ -14,7 +14,10 @@ from shared.settings import Settings
 from shared.store import schema
 from shared.store.setup import backfill_buckets
 from tests.ingestion.rings import POLICY, T0, Bottle
-from tests.tally_fleet import DAY, HOUR, Fleet
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 SECOND = timedelta(seconds=1)

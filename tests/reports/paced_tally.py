@@ -8,14 +8,12 @@ from typing import Any
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
-from shared.instants import day_of, utc_now
 from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import Partition
 from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import Settings
 from shared.store import schema
-
-DAY = day_of(utc_now()) - timedelta(days=7)  # within the reports' retention, and every instant played is past
+from tests.tally_fleet import DAY
 
 USERS = 40
 

@@ -17,8 +17,11 @@ from shared.reports.partitions import HEARTBEAT_TALLY, HEARTBEATS_ARCHIVE, Parti
 from shared.reports.tally import LAST_BEGAN, Pass
 from shared.settings import Settings
 from shared.store import schema
-from tests.tally_fleet import DAY, HOUR
+from tests.tally_fleet import CLOCK, DAY, HOUR
 from tests.tally_runner import POLICY
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 OVERLAP = timedelta(seconds=Settings().reports_poll_overlap_seconds)

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from pymongo.errors import OperationFailure
 
-from shared import instants
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
 from shared.ingestion.receive import receive
@@ -25,11 +24,15 @@ from shared.store import schema
 from shared.store.cosmos import feed_range
 from tests.api import SPEC, opened, post_events, provisioned
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, epk
+from tests.fake_time import clock_stopped_at
 from tests.report_client import set_setting, work
+from tests.tally_fleet import CLOCK, HOUR, Fleet, tally_passes, ticking, user_in
 from tests.tally_fleet import DAY as TALLY_DAY
-from tests.tally_fleet import HOUR, Fleet, tally_passes, ticking, user_in
 from tests.tally_fleet import opened as tally_opened
 from tools.host.worker import InvocationFailed
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 DAY = timedelta(days=1)
@@ -47,11 +50,8 @@ def round_at(db: Any, now: datetime, settings: Settings, *, on_cosmos: bool = Fa
 
 
 def action_at(bottle_id: str, at: datetime) -> None:
-    instants.set_clock(lambda: at)
-    try:
+    with clock_stopped_at(at):
         assert post_events(bottle_id, provisioned(bottle_id), opened(at)).status == 202
-    finally:
-        instants.set_clock(None)
 
 
 def opened_in_hour(db: Any, at: datetime) -> int:

@@ -8,6 +8,8 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from shared.instants import utc_now
 from shared.reports.dispatcher import dispatch
 from shared.reports.layouts import ensure_leases
@@ -19,6 +21,10 @@ from shared.store import schema
 from shared.store.retries import RetryPolicy
 from tests.cosmos_fakes import CosmosTokens, QuietStream
 from tests.reports.feeds import actions_leases
+from tests.tally_fleet import CLOCK
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)

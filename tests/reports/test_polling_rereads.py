@@ -21,7 +21,10 @@ from shared.store import schema
 from tests.api import SPEC, closed, iso, opened, post_events, provisioned
 from tests.report_client import Round, get_reports, run_round, set_setting
 from tests.reports.feeds import CosmosStream, actions_partition_with_token, change, sent_by_dispatch, stored
-from tests.tally_fleet import ticking
+from tests.tally_fleet import CLOCK, ticking
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 BOTTLES = 6

@@ -3,7 +3,7 @@ user or of everyone restores, which it leaves alone, and the counts it reports. 
 plain cases; these are the edges: several pages, several days, reassigned bottles, the range's ends.)"""
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,10 +20,19 @@ USER = SPEC["user_id"]
 OTHER = "other"
 # Two days: the first's hours and the second's until 05:00 are in the past; the first's 08:00 to 11:00 are within
 # the widest heartbeat window (48 hours), which these tests use.
-DAY = day_of(ago(hours=30))
-H8 = DAY + timedelta(hours=8)
-H10 = DAY + timedelta(hours=10)
-DAYS = (DAY, DAY + timedelta(days=1))
+DAY = H8 = H10 = datetime.min.replace(tzinfo=UTC)  # made for each test: report_day below
+DAYS = (DAY, DAY)
+
+
+@pytest.fixture(autouse=True)
+def report_day() -> None:
+    """The day these tests report on and its hours, made from the test's clock as the test starts: the clock is
+    placed for each test (tests/wall_clock.py), so a day made when the module was imported would be another
+    instant's."""
+    global DAY, DAYS, H8, H10  # noqa: PLW0603 - the tests read them as the module's constants
+    DAY = day_of(ago(hours=30))
+    H8, H10 = DAY + timedelta(hours=8), DAY + timedelta(hours=10)
+    DAYS = (DAY, DAY + timedelta(days=1))
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +56,9 @@ def posted(bottle_id: str, key: str, *events: dict[str, Any]) -> None:
     assert response.status == 202, response.body
 
 
-def rebuilt(db: Any, user_id: str | None, start: datetime = DAY, end: datetime = DAYS[1]) -> RebuildSummary:
+def rebuilt(db: Any, user_id: str | None, start: datetime | None = None, end: datetime | None = None) -> RebuildSummary:
+    """The rebuild of `user_id`'s reports (everyone's: None) from `start` (DAY) to `end` (the day after)."""
+    start, end = start or DAYS[0], end or DAYS[1]
     return rebuild(db, start=start, end=end, user_id=user_id, now=instants.utc_now(), settings=get_settings())
 
 

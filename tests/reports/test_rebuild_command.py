@@ -3,7 +3,7 @@ names: what it rebuilds and says it did, and the one-line usage error (exit 2) f
 (tests/tools/test_command_line.py has what every command shares: an unusable store, invalid settings, documented
 options.)"""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -17,9 +17,23 @@ from tests.report_client import aggregate, clear_reports, set_setting, stored_re
 
 PROG = "python -m shared.reports.rebuild"
 USER = SPEC["user_id"]
-DAY = day_of(ago(hours=30))  # a day whose hours are all in the past, its 08:00 to 11:00 within 48 hours
-H8 = DAY + timedelta(hours=8)
-RANGE = ["--from", iso(DAY), "--to", iso(DAY + timedelta(days=1))]
+# A day whose hours are all in the past, its 08:00 to 11:00 within 48 hours, and the options of its range: made
+# for each test (report_day below).
+DAY = H8 = datetime.min.replace(tzinfo=UTC)
+RANGE: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def report_day() -> None:
+    """The day these tests report on and its hours, made from the test's clock as the test starts: the clock is
+    placed for each test (tests/wall_clock.py), so a day made when the module was imported would be another
+    instant's."""
+    global DAY, H8, RANGE  # noqa: PLW0603 - the tests read them as the module's constants
+    DAY = day_of(ago(hours=30))
+    H8 = DAY + timedelta(hours=8)
+    RANGE = ["--from", iso(DAY), "--to", iso(DAY + timedelta(days=1))]
+
+
 URI = ["--uri", "mongodb://store.invalid/"]
 
 
@@ -88,9 +102,9 @@ def test_an_end_that_is_not_a_date_time_is_a_usage_error_naming_it_and_saying_wh
     assert lines[-1] == f"{PROG}: error: {option}: '2026-11-01T00:00:00' has no UTC offset; add 'Z' or '+hh:mm'"
 
 
-@pytest.mark.parametrize("to", [RANGE[1], iso(DAY - timedelta(hours=1))])
-def test_a_range_that_does_not_end_after_it_starts_is_a_usage_error(to, mock_db, capsys):
-    lines = usage_error(["--all", "--from", RANGE[1], "--to", to, *URI], capsys)
+@pytest.mark.parametrize("before", [timedelta(0), timedelta(hours=1)], ids=["at-the-start", "an-hour-before"])
+def test_a_range_that_does_not_end_after_it_starts_is_a_usage_error(before, mock_db, capsys):
+    lines = usage_error(["--all", "--from", RANGE[1], "--to", iso(DAY - before), *URI], capsys)
 
     assert lines[-1] == f"{PROG}: error: --to must be later than --from"
     assert stored_reports(mock_db) == {}

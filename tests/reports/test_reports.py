@@ -5,7 +5,7 @@ Every behaviour test runs on mongomock (the polling change source) and on Secant
 
 import json
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -38,9 +38,17 @@ from tools.host.worker import InvocationFailed
 USER = SPEC["user_id"]
 # A day whose hours are all in the past, and whose 08:00 is within the last 48 hours (the widest heartbeat window,
 # which these tests use: heartbeats of that day sent now are still counted).
-DAY = day_of(ago(hours=30))
-H8 = DAY + timedelta(hours=8)
-H10 = DAY + timedelta(hours=10)
+DAY = H8 = H10 = datetime.min.replace(tzinfo=UTC)  # made for each test: report_day below
+
+
+@pytest.fixture(autouse=True)
+def report_day() -> None:
+    """The day these tests report on and its hours, made from the test's clock as the test starts: the clock is
+    placed for each test (tests/wall_clock.py), so a day made when the module was imported would be another
+    instant's."""
+    global DAY, H8, H10  # noqa: PLW0603 - the tests read them as the module's constants
+    DAY = day_of(ago(hours=30))
+    H8, H10 = DAY + timedelta(hours=8), DAY + timedelta(hours=10)
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +61,8 @@ def at(hour: Any, minutes: float) -> Any:
     return hour + timedelta(minutes=minutes)
 
 
-def hourly(user_id: str = USER, start: Any = DAY, end: Any = None) -> list[dict[str, Any]]:
+def hourly(user_id: str = USER, start: Any = None, end: Any = None) -> list[dict[str, Any]]:
+    start = start or DAY
     response = get_reports(
         user_id, granularity="hour", **{"from": iso(start), "to": iso(end or start + timedelta(days=1))}
     )
@@ -61,7 +70,8 @@ def hourly(user_id: str = USER, start: Any = DAY, end: Any = None) -> list[dict[
     return list(response.body["reports"])
 
 
-def daily(user_id: str = USER, start: Any = DAY, days: int = 1) -> list[dict[str, Any]]:
+def daily(user_id: str = USER, start: Any = None, days: int = 1) -> list[dict[str, Any]]:
+    start = start or DAY
     response = get_reports(user_id, granularity="day", **{"from": iso(start), "to": iso(start + timedelta(days=days))})
     assert response.status == 200, response.body
     return list(response.body["reports"])

@@ -10,7 +10,10 @@ import pytest
 
 from shared.settings import Settings
 from shared.store import schema
-from tests.tally_fleet import DAY, HOUR, Fleet, opened
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, opened
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 

@@ -23,8 +23,11 @@ from shared.store import schema
 from shared.store.partitioning import BucketRange
 from shared.store.setup import backfill_buckets
 from tests.report_client import work
-from tests.tally_fleet import DAY, HOUR, POLICY, Fleet, opened, user_in
+from tests.tally_fleet import CLOCK, DAY, HOUR, POLICY, Fleet, opened, user_in
 from tools.host.worker import InvocationFailed
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 
 def every_half_hour(start: datetime, end: datetime) -> list[datetime]:

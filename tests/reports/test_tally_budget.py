@@ -5,8 +5,14 @@ to the next run. The worker's clock here moves with its waits, and with the time
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from shared.reports.worker import PartitionRun
-from tests.reports.paced_tally import DAY, USERS, Worker, fleet, hourly, settings
+from tests.reports.paced_tally import USERS, Worker, fleet, hourly, settings
+from tests.tally_fleet import CLOCK, DAY
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 BUDGET = 50.0  # not a multiple of the pace's 15 s a page: a wait past the budget would show
 

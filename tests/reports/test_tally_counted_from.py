@@ -5,9 +5,14 @@ lifecycle run and the benchmarks wait for before they compare the reports with w
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from shared.reports.tally import counted_from
 from shared.settings import Settings
-from tests.tally_fleet import DAY, HOUR, Fleet
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 SECOND = timedelta(seconds=1)

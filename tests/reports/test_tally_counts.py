@@ -7,6 +7,8 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from shared.reports.dispatcher import dispatch
 from shared.reports.leases import Lease
 from shared.reports.partitions import Partition
@@ -14,8 +16,11 @@ from shared.reports.tally import TallyRun, run_tally
 from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import Settings
 from shared.store.partitioning import BucketRange
-from tests.tally_fleet import DAY, HOUR, Fleet, ticking
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, ticking
 from tests.tally_runner import POLICY
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 COUNTS = ("pages", "changes", "hourly_written", "daily_written")  # a PartitionRun's, as its log line gives them

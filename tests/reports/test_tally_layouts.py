@@ -11,7 +11,10 @@ import pytest
 
 from shared.reports.dispatcher import dispatch
 from shared.settings import Settings
-from tests.tally_fleet import DAY, HOUR, Fleet, opened, tally_passes
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, opened, tally_passes
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 ONE = Settings(reports_partitions=1, change_source="polling")
 TWO = Settings(reports_partitions=2, change_source="polling")

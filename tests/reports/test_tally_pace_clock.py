@@ -15,8 +15,11 @@ from shared.reports.tally import LAST_BEGAN, TallyRun, run_tally
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange
-from tests.tally_fleet import DAY, HOUR, Fleet
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet
 from tests.tally_runner import POLICY, out_of_time_after
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 SPREAD_MINUTES = 10

@@ -8,12 +8,18 @@ import math
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from shared.reports.dispatcher import dispatch
 from shared.reports.tally import CLOCK_MARGIN
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import bucket_of
-from tests.reports.paced_tally import BUDGET_S, DAY, SPREAD, USERS, Worker, beat, fleet, hourly, settings
+from tests.reports.paced_tally import BUDGET_S, SPREAD, USERS, Worker, beat, fleet, hourly, settings
+from tests.tally_fleet import CLOCK, DAY
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 
 def daily(db: Any, day: datetime = DAY) -> dict[str, int]:

@@ -10,8 +10,11 @@ from shared.reports.leases import Lease
 from shared.reports.tally import run_tally
 from shared.settings import Settings
 from shared.store.partitioning import BucketRange, bucket_of
-from tests.tally_fleet import DAY, HOUR, Fleet, user_in
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, user_in
 from tests.tally_runner import POLICY
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 

@@ -6,8 +6,13 @@ server clocks (tests/tally_fleet.py's Fleet), with a page a user, each run out o
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from shared.settings import Settings
-from tests.tally_fleet import DAY, HOUR, Fleet, opened, user_in
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, opened, user_in
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 

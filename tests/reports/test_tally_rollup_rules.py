@@ -6,9 +6,14 @@ provisioning, ingestion and the tally on one store with chosen server clocks (te
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from shared.settings import Settings
 from shared.store import schema
-from tests.tally_fleet import DAY, HOUR, Fleet, opened
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, opened
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 MINUTE = timedelta(minutes=1)
 

@@ -45,7 +45,9 @@ WRITE = {
 }
 
 
-BATCH = {"events": [heartbeat(ago(minutes=9)), opened(ago(minutes=8)), closed(ago(minutes=7), taken=1)]}
+def batch() -> dict[str, Any]:
+    """Three events of the last ten minutes, made when the test runs (its clock is placed per test)."""
+    return {"events": [heartbeat(ago(minutes=9)), opened(ago(minutes=8)), closed(ago(minutes=7), taken=1)]}
 
 
 @pytest.mark.parametrize("collection", [schema.BOTTLE_HEARTBEATS, schema.BOTTLE_ACTIONS, schema.BOTTLES])
@@ -53,7 +55,7 @@ def test_throttled_twice_then_succeeds(db, throttle, collection):
     key = provisioned()
     fake = throttle({f"{collection}.{WRITE[collection]}": 2})
 
-    response = post_events("bottle-1", key, BATCH)
+    response = post_events("bottle-1", key, batch())
 
     assert (response.status, response.body) == (202, {"stored": 3, "duplicates": 0, "expired": 0})
     assert stored(db) == (2, 1)
@@ -71,7 +73,7 @@ def test_always_throttled_is_503_with_retry_after_and_stores_nothing(db, throttl
     key = provisioned()
     fake = throttle({schema.BOTTLE_HEARTBEATS: float("inf"), schema.BOTTLE_ACTIONS: float("inf")})
 
-    response = post_events("bottle-1", key, BATCH)
+    response = post_events("bottle-1", key, batch())
 
     assert response.status == 503
     assert int(response.headers["Retry-After"]) >= 1
@@ -84,10 +86,11 @@ def test_always_throttled_is_503_with_retry_after_and_stores_nothing(db, throttl
 def test_a_failure_part_way_is_repaired_by_the_device_retry(db, throttle):
     key = provisioned()
     throttle({f"{schema.BOTTLES}.update_one": float("inf")})  # the status update never gets through
-    assert post_events("bottle-1", key, BATCH).status == 503
+    sent = batch()
+    assert post_events("bottle-1", key, sent).status == 503
 
     throttle({})
-    response = post_events("bottle-1", key, BATCH)
+    response = post_events("bottle-1", key, sent)  # the device's retry: the same events
 
     # The events written before the failure come back as duplicates; the status is now right.
     assert response.body == {"stored": 0, "duplicates": 3, "expired": 0}

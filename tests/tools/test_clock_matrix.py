@@ -11,7 +11,7 @@ import pytest
 from shared.instants import parse_instant
 from shared.settings import Settings
 from tools import clock_matrix
-from tools.clock_matrix import INSTANTS, Instant
+from tools.clock_matrix import INSTANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 PLACED = [parse_instant(i.at) for i in INSTANTS]
@@ -56,53 +56,75 @@ def test_the_default_set_is_every_listed_clock_reader(tmp_path: Path) -> None:
     assert clock_matrix.selected_tests(["-x", "tests/reports/test_tally.py"], listing) == []  # named paths instead
 
 
+def test_the_matrix_is_one_run_of_the_listed_tests_files_keeping_the_listed_tests(tmp_path: Path) -> None:
+    tests = ["tests/a.py::test_x[1]", "tests/a.py::test_x[2]", "tests/b.py::test_y"]
+    instants = [INSTANTS[0], INSTANTS[-1]]
+
+    command = clock_matrix.matrix_command(instants, tests, ["-x"], "2", tmp_path / "r.xml")
+
+    assert command[command.index("-n") + 1] == "2"
+    assert f"--clock-instants={INSTANTS[0].label},{INSTANTS[-1].label}" in command
+    assert command[-3:] == ["--clock-readers-only", "tests/a.py", "tests/b.py"]  # each file once
+    assert "-x" in command
+    named = clock_matrix.matrix_command(instants, [], ["tests/c.py"], "0", tmp_path / "r.xml")
+    assert "--clock-readers-only" not in named  # every test of the named paths
+
+
 def test_the_repositorys_list_names_tests_that_read_the_clock() -> None:
     listed = clock_matrix.listed_readers()
-    tally = "tests/reports/test_tally.py"  # the whole file: its module's DAY is made from the clock
-    assert f"{tally}::test_with_the_shortest_window_every_prompt_heartbeat_is_counted" in listed or tally in listed
+    assert "tests/ingestion/test_bad_device_input.py::test_events_at_the_limits_are_accepted[mongomock]" in listed
+    assert all("::" in entry for entry in listed)  # tests, no file: the clock is placed per test
     assert not any(name.startswith("tests/infra/test_layout.py") for name in listed)  # reads no clock
+    assert not any(name.startswith("tests/reports/test_tally.py") for name in listed)  # a clock of its own
+
+
+PLACED_TESTS = (
+    "from shared.instants import utc_now\n"
+    "def test_not_in_march():\n"
+    "    assert utc_now().month != 3\n"
+    "def test_any_time():\n"
+    "    assert utc_now()\n"
+)
+# The plugin the suite's conftest registers, and none of the heavy ones: a pytest run starts in half a second.
+LIGHT = ["-p", "tests.wall_clock", "-p", "no:schemathesis", "-p", "no:hypothesispytest"]
 
 
 def test_a_failing_run_is_reported_with_its_instant_and_the_command_that_replays_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "test_placed.py").write_text(
-        "import os\n"
-        "def test_not_in_march():\n"
-        "    assert '-03-' not in os.environ['PILLBOTTLE_TEST_CLOCK_START']\n"
-        "def test_any_time():\n"
-        "    assert os.environ['PILLBOTTLE_TEST_CLOCK_START']\n"
+    (tmp_path / "test_placed.py").write_text(PLACED_TESTS)
+
+    code = clock_matrix.main(
+        ["--workers", "0", "--only", "block-06-12", "--only", "year-end", "--", *LIGHT, str(tmp_path)]
     )
-    monkeypatch.setattr(
-        clock_matrix,
-        "INSTANTS",
-        (Instant("march", "2027-03-01T10:00:00Z", "fails"), Instant("may", "2027-05-01T10:00:00Z", "passes")),
-    )
-    # Without the heavy plugins a pytest run starts in half a second.
-    code = clock_matrix.main(["--jobs", "1", "--", "-p", "no:schemathesis", "-p", "no:hypothesispytest", str(tmp_path)])
 
     out = capsys.readouterr().out
     assert code == 1
-    assert "march           2027-03-01T10:00:00Z: 1 failed, 1 passed" in out
-    assert "may             2027-05-01T10:00:00Z: 2 passed" in out
+    assert "block-06-12     2027-03-14T09:59:58Z: 1 failed, 1 passed" in out  # March
+    assert "year-end        2026-12-31T23:59:58Z: 2 passed" in out
     replay = next(line for line in out.splitlines() if line.startswith("replay: "))
-    assert replay.startswith("replay: PILLBOTTLE_TEST_CLOCK_START=2027-03-01T10:00:00Z .venv/bin/python -m pytest ")
-    assert replay.endswith("test_placed.py::test_not_in_march")  # the failed test alone
-    assert out.rstrip().endswith("clocks: 3 passed, 1 failed")
+    assert replay.startswith("replay: PILLBOTTLE_TEST_CLOCK_START=2027-03-14T09:59:58Z .venv/bin/python -m pytest ")
+    assert replay.endswith("test_placed.py::test_not_in_march")  # the failed test alone, as the list names it
+    assert "clocks: 3 passed, 1 failed in " in out.splitlines()[-1]
 
 
-def test_a_run_whose_counts_pytest_hid_is_not_taken_for_a_pass(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_a_run_that_ends_before_any_test_reports_is_not_taken_for_a_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`-- -q` on top of the runner's own `-q` hides pytest's summary: the instant is reported unknown and the run
-    fails, rather than "no summary: ok" and `clocks: 0 passed, 0 failed` with exit 0."""
-    (tmp_path / "test_placed.py").write_text("def test_any_time():\n    pass\n")
-    monkeypatch.setattr(clock_matrix, "INSTANTS", (Instant("may", "2027-05-01T10:00:00Z", "passes"),))
+    """A pytest usage error leaves no results: the run fails, showing pytest's words, rather than `0 failed`."""
+    (tmp_path / "test_placed.py").write_text(PLACED_TESTS)
 
-    code = clock_matrix.main(["--", "-q", "-p", "no:schemathesis", "-p", "no:hypothesispytest", str(tmp_path)])
+    code = clock_matrix.main(["--workers", "0", "--", *LIGHT, "--no-such-option", str(tmp_path)])
 
     out = capsys.readouterr().out
     assert code == 1
-    assert "may             2027-05-01T10:00:00Z: no summary in " in out
-    assert "UNKNOWN (pytest printed no counts: drop -q from the pytest arguments)" in out
-    assert out.rstrip().endswith("clocks: 0 passed, 1 failed")
+    assert "unrecognized arguments: --no-such-option" in out
+    assert out.rstrip().endswith("clocks: pytest ended (exit 4) before it reported any test; 0 passed, 1 failed")
+
+
+def test_a_bad_worker_count_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        clock_matrix.main(["--workers", "many"])
+
+    assert exit_.value.code == 2
+    assert "'many' is not 'auto' or a whole number from 0 to 64" in capsys.readouterr().err

@@ -1,8 +1,10 @@
-"""The record of which tests read the wall clock (tests/wall_clock.py), on which the clock matrix's selection rests:
-a test that reads it, however it does (in its body, in a thread, through a wider fixture, at its module's import),
-is found; a run fails on a reader the list leaves out, naming it and saying how to fix it, and on a listed test the
-suite no longer has; `--record-clock-readers` writes the list; under pytest-xdist the controller judges the workers'
-findings. Each case runs pytest on a scratch project with the plugin."""
+"""The record of which tests read the wall clock (tests/wall_clock.py), on which the clock matrix's selection rests,
+and the matrix's placing of the clock for each test: a test that reads it, however it does (in its body, in a
+thread, through a function-scoped fixture), is found; a run fails on a reader the list leaves out, naming it and
+saying how to fix it, on a listed test the suite no longer has, and on a read the matrix cannot place (at a module's
+import, in a fixture shared by several tests); `--record-clock-readers` writes the list; under pytest-xdist the
+controller judges the workers' findings; `--clock-instants` runs each listed test at each instant. Each case runs
+pytest on a scratch project with the plugin."""
 
 import os
 import subprocess
@@ -18,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRATCH = {
     "test_reads.py": (
         "import threading\n"
+        "from datetime import UTC, datetime\n"
+        "import pytest\n"
         "from shared.instants import set_clock, utc_now\n"
         "def test_in_its_body():\n"
         "    assert utc_now()\n"
@@ -26,19 +30,21 @@ SCRATCH = {
         "    done.start()\n"
         "    done.join()\n"
         "def test_on_a_clock_of_its_own():\n"
-        "    from datetime import UTC, datetime\n"
         "    set_clock(lambda: datetime(2027, 1, 1, tzinfo=UTC))\n"
         "    try:\n"
         "        assert utc_now().year == 2027\n"
         "    finally:\n"
         "        set_clock(None)\n"
+        "@pytest.mark.own_clock(datetime(2030, 6, 1, 12, tzinfo=UTC))\n"
+        "def test_under_its_own_clock_mark():\n"
+        "    assert utc_now().date().isoformat() == '2030-06-01'\n"
         "def test_no_clock():\n"
         "    assert 1 + 1 == 2\n"
     ),
     "test_fixture.py": (
         "import pytest\n"
         "from shared.instants import utc_now\n"
-        "@pytest.fixture(scope='module')\n"
+        "@pytest.fixture\n"
         "def started():\n"
         "    return utc_now()\n"
         "def test_first_user(started):\n"
@@ -48,24 +54,14 @@ SCRATCH = {
         "def test_not_a_user():\n"
         "    pass\n"
     ),
-    "test_import.py": (
-        "import pytest\n"
-        "from shared.instants import utc_now\n"
-        "STARTED = utc_now()\n"
-        "def test_a_constant():\n"
-        "    assert STARTED\n"
-        "@pytest.mark.parametrize('day', [STARTED.date().isoformat()])\n"
-        "def test_of_the_day(day):\n"
-        "    assert day\n"
-    ),
 }
 READERS = [
     "test_fixture.py::test_first_user",
     "test_fixture.py::test_second_user",
-    "test_import.py",  # its module reads the clock as it is imported: its tests' ids may be made from it
     "test_reads.py::test_in_a_thread",
     "test_reads.py::test_in_its_body",
 ]
+TESTS = 8  # in SCRATCH
 
 
 @pytest.fixture
@@ -112,8 +108,8 @@ def test_a_reader_missing_from_the_list_fails_the_run_naming_it_and_the_fix(scra
     done = run_pytest(scratch)
 
     assert done.returncode == 1
-    assert "9 passed" in done.stdout  # every test passed: the list is what failed
-    assert "1 test(s) or file(s) read the wall clock but are not in tests/clock_readers.txt" in done.stdout
+    assert f"{TESTS} passed" in done.stdout  # every test passed: the list is what failed
+    assert "1 test(s) read the wall clock but are not in tests/clock_readers.txt" in done.stdout
     assert "\n  test_reads.py::test_in_a_thread\n" in done.stdout
     assert "./dev test --record-clock-readers" in done.stdout
 
@@ -134,7 +130,7 @@ def test_a_listed_test_the_suite_no_longer_has_fails_a_whole_run_only(scratch: P
     part = run_pytest(scratch, "test_reads.py")
 
     assert whole.returncode == 1
-    assert "lists 1 test(s) or file(s) the suite no longer has" in whole.stdout
+    assert "lists 1 test(s) the suite no longer has" in whole.stdout
     assert "  test_reads.py::test_renamed\n" in whole.stdout
     assert part.returncode == 0, part.stdout  # a run of one file cannot tell
 
@@ -154,34 +150,44 @@ def test_recording_part_of_the_suite_keeps_the_listed_tests_it_did_not_run(scrat
     ]
 
 
-def test_a_module_imported_by_another_before_its_own_collection_is_still_its_files_reader(scratch: Path) -> None:
-    """`test_borrows.py`, collected first, imports `test_import.py`'s clock-made constant: that module's read runs
-    during the other's import, and its own collection reads nothing. Both files are readers, so the list from a
-    whole run also passes a run of `test_import.py` alone."""
-    (scratch / "test_borrows.py").write_text(
-        "from test_import import STARTED\ndef test_borrowed():\n    assert STARTED\n"
-    )
-
-    assert run_pytest(scratch, "--record-clock-readers").returncode == 0
-    alone = run_pytest(scratch, "test_import.py")
-
-    assert listed_readers(scratch / "tests" / "clock_readers.txt") == sorted([*READERS, "test_borrows.py"])
-    assert alone.returncode == 0, alone.stdout
-
-
-def test_every_module_that_imports_a_helper_whose_import_reads_the_clock_is_its_files_reader(scratch: Path) -> None:
-    """A helper module's constant made from the clock (`DAY = utc_now()`) is read once, while the first test module
-    that imports it is imported; every test module that imports it, directly or through another helper, uses it."""
+def test_a_module_constant_made_from_the_clock_fails_the_run_naming_the_file_and_the_fix(scratch: Path) -> None:
+    """Under a clock placed per test, a constant made at import sits at another instant than the test: the matrix
+    could not place it. A module that imports a helper whose import reads the clock (`DAY = utc_now()` in a helper,
+    read once, while the first module that imports it is imported) is named too, however indirect the import."""
     (scratch / "days.py").write_text("from shared.instants import utc_now\nDAY = utc_now().date()\n")
     (scratch / "fleet.py").write_text("from days import DAY\nFIRST = DAY\n")
     (scratch / "test_a_first.py").write_text("from days import DAY\ndef test_a():\n    assert DAY\n")
     (scratch / "test_b_second.py").write_text("from days import DAY\ndef test_b():\n    assert DAY\n")
     (scratch / "test_c_through.py").write_text("import fleet\ndef test_c():\n    assert fleet.FIRST\n")
+    write_readers(READERS, scratch / "tests/clock_readers.txt")
 
-    assert run_pytest(scratch, "--record-clock-readers").returncode == 0
+    done = run_pytest(scratch)
 
-    listed = listed_readers(scratch / "tests" / "clock_readers.txt")
-    assert {"test_a_first.py", "test_b_second.py", "test_c_through.py"} <= set(listed)
+    assert done.returncode == 1
+    assert "3 file(s) read the wall clock while being imported" in done.stdout
+    assert "\n  test_a_first.py\n  test_b_second.py\n  test_c_through.py\n" in done.stdout
+    assert "Make the value in the test or in a function-scoped fixture" in done.stdout
+    assert "@pytest.mark.own_clock(start)" in done.stdout
+
+
+def test_a_fixture_wider_than_a_test_that_reads_the_clock_fails_the_run_naming_it(scratch: Path) -> None:
+    (scratch / "test_shared.py").write_text(
+        "import pytest\n"
+        "from shared.instants import utc_now\n"
+        "@pytest.fixture(scope='module')\n"
+        "def started():\n"
+        "    return utc_now()\n"
+        "def test_user(started):\n"
+        "    assert started\n"
+    )
+    write_readers(READERS, scratch / "tests/clock_readers.txt")
+
+    done = run_pytest(scratch, "--record-clock-readers")
+
+    assert done.returncode == 1
+    assert "1 fixture(s) wider than a test read the wall clock" in done.stdout
+    assert "\n  started (scope wider than a test, test_shared.py)\n" in done.stdout
+    assert "Make them function-scoped" in done.stdout
 
 
 def test_under_xdist_the_workers_findings_are_judged_together(scratch: Path) -> None:
@@ -190,7 +196,7 @@ def test_under_xdist_the_workers_findings_are_judged_together(scratch: Path) -> 
     done = run_pytest(scratch, "-n", "2")
 
     assert done.returncode == 1
-    assert "1 test(s) or file(s) read the wall clock but are not in tests/clock_readers.txt" in done.stdout
+    assert "1 test(s) read the wall clock but are not in tests/clock_readers.txt" in done.stdout
     assert "\n  test_fixture.py::test_first_user\n" in done.stdout
 
 
@@ -225,17 +231,58 @@ def test_a_test_that_never_ends_fails_named_with_its_stack_and_the_run_goes_on(s
     report = done.stdout.split("= FAILURES =")[1]  # the test's report, not only the worker's stderr
     assert "Timeout: test_loops.py::test_spins_for_ever ran for more than 3 s and was stopped." in report
     assert 'test_loops.py", line 2, in test_spins_for_ever' in report
-    assert "4 passed" in done.stdout  # test_reads.py's four went on
+    assert "5 passed" in done.stdout  # test_reads.py's five went on
 
 
-def test_the_list_recorded_on_the_real_clock_selects_the_same_tests_at_a_placed_instant(scratch: Path) -> None:
-    """A module that makes a test's id from the clock (a parameter that is today's date) is listed as its file, so
-    the matrix finds its tests at an instant whose date is another."""
-    assert run_pytest(scratch, "--record-clock-readers").returncode == 0
+def test_the_matrix_runs_each_listed_test_at_each_instant_and_only_those(scratch: Path) -> None:
+    """`--clock-instants` makes the instant a parameter of every test, ending its id; `--clock-readers-only` keeps
+    the listed tests; each starts at its instant, and the judge finds them in the list by their ids without it."""
+    (scratch / "test_reads.py").write_text(
+        (scratch / "test_reads.py").read_text() + "def test_year(placed_instant):\n"
+        "    assert utc_now().isoformat()[:4] == placed_instant.at[:4]\n"
+    )
+    write_readers([*READERS, "test_reads.py::test_year"], scratch / "tests/clock_readers.txt")
 
-    listed = listed_readers(scratch / "tests" / "clock_readers.txt")
-    done = run_pytest(scratch, "-v", *listed, placed="2027-03-14T09:59:58Z")
+    done = run_pytest(scratch, "-v", "--clock-instants=year-end,block-06-12", "--clock-readers-only")
 
     assert done.returncode == 0, done.stdout
-    assert "test_import.py::test_of_the_day[2027-03-14] PASSED" in done.stdout
-    assert "6 passed" in done.stdout  # the five entries: two tests of test_import.py, four of the other files
+    assert "test_reads.py::test_year[year-end] PASSED" in done.stdout
+    assert "test_reads.py::test_year[block-06-12] PASSED" in done.stdout
+    assert "test_fixture.py::test_first_user[year-end] PASSED" in done.stdout
+    assert "10 passed" in done.stdout  # the five listed tests, twice
+    assert "test_no_clock" not in done.stdout
+    assert "test_under_its_own_clock_mark" not in done.stdout
+
+
+def test_under_the_matrix_a_test_of_several_parameters_ends_its_id_with_the_instant(scratch: Path) -> None:
+    (scratch / "test_params.py").write_text(
+        "import pytest\n"
+        "from shared.instants import utc_now\n"
+        "@pytest.mark.parametrize('store', ['mongomock', 'secantus'])\n"
+        "@pytest.mark.parametrize('size', [1, 2])\n"
+        "def test_stored(store, size):\n"
+        "    assert utc_now().year == 2027\n"
+    )
+    listed = ["test_params.py::test_stored[1-secantus]", "test_params.py::test_stored[2-mongomock]"]
+    write_readers([*READERS, *listed], scratch / "tests/clock_readers.txt")
+
+    done = run_pytest(scratch, "-v", "--clock-instants=block-06-12", "--clock-readers-only", "test_params.py")
+
+    assert done.returncode == 0, done.stdout
+    assert "test_params.py::test_stored[1-secantus-block-06-12] PASSED" in done.stdout
+    assert "test_params.py::test_stored[2-mongomock-block-06-12] PASSED" in done.stdout
+    assert "2 passed, 2 deselected" in done.stdout
+
+
+def test_an_unknown_instant_is_a_usage_error_listing_the_known_ones(scratch: Path) -> None:
+    done = run_pytest(scratch, "--clock-instants=year-end,tea-time")
+
+    assert done.returncode == 4
+    assert "--clock-instants: tea-time is not an instant of the clock matrix; known: all, block-00-06" in done.stderr
+
+
+def test_a_placed_instant_and_the_matrix_together_are_a_usage_error(scratch: Path) -> None:
+    done = run_pytest(scratch, "--clock-instants=all", placed="2027-03-14T09:59:58Z")
+
+    assert done.returncode == 4
+    assert "PILLBOTTLE_TEST_CLOCK_START and --clock-instants both place the clock: give one" in done.stderr

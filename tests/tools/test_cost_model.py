@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from benchmarks import design_scale
+from shared import instants
 from shared.instants import set_clock, utc_now
 from shared.settings import Settings
 from shared.store import client as store
 from shared.store import schema
 from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
+from tests.tally_fleet import CLOCK
 from tools.costs.billing import (
     AUTOSCALE_MODE,
     PRICE,
@@ -35,6 +37,9 @@ from tools.costs.billing import (
 from tools.costs.meter import CostMeter, IndexedPaths, command_reach, shard_key_values
 from tools.costs.request_units import ALL, KB, DocumentWrite, Operation, UnitCost, fanout_ru, read_ru, write_ru
 from tools.costs.rules import RULES
+
+# The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
+pytestmark = pytest.mark.own_clock(CLOCK)
 
 
 def test_every_rule_cites_a_microsoft_page_and_a_worked_example():
@@ -216,7 +221,7 @@ def test_the_meter_sees_that_a_heartbeat_changes_only_the_silent_checks_index_te
     db = client["meter_test"]
     ensure_store(db, get_settings(), on_cosmos=False)
     store.use_client(client)
-    now = utc_now()
+    now, before = utc_now(), instants._clock  # the test's own clock (its module's mark), put back at the end
     try:
         set_clock(lambda: now - timedelta(hours=2))
         key = provisioned("bottle-1", SPEC)
@@ -236,7 +241,7 @@ def test_the_meter_sees_that_a_heartbeat_changes_only_the_silent_checks_index_te
         assert write.after is not None
         assert write.after <= 512
     finally:
-        set_clock(None)
+        set_clock(before)
         store.use_client(None)
         client.drop_database("meter_test")
         client.close()

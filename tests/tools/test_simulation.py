@@ -21,6 +21,7 @@ from shared.reports.partitions import Partition
 from shared.reports.tally import counted_from
 from shared.reports.worker import process_partition
 from shared.settings import Settings, get_settings
+from tests.fake_time import QUIET_HOUR
 from tools.fleet import Plan, make_fleet, plan_fleet
 from tools.local_host import LocalHost
 from tools.serve import LocalServer
@@ -102,6 +103,9 @@ def test_simulated_days_notify_exactly_the_injected_trouble(registered_functions
     assert result.failures() == []
 
 
+# Seconds of traffic through the local server: the days the other simulations play on their own clocks go through
+# every hour, day and block end; this one's clock runs from a fixed quiet hour.
+@pytest.mark.own_clock(QUIET_HOUR)
 def test_device_traffic_over_http_against_the_local_server(real_db, registered_functions):
     server = LocalServer(LocalHost.load(), ("127.0.0.1", 0), timers=False)
     server.start()

@@ -17,10 +17,13 @@ import pytest
 
 from shared.bottles import provisioning
 from tests.api import SPEC, Response, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
+from tests.fake_time import QUIET_HOUR
 from tests.threads import at_once
 from tools.local_host import invoking_thread_name
 
-pytestmark = pytest.mark.integration
+# Races of requests a few minutes apart at most: no hour, day or block ending can matter to them, so their clock
+# runs from a fixed quiet hour (the clock matrix covers the same requests in tests/bottles and tests/ingestion).
+pytestmark = [pytest.mark.integration, pytest.mark.own_clock(QUIET_HOUR)]
 
 TRIALS = int(os.environ.get("PILLBOTTLE_KEY_RACE_TRIALS", "25"))
 

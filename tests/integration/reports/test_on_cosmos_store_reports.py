@@ -2,7 +2,8 @@
 partitioned by `GetChangeStreamTokens`, a change stream per physical partition, the heartbeat tally, the guarded
 report writes, the read API and the rebuild, through the app's client as on Cosmos DB for MongoDB 6.0
 (tests/cosmos_store_app.py). tests/reports/test_reports.py's autouse `change_source` (change streams, a 48-hour
-heartbeat window) applies to every test here, as the days those tests play need."""
+heartbeat window) and `report_day` (the day they play, made from each test's clock) apply to every test here, as the
+days those tests play need."""
 
 import pytest
 
@@ -18,6 +19,7 @@ from tests.reports.test_racing_writes import (  # noqa: F401
 )
 from tests.reports.test_reports import (  # noqa: F401
     change_source,
+    report_day,
     server_clock,
     test_a_daily_report_sums_its_hours_and_keeps_the_latest_readings,
     test_a_page_aggregated_again_after_a_crash_before_its_checkpoint_gives_the_same_reports,

@@ -25,9 +25,18 @@ from tests.report_client import Round, aggregate, clear_reports, get_reports, ru
 pytestmark = pytest.mark.integration
 
 USER = SPEC["user_id"]
-DAY = day_of(ago(hours=30))  # its 08:00 and 09:00 are past, and within the last 48 hours: the window below
-H8 = DAY + timedelta(hours=8)
-H9 = DAY + timedelta(hours=9)
+# A day whose 08:00 and 09:00 are past, and within the last 48 hours (the window below): made for each test.
+DAY = H8 = H9 = datetime.min.replace(tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def report_day() -> None:
+    """The day these tests report on and its hours, made from the test's clock as the test starts: the clock is
+    placed for each test (tests/wall_clock.py), so a day made when the module was imported would be another
+    instant's."""
+    global DAY, H8, H9  # noqa: PLW0603 - the tests read them as the module's constants
+    DAY = day_of(ago(hours=30))
+    H8, H9 = DAY + timedelta(hours=8), DAY + timedelta(hours=9)
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from shared.settings import Settings
-from tests.tally_fleet import DAY, HOUR, Fleet
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_clock(CLOCK)]
 MINUTE = timedelta(minutes=1)
 
 
