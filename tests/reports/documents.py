@@ -17,6 +17,9 @@ from shared.heartbeat_document import (
 )
 
 DAY = datetime(2027, 3, 10, tzinfo=UTC)
+# Where the clock of the tests that store reports of DAY runs from (their `own_clock` mark): mongomock applies
+# retention (the TTL indexes) by the app's clock, and two days after DAY they keep, whenever the suite runs.
+AFTER_DAY = DAY + timedelta(days=2)
 
 
 def at(hours: int, minutes: int = 0) -> datetime:

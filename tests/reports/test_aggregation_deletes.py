@@ -14,7 +14,7 @@ from shared.reports.aggregation import Change, refresh_daily, refresh_hourly
 from shared.reports.documents import daily_id, hourly_id
 from shared.store import schema
 from shared.store.retries import RetryPolicy
-from tests.reports.documents import DAY, at, heartbeat_doc, stale_entry
+from tests.reports.documents import AFTER_DAY, DAY, at, heartbeat_doc, stale_entry
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 CHANGES = [Change(schema.BOTTLE_HEARTBEATS, "bottle-1", None)]
@@ -37,7 +37,7 @@ def reassigned_to_user_b(db: Database[Any]) -> None:
     db[schema.BOTTLE_HEARTBEATS].update_one({"_id": "bottle-1"}, {"$set": moved})
 
 
-pytestmark = pytest.mark.usefixtures("clock_after_day")
+pytestmark = pytest.mark.own_clock(AFTER_DAY)
 
 
 def test_user_hours_left_counting_nothing_are_deleted_and_their_rolled_up_days_with_them(mock_db):

@@ -14,7 +14,7 @@ from shared.reports.aggregation import CLAUSES_PER_QUERY, Change, refresh_hourly
 from shared.store import schema
 from shared.store.retries import RetryPolicy
 from tests.api import ago, opened, post_events, provisioned
-from tests.reports.documents import at, heartbeat_doc
+from tests.reports.documents import AFTER_DAY, at, heartbeat_doc
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 HOUR = timedelta(hours=1)
@@ -45,7 +45,7 @@ def test_a_bottles_adjacent_hours_are_read_as_one_range_and_the_hours_between_it
     assert ranges == [(first, first + 2 * HOUR), (first + 3 * HOUR, first + 4 * HOUR)]
 
 
-@pytest.mark.usefixtures("clock_after_day")
+@pytest.mark.own_clock(AFTER_DAY)
 def test_a_page_of_more_bottles_than_one_query_names_counts_the_heartbeats_of_every_one(mock_db):
     """A page touching more heartbeat documents than one `$in` query names reads them in several queries: every
     bottle's hour is counted, those of the first query's bottles too."""

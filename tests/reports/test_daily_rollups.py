@@ -12,13 +12,13 @@ from shared.reports.aggregation import refresh_daily
 from shared.reports.documents import daily_id, hourly_document
 from shared.store import schema
 from shared.store.retries import RetryPolicy, StoreUnavailable
-from tests.reports.documents import DAY, at, stale_entry
+from tests.reports.documents import AFTER_DAY, DAY, at, stale_entry
 
 POLICY = RetryPolicy(max_retries=0, base_ms=1)
 NEXT_DAY = DAY + timedelta(days=1)
 
 
-pytestmark = pytest.mark.usefixtures("clock_after_day")
+pytestmark = pytest.mark.own_clock(AFTER_DAY)
 
 
 def hour_counted(db: Database[Any], user_id: str, hour: datetime, heartbeats: int, written: datetime) -> None:
