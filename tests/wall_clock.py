@@ -224,7 +224,10 @@ def listed_id(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`--clock-readers-only` keeps the tests the list names (at each instant, under `--clock-instants`)."""
+    """Every `own_clock` mark is checked before any test runs; `--clock-readers-only` keeps the tests the list names
+    (at each instant, under `--clock-instants`)."""
+    for item in items:
+        own_clock_start(item)
     if not config.getoption(READERS_ONLY_OPTION):
         return
     listed = set(listed_readers(config.rootpath / READERS_FILE.relative_to(ROOT)))
@@ -327,7 +330,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def own_clock_start(item: pytest.Item) -> datetime | None:
     """Where the test's `own_clock` mark starts its clock; None without the mark. A mark without an aware datetime
-    is a mistake in the test, said at once."""
+    is a mistake in the test: a usage error naming it, as the run is collected (pytest_collection_modifyitems)."""
     mark = item.get_closest_marker(OWN_CLOCK)
     if mark is None:
         return None

@@ -286,3 +286,16 @@ def test_a_placed_instant_and_the_matrix_together_are_a_usage_error(scratch: Pat
 
     assert done.returncode == 4
     assert "PILLBOTTLE_TEST_CLOCK_START and --clock-instants both place the clock: give one" in done.stderr
+
+
+def test_an_own_clock_mark_without_an_aware_start_is_a_usage_error_naming_the_test(scratch: Path) -> None:
+    (scratch / "test_marked.py").write_text(
+        "import pytest\n@pytest.mark.own_clock('2027-01-01')\ndef test_marked():\n    pass\n"
+    )
+
+    done = run_pytest(scratch, "test_marked.py")
+
+    assert done.returncode == 4
+    assert "test_marked.py::test_marked: @pytest.mark.own_clock takes one aware datetime, the clock's start" in (
+        done.stderr
+    )
