@@ -8,7 +8,7 @@ from functions.device_events import bp as device_events
 from functions.notifications import bp as notifications
 from functions.reports import bp as reports
 from functions.start_up import check_start_up
-from shared.observability import configure_telemetry
+from shared.telemetry.observability import configure_telemetry
 
 check_start_up()  # a bad app setting stops the start-up here, naming the setting, not every invocation later
 configure_telemetry()  # Application Insights in Azure; nothing without APPLICATIONINSIGHTS_CONNECTION_STRING

@@ -5,15 +5,15 @@ import logging
 import azure.functions as func
 
 from functions.responses import bool_param, handles_errors, json_response
+from shared.api.ids import check_id
+from shared.api.payloads import check_media_type, check_size, decode_json
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import parse_bottle_spec
 from shared.bottles.status import bottle_status
-from shared.ids import check_id
 from shared.instants import utc_now
-from shared.observability import log_invocation
-from shared.payloads import check_media_type, check_size, decode_json
 from shared.settings import get_settings
 from shared.store.client import get_database
+from shared.telemetry.observability import log_invocation
 
 bp = func.Blueprint()
 log = logging.getLogger(__name__)

@@ -5,13 +5,13 @@ import logging
 import azure.functions as func
 
 from functions.responses import handles_errors, json_response
-from shared import metrics
-from shared.ids import check_id
+from shared.api.ids import check_id
 from shared.ingestion.receive import receive
 from shared.instants import utc_now
-from shared.observability import log_invocation
 from shared.settings import get_settings
 from shared.store.client import get_database
+from shared.telemetry import metrics
+from shared.telemetry.observability import log_invocation
 
 bp = func.Blueprint()
 log = logging.getLogger(__name__)

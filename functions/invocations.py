@@ -13,8 +13,8 @@ from typing import Any
 
 import azure.functions as func
 
-from shared import metrics
-from shared.observability import fields, host_trace, log_invocation, trace_parent_of
+from shared.telemetry import metrics
+from shared.telemetry.observability import fields, host_trace, log_invocation, trace_parent_of
 
 # host.json extensions.queues.maxDequeueCount: a message whose attempt of this number fails goes to the poison
 # queue (tests/functions/test_telemetry_volume.py holds the two equal).
@@ -40,7 +40,7 @@ class Invocation:
 
     function: str
     trigger: dict[str, Any]  # how it was triggered, logged after its counts
-    trace_parent: str | None = None  # the host's trace (shared.observability.host_trace)
+    trace_parent: str | None = None  # the host's trace (shared.telemetry.observability.host_trace)
     started: float = field(default_factory=time.perf_counter)
 
     @classmethod

@@ -4,7 +4,7 @@ follow the feed by."""
 import azure.functions as func
 
 from functions.responses import handles_errors, json_response
-from shared.ids import check_id
+from shared.api.ids import check_id
 from shared.notifications.reading import list_notifications, parse_query
 from shared.settings import get_settings
 from shared.store.client import get_database

@@ -10,15 +10,15 @@ import azure.functions as func
 from functions.bindings import QueueMessages
 from functions.invocations import Invocation, work_message
 from functions.responses import handles_errors, json_response
-from shared.ids import check_id
+from shared.api.ids import check_id
 from shared.instants import utc_now
-from shared.observability import fields
 from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import Partition, retired
 from shared.reports.reading import parse_report_query, read_reports
 from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store.client import get_database
+from shared.telemetry.observability import fields
 
 bp = func.Blueprint()
 log = logging.getLogger(__name__)

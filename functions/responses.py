@@ -13,12 +13,12 @@ from typing import Any
 import azure.functions as func
 from pymongo.errors import PyMongoError
 
-from shared import metrics
+from shared.api.payloads import check_request_text
 from shared.errors import BadRequest, DomainError
-from shared.observability import fields, host_trace, trace_parent_of
-from shared.payloads import check_request_text
 from shared.store.client import StoreNotConfigured
 from shared.store.retries import StoreUnavailable
+from shared.telemetry import metrics
+from shared.telemetry.observability import fields, host_trace, trace_parent_of
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def handles_errors(handler: Handler) -> Handler:
             metrics.http_request(handler.__name__, response.status_code)
         return response
 
-    # The runtime passes the invocation's `context` (its trace context: shared.observability.host_trace) to a
+    # The runtime passes the invocation's `context` (its trace context: shared.telemetry.observability.host_trace) to a
     # function whose signature names it; a direct call (the benchmarks') passes none.
     signature = inspect.signature(handler)
     with_context = inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)

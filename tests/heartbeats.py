@@ -1,9 +1,9 @@
-"""What a bottle's heartbeat document counts, as the tests look at it (shared/heartbeat_document.py)."""
+"""What a bottle's heartbeat document counts, as the tests look at it (shared/devices/heartbeat_document.py)."""
 
 from datetime import datetime
 from typing import Any
 
-from shared.heartbeat_document import heartbeat_slots, slot_start
+from shared.devices.heartbeat_document import heartbeat_slots, slot_start
 from shared.store import schema
 
 

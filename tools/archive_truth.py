@@ -19,7 +19,7 @@ from shared.archive.layout import (
     parse_heartbeat_file,
 )
 from shared.archive.storage import Archive
-from shared.heartbeat_document import heartbeat_slots, slot_start
+from shared.devices.heartbeat_document import heartbeat_slots, slot_start
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import bucket_of

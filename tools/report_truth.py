@@ -6,7 +6,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from shared.heartbeat_document import RING_TIME, heartbeat_slots, hour_number, hour_start, slot_start
+from shared.devices.heartbeat_document import RING_TIME, heartbeat_slots, hour_number, hour_start, slot_start
 from shared.store import schema
 
 COUNTED = ("opened", "closed", "doses", "pills_taken", "heartbeats")

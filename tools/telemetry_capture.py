@@ -3,7 +3,7 @@ through the pinned runtime (tools/local_host.py), as the host invokes them with 
 span, log record and metric point they produce caught by OpenTelemetry's in-memory exporters, each sized as the
 JSON item the Azure Monitor exporter would send (its own conversion: `_convert_span_to_envelope`,
 `_convert_log_to_envelope`, `_convert_point_to_envelope`). The pipeline is the one production runs: the app's
-log filters (shared.observability.install_filters) on OpenTelemetry's logging handler on the root logger, the
+log filters (shared.telemetry.observability.install_filters) on OpenTelemetry's logging handler on the root logger, the
 app's meter on a provider read with the exporter's temporalities (delta for counters and histograms).
 
 The host's own item per invocation (its span: a request in Application Insights) is made here as the host
@@ -45,7 +45,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from shared import metrics, observability
+from shared.telemetry import metrics, observability
 from tools.host import tracing
 from tools.local_host import LocalHost
 

@@ -14,8 +14,7 @@ from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
 from benchmarks.harness import installed_store, print_table, seeding_database
-from shared.doses.due_tracking import plan_of
-from shared.heartbeat_document import (
+from shared.devices.heartbeat_document import (
     ALIVE_AT,
     KEY,
     LAST,
@@ -27,6 +26,7 @@ from shared.heartbeat_document import (
     place,
     rewritten_ring,
 )
+from shared.doses.due_tracking import plan_of
 from shared.notifications import delivery
 from shared.notifications.checks.partitions import partitions
 from shared.notifications.checks.run import run_check

@@ -27,9 +27,11 @@ from benchmarks.harness import (
 from functions.bottles import provision_bottle
 from functions.device_events import post_events
 from functions.responses import handles_errors, json_response
+from shared.api.ids import check_id
+from shared.api.payloads import check_media_type, check_size, decode_json
 from shared.bottles.entries import BOTTLE_FIELDS, RegistryEntry
-from shared.device_keys import hash_key, same_hash
-from shared.heartbeat_document import (
+from shared.devices.device_keys import hash_key, same_hash
+from shared.devices.heartbeat_document import (
     ALIVE_AT,
     LAST,
     RING,
@@ -42,19 +44,17 @@ from shared.heartbeat_document import (
     rewritten_ring,
     ring_write,
 )
-from shared.ids import check_id
 from shared.ingestion.authentication import authenticate, check_key_shape
 from shared.ingestion.events import DeviceEvent, parse_events
 from shared.ingestion.storing import action_document, computed_status_write, status_writes
 from shared.instants import set_clock, utc_now
-from shared.observability import log_invocation
-from shared.payloads import check_media_type, check_size, decode_json
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.client import get_database
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
 from shared.store.retries import RetryPolicy, write_idempotent
 from shared.store.schema import CollectionSpec, IndexSpec
+from shared.telemetry.observability import log_invocation
 from tools.command_tally import CommandTally
 
 BATCH = 100

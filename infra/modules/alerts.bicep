@@ -1,4 +1,4 @@
-// Azure Monitor alerts on what an operator must act on: the app's own metrics (shared/metrics.py; OpenTelemetry,
+// Azure Monitor alerts on what an operator must act on: the app's own metrics (shared/telemetry/metrics.py; OpenTelemetry,
 // exported by the distro to Application Insights' customMetrics table, never sampled) and the HTTP 5xx rate of the
 // Function App (its requests, which are sampled: counted by itemCount). One log search alert rule each, over the
 // Application Insights component; and two rules on the Log Analytics workspace's ingestion, before and at the daily
@@ -109,7 +109,7 @@ module actionGroup 'br/public:avm/res/insights/action-group:0.8.0' = if (notifie
 
 var actionGroups = concat(empty(actionGroupId) ? [] : [actionGroupId], notifies ? [actionGroup.outputs.resourceId] : [])
 
-// Each rule: the metrics it reads (`metrics`: pillbottle.* names of shared/metrics.py, or `requests` for the 5xx
+// Each rule: the metrics it reads (`metrics`: pillbottle.* names of shared/telemetry/metrics.py, or `requests` for the 5xx
 // rate); a KQL query returning one numeric `measure` column per `dimensions` and 5-minute bin (no measure: its rows
 // are counted); and the condition: `aggregation` of the measure over `window` minutes, `comparison` with
 // `threshold`, in each of `periods` consecutive windows.

@@ -1,4 +1,4 @@
-// The workbook ops open first: the app's metrics (shared/metrics.py, customMetrics in Application Insights) and
+// The workbook ops open first: the app's metrics (shared/telemetry/metrics.py, customMetrics in Application Insights) and
 // Cosmos DB's own (normalized RU consumption, requests throttled with 16500) on one page, by job: ingestion,
 // checks, reports and the archive, failures, Cosmos DB, cost drivers (docs/operations.md: The workbook). Its
 // layout is infra/workbook.json, with the resource ids its queries read as placeholders replaced here;

@@ -11,8 +11,8 @@ from typing import Any
 
 from shared.archive.layout import heartbeat_file
 from shared.archive.storage import Archive, ArchiveUnavailable
-from shared.device_time import MAX_FUTURE_SKEW
-from shared.heartbeat_document import MINUTE, SLOT_MINUTES, hour_start, ring_hours, slots_of
+from shared.devices.device_time import MAX_FUTURE_SKEW
+from shared.devices.heartbeat_document import MINUTE, SLOT_MINUTES, hour_start, ring_hours, slots_of
 from shared.reports.documents import HOUR, owner_of_minute, ownerships
 from shared.store.partitioning import bucket_of
 

@@ -13,12 +13,9 @@ from pymongo.errors import DuplicateKeyError
 from shared.bottles.entries import bottle_documents
 from shared.bottles.spec import BottleSpec
 from shared.bottles.status import registry_view
-from shared.device_keys import hash_key, new_device_key
-from shared.device_time import MAX_FUTURE_SKEW
-from shared.doses.bottle_document import BottleDocument, BottleFilter, BottleUpdate
-from shared.doses.due_tracking import initial_fields
-from shared.doses.schedules import DosePlan
-from shared.heartbeat_document import (
+from shared.devices.device_keys import hash_key, new_device_key
+from shared.devices.device_time import MAX_FUTURE_SKEW
+from shared.devices.heartbeat_document import (
     ALIVE_AT,
     KEY,
     KEY_VERSION,
@@ -36,6 +33,9 @@ from shared.heartbeat_document import (
     key_digest,
     rewritten_ring,
 )
+from shared.doses.bottle_document import BottleDocument, BottleFilter, BottleUpdate
+from shared.doses.due_tracking import initial_fields
+from shared.doses.schedules import DosePlan
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.optimistic import AGAIN, Round, until_landed

@@ -6,9 +6,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 from pydantic_core import ErrorDetails
 
+from shared.api.ids import ID_RULE, Identifier
 from shared.doses.schedules import Schedule
 from shared.errors import BadRequest, first_per_field, plain_message
-from shared.ids import ID_RULE, Identifier
 
 
 class BottleSpec(BaseModel):

@@ -7,10 +7,10 @@ from typing import Any
 from pydantic import TypeAdapter
 from pymongo.database import Database
 
+from shared.devices.heartbeat_document import LAST
 from shared.doses.due_tracking import plan_of
 from shared.doses.schedules import Schedule
 from shared.errors import NotFound
-from shared.heartbeat_document import LAST
 from shared.instants import format_instant
 from shared.settings import Settings
 from shared.store import schema

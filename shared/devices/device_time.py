@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 # nothing of an hour is received before that hour's start minus this.
 MAX_FUTURE_SKEW = timedelta(minutes=5)
 # A heartbeat received longer than this after its device time is late: the report consumer cannot find its
-# hour from its time alone (shared/heartbeat_document.py lists it).
+# hour from its time alone (shared/devices/heartbeat_document.py lists it).
 LATE_AFTER = timedelta(minutes=5)
 
 

@@ -13,7 +13,7 @@ from typing import Any, Final, TypedDict
 from bson import Binary
 from bson.int64 import Int64
 
-from shared.device_time import LATE_AFTER, MAX_FUTURE_SKEW
+from shared.devices.device_time import LATE_AFTER, MAX_FUTURE_SKEW
 
 # The field names, `Final` so that mypy checks them as keys of the types below.
 RING: Final = "w"

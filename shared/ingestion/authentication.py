@@ -6,7 +6,7 @@ from typing import Any
 from pymongo.database import Database
 
 from shared.bottles.entries import RegistryEntry, entry_of, read_bottle
-from shared.device_keys import MAX_KEY_LENGTH, hash_key, same_hash
+from shared.devices.device_keys import MAX_KEY_LENGTH, hash_key, same_hash
 from shared.doses.bottle_document import BottleDocument
 from shared.errors import Unauthorized
 from shared.store.retries import RetryPolicy

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 from pydantic_core import ErrorDetails
 
-from shared.device_time import MAX_FUTURE_SKEW
+from shared.devices.device_time import MAX_FUTURE_SKEW
 from shared.errors import BadRequest, Detail, PayloadTooLarge, first_per_field, plain_message
 from shared.instants import format_instant, parse_instant
 

@@ -5,12 +5,12 @@ from typing import Any
 
 from pymongo.database import Database
 
-from shared.device_keys import hash_key
-from shared.heartbeat_document import Window
+from shared.api.payloads import check_media_type, check_size, decode_json
+from shared.devices.device_keys import hash_key
+from shared.devices.heartbeat_document import Window
 from shared.ingestion.authentication import authenticate, check_key_shape
 from shared.ingestion.events import parse_events
 from shared.ingestion.storing import IngestResult, ingest_events
-from shared.payloads import check_media_type, check_size, decode_json
 from shared.settings import Settings
 from shared.store.retries import RetryPolicy
 

@@ -15,11 +15,8 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from shared.bottles.entries import RegistryEntry, bottle_documents, read_bottle
-from shared.device_time import action_order
-from shared.doses.bottle_document import BottleDocument, BottleFilter, BottleUpdate
-from shared.doses.due_tracking import after_doses, plan_of
-from shared.errors import Unauthorized
-from shared.heartbeat_document import (
+from shared.devices.device_time import action_order
+from shared.devices.heartbeat_document import (
     ALIVE_AT,
     KEY,
     RING,
@@ -38,6 +35,9 @@ from shared.heartbeat_document import (
     ring_write,
     slot_start,
 )
+from shared.doses.bottle_document import BottleDocument, BottleFilter, BottleUpdate
+from shared.doses.due_tracking import after_doses, plan_of
+from shared.errors import Unauthorized
 from shared.ingestion.authentication import UNAUTHORIZED_MESSAGE
 from shared.ingestion.events import DeviceEvent
 from shared.store import schema

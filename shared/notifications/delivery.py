@@ -15,13 +15,13 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.database import Database
 
-from shared import metrics
 from shared.notifications.documents import PENDING, QUEUED, Kind
 from shared.notifications.outside import queue_message
-from shared.observability import fields
 from shared.store import schema
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, count_matched, with_retries
+from shared.telemetry import metrics
+from shared.telemetry.observability import fields
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from pymongo import InsertOne, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME
+from shared.devices.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME
 from shared.instants import day_of, hour_of, to_stored
 from shared.reports.documents import (
     DAY,

@@ -18,7 +18,6 @@ from typing import Any, Protocol
 from pymongo.database import Database
 
 from shared.instants import format_instant, hour_of
-from shared.observability import error_text, fields
 from shared.reports.documents import HOUR
 from shared.reports.leases import Lease, LeaseDocument, lease_documents
 from shared.reports.partitions import HEARTBEATS_ARCHIVE, Partition, tally_partner
@@ -35,6 +34,7 @@ from shared.reports.tally import (
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries
+from shared.telemetry.observability import error_text, fields
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,7 @@ from typing import Any
 
 from pymongo.database import Database
 
-from shared import metrics
 from shared.archive.current import get_archive
-from shared.observability import fields
 from shared.reports.archiving import behind_the_tally, due_to_catch_up
 from shared.reports.layouts import ensure_leases, feed_coverage, leases_over
 from shared.reports.leases import feed_lags, leases_to_dispatch
@@ -31,6 +29,8 @@ from shared.reports.tally import CLOCK_MARGIN, hours_due
 from shared.settings import Settings
 from shared.store.cosmos import FeedRange, is_cosmos_uri
 from shared.store.retries import RetryPolicy
+from shared.telemetry import metrics
+from shared.telemetry.observability import fields
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 `user_hourly_reports` hold one document per user per UTC hour, with one entry per bottle; each entry has an
 action part (recomputed from the bottle's `bottle_actions` of that hour) and a heartbeat count (recomputed
-from the ring of the bottle's heartbeat document: shared/heartbeat_document.py). `user_daily_reports` sum a day's hourly
-documents. Everything here is pure: `aggregation` reads the sources and writes the documents, and `reading` serves
-GET /api/users/{user_id}/reports.
+from the ring of the bottle's heartbeat document: shared/devices/heartbeat_document.py). `user_daily_reports`
+sum a day's hourly documents. Everything here is pure: `aggregation` reads the sources and writes the documents,
+and `reading` serves GET /api/users/{user_id}/reports.
 
 A report is stored sparse: a counter at 0 and a reading that is null are left out, of the report and of each of its
 bottles' entries (`stored_entry`, `sparse`), and every reader takes a missing counter as 0 and a missing reading as
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.device_time import MAX_FUTURE_SKEW, action_order
-from shared.heartbeat_document import LATE_AT, LATE_FLAG, MINUTE, OWNERS, hour_start, minutes_of, ring_hours
+from shared.devices.device_time import MAX_FUTURE_SKEW, action_order
+from shared.devices.heartbeat_document import LATE_AT, LATE_FLAG, MINUTE, OWNERS, hour_start, minutes_of, ring_hours
 from shared.instants import day_of, hour_of
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
 

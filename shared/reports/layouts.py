@@ -12,13 +12,13 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.database import Database
 
-from shared.observability import fields
 from shared.reports.leases import ROLLUPS_FROM, LeaseDocument, lease_documents
 from shared.reports.partitions import Feed, Partition, Token, bucket_span
 from shared.store import cosmos
 from shared.store.cosmos import WHOLE_RANGE, ChildStart, FeedRange, overlaps, ranges_overlap, uncovered
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy, with_retries, write_idempotent
+from shared.telemetry.observability import fields
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from shared.device_time import MAX_FUTURE_SKEW
+from shared.devices.device_time import MAX_FUTURE_SKEW
 from shared.instants import day_of, hour_of, parse_instant, utc_now
 from shared.store.command_line import add_store_arguments, command_line_database, run_command
 from shared.store.partitioning import bucket_of
@@ -81,7 +81,7 @@ def _source_queries(first: datetime, end: datetime, user_id: str | None) -> list
     owns or owned within their window; or everyone's: actions by receive time (a device time is never more than
     MAX_FUTURE_SKEW ahead of its receipt, so nothing of the range was received before `first` minus that), and
     every heartbeat document."""
-    from shared.heartbeat_document import OWNERS, USER_BUCKET  # noqa: PLC0415 - see the imports
+    from shared.devices.heartbeat_document import OWNERS, USER_BUCKET  # noqa: PLC0415 - see the imports
     from shared.store import schema  # noqa: PLC0415
 
     in_range = {"$gte": first, "$lt": end}

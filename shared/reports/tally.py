@@ -23,10 +23,9 @@ from typing import Any, Protocol
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.device_time import LATE_AFTER
-from shared.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME, USER_BUCKET
+from shared.devices.device_time import LATE_AFTER
+from shared.devices.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME, USER_BUCKET
 from shared.instants import day_of, format_instant, hour_of
-from shared.observability import error_text, fields
 from shared.reports.aggregation import BottleParts, Parts, Stamper, refresh_daily, write_hourly
 from shared.reports.documents import HOUR, heartbeat_parts, tally_hours
 from shared.reports.leases import ROLLUPS_FROM, Lease
@@ -35,6 +34,7 @@ from shared.store import schema
 from shared.store.pacing import Pace
 from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, with_retries
+from shared.telemetry.observability import error_text, fields
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # An hour is counted this long after it ends: its prompt heartbeats have arrived by LATE_AFTER, and the rest is

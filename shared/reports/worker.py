@@ -14,13 +14,11 @@ from typing import Any
 from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
-from shared import metrics
 from shared.archive.actions import MERGE_ATTEMPTS, run_actions_sweep
 from shared.archive.current import get_archive
 from shared.archive.heartbeats import HeartbeatArchiver
 from shared.archive.storage import ArchiveUnavailable
 from shared.instants import format_instant, to_stored
-from shared.observability import fields
 from shared.reports.aggregation import Stamper, refresh_hourly
 from shared.reports.archiving import ArchiveHandOff, run_catch_up
 from shared.reports.leases import Lease, checkpoint, claim, new_owner, release
@@ -38,6 +36,8 @@ from shared.reports.tally import rolled_up_before, run_tally
 from shared.settings import Settings
 from shared.store.partitioning import BUCKET_FIELD
 from shared.store.retries import RetryPolicy, StoreUnavailable, is_transient, with_retries
+from shared.telemetry import metrics
+from shared.telemetry.observability import fields
 
 log = logging.getLogger(__name__)
 

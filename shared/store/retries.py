@@ -29,7 +29,6 @@ from pymongo.errors import (
     WTimeoutError,
 )
 
-from shared import metrics
 from shared.settings import Settings
 from shared.store.cosmos import (
     DUPLICATE_KEY,
@@ -40,6 +39,7 @@ from shared.store.cosmos import (
     throttle_code,
     throttle_delay_ms,
 )
+from shared.telemetry import metrics
 
 WriteError = dict[str, Any]
 

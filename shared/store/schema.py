@@ -6,7 +6,7 @@ Cosmos DB): docs/cosmos-db.md; what each collection holds and how long: docs/arc
 
 from dataclasses import dataclass, field
 
-from shared.heartbeat_document import OWNERS, USER_BUCKET
+from shared.devices.heartbeat_document import OWNERS, USER_BUCKET
 from shared.settings import Settings
 
 BOTTLES = "bottles"

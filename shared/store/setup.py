@@ -16,7 +16,7 @@ from bson import SON
 from pymongo import IndexModel, UpdateOne
 from pymongo.database import Database
 
-from shared.heartbeat_document import LATE_AT, RING, RING_TIME, USER_BUCKET, late_flags
+from shared.devices.heartbeat_document import LATE_AT, RING, RING_TIME, USER_BUCKET, late_flags
 from shared.instants import utc_now
 from shared.settings import Settings
 from shared.store import cosmos, schema

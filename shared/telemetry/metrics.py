@@ -1,6 +1,6 @@
 """The metrics an operator watches and alerts on (infra/modules/alerts.bicep; the workbook, infra/workbook.json;
 docs/operations.md: Metrics and alerts), as OpenTelemetry instruments. In Azure the distro that
-shared/observability.py configures exports them to Application Insights (the `customMetrics` table), never
+shared/telemetry/observability.py configures exports them to Application Insights (the `customMetrics` table), never
 sampled; without it the OpenTelemetry API's default provider makes every call a no-op.
 
 A common module: the jobs call it with plain values and it imports none of them.

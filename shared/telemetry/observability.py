@@ -9,7 +9,7 @@ What leaves the process (`install_filters`, on the distro's log handler):
 - a WARNING or worse whatever the sampling, but at most RECORDS_PER_MINUTE of each kind (logger, message
   template, level) a minute per process: a fault that hits every request would otherwise send one record per
   request, unsampled, and fill the day's ingestion cap within the hour. The next record of a kind that was cut
-  carries `suppressed`, how many were; the metrics (shared/metrics.py) count every one, never sampled.
+  carries `suppressed`, how many were; the metrics (shared/telemetry/metrics.py) count every one, never sampled.
 """
 
 import json

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.harness import installed_store, secantus_server
 from benchmarks.ingestion import runs as ingestion
-from shared.heartbeat_document import MAX_GAP_HOURS, Window, heartbeat_slots, place, slot_start
+from shared.devices.heartbeat_document import MAX_GAP_HOURS, Window, heartbeat_slots, place, slot_start
 from shared.instants import utc_now
 from shared.settings import get_settings
 from shared.store import schema

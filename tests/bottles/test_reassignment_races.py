@@ -5,7 +5,7 @@ records the new owner on what is there now."""
 from typing import Any
 
 from shared.bottles import provisioning
-from shared.heartbeat_document import RING_TIME
+from shared.devices.heartbeat_document import RING_TIME
 from shared.store import schema
 from tests.api import SPEC, ago, provisioned, put_bottle
 

@@ -1,5 +1,5 @@
-"""The heartbeat document at its edges (shared/heartbeat_document.py): a reassignment that falls inside a 5-minute
-slot, a heartbeat time with a fraction of a second, a buffered heartbeat after a long silence, a ring write
+"""The heartbeat document at its edges (shared/devices/heartbeat_document.py): a reassignment that falls inside a
+5-minute slot, a heartbeat time with a fraction of a second, a buffered heartbeat after a long silence, a ring write
 exactly MAX_GAP_HOURS after the last, an earlier owner on the window's edge, and a ring flagged by the bucket
 backfill. Each reads what a user would: the reports the tally writes, how many heartbeats a request stored,
 which heartbeats the ring holds."""
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.heartbeat_document import MAX_GAP_HOURS, USER_BUCKET, slot_start
+from shared.devices.heartbeat_document import MAX_GAP_HOURS, USER_BUCKET, slot_start
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.setup import backfill_buckets

@@ -10,7 +10,7 @@ import pytest
 
 from functions import notifications as notification_functions
 from shared.bottles import provisioning
-from shared.heartbeat_document import heartbeat_slots
+from shared.devices.heartbeat_document import heartbeat_slots
 from shared.store import schema
 from tests import invoke
 from tests.api import SPEC, ago, get_bottle, heartbeat, iso, opened, post_events, provisioned, put_bottle

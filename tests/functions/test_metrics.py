@@ -1,5 +1,6 @@
-"""The metrics operators alert on (shared/metrics.py), read through the OpenTelemetry SDK as Application Insights
-would get them: each is recorded when its event happens, with the value and attributes the alert rules query."""
+"""The metrics operators alert on (shared/telemetry/metrics.py), read through the OpenTelemetry SDK as Application
+Insights would get them: each is recorded when its event happens, with the value and attributes the alert rules
+query."""
 
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,7 +17,6 @@ from pymongo import UpdateOne
 from pymongo.errors import AutoReconnect, BulkWriteError, ExecutionTimeout, OperationFailure
 
 from functions import device_events
-from shared import metrics
 from shared.instants import hour_of, set_clock, utc_now
 from shared.notifications.checks.run import CheckRun, run_check
 from shared.reports import dispatcher
@@ -27,6 +27,7 @@ from shared.store import schema
 from shared.store.cosmos import feed_range
 from shared.store.partitioning import BUCKETS, BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable, count_matched, with_retries
+from shared.telemetry import metrics
 from tests import invoke
 from tests.api import ago, closed, get_bottle, heartbeat, opened, post_events, provisioned
 from tests.checking import World, sweep_all

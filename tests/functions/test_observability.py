@@ -14,8 +14,8 @@ import pytest
 from opentelemetry import trace
 from pymongo.database import Database
 
-from shared import observability
 from shared.settings import get_settings
+from shared.telemetry import observability
 from tests import api
 from tests.api import ago, closed, heartbeat, opened
 from tests.bicep import ROOT

@@ -16,9 +16,9 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 
 from benchmarks import telemetry as benchmark
 from functions import device_events, invocations
-from shared import metrics, observability
 from shared.instants import set_clock, utc_now
 from shared.store import schema
+from shared.telemetry import metrics, observability
 from tests.cosmos_fakes import ThrottlingDatabase
 from tools.costs.telemetry import MEASURED
 from tools.host.worker import InvocationFailed
@@ -108,7 +108,7 @@ def test_an_invocation_s_line_follows_the_host_s_sampling_decision_through_the_r
     host: LocalHost, clock: None, sampled: bool
 ) -> None:
     """The host hands the worker its traceparent; the runtime runs a synchronous function on a thread without
-    the context it attached, so the app attaches it (shared.observability.host_trace): a line of a trace the
+    the context it attached, so the app attaches it (shared.telemetry.observability.host_trace): a line of a trace the
     sampler dropped is not sent, and a kept one carries the host's operation id."""
     with Capture(host, clock=Ticks()) as capture:
         key = provisioned(capture, "bottle-7")

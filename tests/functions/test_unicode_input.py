@@ -11,7 +11,7 @@ import azure.functions as func
 import pytest
 
 from functions import bottles, device_events, notifications, reports
-from shared.heartbeat_document import heartbeat_slots
+from shared.devices.heartbeat_document import heartbeat_slots
 from shared.store import schema
 from tests import invoke
 from tests.api import SPEC, Response, ago, heartbeat, iso, opened, post_events, provisioned, put_bottle

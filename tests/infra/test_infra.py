@@ -20,11 +20,11 @@ import yaml
 from packaging.requirements import Requirement
 from pymongo import common as pymongo_common
 
-from shared import metrics, observability
 from shared.archive import layout
 from shared.settings import Settings
 from shared.store.schema import collection_specs
 from shared.store.setup import ensure_store
+from shared.telemetry import metrics, observability
 from tests import bicep
 from tests.cosmos_fakes import FakeCosmosDatabase
 from tools.bicep_collections import bicep_parameter

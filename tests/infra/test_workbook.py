@@ -1,5 +1,5 @@
 """The workbook the infra deploys (infra/modules/workbook.bicep, its layout infra/workbook.json): its queries name
-only metrics the app emits (shared/metrics.py), with their dimensions, and Cosmos DB metrics that exist; every
+only metrics the app emits (shared/telemetry/metrics.py), with their dimensions, and Cosmos DB metrics that exist; every
 metric the app emits is on it; the deployment fills every resource id its queries read; and its picture in the
 docs is drawn from this layout."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from PIL import Image
 
-from shared import metrics
+from shared.telemetry import metrics
 from tests import bicep
 from tools import workbook_picture
 

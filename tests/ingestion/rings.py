@@ -4,8 +4,8 @@ the ring's and the heartbeat document's tests share it."""
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.device_keys import hash_key
-from shared.heartbeat_document import (
+from shared.devices.device_keys import hash_key
+from shared.devices.heartbeat_document import (
     Window,
     heartbeat_slots,
     key_digest,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from shared.bottles import provisioning
-from shared.device_keys import hash_key
-from shared.heartbeat_document import KEY, KEY_VERSION, key_digest
+from shared.devices.device_keys import hash_key
+from shared.devices.heartbeat_document import KEY, KEY_VERSION, key_digest
 from shared.ingestion import authentication
 from shared.instants import utc_now
 from shared.store import schema

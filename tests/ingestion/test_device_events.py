@@ -7,7 +7,7 @@ from typing import Any
 import bson
 import pytest
 
-from shared.heartbeat_document import LATE_AT, LATE_FLAG, Window, hour_number, ring_hours, slot_start
+from shared.devices.heartbeat_document import LATE_AT, LATE_FLAG, Window, hour_number, ring_hours, slot_start
 from shared.instants import hour_of, set_clock, utc_now
 from shared.store import schema
 from shared.store.partitioning import bucket_of

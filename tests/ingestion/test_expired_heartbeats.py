@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.heartbeat_document import HOURS_PER_FIELD, Window, field_of, hour_number, hour_start
+from shared.devices.heartbeat_document import HOURS_PER_FIELD, Window, field_of, hour_number, hour_start
 from shared.instants import set_clock, utc_now
 from shared.settings import Settings
 from tests.api import heartbeat, post_events, provisioned

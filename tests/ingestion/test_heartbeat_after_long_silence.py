@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.heartbeat_document import MAX_GAP_HOURS
+from shared.devices.heartbeat_document import MAX_GAP_HOURS
 from tests.api import heartbeat, post_events
 from tests.checking import World
 from tests.heartbeats import counted, slot

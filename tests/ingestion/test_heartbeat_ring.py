@@ -1,4 +1,4 @@
-"""The heartbeat document's ring (shared/heartbeat_document.py): what it counts after any sequence of writes,
+"""The heartbeat document's ring (shared/devices/heartbeat_document.py): what it counts after any sequence of writes,
 however far apart and whatever the alignment of the window on the ring's 4-hour fields; the window setting
 changed under it; a write racing another after a long silence; and which hours it gives the heartbeat tally to
 count. Over weeks its one-character field names come round again every FIELD_NAMES fields, so every write must
@@ -14,8 +14,8 @@ from bson.int64 import Int64
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.device_time import MAX_FUTURE_SKEW
-from shared.heartbeat_document import (
+from shared.devices.device_time import MAX_FUTURE_SKEW
+from shared.devices.heartbeat_document import (
     ALIVE_AT,
     FIELD_NAMES,
     HOURS_PER_FIELD,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared import device_keys
+from shared.devices import device_keys
 from shared.ingestion import authentication, storing
 from shared.reports.documents import action_parts
 from shared.store import schema

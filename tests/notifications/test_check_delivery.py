@@ -18,7 +18,6 @@ import mongomock
 import pytest
 from pymongo.errors import AutoReconnect, OperationFailure
 
-from shared import metrics
 from shared.notifications import delivery
 from shared.notifications import documents as notifications
 from shared.notifications.checks.partitions import partitions
@@ -28,6 +27,7 @@ from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy, StoreUnavailable
+from shared.telemetry import metrics
 from tests.checking import Sweep, World, sweep_all
 from tests.cosmos_fakes import ThrottlingDatabase
 from tests.report_client import set_setting

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.heartbeat_document import MAX_GAP_HOURS
+from shared.devices.heartbeat_document import MAX_GAP_HOURS
 from shared.settings import get_settings
 from shared.store import schema
 from tests.checking import World

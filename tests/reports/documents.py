@@ -5,7 +5,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.heartbeat_document import (
+from shared.devices.heartbeat_document import (
     OWNERS,
     RING,
     RING_TIME,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from shared.heartbeat_document import OWNERS
+from shared.devices.heartbeat_document import OWNERS
 from shared.reports import aggregation
 from shared.reports.aggregation import Change, refresh_daily, refresh_hourly
 from shared.reports.documents import daily_id, hourly_id

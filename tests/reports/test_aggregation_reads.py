@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.heartbeat_document import KEY, OWNERS, RING, RING_TIME
+from shared.devices.heartbeat_document import KEY, OWNERS, RING, RING_TIME
 from shared.instants import hour_of
 from shared.reports import aggregation
 from shared.reports.aggregation import CLAUSES_PER_QUERY, Change, refresh_hourly

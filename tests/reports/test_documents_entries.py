@@ -4,7 +4,15 @@ an entry names, the hours a range recount covers, and a day of several bottles. 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.heartbeat_document import RING, RING_TIME, SLOT_MINUTES, Placement, field_name, hour_number, ring_bits
+from shared.devices.heartbeat_document import (
+    RING,
+    RING_TIME,
+    SLOT_MINUTES,
+    Placement,
+    field_name,
+    hour_number,
+    ring_bits,
+)
 from shared.reports.documents import (
     ActionPart,
     daily_document,

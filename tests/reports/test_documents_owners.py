@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from shared.device_time import MAX_FUTURE_SKEW
-from shared.heartbeat_document import (
+from shared.devices.device_time import MAX_FUTURE_SKEW
+from shared.devices.heartbeat_document import (
     LATE_AT,
 )
 from shared.reports.documents import heartbeat_parts, merged_entry, tally_hours

@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 import pytest
 from pymongo.errors import OperationFailure
 
-from shared import metrics
 from shared.instants import set_clock, utc_now
 from shared.reports.dispatcher import dispatch
 from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
@@ -21,6 +20,7 @@ from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range
+from shared.telemetry import metrics
 from tests.api import opened, post_events, provisioned
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, QuietStream, composite_token, cosmos_token, epk
 from tests.report_client import set_setting

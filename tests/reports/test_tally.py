@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.heartbeat_document import USER_BUCKET
+from shared.devices.heartbeat_document import USER_BUCKET
 from shared.reports import aggregation
 from shared.reports.aggregation import write_guarded
 from shared.reports.dispatcher import dispatch

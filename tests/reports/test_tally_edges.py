@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.device_time import LATE_AFTER
+from shared.devices.device_time import LATE_AFTER
 from shared.settings import Settings
 from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, opened
 

@@ -9,8 +9,8 @@ import pytest
 from pymongo import InsertOne, UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure
 
-from shared import metrics
 from shared.store.retries import RecentThrottling, RetryPolicy, StoreUnavailable, count_matched, write_idempotent
+from shared.telemetry import metrics
 from tests.draws import Lowest
 
 THROTTLED, RAN_OUT_OF_TIME, INVALID = 16500, 50, 121

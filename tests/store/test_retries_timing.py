@@ -6,10 +6,10 @@ import pytest
 from pymongo import _csot
 from pymongo.errors import AutoReconnect, ExecutionTimeout, OperationFailure
 
-from shared import metrics
 from shared.settings import get_settings
 from shared.store import retries
 from shared.store.retries import RecentThrottling, RetryPolicy, StoreUnavailable, with_retries
+from shared.telemetry import metrics
 from tests.draws import Highest, Lowest
 from tests.report_client import set_setting
 

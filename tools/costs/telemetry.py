@@ -92,7 +92,7 @@ RULES: tuple[Rule, ...] = (
         "the host and the distro read OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG; microsoft.fixed_percentage "
         "keeps that share of the traces by a hash of the trace id, in every process alike, so the volume follows "
         "the traffic, not the instances (microsoft.rate_limited keeps a number a second per process); logs below "
-        "WARNING follow their trace (shared/observability.py), metrics are never sampled",
+        "WARNING follow their trace (shared/telemetry/observability.py), metrics are never sampled",
         f"{HOST_SAMPLER}; {DISTRO_SAMPLER}",
         "18,000 requests a second at 0.01: 180 traces a second, on 1 instance or 100; rate-limited at 5 a second: "
         "5 on 1 instance, 500 on 100",

@@ -1,8 +1,8 @@
 """The trace context the host hands the worker with each invocation (`InvocationRequest.trace_context`), for
 measuring what the app sends to Application Insights (tools/telemetry_capture.py). In Azure the host starts each
 invocation's span and passes its W3C `traceparent`; the runtime gives it to the function in `func.Context`
-(shared.observability.host_trace attaches it) and, with OpenTelemetry on (PYTHON_ENABLE_OPENTELEMETRY), attaches
-it on its own event loop too (azure_functions_runtime/otel.py, `configure_opentelemetry`). Local runs pass no
+(shared.telemetry.observability.host_trace attaches it) and, with OpenTelemetry on (PYTHON_ENABLE_OPENTELEMETRY),
+attaches it on its own event loop too (azure_functions_runtime/otel.py, `configure_opentelemetry`). Local runs pass no
 trace context unless a caller asks (`traced`)."""
 
 from collections.abc import Iterator

@@ -19,7 +19,6 @@ from pymongo.cursor import Cursor
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
-from shared import metrics
 from shared.instants import to_stored
 from shared.notifications import delivery
 from shared.notifications import documents as notifications
@@ -32,6 +31,7 @@ from shared.settings import Settings
 from shared.store.optimistic import AGAIN, Round, until_landed
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, count_matched, with_retries
+from shared.telemetry import metrics
 
 
 @dataclass

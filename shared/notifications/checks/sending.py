@@ -15,11 +15,11 @@ from pymongo.errors import PyMongoError
 from shared.notifications import delivery
 from shared.notifications.checks.partitions import partition_label
 from shared.notifications.documents import Kind
-from shared.observability import fields
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy, StoreUnavailable, with_retries
+from shared.telemetry.observability import fields
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from datetime import timedelta
 
 import pytest
 
+from shared.devices.heartbeat_document import MAX_GAP_HOURS
 from shared.doses.schedules import TimesSchedule
-from shared.heartbeat_document import MAX_GAP_HOURS
 from shared.instants import set_clock, utc_now
 from shared.store import schema
 from tests.api import SPEC, ago, closed, heartbeat, opened, post_events, provisioned

@@ -1,0 +1,1 @@
+"""What operators see: the invocation logs and the OpenTelemetry metrics they alert on."""
