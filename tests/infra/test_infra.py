@@ -36,7 +36,8 @@ BICEP_FILES = sorted(str(path.relative_to(bicep.INFRA)) for path in bicep.INFRA.
 HOST_APP_SETTINGS = {
     "AzureWebJobsStorage__accountName": "the Functions host: identity-based storage",
     "AzureWebJobsStorage__credential": "the same connection: authenticate with a managed identity",
-    "APPLICATIONINSIGHTS_CONNECTION_STRING": "the host, and shared/observability.configure_telemetry (the distro)",
+    "APPLICATIONINSIGHTS_CONNECTION_STRING": "the host, and the distro "
+    "(shared/telemetry/observability.py: configure_telemetry)",
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING": "Entra ID telemetry auth (App Insights local auth is off)",
     "PYTHON_ENABLE_OPENTELEMETRY": "the Python worker streams OpenTelemetry logs; the host does not repeat them",
     "PYTHON_THREADPOOL_THREAD_COUNT": "the Python worker's threads for synchronous functions: one per concurrent "

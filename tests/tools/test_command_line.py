@@ -314,7 +314,7 @@ def test_mutate_help_lists_the_cores_and_succeeds_running_nothing(tmp_path, argv
     [
         (
             ["nosuch.module"],
-            "'nosuch.module' is not a core: MODULE is one of bottles.provisioning heartbeat_document reports.",
+            "'nosuch.module' is not a core: MODULE is one of bottles.provisioning devices.heartbeat_document reports.",
         ),
         (["reports"], "'reports' is not a core"),
         (["shared.reports.tally"], "'shared.reports.tally' is not a core"),
