@@ -6,7 +6,7 @@ never read or marked. Why and how: docs/checks.md, "The queue message" and "The 
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,9 +15,16 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.database import Database
 
-from shared.notifications.documents import PENDING, QUEUED, Kind
+from shared.notifications.documents import (
+    PENDING,
+    QUEUED,
+    Kind,
+    NotificationDocument,
+    NotificationFilter,
+    NotificationUpdate,
+    stored_notifications,
+)
 from shared.notifications.outside import queue_message
-from shared.store import schema
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, count_matched, with_retries
 from shared.telemetry import metrics
@@ -86,7 +93,7 @@ def send_pending(
     other" (https://learn.microsoft.com/dotnet/azure/sdk/thread-safety; for Python, the guidelines'
     https://azure.github.io/azure-sdk/python_design.html)."""
     pending = with_retries(
-        lambda: list(db[schema.NOTIFICATIONS].find(pending_selector(kind, partition)).sort(OLDEST_FIRST).limit(limit)),
+        lambda: list(stored_notifications(db).find(pending_selector(kind, partition)).sort(OLDEST_FIRST).limit(limit)),
         sending.request_policy(),
     )
     queued = 0
@@ -142,7 +149,7 @@ def _label(partition: BucketRange) -> str:
     return f"{partition.index}/{partition.count}"
 
 
-def _count_sent(kind: Kind, accepted: list[Mapping[str, Any]], now: datetime) -> None:
+def _count_sent(kind: Kind, accepted: list[NotificationDocument], now: datetime) -> None:
     """Count the notifications the queue accepted, each with how long after its episode began (at the run's
     `now`: a run sends within its budget)."""
     for notification in accepted:
@@ -151,7 +158,7 @@ def _count_sent(kind: Kind, accepted: list[Mapping[str, Any]], now: datetime) ->
         metrics.notification_sent(kind, (now - began).total_seconds())
 
 
-def _send_one(send: Send, notification: Mapping[str, Any]) -> SendFailed | None:
+def _send_one(send: Send, notification: NotificationDocument) -> SendFailed | None:
     """Send one notification's message; the SendFailed if the queue did not take it (anything else raises: the
     run dies, and what it sent unmarked is sent again by a later run)."""
     try:
@@ -161,14 +168,14 @@ def _send_one(send: Send, notification: Mapping[str, Any]) -> SendFailed | None:
     return None
 
 
-def _mark_queued(db: Database[Any], sent: list[Mapping[str, Any]], *, now: datetime, policy: RetryPolicy) -> int:
+def _still_pending(notification: NotificationDocument) -> NotificationFilter:
+    """The notification, if it is still pending (an overlapping run may have marked it)."""
+    return {"_id": notification["_id"], "user_id": notification["user_id"], "delivery": PENDING}
+
+
+def _mark_queued(db: Database[Any], sent: list[NotificationDocument], *, now: datetime, policy: RetryPolicy) -> int:
     """Mark notifications whose messages the queue accepted. How many this run marked: one an overlapping run
     of the partition marked first is not counted (its message went out twice; the consumer deduplicates)."""
-    marks = [
-        UpdateOne(
-            {"_id": n["_id"], "user_id": n["user_id"], "delivery": PENDING},
-            {"$set": {"delivery": QUEUED, "queued_at": now}},
-        )
-        for n in sent
-    ]
-    return count_matched(db[schema.NOTIFICATIONS], marks, policy)
+    queued: NotificationUpdate = {"$set": {"delivery": QUEUED, "queued_at": now}}
+    marks = [UpdateOne(_still_pending(n), queued) for n in sent]
+    return count_matched(stored_notifications(db), marks, policy)

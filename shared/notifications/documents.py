@@ -13,9 +13,10 @@ slot found more than a day after it went late (the checks were down) is recorded
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pymongo import InsertOne, UpdateMany, UpdateOne
+from pymongo.collection import Collection
 from pymongo.database import Database
 
 from shared.instants import format_instant
@@ -25,7 +26,60 @@ from shared.store.retries import RetryPolicy, with_retries, write_idempotent
 
 Kind = Literal["late_dose", "left_open", "silent"]
 KINDS: tuple[Kind, ...] = ("late_dose", "left_open", "silent")
-PENDING, QUEUED, WITHHELD = "pending", "queued", "withheld"
+DeliveryState = Literal["pending", "queued", "withheld"]
+PENDING: DeliveryState = "pending"
+QUEUED: DeliveryState = "queued"
+WITHHELD: DeliveryState = "withheld"
+
+
+class NotificationDocument(TypedDict, total=False):
+    """A stored notification (`notifications`), as `notification_document` writes it and delivery, the read API
+    and the resolve sweep read it: one definition, so that a field renamed in one place fails the type check in
+    every other. Not total: a read with a projection returns some of the fields."""
+
+    _id: str  # notification_id: bottle, kind, episode start
+    user_id: str  # the owner it was recorded for (the shard key)
+    bottle_id: str
+    medication: str
+    kind: Kind
+    episode_start: datetime
+    created_at: datetime
+    resolved_at: datetime | None  # None while the episode lasts
+    delivery: DeliveryState
+    queued_at: datetime | None  # when the queue accepted its message
+    feed_key: str  # created_at, then _id: a user's notifications newest first
+    bucket: int  # its bottle's bucket (BUCKET_FIELD): the check partition that sends it
+
+
+class NotificationFilter(TypedDict, total=False):
+    """What a guarded write or a read of notifications selects by: a field's value, or a query operator's
+    document for it."""
+
+    _id: str
+    user_id: str
+    bottle_id: str
+    kind: Kind | dict[str, list[Kind]]
+    episode_start: dict[str, datetime]
+    resolved_at: None  # not resolved yet
+    delivery: DeliveryState
+    feed_key: dict[str, str]
+
+
+class NotificationFields(TypedDict, total=False):
+    """The fields a notification's writes after its insert set: its resolution, its delivery."""
+
+    resolved_at: datetime
+    delivery: DeliveryState
+    queued_at: datetime
+
+
+NotificationUpdate = TypedDict("NotificationUpdate", {"$set": NotificationFields})
+
+
+def stored_notifications(db: Database[Any]) -> "Collection[NotificationDocument]":
+    """The `notifications` collection, its documents typed."""
+    collection: Collection[NotificationDocument] = db[schema.NOTIFICATIONS]
+    return collection
 
 
 def notification_id(bottle_id: str, kind: str, episode_start: datetime) -> str:
@@ -48,7 +102,7 @@ class Episode:
         return notification_id(self.bottle_id, self.kind, self.start)
 
 
-def notification_document(episode: Episode, now: datetime) -> dict[str, Any]:
+def notification_document(episode: Episode, now: datetime) -> NotificationDocument:
     """The stored notification, created at `now` (when it is written, not when its check run began). `feed_key`
     orders a user's notifications newest first (created_at, then _id), and the read API's cursor follows it."""
     _id = episode.notification_id
@@ -82,24 +136,26 @@ def record(db: Database[Any], episodes: Iterable[Episode], now: datetime, policy
 
 def resolve_episode(user_id: str, bottle_id: str, kind: Kind, episode_start: datetime, now: datetime) -> UpdateOne:
     """Resolve one notification (a no-op if it is resolved already, or was never recorded)."""
-    return UpdateOne(
-        {"_id": notification_id(bottle_id, kind, episode_start), "user_id": user_id, "resolved_at": None},
-        {"$set": {"resolved_at": now}},
-    )
+    selector: NotificationFilter = {
+        "_id": notification_id(bottle_id, kind, episode_start),
+        "user_id": user_id,
+        "resolved_at": None,
+    }
+    update: NotificationUpdate = {"$set": {"resolved_at": now}}
+    return UpdateOne(selector, update)
 
 
 def resolve_up_to(user_id: str, bottle_id: str, kind: Kind, latest_start: datetime, now: datetime) -> UpdateMany:
     """Resolve every unresolved notification of this bottle and kind whose episode started by `latest_start`."""
-    return UpdateMany(
-        {
-            "user_id": user_id,
-            "bottle_id": bottle_id,
-            "kind": kind,
-            "episode_start": {"$lte": latest_start},
-            "resolved_at": None,
-        },
-        {"$set": {"resolved_at": now}},
-    )
+    selector: NotificationFilter = {
+        "user_id": user_id,
+        "bottle_id": bottle_id,
+        "kind": kind,
+        "episode_start": {"$lte": latest_start},
+        "resolved_at": None,
+    }
+    update: NotificationUpdate = {"$set": {"resolved_at": now}}
+    return UpdateMany(selector, update)
 
 
 def apply_resolutions(db: Database[Any], ops: list[UpdateOne | UpdateMany], policy: RetryPolicy) -> int:

@@ -5,13 +5,13 @@ fields, from one place (`outside_fields`), and differ only around them: the mess
 is sent once, whatever became of the episode since). Both are published contracts (docs/checks.md, docs/api.md)."""
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from shared.instants import format_instant
+from shared.notifications.documents import NotificationDocument
 
 
-def outside_fields(notification: Mapping[str, Any]) -> dict[str, Any]:
+def outside_fields(notification: NotificationDocument) -> dict[str, Any]:
     """The fields both shapes carry, in their order, instants as ISO-8601: owner, bottle, medication, kind, when
     the episode began and when a check recorded it."""
     return {
@@ -24,13 +24,13 @@ def outside_fields(notification: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def queue_message(notification: Mapping[str, Any]) -> str:
+def queue_message(notification: NotificationDocument) -> str:
     """The queue message of a notification: JSON, `notification_id` (the key to deduplicate on) first."""
     message = {"notification_id": notification["_id"], **outside_fields(notification)}
     return json.dumps(message, separators=(",", ":"))
 
 
-def notification_view(notification: Mapping[str, Any]) -> dict[str, Any]:
+def notification_view(notification: NotificationDocument) -> dict[str, Any]:
     """A notification as the read API answers it: `id` first, `resolved_at` (null while the episode lasts) last."""
     resolved = notification.get("resolved_at")
     return {

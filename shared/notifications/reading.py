@@ -12,10 +12,9 @@ from pymongo.database import Database
 
 from shared.errors import BadRequest, Detail
 from shared.instants import format_instant, parse_instant, to_stored
-from shared.notifications.documents import KINDS, Kind
+from shared.notifications.documents import KINDS, Kind, NotificationDocument, NotificationFilter, stored_notifications
 from shared.notifications.outside import notification_view
 from shared.settings import Settings
-from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries
 
 DEFAULT_PAGE, MAX_PAGE = 50, 200
@@ -51,7 +50,7 @@ class NotificationPage:
     """A page of a user's notifications (as the API shows them, newest first), the token of the next, older page
     (None: the last), and the cursor to follow the feed from (the same on every page of one poll)."""
 
-    notifications: list[dict[str, Any]]
+    notifications: list[dict[str, Any]]  # as the API shows them (outside.notification_view)
     next_page: str | None
     cursor: str
 
@@ -142,7 +141,7 @@ def list_notifications(db: Database[Any], query: NotificationQuery, *, settings:
     and the newest `created_at` of the poll less `feed_lag`, so that the next poll reads again whatever may still
     be written before it."""
     policy = RetryPolicy.for_request(settings)
-    selector: dict[str, Any] = {"user_id": query.user_id}
+    selector: NotificationFilter = {"user_id": query.user_id}
     feed: dict[str, str] = {}
     after = max((b for b in (query.since, query.after) if b is not None), default=None)
     if after is not None:
@@ -157,7 +156,7 @@ def list_notifications(db: Database[Any], query: NotificationQuery, *, settings:
     # keys it matches exactly, so the equality-filtered user_id is in the sort too (it changes no order).
     newest_first = [("user_id", -1), ("feed_key", -1)]
     found = with_retries(
-        lambda: list(db[schema.NOTIFICATIONS].find(selector).sort(newest_first).limit(query.limit + 1)), policy
+        lambda: list(stored_notifications(db).find(selector).sort(newest_first).limit(query.limit + 1)), policy
     )
     page = found[: query.limit]
     cursor = query.cursor_of_poll or _cursor_after(after, page, settings)
@@ -165,7 +164,7 @@ def list_notifications(db: Database[Any], query: NotificationQuery, *, settings:
     return NotificationPage([notification_view(n) for n in page], next_page, _encode_cursor(cursor))
 
 
-def _cursor_after(after: datetime | None, page: list[dict[str, Any]], settings: Settings) -> datetime:
+def _cursor_after(after: datetime | None, page: list[NotificationDocument], settings: Settings) -> datetime:
     """The cursor after a poll's first page: from `feed_lag` before its newest notification, never earlier than
     the poll's own bound (so a poll that found nothing answers the cursor it was given)."""
     bound = after if after is not None else EPOCH
