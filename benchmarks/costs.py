@@ -47,11 +47,11 @@ from benchmarks.design_scale import Measured
 from benchmarks.harness import installed_store, print_table
 from benchmarks.ingestion import runs as ingestion
 from benchmarks.reports.runs import NaiveConsumer, provision_fleet
+from shared.feeds.partitions import Partition
 from shared.ingestion.receive import receive
 from shared.instants import set_clock
 from shared.notifications.documents import KINDS
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import Partition
 from shared.reports.worker import process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema

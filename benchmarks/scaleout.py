@@ -35,14 +35,14 @@ from benchmarks.checks import runs as check_fleet
 from benchmarks.harness import bench_client, print_table
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
+from shared.feeds.partitions import FEEDS, Partition
+from shared.feeds.settling import SETTLE
 from shared.ingestion.receive import receive
 from shared.instants import utc_now
 from shared.notifications.checks.partitions import CheckPartition, partitions
 from shared.notifications.checks.run import run_check
 from shared.notifications.documents import KINDS
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import FEEDS, Partition
-from shared.reports.tally import SETTLE
 from shared.reports.worker import process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema

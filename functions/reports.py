@@ -11,9 +11,9 @@ from functions.bindings import QueueMessages
 from functions.invocations import Invocation, work_message
 from functions.responses import handles_errors, json_response
 from shared.api.ids import check_id
+from shared.feeds.partitions import Partition, retired
 from shared.instants import utc_now
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import Partition, retired
 from shared.reports.reading import parse_report_query, read_reports
 from shared.reports.worker import process_partition
 from shared.settings import get_settings

@@ -11,6 +11,7 @@ _DATE_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\
 _OFFSET = re.compile(r"([+-])([01]\d|2[0-3]):([0-5]\d)", re.ASCII)
 FORMAT = "YYYY-MM-DDThh:mm:ss[.fraction] and 'Z' or '+hh:mm'"
 _QUOTED = 40  # at most this much of a rejected value is quoted back
+HOUR = timedelta(hours=1)
 
 
 def parse_instant(text: str) -> datetime:

@@ -13,9 +13,9 @@ import pytest
 from pymongo.errors import PyMongoError
 
 from shared import instants
+from shared.feeds.partitions import FEEDS, Partition
 from shared.instants import set_clock, utc_now
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import FEEDS, Partition
 from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import get_settings
 from shared.store import schema

@@ -9,10 +9,10 @@ from typing import Any
 
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
+from shared.feeds.partitions import Partition
 from shared.ingestion.receive import receive
 from shared.reports.aggregation import Change, Stamper, refresh_hourly
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import Partition
 from shared.reports.tally import rolled_up_before
 from shared.reports.worker import process_partition
 from shared.settings import Settings

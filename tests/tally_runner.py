@@ -7,7 +7,7 @@ from typing import Any
 
 from shared.archive.heartbeats import HeartbeatArchiver
 from shared.archive.storage import Archive
-from shared.reports.leases import Lease
+from shared.feeds.leases import Lease
 from shared.reports.tally import Pass, run_tally
 from shared.settings import Settings
 from shared.store.partitioning import BucketRange

@@ -16,11 +16,11 @@ from pymongo.database import Database
 from benchmarks.harness import print_table, secantus_store
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
+from shared.feeds.partitions import Partition
 from shared.ingestion.receive import receive
 from shared.instants import set_clock, utc_now
 from shared.reports.dispatcher import dispatch
 from shared.reports.documents import COUNTERS, daily_id, hourly_id, parse_hourly_id
-from shared.reports.partitions import Partition
 from shared.reports.sources import MAX_AWAIT_MS, PIPELINE
 from shared.reports.tally import counted_from
 from shared.reports.worker import process_partition

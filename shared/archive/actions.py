@@ -14,11 +14,9 @@ from pymongo.database import Database
 
 from shared.archive.layout import ACTION_COLUMNS, action_file
 from shared.archive.storage import Archive
-from shared.instants import day_of, hour_of
-from shared.reports.aggregation import find_all
-from shared.reports.documents import HOUR
-from shared.reports.leases import Lease
-from shared.reports.tally import hours_due
+from shared.feeds.leases import Lease
+from shared.feeds.settling import hours_due
+from shared.instants import HOUR, day_of, hour_of
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.pacing import Pace
@@ -233,7 +231,7 @@ def _page(
         whole = [doc for doc in docs if doc[RECEIVED] != last]
         # The instant alone, as a range like every query of the sweep (stored times are whole milliseconds).
         instant = {RECEIVED: {"$gte": last, "$lt": last + timedelta(milliseconds=1)}}
-        docs = whole or find_all(collection, instant, policy, _FIELDS)
+        docs = whole or with_retries(lambda: list(collection.find(instant, _FIELDS)), policy)
     return docs
 
 

@@ -12,8 +12,16 @@ from typing import Any
 from shared.archive.layout import heartbeat_file
 from shared.archive.storage import Archive, ArchiveUnavailable
 from shared.devices.device_time import MAX_FUTURE_SKEW
-from shared.devices.heartbeat_document import MINUTE, SLOT_MINUTES, hour_start, ring_hours, slots_of
-from shared.reports.documents import HOUR, owner_of_minute, ownerships
+from shared.devices.heartbeat_document import (
+    MINUTE,
+    SLOT_MINUTES,
+    hour_start,
+    owner_of_minute,
+    ownerships,
+    ring_hours,
+    slots_of,
+)
+from shared.instants import HOUR
 from shared.store.partitioning import bucket_of
 
 MERGE_ATTEMPTS = 10  # guarded writes of one file refused in a row before the run gives up (ArchiveUnavailable)

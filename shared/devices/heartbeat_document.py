@@ -333,3 +333,41 @@ def already_counted(document: HeartbeatDocument | None, placement: Placement) ->
         return False
     value = int(ring.get(field_name(field)) or 0)
     return bool(value >> (_shift(placement.hour) + placement.slot) & 1)
+
+
+# --- who owned the bottle when -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ownership:
+    user_id: str
+    since: datetime | None  # None: from the start
+    until: datetime | None  # None: still the owner
+
+    def overlaps(self, start: datetime, end: datetime) -> bool:
+        return (self.since is None or self.since < end) and (self.until is None or start < self.until)
+
+
+def ownerships(heartbeat_doc: Mapping[str, Any]) -> list[Ownership]:
+    """Who owned the bottle when: the heartbeat document's earlier owners (`owners`, [{user_id, until}], oldest
+    first, one appended at each reassignment and dropped once the window is past it), then its `user_id` from
+    the last `until` on. The first owns everything before its `until`."""
+    spans = []
+    since = None
+    for owner in heartbeat_doc.get(OWNERS) or []:
+        spans.append(Ownership(owner["user_id"], since, owner["until"]))
+        since = owner["until"]
+    spans.append(Ownership(heartbeat_doc["user_id"], since, None))
+    return spans
+
+
+def owner_of_minute(spans: list[Ownership], minute: datetime) -> str | None:
+    """Who a heartbeat of this minute counts for: a heartbeat's minute is the last of its 5-minute slot
+    (minutes_of), so a reassignment counts from the start of its slot (a heartbeat in that slot counts for the
+    new owner)."""
+    for span in spans:
+        since = None if span.since is None else span.since.replace(second=0, microsecond=0)
+        until = None if span.until is None else span.until.replace(second=0, microsecond=0)
+        if (since is None or since <= minute) and (until is None or minute < until):
+            return span.user_id
+    return None

@@ -14,10 +14,9 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from shared.devices.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME
-from shared.instants import day_of, hour_of, to_stored
+from shared.instants import HOUR, day_of, hour_of, to_stored
 from shared.reports.documents import (
     DAY,
-    HOUR,
     ActionPart,
     Document,
     HeartbeatPart,

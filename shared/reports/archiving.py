@@ -17,10 +17,9 @@ from typing import Any, Protocol
 
 from pymongo.database import Database
 
-from shared.instants import format_instant, hour_of
-from shared.reports.documents import HOUR
-from shared.reports.leases import Lease, LeaseDocument, lease_documents
-from shared.reports.partitions import HEARTBEATS_ARCHIVE, Partition, tally_partner
+from shared.feeds.leases import Lease, LeaseDocument, lease_documents
+from shared.feeds.partitions import HEARTBEATS_ARCHIVE, Partition, tally_partner
+from shared.instants import HOUR, format_instant, hour_of
 from shared.reports.tally import (
     EPOCH,
     LAST_BEGAN,

@@ -13,10 +13,9 @@ from typing import Any
 from pymongo.database import Database
 
 from shared.archive.current import get_archive
-from shared.reports.archiving import behind_the_tally, due_to_catch_up
-from shared.reports.layouts import ensure_leases, feed_coverage, leases_over
-from shared.reports.leases import feed_lags, leases_to_dispatch
-from shared.reports.partitions import (
+from shared.feeds.layouts import ensure_leases, feed_coverage, leases_over
+from shared.feeds.leases import feed_lags, leases_to_dispatch
+from shared.feeds.partitions import (
     HEARTBEATS_ARCHIVE,
     Feed,
     NoPartitionTokens,
@@ -25,7 +24,8 @@ from shared.reports.partitions import (
     feed_partitions,
     feeds_to_run,
 )
-from shared.reports.tally import CLOCK_MARGIN, hours_due
+from shared.feeds.settling import CLOCK_MARGIN, hours_due
+from shared.reports.archiving import behind_the_tally, due_to_catch_up
 from shared.settings import Settings
 from shared.store.cosmos import FeedRange, is_cosmos_uri
 from shared.store.retries import RetryPolicy

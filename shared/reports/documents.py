@@ -20,13 +20,22 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.devices.device_time import MAX_FUTURE_SKEW, action_order
-from shared.devices.heartbeat_document import LATE_AT, LATE_FLAG, MINUTE, OWNERS, hour_start, minutes_of, ring_hours
-from shared.instants import day_of, hour_of
+from shared.devices.heartbeat_document import (
+    LATE_AT,
+    LATE_FLAG,
+    MINUTE,
+    OWNERS,
+    hour_start,
+    minutes_of,
+    owner_of_minute,
+    ownerships,
+    ring_hours,
+)
+from shared.instants import HOUR, day_of, hour_of
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
 
 Document = dict[str, Any]
 
-HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 ACTION_COUNTERS = ("opened", "closed", "doses", "pills_taken")
 COUNTERS = (*ACTION_COUNTERS, "heartbeats")
@@ -98,41 +107,6 @@ class HeartbeatPart:
     medication: str
     # The user owned the bottle for the whole hour (and the skew before it): then the hour's count only grows.
     sole_owner: bool = False
-
-
-@dataclass(frozen=True)
-class Ownership:
-    user_id: str
-    since: datetime | None  # None: from the start
-    until: datetime | None  # None: still the owner
-
-    def overlaps(self, start: datetime, end: datetime) -> bool:
-        return (self.since is None or self.since < end) and (self.until is None or start < self.until)
-
-
-def ownerships(heartbeat_doc: Mapping[str, Any]) -> list[Ownership]:
-    """Who owned the bottle when: the heartbeat document's earlier owners (`owners`, [{user_id, until}], oldest
-    first, one appended at each reassignment and dropped once the window is past it), then its `user_id` from
-    the last `until` on. The first owns everything before its `until`."""
-    spans = []
-    since = None
-    for owner in heartbeat_doc.get(OWNERS) or []:
-        spans.append(Ownership(owner["user_id"], since, owner["until"]))
-        since = owner["until"]
-    spans.append(Ownership(heartbeat_doc["user_id"], since, None))
-    return spans
-
-
-def owner_of_minute(spans: list[Ownership], minute: datetime) -> str | None:
-    """Who a heartbeat of this minute counts for: a heartbeat's minute is the last of its 5-minute slot
-    (minutes_of), so a reassignment counts from the start of its slot (a heartbeat in that slot counts for the
-    new owner)."""
-    for span in spans:
-        since = None if span.since is None else span.since.replace(second=0, microsecond=0)
-        until = None if span.until is None else span.until.replace(second=0, microsecond=0)
-        if (since is None or since <= minute) and (until is None or minute < until):
-            return span.user_id
-    return None
 
 
 def tally_hours(

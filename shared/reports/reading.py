@@ -8,8 +8,8 @@ from typing import Any, Literal
 from pymongo.database import Database
 
 from shared.errors import BadRequest
-from shared.instants import day_of, format_instant, hour_of, parse_instant
-from shared.reports.documents import COUNTERS, DAY, HOUR, Document, full_entry
+from shared.instants import HOUR, day_of, format_instant, hour_of, parse_instant
+from shared.reports.documents import COUNTERS, DAY, Document, full_entry
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries

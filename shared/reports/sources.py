@@ -14,10 +14,10 @@ from pymongo.change_stream import ChangeStream
 from pymongo.database import Database
 from pymongo.errors import OperationFailure
 
+from shared.feeds.leases import Lease
+from shared.feeds.partitions import Feed, Partition, Token, cosmos_partitions
 from shared.instants import format_instant
 from shared.reports.aggregation import Change, find_all
-from shared.reports.leases import Lease
-from shared.reports.partitions import Feed, Partition, Token, cosmos_partitions
 from shared.settings import Settings
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
 from shared.store.retries import RetryPolicy, is_transient, with_retries

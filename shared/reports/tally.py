@@ -23,12 +23,12 @@ from typing import Any, Protocol
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.devices.device_time import LATE_AFTER
 from shared.devices.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME, USER_BUCKET
-from shared.instants import day_of, format_instant, hour_of
+from shared.feeds.leases import ROLLUPS_FROM, Lease
+from shared.feeds.settling import CLOCK_MARGIN, SETTLE, hours_due
+from shared.instants import HOUR, day_of, format_instant, hour_of
 from shared.reports.aggregation import BottleParts, Parts, Stamper, refresh_daily, write_hourly
-from shared.reports.documents import HOUR, heartbeat_parts, tally_hours
-from shared.reports.leases import ROLLUPS_FROM, Lease
+from shared.reports.documents import heartbeat_parts, tally_hours
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.pacing import Pace
@@ -37,10 +37,6 @@ from shared.store.retries import RetryPolicy, with_retries
 from shared.telemetry.observability import error_text, fields
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# An hour is counted this long after it ends: its prompt heartbeats have arrived by LATE_AFTER, and the rest is
-# margin for clock skew between instances and writes that commit late.
-CLOCK_MARGIN = timedelta(minutes=5)
-SETTLE = LATE_AFTER + CLOCK_MARGIN
 _FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
 _ORDER = [(USER_BUCKET, 1), ("user_id", 1)]
 LAST_BEGAN = "last_began"  # in a lease's token between passes: when the last pass began
@@ -53,11 +49,6 @@ Document = dict[str, Any]
 UserKey = tuple[int, str]  # (user bucket, user_id): the sweep's order
 
 log = logging.getLogger(__name__)
-
-
-def hours_due(now: datetime) -> datetime:
-    """The end of the hours a pass may count at `now`: every hour that ended at least SETTLE ago."""
-    return hour_of(now - SETTLE)
 
 
 def counted_from(moment: datetime) -> datetime:

@@ -18,11 +18,11 @@ from shared.archive.actions import MERGE_ATTEMPTS, run_actions_sweep
 from shared.archive.current import get_archive
 from shared.archive.heartbeats import HeartbeatArchiver
 from shared.archive.storage import ArchiveUnavailable
+from shared.feeds.leases import Lease, checkpoint, claim, new_owner, release
+from shared.feeds.partitions import NoPartitionTokens, Partition
 from shared.instants import format_instant, to_stored
 from shared.reports.aggregation import Stamper, refresh_hourly
 from shared.reports.archiving import ArchiveHandOff, run_catch_up
-from shared.reports.leases import Lease, checkpoint, claim, new_owner, release
-from shared.reports.partitions import NoPartitionTokens, Partition
 from shared.reports.sources import (
     Page,
     PartitionLayoutChanged,

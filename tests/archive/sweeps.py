@@ -6,7 +6,7 @@ from typing import Any
 
 from shared.archive.actions import SweepRun, run_actions_sweep
 from shared.archive.storage import Archive
-from shared.reports.leases import Lease
+from shared.feeds.leases import Lease
 from shared.settings import Settings
 from tests.tally_runner import POLICY, out_of_time_after
 

@@ -16,9 +16,9 @@ import pytest
 from shared.archive import actions
 from shared.archive.current import use_archive
 from shared.archive.storage import Archive, ArchiveUnavailable, FolderArchive
+from shared.feeds.leases import Lease
+from shared.feeds.partitions import ACTIONS_ARCHIVE, Partition
 from shared.reports.dispatcher import dispatch
-from shared.reports.leases import Lease
-from shared.reports.partitions import ACTIONS_ARCHIVE, Partition
 from shared.reports.worker import process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema

@@ -14,8 +14,8 @@ import pytest
 from shared.archive.blob import BlobArchive, container_client
 from shared.archive.current import use_archive
 from shared.archive.storage import Archive, FolderArchive
+from shared.feeds.partitions import ACTIONS_ARCHIVE, HEARTBEAT_TALLY, Partition
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import ACTIONS_ARCHIVE, HEARTBEAT_TALLY, Partition
 from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema

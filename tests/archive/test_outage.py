@@ -22,9 +22,9 @@ import pytest
 from shared.archive.blob import BlobArchive, container_client
 from shared.archive.current import use_archive
 from shared.archive.storage import Archive, ArchiveUnavailable, FolderArchive, Stored
+from shared.feeds.partitions import Partition
 from shared.instants import format_instant
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import Partition
 from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema

@@ -18,10 +18,10 @@ from shared.archive import actions
 from shared.archive.actions import Sweep, SweepRun, run_actions_sweep
 from shared.archive.current import use_archive
 from shared.archive.storage import FolderArchive
+from shared.feeds.leases import Lease
+from shared.feeds.partitions import ACTIONS_ARCHIVE, Partition
 from shared.instants import format_instant
 from shared.reports.dispatcher import dispatch
-from shared.reports.leases import Lease
-from shared.reports.partitions import ACTIONS_ARCHIVE, Partition
 from shared.reports.worker import _Worker, process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema

@@ -17,11 +17,11 @@ from pymongo import UpdateOne
 from pymongo.errors import AutoReconnect, BulkWriteError, ExecutionTimeout, OperationFailure
 
 from functions import device_events
+from shared.feeds.partitions import HEARTBEAT_TALLY
+from shared.feeds.settling import hours_due
 from shared.instants import hour_of, set_clock, utc_now
 from shared.notifications.checks.run import CheckRun, run_check
 from shared.reports import dispatcher
-from shared.reports.partitions import HEARTBEAT_TALLY
-from shared.reports.tally import hours_due
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range

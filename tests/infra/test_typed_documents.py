@@ -44,7 +44,7 @@ CASES = {
         'TypedDict "HeartbeatDocument" has no key "alive"',
     ),
     "a lease": (
-        "from shared.reports.leases import LeaseDocument",
+        "from shared.feeds.leases import LeaseDocument",
         "def read(lease: LeaseDocument) -> object:\n    return lease['{field}']\n",
         ("checkpoint", "checkpoint_time"),
         'TypedDict "LeaseDocument" has no key "checkpoint"',

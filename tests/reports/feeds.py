@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+from shared.feeds.partitions import ACTIONS_FEED, Partition
 from shared.instants import utc_now
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import ACTIONS_FEED, Partition
 from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema

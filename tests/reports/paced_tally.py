@@ -7,9 +7,9 @@ from typing import Any
 
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
+from shared.feeds.partitions import Partition
 from shared.ingestion.receive import receive
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import Partition
 from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import Settings
 from shared.store import schema

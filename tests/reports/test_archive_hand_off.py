@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from shared.archive.storage import ArchiveUnavailable
+from shared.feeds.leases import Lease
+from shared.feeds.partitions import HEARTBEAT_TALLY, HEARTBEATS_ARCHIVE, Partition
 from shared.reports.archiving import PROBE_EVERY, ArchiveHandOff, due_to_catch_up, run_catch_up
-from shared.reports.leases import Lease
-from shared.reports.partitions import HEARTBEAT_TALLY, HEARTBEATS_ARCHIVE, Partition
 from shared.reports.tally import LAST_BEGAN, Pass
 from shared.settings import Settings
 from shared.store import schema

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pymongo.errors import AutoReconnect, OperationFailure
 
+from shared.feeds.partitions import Partition
 from shared.instants import format_instant, utc_now
 from shared.reports import worker
-from shared.reports.partitions import Partition
 from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pymongo.errors import OperationFailure
 
+from shared.feeds.partitions import ACTIONS_FEED, Partition
 from shared.instants import utc_now
-from shared.reports.partitions import ACTIONS_FEED, Partition
 from shared.reports.sources import ChangeStreamSource, PollingSource, PyMongoReader
 from shared.reports.worker import process_partition
 from shared.settings import get_settings

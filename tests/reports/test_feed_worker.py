@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from pymongo.errors import OperationFailure
 
+from shared.feeds.partitions import ACTIONS_FEED, Partition
 from shared.instants import set_clock, utc_now
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import ACTIONS_FEED, Partition
 from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema

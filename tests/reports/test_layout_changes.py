@@ -1,4 +1,4 @@
-"""The report feeds through layout changes (shared/reports/layouts.py): layouts that come back
+"""The report feeds through layout changes (shared/feeds/layouts.py): layouts that come back
 (REPORTS_PARTITIONS 4 -> 8 -> 4, a Cosmos DB partition merged back), the leases the previous code left, and the
 tally's pass state across a layout change. Each test plays the app's own dispatcher and workers."""
 
@@ -14,10 +14,10 @@ from pymongo.errors import OperationFailure
 
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
+from shared.feeds.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
 from shared.ingestion.receive import receive
 from shared.instants import utc_now
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
 from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema

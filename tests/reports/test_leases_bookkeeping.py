@@ -1,4 +1,4 @@
-"""The leases' bookkeeping that the dispatcher and its lag metric rely on (shared/reports/leases.py, layouts.py): a
+"""The leases' bookkeeping that the dispatcher and its lag metric rely on (shared/feeds/leases.py, layouts.py): a
 feed's lag counts its current partitions only, from when a lease was made until its first checkpoint; a tally pass under
 way counts as on time only within its pacing; the tally is sent only when it is behind; a replaced partition retires
 wherever it comes in the layout; and a lease that comes back keeps counting its versions, so a run of its earlier life
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from shared.feeds.layouts import ensure_leases
+from shared.feeds.leases import Lease, checkpoint, claim, feed_lags, leases_to_dispatch
+from shared.feeds.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.instants import utc_now
 from shared.reports.dispatcher import dispatch
-from shared.reports.layouts import ensure_leases
-from shared.reports.leases import Lease, checkpoint, claim, feed_lags, leases_to_dispatch
-from shared.reports.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema

@@ -1,4 +1,4 @@
-"""A lease while its worker holds it, and the work messages that name partitions (shared/reports/leases.py,
+"""A lease while its worker holds it, and the work messages that name partitions (shared/feeds/leases.py,
 partitions.py): a checkpoint renews the lease (no dispatch sends the partition to a second worker while the first keeps
 saving) and records when and by which source it was saved (docs/architecture.md, `leases`); a work message names exactly
 the partition it was made for, and a malformed one is refused, saying what is wrong."""
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from shared.feeds.layouts import ensure_leases
+from shared.feeds.leases import Lease, checkpoint, claim, leases_to_dispatch
+from shared.feeds.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition, retired
 from shared.instants import utc_now
-from shared.reports.layouts import ensure_leases
-from shared.reports.leases import Lease, checkpoint, claim, leases_to_dispatch
-from shared.reports.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition, retired
 from shared.store import schema
 from shared.store.retries import RetryPolicy
 

@@ -1,4 +1,4 @@
-"""CHANGE_SOURCE switched on Cosmos DB moves the actions feed between leases of two kinds (shared/reports/layouts.py):
+"""CHANGE_SOURCE switched on Cosmos DB moves the actions feed between leases of two kinds (shared/feeds/layouts.py):
 feed ranges (change streams, one per physical partition) and bucket ranges (polling). A lease of the other kind
 read the whole key space, so it retires only once the new layout's leases cover the whole space and have run;
 while a token reply leaves a range out, the bucket lease stays, the only one that knows where that range was."""
@@ -7,9 +7,9 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared.feeds.partitions import ACTIONS_FEED, Partition
 from shared.instants import utc_now
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import ACTIONS_FEED, Partition
 from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema

@@ -1,4 +1,4 @@
-"""The upgrade over the leases the code before feed ranges left on MongoDB (shared/reports/layouts.py): bucket
+"""The upgrade over the leases the code before feed ranges left on MongoDB (shared/feeds/layouts.py): bucket
 leases `reports:<feed>:buckets:<index>/<count>` without `kind` or `range`, every layout it ever ran still live.
 A new REPORTS_PARTITIONS layout must start each range from the legacy leases over that range in the layout that
 ran last, retire the earlier layouts at once, and retire the last one once the new leases have run."""
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from shared.feeds.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.instants import utc_now
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema

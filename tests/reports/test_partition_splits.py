@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 import pytest
 from pymongo.errors import OperationFailure
 
+from shared.feeds.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
 from shared.instants import set_clock, utc_now
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
 from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
@@ -359,7 +359,7 @@ def test_a_split_child_takes_its_own_entry_of_a_parent_token_holding_one_per_chi
     cosmos.split(0)  # [0, quarter) and [quarter, middle): inside the left entry
     messages: list[str] = []
 
-    with caplog.at_level(logging.INFO, logger="shared.reports.layouts"):
+    with caplog.at_level(logging.INFO, logger="shared.feeds.layouts"):
         run = dispatch(cosmos, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
 
     live = actions_leases(mock_db)
@@ -404,7 +404,7 @@ def test_a_merged_partition_recovers_by_time_and_says_so(
         )
     cosmos.partitions = 1
 
-    with caplog.at_level(logging.INFO, logger="shared.reports.layouts"):
+    with caplog.at_level(logging.INFO, logger="shared.feeds.layouts"):
         run = dispatch(cosmos, now=now, settings=get_settings(), send=[].extend, on_cosmos=True)
 
     merged = actions_leases(mock_db)[("", "FF")]

@@ -14,12 +14,12 @@ import pytest
 from pymongo.errors import AutoReconnect, OperationFailure
 
 from shared import instants
+from shared.feeds.leases import Lease, checkpoint, claim, release
+from shared.feeds.partitions import ACTIONS_FEED, FEEDS, HEARTBEAT_TALLY, Partition
 from shared.instants import utc_now
 from shared.reports import aggregation
 from shared.reports import worker as partition_worker
 from shared.reports.dispatcher import dispatch
-from shared.reports.leases import Lease, checkpoint, claim, release
-from shared.reports.partitions import ACTIONS_FEED, FEEDS, HEARTBEAT_TALLY, Partition
 from shared.reports.sources import ChangeStreamSource
 from shared.reports.worker import THROTTLED_RETRIES, process_partition
 from shared.settings import get_settings

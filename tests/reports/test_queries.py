@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from functions import reports
-from shared.instants import day_of, format_instant, utc_now
-from shared.reports.documents import ACTION_COUNTERS, HOUR, LAST_READINGS, daily_document, hourly_document
+from shared.instants import HOUR, day_of, format_instant, utc_now
+from shared.reports.documents import ACTION_COUNTERS, LAST_READINGS, daily_document, hourly_document
 from shared.store import schema
 from tests.api import iso
 from tests.cosmos_fakes import IndexTransformingDatabase

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from shared.feeds.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.instants import hour_of, utc_now
 from shared.reports import aggregation, tally
 from shared.reports.aggregation import Change, refresh_hourly
 from shared.reports.dispatcher import dispatch
 from shared.reports.documents import ActionPart, HeartbeatPart, hourly_document, hourly_id, merged_entry
-from shared.reports.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
 from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema

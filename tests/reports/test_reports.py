@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from shared import instants
+from shared.feeds.partitions import HEARTBEAT_TALLY
 from shared.instants import day_of, hour_of, set_clock, utc_now
 from shared.reports import aggregation, worker
 from shared.reports import rebuild as rebuild_reports
 from shared.reports.aggregation import refresh_daily
 from shared.reports.documents import hourly_document, hourly_id
-from shared.reports.partitions import HEARTBEAT_TALLY
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy, StoreUnavailable

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from shared.devices.heartbeat_document import USER_BUCKET
+from shared.feeds.leases import Lease
+from shared.feeds.partitions import Partition
 from shared.reports import aggregation
 from shared.reports.aggregation import write_guarded
 from shared.reports.dispatcher import dispatch
-from shared.reports.leases import Lease
-from shared.reports.partitions import Partition
 from shared.reports.rebuild import rebuild
 from shared.reports.tally import UserPages
 from shared.reports.worker import process_partition

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from shared.feeds.leases import Lease
+from shared.feeds.partitions import Partition
 from shared.reports.dispatcher import dispatch
-from shared.reports.leases import Lease
-from shared.reports.partitions import Partition
 from shared.reports.tally import TallyRun, run_tally
 from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import Settings

@@ -1,4 +1,4 @@
-"""The heartbeat tally's roll-ups across a REPORTS_PARTITIONS change (shared/reports/layouts.py): the new layout's
+"""The heartbeat tally's roll-ups across a REPORTS_PARTITIONS change (shared/feeds/layouts.py): the new layout's
 leases take over the days their parents had yet to roll up (a first pass that never ran: every day since its
 lease was made; a pass that fell behind: from its `rollups_from`). Those days' hours were counted already, or
 hold actions counted while the day was open, so nothing else brings them into the daily reports. The gaps here

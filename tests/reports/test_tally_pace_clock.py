@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from shared.reports.leases import Lease
+from shared.feeds.leases import Lease
 from shared.reports.tally import LAST_BEGAN, TallyRun, run_tally
 from shared.settings import Settings
 from shared.store import schema

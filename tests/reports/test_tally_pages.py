@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from shared.reports.leases import Lease
+from shared.feeds.leases import Lease
 from shared.reports.tally import run_tally
 from shared.settings import Settings
 from shared.store.partitioning import BucketRange, bucket_of

@@ -1,4 +1,4 @@
-"""What the dispatcher makes of Cosmos DB's `GetChangeStreamTokens` replies (shared/reports/partitions.py): it asks for
+"""What the dispatcher makes of Cosmos DB's `GetChangeStreamTokens` replies (shared/feeds/partitions.py): it asks for
 the actions collection's tokens; a reply it cannot partition by fails the actions feed's dispatch loudly, saying
 why; a reply that leaves a range out names the live leases over that range (and only those), whose lag counts."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pymongo.errors import OperationFailure
 
+from shared.feeds.partitions import ACTIONS_FEED, NoPartitionTokens
 from shared.instants import utc_now
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import ACTIONS_FEED, NoPartitionTokens
 from shared.settings import get_settings
 from shared.store import schema
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, cosmos_token

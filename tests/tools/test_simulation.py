@@ -14,10 +14,10 @@ from shared.archive.current import use_archive
 from shared.archive.storage import Archive, FolderArchive
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
+from shared.feeds.partitions import Partition
 from shared.ingestion.receive import receive
 from shared.instants import set_clock
 from shared.reports.dispatcher import dispatch
-from shared.reports.partitions import Partition
 from shared.reports.tally import counted_from
 from shared.reports.worker import process_partition
 from shared.settings import Settings, get_settings

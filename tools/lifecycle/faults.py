@@ -157,7 +157,7 @@ def _queued_marks(command: Mapping[str, Any]) -> list[Any]:
 
 
 def _saves_position(command: Mapping[str, Any], replies: list[dict[str, Any]]) -> bool:
-    """A lease's checkpoint or release that took (shared/reports/leases.py: an update of `leases` setting
+    """A lease's checkpoint or release that took (shared/feeds/leases.py: an update of `leases` setting
     `checkpoint_time` or `released_at`, guarded by its owner): what the worker read before it is not read again."""
     if command.get("update") != "leases" or not any(reply.get("n") for reply in replies):
         return False

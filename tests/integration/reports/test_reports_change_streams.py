@@ -10,10 +10,10 @@ import pytest
 from pymongo import MongoClient
 
 from shared import instants
+from shared.feeds.partitions import ACTIONS_FEED, Partition
 from shared.instants import day_of, utc_now
 from shared.reports import rebuild as rebuild_reports
 from shared.reports import worker
-from shared.reports.partitions import ACTIONS_FEED, Partition
 from shared.settings import get_settings
 from shared.store import client as store
 from shared.store import schema

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from functions import notifications as notification_functions
+from shared.feeds.partitions import FEEDS
 from shared.instants import format_instant, utc_now
 from shared.notifications.documents import KINDS, Episode, record
 from shared.reports import rebuild as rebuild_command
-from shared.reports.partitions import FEEDS
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy

@@ -14,7 +14,7 @@ from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.reports.partitions import FEED_BY_KEY, Partition, Token
+from shared.feeds.partitions import FEED_BY_KEY, Partition, Token
 from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries
 

@@ -1,7 +1,7 @@
 """The report feeds and their partitions: what each feed reads, how it is cut into partitions (bucket ranges, or
 on Cosmos DB one per physical partition, keyed by the feed range its `GetChangeStreamTokens` token carries) and
-the work message that names one. Each partition has a lease (shared/reports/leases.py); how a new layout's
-partitions start from the old one's is shared/reports/layouts.py."""
+the work message that names one. Each partition has a lease (shared/feeds/leases.py); how a new layout's
+partitions start from the old one's is shared/feeds/layouts.py."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass

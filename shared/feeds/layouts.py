@@ -12,8 +12,8 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.database import Database
 
-from shared.reports.leases import ROLLUPS_FROM, LeaseDocument, lease_documents
-from shared.reports.partitions import Feed, Partition, Token, bucket_span
+from shared.feeds.leases import ROLLUPS_FROM, LeaseDocument, lease_documents
+from shared.feeds.partitions import Feed, Partition, Token, bucket_span
 from shared.store import cosmos
 from shared.store.cosmos import WHOLE_RANGE, ChildStart, FeedRange, overlaps, ranges_overlap, uncovered
 from shared.store.partitioning import BucketRange
