@@ -5,7 +5,7 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import mongomock
@@ -148,3 +148,10 @@ def clear_reports(db: Any) -> None:
     """Forget every report and every consumer position: the next run starts from scratch."""
     for name in (schema.USER_HOURLY_REPORTS, schema.USER_DAILY_REPORTS, schema.LEASES):
         db[name].delete_many({})
+
+
+def played_report_day() -> datetime:
+    """The day the API's report tests play, made from the test's clock as the test starts: a day whose hours are
+    all past and whose 08:00 to 11:00 are within the widest heartbeat window (48 hours). The clock is placed for
+    each test (tests/wall_clock.py), so a day made when a module is imported would be another instant's."""
+    return instants.day_of(instants.utc_now() - timedelta(hours=30))

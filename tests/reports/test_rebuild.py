@@ -9,12 +9,18 @@ from typing import Any
 import pytest
 
 from shared import instants
-from shared.instants import day_of
 from shared.reports.rebuild import RebuildSummary, rebuild
 from shared.settings import get_settings
 from shared.store import schema
-from tests.api import SPEC, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
-from tests.report_client import aggregate, clear_reports, set_setting, stored_reports, use_change_source_of
+from tests.api import SPEC, closed, heartbeat, opened, post_events, provisioned, put_bottle
+from tests.report_client import (
+    aggregate,
+    clear_reports,
+    played_report_day,
+    set_setting,
+    stored_reports,
+    use_change_source_of,
+)
 
 USER = SPEC["user_id"]
 OTHER = "other"
@@ -26,11 +32,9 @@ DAYS = (DAY, DAY)
 
 @pytest.fixture(autouse=True)
 def report_day() -> None:
-    """The day these tests report on and its hours, made from the test's clock as the test starts: the clock is
-    placed for each test (tests/wall_clock.py), so a day made when the module was imported would be another
-    instant's."""
+    """The day these tests report on and its hours, as this test starts (tests/report_client.py)."""
     global DAY, DAYS, H8, H10  # noqa: PLW0603 - the tests read them as the module's constants
-    DAY = day_of(ago(hours=30))
+    DAY = played_report_day()
     H8, H10 = DAY + timedelta(hours=8), DAY + timedelta(hours=10)
     DAYS = (DAY, DAY + timedelta(days=1))
 

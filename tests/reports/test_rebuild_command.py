@@ -8,12 +8,18 @@ from typing import Any
 
 import pytest
 
-from shared.instants import day_of
 from shared.reports import rebuild
 from shared.settings import get_settings
 from shared.store import client as store_client
-from tests.api import SPEC, ago, closed, heartbeat, iso, opened, post_events, provisioned
-from tests.report_client import aggregate, clear_reports, set_setting, stored_reports, use_change_source_of
+from tests.api import SPEC, closed, heartbeat, iso, opened, post_events, provisioned
+from tests.report_client import (
+    aggregate,
+    clear_reports,
+    played_report_day,
+    set_setting,
+    stored_reports,
+    use_change_source_of,
+)
 
 PROG = "python -m shared.reports.rebuild"
 USER = SPEC["user_id"]
@@ -25,11 +31,9 @@ RANGE: list[str] = []
 
 @pytest.fixture(autouse=True)
 def report_day() -> None:
-    """The day these tests report on and its hours, made from the test's clock as the test starts: the clock is
-    placed for each test (tests/wall_clock.py), so a day made when the module was imported would be another
-    instant's."""
+    """The day these tests report on and its hours, as this test starts (tests/report_client.py)."""
     global DAY, H8, RANGE  # noqa: PLW0603 - the tests read them as the module's constants
-    DAY = day_of(ago(hours=30))
+    DAY = played_report_day()
     H8 = DAY + timedelta(hours=8)
     RANGE = ["--from", iso(DAY), "--to", iso(DAY + timedelta(days=1))]
 

@@ -27,6 +27,7 @@ from tests.report_client import (
     clear_reports,
     dispatched,
     get_reports,
+    played_report_day,
     run_round,
     set_setting,
     stored_reports,
@@ -43,11 +44,9 @@ DAY = H8 = H10 = datetime.min.replace(tzinfo=UTC)  # made for each test: report_
 
 @pytest.fixture(autouse=True)
 def report_day() -> None:
-    """The day these tests report on and its hours, made from the test's clock as the test starts: the clock is
-    placed for each test (tests/wall_clock.py), so a day made when the module was imported would be another
-    instant's."""
+    """The day these tests report on and its hours, as this test starts (tests/report_client.py)."""
     global DAY, H8, H10  # noqa: PLW0603 - the tests read them as the module's constants
-    DAY = day_of(ago(hours=30))
+    DAY = played_report_day()
     H8, H10 = DAY + timedelta(hours=8), DAY + timedelta(hours=10)
 
 

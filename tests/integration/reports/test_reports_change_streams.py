@@ -11,7 +11,7 @@ from pymongo import MongoClient
 
 from shared import instants
 from shared.feeds.partitions import ACTIONS_FEED, Partition
-from shared.instants import day_of, utc_now
+from shared.instants import utc_now
 from shared.reports import rebuild as rebuild_reports
 from shared.reports import worker
 from shared.settings import get_settings
@@ -20,7 +20,16 @@ from shared.store import schema
 from shared.store.partitioning import BucketRange
 from shared.store.retries import StoreUnavailable
 from tests.api import SPEC, ago, closed, heartbeat, opened, post_events, provisioned, put_bottle
-from tests.report_client import Round, aggregate, clear_reports, get_reports, run_round, set_setting, stored_reports
+from tests.report_client import (
+    Round,
+    aggregate,
+    clear_reports,
+    get_reports,
+    played_report_day,
+    run_round,
+    set_setting,
+    stored_reports,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -31,11 +40,9 @@ DAY = H8 = H9 = datetime.min.replace(tzinfo=UTC)
 
 @pytest.fixture(autouse=True)
 def report_day() -> None:
-    """The day these tests report on and its hours, made from the test's clock as the test starts: the clock is
-    placed for each test (tests/wall_clock.py), so a day made when the module was imported would be another
-    instant's."""
+    """The day these tests report on and its hours, as this test starts (tests/report_client.py)."""
     global DAY, H8, H9  # noqa: PLW0603 - the tests read them as the module's constants
-    DAY = day_of(ago(hours=30))
+    DAY = played_report_day()
     H8, H9 = DAY + timedelta(hours=8), DAY + timedelta(hours=9)
 
 
