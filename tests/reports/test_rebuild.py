@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from shared import instants
+from shared.feeds.settling import SETTLE
 from shared.reports.rebuild import RebuildSummary, rebuild
 from shared.settings import get_settings
 from shared.store import schema
@@ -93,9 +94,14 @@ def test_a_rebuild_of_more_than_a_page_reads_every_source_document_whatever_orde
     assert (summary.source_documents, summary.daily_written) == (5 + 1, 1)  # five actions, a heartbeat document
 
 
-def test_a_rebuild_rolls_up_every_day_its_hours_touch_a_page_of_days_at_a_time(mock_db, monkeypatch):
+def test_a_rebuild_rolls_up_every_day_its_hours_touch_a_page_of_days_at_a_time(mock_db, monkeypatch, clock):
     key = provisioned("bottle-1")
     posted("bottle-1", key, opened(H8), closed(DAYS[1] + timedelta(minutes=1), taken=2))
+    # The consumers roll the second day up once its first roll-up block has ended and its last hour is counted
+    # (SETTLE after): compared from then on. In the minutes before (06:00-06:10 UTC on the real clock) the rebuild
+    # has the day's report and the consumers do not yet.
+    first_block = timedelta(hours=get_settings().daily_rollup_hours)
+    clock(max(instants.utc_now(), DAYS[1] + first_block + SETTLE))
     aggregate()
     expected = reports_of(mock_db, USER)
     clear_reports(mock_db)
