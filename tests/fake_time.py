@@ -1,5 +1,6 @@
-"""A clock a test moves by hand: what a run reads as the time, and what its waits (sleep) add to it; the report
-feeds' and the checks' tests give it to the code they pace."""
+"""Clocks the tests place by hand: a monotonic clock that moves only when the code under test sleeps (FakeTime, which
+the report feeds' and the checks' tests give the code they pace), the app's clock stopped for a moment
+(clock_stopped_at), and the fixed instant of a test the instant cannot matter to (QUIET_HOUR)."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -8,7 +9,7 @@ from datetime import UTC, datetime
 from shared import instants
 
 # A fixed instant for the clock of a test the instant cannot matter to (its `own_clock` mark, tests/wall_clock.py):
-# mid-hour, mid-block, mid-month, so that no hour, day or daily roll-up block ends in the half hour after it.
+# mid-hour, mid-block, mid-month, so that no hour, day or daily roll-up block ends in the 25 minutes after it.
 QUIET_HOUR = datetime(2027, 1, 13, 14, 30, tzinfo=UTC)
 
 
