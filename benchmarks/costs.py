@@ -47,12 +47,11 @@ from benchmarks.design_scale import Measured
 from benchmarks.harness import installed_store, print_table
 from benchmarks.ingestion import runs as ingestion
 from benchmarks.reports.runs import NaiveConsumer, provision_fleet
-from shared.feeds.partitions import Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
 from shared.ingestion.receive import receive
 from shared.instants import set_clock
 from shared.notifications.documents import KINDS
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
+from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.schema import collection_specs
@@ -299,8 +298,8 @@ def consume(
         dispatch(db, now=now, settings=settings, send=messages.extend)
     runs = []
     for message in messages:
-        partition = Partition.from_message(json.loads(message))
-        label = f"{'tally' if partition.feed.tally else 'actions'} {hour}"
+        partition = partition_of(json.loads(message))
+        label = f"{'tally' if partition.feed == HEARTBEAT_TALLY else 'actions'} {hour}"
         with meter.labelled(label) if meter else contextlib.nullcontext():
             runs.append(process_partition(db, partition, now=now, settings=settings))
     return len(runs), all(run.caught_up for run in runs)

@@ -35,15 +35,14 @@ from benchmarks.checks import runs as check_fleet
 from benchmarks.harness import bench_client, print_table
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
-from shared.feeds.partitions import FEEDS, Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
 from shared.feeds.settling import SETTLE
 from shared.ingestion.receive import receive
 from shared.instants import utc_now
 from shared.notifications.checks.partitions import CheckPartition, partitions
 from shared.notifications.checks.run import run_check
 from shared.notifications.documents import KINDS
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
+from shared.reports.feeds import REPORT_FEEDS
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.setup import ensure_store
@@ -85,7 +84,7 @@ def _worker(uri: str, work: Any, results: Any) -> None:
     while (item := work.get()) is not None:
         message, ahead = item
         before, writes = tally.count, tally.writes
-        partition = Partition.from_message(json.loads(message))
+        partition = partition_of(json.loads(message))
         run = process_partition(db, partition, now=utc_now() + ahead, settings=settings)
         results.put((run.changes, run.caught_up, tally.count - before, tally.writes - writes))
     client.close()
@@ -180,7 +179,7 @@ def run(bottles: int, hours: int) -> str:
     rows = [
         [
             str(d.workers),
-            str(_settings().reports_partitions * len(FEEDS)),
+            str(_settings().reports_partitions * len(REPORT_FEEDS)),
             f"{events}",
             f"{d.changes}",
             f"{d.changes / d.seconds:,.0f}",

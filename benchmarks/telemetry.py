@@ -18,8 +18,9 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from benchmarks.harness import Table, print_table, secantus_store
-from shared.feeds.partitions import ACTIONS_FEED, Partition
+from shared.feeds.partitions import Partition
 from shared.instants import set_clock, utc_now
+from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import get_settings
 from shared.store.partitioning import BUCKETS, bucket_of
 from tools.costs.telemetry import UnitVolume

@@ -11,11 +11,10 @@ from functions.bindings import QueueMessages
 from functions.invocations import Invocation, work_message
 from functions.responses import handles_errors, json_response
 from shared.api.ids import check_id
-from shared.feeds.partitions import Partition, retired
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.partitions import retired
 from shared.instants import utc_now
-from shared.reports.dispatcher import dispatch
 from shared.reports.reading import parse_report_query, read_reports
-from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store.client import get_database
 from shared.telemetry.observability import fields
@@ -52,7 +51,7 @@ def aggregate_report_partition(message: func.QueueMessage, context: func.Context
                 extra=fields(function="aggregate_report_partition", retired=retired_message),
             )
             return
-        partition = Partition.from_message(body)
+        partition = partition_of(body)
         run = process_partition(get_database(), partition, now=utc_now(), settings=get_settings())
         invocation.log(
             log,

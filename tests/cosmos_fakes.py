@@ -391,7 +391,7 @@ class ThrottledGetMore:
 
 
 class QuietStream:
-    """A Cosmos DB change stream (a ChangeReader, shared/reports/sources.py) with nothing new: its position
+    """A Cosmos DB change stream (a ChangeReader, shared/feeds/sources.py) with nothing new: its position
     stays the token it was opened at. A watch for the workers: `watch=QuietStream`."""
 
     def __init__(self, partition: Any, token: Any) -> None:

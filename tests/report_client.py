@@ -13,10 +13,10 @@ import pytest
 from pymongo.errors import PyMongoError
 
 from shared import instants
-from shared.feeds.partitions import FEEDS, Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.consumers import PartitionRun
 from shared.instants import set_clock, utc_now
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import PartitionRun, process_partition
+from shared.reports.feeds import REPORT_FEEDS
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import StoreUnavailable
@@ -89,7 +89,7 @@ class Round:
 
 
 def _feeds_in_order(lease_ids: Any) -> list[str]:
-    order = [feed.key for feed in FEEDS]
+    order = [feed.key for feed in REPORT_FEEDS]
     feeds = {lease_id.split(":")[1] for lease_id in lease_ids}
     return [feed for feed in order if feed in feeds]
 
@@ -103,7 +103,7 @@ def run_round(db: Any, *, clock: Callable[[], float] | None = None, hours_later:
     done = Round()
     failed: list[str] = []
     for body in messages:
-        partition = Partition.from_message(json.loads(body))
+        partition = partition_of(json.loads(body))
         try:
             extra = {"clock": clock} if clock is not None else {}
             done.runs.append(process_partition(db, partition, now=now, settings=settings, **extra))

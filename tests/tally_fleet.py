@@ -9,12 +9,12 @@ from typing import Any
 
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
-from shared.feeds.partitions import Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.sources import Change
 from shared.ingestion.receive import receive
-from shared.reports.aggregation import Change, Stamper, refresh_hourly
-from shared.reports.dispatcher import dispatch
+from shared.reports.aggregation import Stamper, refresh_hourly
+from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.reports.tally import rolled_up_before
-from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import bucket_of
@@ -88,8 +88,8 @@ def tally_passes(db: Any, settings: Settings, now: datetime, cut_short: Callable
     `cut_short` after a page."""
     sent: list[str] = []
     dispatch(db, now=now, settings=settings, send=sent.extend)
-    for partition in (Partition.from_message(json.loads(body)) for body in sent):
-        if partition.feed.tally:
+    for partition in (partition_of(json.loads(body)) for body in sent):
+        if partition.feed == HEARTBEAT_TALLY:
             process_partition(db, partition, now=now, settings=settings, clock=ticking(30 if cut_short() else 1))
 
 

@@ -8,7 +8,8 @@ from typing import Any
 from shared.archive.heartbeats import HeartbeatArchiver
 from shared.archive.storage import Archive
 from shared.feeds.leases import Lease
-from shared.reports.tally import Pass, run_tally
+from shared.feeds.sweeps import Pass
+from shared.reports.tally import run_tally
 from shared.settings import Settings
 from shared.store.partitioning import BucketRange
 from shared.store.retries import RetryPolicy
@@ -31,7 +32,7 @@ def out_of_time_after(pages: int | None) -> Callable[[], bool]:
 
 class Handing:
     """A tally's hand-off to an archive that keeps no position of its own: every pass hands its bottle-hours (the
-    app's own hand-off, shared/reports/archiving.py, moves the archive's lease on; these tests have none)."""
+    app's own hand-off, shared/archive/catch_up.py, moves the archive's lease on; these tests have none)."""
 
     def __init__(self, archive: Archive) -> None:
         self.rows = HeartbeatArchiver(archive)

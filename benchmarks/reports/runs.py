@@ -16,14 +16,12 @@ from pymongo.database import Database
 from benchmarks.harness import print_table, secantus_store
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
-from shared.feeds.partitions import Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.sources import MAX_AWAIT_MS, PIPELINE
 from shared.ingestion.receive import receive
 from shared.instants import set_clock, utc_now
-from shared.reports.dispatcher import dispatch
 from shared.reports.documents import COUNTERS, daily_id, hourly_id, parse_hourly_id
-from shared.reports.sources import MAX_AWAIT_MS, PIPELINE
 from shared.reports.tally import counted_from
-from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy
@@ -42,7 +40,7 @@ def run_consumer(db: Any, settings: Settings, *, now: Any) -> int:
     messages: list[str] = []
     dispatch(db, now=now, settings=settings, send=messages.extend)
     for body in messages:
-        process_partition(db, Partition.from_message(json.loads(body)), now=now, settings=settings)
+        process_partition(db, partition_of(json.loads(body)), now=now, settings=settings)
     return len(messages)
 
 

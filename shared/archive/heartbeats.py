@@ -1,5 +1,5 @@
 """Bottle-hours of heartbeats into the archive, from the heartbeat documents the hourly tally reads anyway (no read
-of its own): the hours the tally counts (`tally_hours`) become rows (bottle, user, hour, slots), merged by key into
+of its own): the hours the tally counts (`pass_hours`) become rows (bottle, user, hour, slots), merged by key into
 their file under a version guard, so a bottle-hour is in the archive once, with the slots its ring has. Why and
 how: docs/archive.md, "How it is written" and "Exactly once"."""
 

@@ -13,7 +13,7 @@ from pymongo import UpdateOne
 from pymongo.database import Database
 
 from shared.feeds.leases import ROLLUPS_FROM, LeaseDocument, lease_documents
-from shared.feeds.partitions import Feed, Partition, Token, bucket_span
+from shared.feeds.partitions import Feed, Partition, Shape, Token, bucket_span
 from shared.store import cosmos
 from shared.store.cosmos import WHOLE_RANGE, ChildStart, FeedRange, overlaps, ranges_overlap, uncovered
 from shared.store.partitioning import BucketRange
@@ -102,12 +102,13 @@ def _inherited_position(
     partition: Partition, parents: list[LeaseDocument]
 ) -> tuple[dict[str, Any] | None, datetime | None, ChildStart | None]:
     """A new lease's first token and checkpoint time, and how a Cosmos DB child with parents starts (None for any
-    other lease). A tally lease: the roll-ups its parents had yet to do, from their oldest checkpoint. A split
+    other lease). An HOURLY lease: the work its parents' passes left to later ones (ROLLUPS_FROM), from their
+    oldest checkpoint. A split
     child on Cosmos DB: the token of the live lease that holds its whole range and got furthest (`_holding_parent`),
     its own entry of it or the token narrowed to its range (`cosmos.child_token`), from that lease's checkpoint
     time. Otherwise (a merge, bucket ranges, no such lease with a usable token) no token, from the oldest
     checkpoint of its parents (`by_time` for a Cosmos DB child)."""
-    if partition.feed.tally and not partition.feed.archive:
+    if partition.feed.shape is Shape.HOURLY:
         return _inherited_rollups(parents), _start_time(parents), None
     if not (partition.cosmos and parents):
         return None, _start_time(parents), None
@@ -174,10 +175,11 @@ def _log_child_start(partition: Partition, parents: list[LeaseDocument], how: Ch
 
 
 def _inherited_rollups(parents: list[LeaseDocument]) -> dict[str, datetime] | None:
-    """What a new tally partition takes over of its parents' passes besides their position: the oldest day
-    whose roll-up one of them had yet to do (ROLLUPS_FROM in its token: a pass behind by more than a window
-    rolls the days it passed up a day a pass; a first pass, from its lease's making). Their hours are counted
-    already, so no pass of the new layout finds them changed: without it their daily reports stay incomplete."""
+    """What a new HOURLY partition takes over of its parents' passes besides their position: the oldest instant
+    from which one of them left work to later passes (ROLLUPS_FROM in its token; a first pass, from its lease's
+    making). Their hours are done already, so no pass of the new layout finds them changed: without it that work
+    would never be done (for the heartbeat tally: the roll-ups of days a pass that fell behind leaves to the next,
+    shared/reports/tally.py)."""
     pending = [_rollups_pending(doc) for doc in parents]
     known = [moment for moment in pending if moment is not None]
     return {ROLLUPS_FROM: min(known)} if known else None

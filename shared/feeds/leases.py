@@ -14,11 +14,12 @@ from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.feeds.partitions import FEED_BY_KEY, Partition, Token
+from shared.feeds.partitions import Partition, Token
 from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries
 
-# In a tally lease's token (shared/reports/tally.py): where the roll-ups its passes have yet to do start.
+# In an hourly lease's token (shared/feeds/sweeps.py): where the work its passes left to the next ones starts (a new
+# layout's leases take it over from their parents: shared/feeds/layouts.py).
 ROLLUPS_FROM = "rollups_from"
 
 
@@ -49,10 +50,6 @@ class LeaseDocument(TypedDict, total=False):
     updated_at: datetime | None
     released_at: datetime | None
     retired_at: datetime | None
-    # The archive's heartbeats (shared/reports/archiving.py): the last pass the tally handed whole, and when the
-    # archive last failed it (None: it answers).
-    handed: dict[str, Any] | None
-    unreachable_at: datetime | None
 
 
 def lease_documents(db: Database[Any]) -> Collection[LeaseDocument]:
@@ -75,7 +72,7 @@ class Lease:
     behind: bool = False
     # When the polling run that saved this position began reading (None: no polling run did, or since then a
     # change stream moved the position): its queries saw every document that had committed by then, up to the
-    # checkpoint time (shared/reports/sources.py `aggregated_before`).
+    # checkpoint time (shared/feeds/sources.py `aggregated_before`).
     polled_at: datetime | None = None
 
 
@@ -196,7 +193,7 @@ _LAG_FIELDS = {"feed": 1, "checkpoint_time": 1, "created_at": 1, "token": 1}
 
 
 def _paced_pass_end(token: Any, now: datetime, pacing: timedelta) -> datetime | None:
-    """The end of the hours a tally lease's pass under way counts, if it began less than `pacing` ago."""
+    """The end of the hours an hourly lease's pass under way does, if it began less than `pacing` ago."""
     if not isinstance(token, Mapping) or token.get("end") is None or token.get("began") is None:
         return None
     end: datetime = token["end"]
@@ -209,17 +206,18 @@ def feed_lags(
     *,
     now: datetime,
     policy: RetryPolicy,
-    tally_due: datetime | None = None,
-    tally_pacing: timedelta = timedelta(0),
+    hours_due: datetime | None = None,
+    pacing: timedelta = timedelta(0),
     also: Iterable[str] = (),
 ) -> dict[str, float]:
     """Per feed, how far its furthest-behind partition is: `now` minus its checkpoint time (or, before its
-    first checkpoint, minus when its lease was made), in seconds. The tally (and the archive's sweep, hourly too)
-    is behind by the closed hours it has yet to do: `tally_due` (the end of the hours due) minus its checkpoint
-    time, 0 when caught up; a pass under way that began less than `tally_pacing` ago counts as having counted its
-    hours (it is paced over REPORTS_TALLY_SPREAD_MINUTES, so the lag and its alert do not fire every hour while it
-    is on time). `also`: lease ids of no current partition to count as well (a range the token reply left out,
+    first checkpoint, minus when its lease was made), in seconds. An hourly feed (Shape) is behind by the closed
+    hours it has yet to do: `hours_due` (the end of the hours due) minus its checkpoint time, 0 when caught up; a
+    pass under way that began less than `pacing` ago counts as having done its hours (it is paced over
+    REPORTS_TALLY_SPREAD_MINUTES, so the lag and its alert do not fire every hour while it is on time). `also`:
+    lease ids of the same feeds but no current partition to count as well (a range the token reply left out,
     unread meanwhile)."""
+    hourly = {p.feed.key for p in partitions if p.feed.hourly}
     ids = sorted({p.lease_id for p in partitions} | set(also))
     leases = with_retries(
         lambda: list(lease_documents(db).find({"_id": {"$in": ids}}, _LAG_FIELDS)),
@@ -228,10 +226,9 @@ def feed_lags(
     lags: dict[str, float] = {}
     for lease in leases:
         since = lease.get("checkpoint_time") or lease.get("created_at")
-        feed = FEED_BY_KEY.get(lease["feed"])
-        tally = feed is not None and feed.hourly
-        until = tally_due if tally and tally_due is not None else now
-        on_time = _paced_pass_end(lease.get("token"), now, tally_pacing) if tally else None
+        swept = lease["feed"] in hourly
+        until = hours_due if swept and hours_due is not None else now
+        on_time = _paced_pass_end(lease.get("token"), now, pacing) if swept else None
         if on_time is not None:  # a paced pass on time: its hours as good as counted
             since = on_time if since is None else max(since, on_time)
         if since is not None:

@@ -1,10 +1,12 @@
-"""The report feeds and their partitions: what each feed reads, how it is cut into partitions (bucket ranges, or
-on Cosmos DB one per physical partition, keyed by the feed range its `GetChangeStreamTokens` token carries) and
-the work message that names one. Each partition has a lease (shared/feeds/leases.py); how a new layout's
-partitions start from the old one's is shared/feeds/layouts.py."""
+"""A feed and its partitions: what a feed reads and how it runs (its Shape), how it is cut into partitions (bucket
+ranges, or on Cosmos DB one per physical partition, keyed by the feed range its `GetChangeStreamTokens` token
+carries) and the work message that names one. Each partition has a lease (shared/feeds/leases.py); how a new
+layout's partitions start from the old one's is shared/feeds/layouts.py. The feeds themselves are their consumers'
+(shared/consumers/plugged.py lists them)."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from pymongo.database import Database
@@ -17,23 +19,36 @@ from shared.store.retries import RetryPolicy, with_retries
 Token = Mapping[str, Any]  # a change stream's position: a resume token
 
 
+class Shape(Enum):
+    """How a feed's partitions are cut, when they are due and how far behind they are."""
+
+    # Read as changes (a change stream, or polling by `time_field`): on Cosmos DB a partition per physical
+    # partition, elsewhere bucket ranges; due at every dispatch; behind by the time since its checkpoint.
+    CHANGES = "changes"
+    # Swept an hour at a time by bucket range, on every store; due once an hour it has yet to do is due (Cosmos DB
+    # bills autoscale by each hour's peak, so a sweep an hour beats a page a change); behind by the hours due.
+    HOURLY = "hourly"
+    # As HOURLY, as one partition whatever the store (a sweep by receive time into files named by their content).
+    HOURLY_WHOLE = "hourly_whole"
+    # Bucket ranges that trail the positions of another feed's partitions of the same buckets: when one is due and
+    # how far behind it is, its consumer says (Consumer.trail).
+    TRAILING = "trailing"
+
+
 @dataclass(frozen=True)
 class Feed:
-    """A source collection the reports read changes of (or, `tally`, sweep once an hour)."""
+    """A source collection a consumer reads: as changes, or swept hour by hour (`shape`)."""
 
     collection: str
     time_field: str  # the server-side time the polling source reads by (indexed in shared/store/schema.py)
-    fields: tuple[str, ...] = ()  # what aggregation reads of a changed document besides its `_id`
+    fields: tuple[str, ...] = ()  # what a consumer reads of a changed document besides its `_id`
     name: str = ""  # what leases and work messages call it (default: its collection)
-    tally: bool = False  # swept by user bucket, hour by hour (shared/reports/tally.py), not read as changes
-    archive: bool = False  # swept hour by hour into the archive: by receive time (shared/archive/actions.py), or,
-    # with `tally`, by user bucket where the tally could not hand its bottle-hours (shared/reports/archiving.py)
+    shape: Shape = Shape.CHANGES
 
     @property
     def hourly(self) -> bool:
-        """Whether its partitions run once an hour is due (the tally, the archive's sweep), not at every dispatch:
-        bucket ranges on every store, dispatched by the hours they have yet to do."""
-        return self.tally or self.archive
+        """Whether its partitions are swept hour by hour (bucket ranges on every store), not read as changes."""
+        return self.shape is not Shape.CHANGES
 
     @property
     def key(self) -> str:
@@ -43,30 +58,6 @@ class Feed:
     def projection(self) -> dict[str, int]:
         """What the polling source reads of a document: a change only names what to recompute."""
         return dict.fromkeys((self.time_field, *self.fields), 1)
-
-
-ACTIONS_FEED = Feed(schema.BOTTLE_ACTIONS, "received_at", ("bottle_id", "time"))
-HEARTBEAT_TALLY = Feed(schema.BOTTLE_HEARTBEATS, "", name="heartbeat_tally", tally=True)  # no time: it sweeps
-# The archive's sweep of the actions by receive time (shared/archive/actions.py): one partition, when the app has an
-# archive (shared/archive/current.py).
-ACTIONS_ARCHIVE = Feed(schema.BOTTLE_ACTIONS, "received_at", name="actions_archive", archive=True)
-# The archive's heartbeats: a partition per tally partition (the same bucket ranges), whose lease is the archive's
-# own position in the tally's hours; it reads the heartbeat documents only for the passes the tally could not hand
-# over (shared/reports/archiving.py).
-HEARTBEATS_ARCHIVE = Feed(schema.BOTTLE_HEARTBEATS, "", name="heartbeats_archive", tally=True, archive=True)
-FEEDS = (ACTIONS_FEED, HEARTBEAT_TALLY)
-ARCHIVE_FEEDS = (ACTIONS_ARCHIVE, HEARTBEATS_ARCHIVE)
-FEED_BY_KEY = {feed.key: feed for feed in (*FEEDS, *ARCHIVE_FEEDS)}
-
-
-def feeds_to_run(*, archived: bool) -> tuple[Feed, ...]:
-    """The feeds the dispatcher keeps: the reports', and the archive's two when the app has an archive."""
-    return (*FEEDS, *ARCHIVE_FEEDS) if archived else FEEDS
-
-
-def tally_partner(partition: "Partition") -> "Partition":
-    """The heartbeat tally's partition of the same buckets as a partition of the archive's heartbeats."""
-    return Partition(HEARTBEAT_TALLY, partition.index, partition.count)
 
 
 # Feeds of an earlier layout (the heartbeat documents' change feed, and the hourly reports' feed that rolled the
@@ -132,9 +123,9 @@ class Partition:
         return message if self.feed_range is None else {**message, "range": list(self.feed_range)}
 
     @classmethod
-    def from_message(cls, message: Mapping[str, Any]) -> "Partition":
-        """The partition a work message names; ValueError for anything else."""
-        feed = FEED_BY_KEY.get(str(message.get("feed")))
+    def from_message(cls, message: Mapping[str, Any], feeds: Mapping[str, Feed]) -> "Partition":
+        """The partition of one of `feeds` (by key) a work message names; ValueError for anything else."""
+        feed = feeds.get(str(message.get("feed")))
         index, count, on_cosmos = message.get("partition"), message.get("of"), message.get("cosmos")
         if feed is None or type(index) is not int or type(count) is not int or type(on_cosmos) is not bool:
             raise ValueError(f"not a report partition's work message: {dict(message)!r}")
@@ -159,9 +150,9 @@ def feed_partitions(
 ) -> list[tuple[Partition, Token | None]]:
     """The feed's partitions, each with the token its change stream starts from when it has no position yet:
     on Cosmos DB one per physical partition (the tokens of `GetChangeStreamTokens`, ordered by feed range),
-    elsewhere `count` bucket ranges (no start token: a new stream starts at the present). The tally has bucket
-    ranges everywhere, and so do the archive's heartbeats (the tally's); the archive's sweep has one partition."""
-    if feed.archive and not feed.tally:  # one sweep by receive time, whatever the store: files named by content
+    elsewhere `count` bucket ranges (no start token: a new stream starts at the present). An hourly feed has
+    bucket ranges on every store, and a HOURLY_WHOLE one a single partition (Shape)."""
+    if feed.shape is Shape.HOURLY_WHOLE:
         return [(Partition(feed, 0, 1), None)]
     if on_cosmos and not feed.hourly:
         return list(cosmos_partitions(db, feed, policy))

@@ -14,6 +14,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from shared.devices.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME
+from shared.feeds.sources import Change
 from shared.instants import HOUR, day_of, hour_of, to_stored
 from shared.reports.documents import (
     DAY,
@@ -31,7 +32,7 @@ from shared.reports.documents import (
 )
 from shared.store import schema
 from shared.store.optimistic import AGAIN, Round, until_landed
-from shared.store.retries import RetryPolicy, count_matched, with_retries, write_idempotent
+from shared.store.retries import RetryPolicy, count_matched, find_all, with_retries, write_idempotent
 
 UserHour = tuple[str, datetime]
 UserDay = tuple[str, datetime]
@@ -47,15 +48,6 @@ _ACTION_FIELDS = dict.fromkeys(
     1,
 )
 _HEARTBEAT_FIELDS = dict.fromkeys(("bottle_id", "user_id", "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
-
-
-@dataclass(frozen=True)
-class Change:
-    """One entry of a change feed (or one polled document): where it happened and the document after it."""
-
-    collection: str
-    key: Any
-    document: Mapping[str, Any] | None
 
 
 @dataclass
@@ -421,13 +413,6 @@ def find_each(
     fan out to every partition on Cosmos DB, and some engines answer it with a collection scan."""
     for clause in clauses:
         yield from find_all(collection, clause, policy, projection)
-
-
-def find_all(
-    collection: Collection[Any], query: Mapping[str, Any], policy: RetryPolicy, projection: Any = None
-) -> list[Document]:
-    """Every document a query matches, read again from the start if throttling interrupts it."""
-    return with_retries(lambda: list(collection.find(query, projection)), policy)
 
 
 def _chunks[T](items: Sequence[T], size: int) -> Iterator[list[T]]:

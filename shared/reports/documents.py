@@ -21,10 +21,7 @@ from typing import Any
 
 from shared.devices.device_time import MAX_FUTURE_SKEW, action_order
 from shared.devices.heartbeat_document import (
-    LATE_AT,
-    LATE_FLAG,
     MINUTE,
-    OWNERS,
     hour_start,
     minutes_of,
     owner_of_minute,
@@ -109,29 +106,6 @@ class HeartbeatPart:
     sole_owner: bool = False
 
 
-def tally_hours(
-    heartbeat_doc: Mapping[str, Any], closed: tuple[datetime, datetime], *, late_since: datetime | None
-) -> set[datetime]:
-    """The hours of a bottle's ring that a tally pass counts (shared/reports/tally.py): those of `closed` (the
-    hours that closed since the last pass), and the earlier ones that a heartbeat reached late since
-    `late_since` (LATE_FLAG set, `la` no earlier than it; None: none), or all of them if the bottle was
-    reassigned since. Hours the ring no longer holds are not
-    counted again: their counts stay as the reports have them."""
-    late_at = heartbeat_doc.get(LATE_AT)
-    late = late_since is not None and late_at is not None and late_at >= late_since
-    # A bottle reassigned since: the last pass may have missed it (its owner's bucket moved it past the pass's
-    # cursor), and an earlier owner's hours may have moved to the new one: every hour is counted again.
-    owners = heartbeat_doc.get(OWNERS) or []
-    moved = late_since is not None and bool(owners) and owners[-1]["until"] >= late_since
-    hours = set()
-    for number, value in ring_hours(heartbeat_doc).items():
-        start = hour_start(number)
-        earlier = start < closed[0] and (moved or (late and value & LATE_FLAG))
-        if closed[0] <= start < closed[1] or earlier:
-            hours.add(start)
-    return hours
-
-
 def heartbeat_parts(
     heartbeat_doc: Mapping[str, Any],
     within: tuple[datetime, datetime] | None = None,
@@ -139,7 +113,7 @@ def heartbeat_parts(
     only: set[datetime] | None = None,
 ) -> dict[tuple[str, datetime], HeartbeatPart]:
     """Per (user, hour), the heartbeat part of one bottle, for every hour its ring holds (within `within`), or
-    only for the hours `only` (tally_hours).
+    only for the hours `only` (shared/feeds/sweeps.py `pass_hours`).
 
     A heartbeat counts for whoever owned the bottle at its minute (owner_of_minute). Every owner of the bottle
     during an hour gets a part for it (possibly 0), so a heartbeat attributed anew is also taken away from the

@@ -52,7 +52,8 @@ def rebuild(
 ) -> RebuildSummary:
     """Recompute the hourly reports of [hour of `start`, `end`) for `user_id` (None: every user) from source,
     then their days, a page of REPORTS_PAGE_SIZE source documents at a time."""
-    from shared.reports.aggregation import Change, Stamper, refresh_daily, refresh_hourly  # noqa: PLC0415 - see the imports
+    from shared.feeds.sources import Change  # noqa: PLC0415 - see the imports
+    from shared.reports.aggregation import Stamper, refresh_daily, refresh_hourly  # noqa: PLC0415
     from shared.store.retries import RetryPolicy  # noqa: PLC0415
 
     policy = RetryPolicy.from_settings(settings)

@@ -15,38 +15,38 @@ bills each hour at its highest RU/s. Details: docs/reports.md, "The heartbeat ta
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from datetime import datetime, timedelta
+from typing import Any
 
-from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.devices.heartbeat_document import LATE_AT, OWNERS, RING, RING_TIME, USER_BUCKET
+from shared.devices.heartbeat_document import OWNERS
+from shared.feeds.hand_off import HandOff, held_page
 from shared.feeds.leases import ROLLUPS_FROM, Lease
 from shared.feeds.settling import CLOCK_MARGIN, SETTLE, hours_due
+from shared.feeds.sweeps import (
+    EPOCH,
+    LAST_BEGAN,
+    LAST_PAGES,
+    Document,
+    Pass,
+    UserKey,
+    UserPages,
+    pace_of,
+    pass_hours,
+)
 from shared.instants import HOUR, day_of, format_instant, hour_of
 from shared.reports.aggregation import BottleParts, Parts, Stamper, refresh_daily, write_hourly
-from shared.reports.documents import heartbeat_parts, tally_hours
+from shared.reports.documents import heartbeat_parts
 from shared.settings import Settings
 from shared.store import schema
-from shared.store.pacing import Pace
 from shared.store.partitioning import BucketRange, bucket_of
-from shared.store.retries import RetryPolicy, with_retries
+from shared.store.retries import RetryPolicy
 from shared.telemetry.observability import error_text, fields
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
-_ORDER = [(USER_BUCKET, 1), ("user_id", 1)]
-LAST_BEGAN = "last_began"  # in a lease's token between passes: when the last pass began
-LAST_PAGES = "last_pages"  # beside it: how many pages the last pass read (the next one is paced by it)
-# ROLLUPS_FROM, beside it: where the roll-ups a pass left to the next ones start (a new layout's leases take it over)
 CATCH_UP = timedelta(days=1)  # the roll-ups a pass that fell behind catches up on, beside its own
-HANDING = "handing"  # in a pass's token: Pass.handing
-
-Document = dict[str, Any]
-UserKey = tuple[int, str]  # (user bucket, user_id): the sweep's order
 
 log = logging.getLogger(__name__)
 
@@ -65,73 +65,24 @@ def rolled_up_before(now: datetime) -> datetime:
     return hours_due(now + CLOCK_MARGIN)
 
 
-@dataclass(frozen=True)
-class Pass:
-    """A pass under way: the hours it counts, when it began, where late heartbeats are looked for from, the last
-    user done (None: none yet), and where the roll-ups it is behind start (None: none)."""
+def rollup_days(current: Pass, block_hours: int, window: timedelta, shift: int = 0) -> set[datetime]:
+    """The days a block of whose hours (shifted by `shift` hours: rollup_shift) ends within the pass's last `window`
+    of hours, and within the next CATCH_UP of the roll-ups it is behind (`rollups_from`: a pass that fell behind by
+    more than a window, or a first pass): a few days a user at most, whatever the lag, so a page's work stays
+    bounded."""
+    recent = max(current.start, current.end - window)
+    days = block_days(recent, current.end, block_hours, shift)
+    if current.rollups_from is not None and current.rollups_from < recent:
+        days |= block_days(current.rollups_from, min(current.rollups_from + CATCH_UP, recent), block_hours, shift)
+    return days
 
-    start: datetime
-    end: datetime
-    began: datetime
-    late_since: datetime | None
-    after: UserKey | None = None
-    rollups_from: datetime | None = None
-    pages: int = 0  # pages read so far
-    paged_at: datetime | None = None  # when the last of them was done
-    last_pages: int | None = None  # the last pass's pages (None: not known, the pass is not paced)
-    handing: bool = False  # every bottle-hour counted so far reached the archive (HandOff), and the next go there
 
-    def token(self) -> dict[str, Any]:
-        after = None if self.after is None else list(self.after)
-        return {
-            "start": self.start,
-            "end": self.end,
-            "began": self.began,
-            "late_since": self.late_since,
-            "after": after,
-            ROLLUPS_FROM: self.rollups_from,
-            "pages": self.pages,
-            "paged_at": self.paged_at,
-            LAST_PAGES: self.last_pages,
-            HANDING: self.handing,
-        }
-
-    @classmethod
-    def resumed(cls, token: Mapping[str, Any] | None) -> "Pass | None":
-        """The pass a lease's token holds, if one is under way."""
-        if not token or token.get("end") is None:
-            return None
-        after = token.get("after")
-        return cls(
-            start=token["start"],
-            end=token["end"],
-            began=token["began"],
-            late_since=token.get("late_since"),
-            after=None if after is None else (int(after[0]), str(after[1])),
-            rollups_from=token.get(ROLLUPS_FROM),
-            pages=int(token.get("pages") or 0),
-            paged_at=token.get("paged_at"),
-            last_pages=token.get(LAST_PAGES),
-            handing=bool(token.get(HANDING)),
-        )
-
-    def rollup_days(self, block_hours: int, window: timedelta, shift: int = 0) -> set[datetime]:
-        """The days a block of whose hours (shifted by `shift` hours: rollup_shift) ends within this pass's last
-        `window` of hours, and within the next CATCH_UP of the roll-ups it is behind (`rollups_from`: a pass that
-        fell behind by more than a window, or a first pass): a few days a user at most, whatever the lag, so a
-        page's work stays bounded."""
-        recent = max(self.start, self.end - window)
-        days = block_days(recent, self.end, block_hours, shift)
-        if self.rollups_from is not None and self.rollups_from < recent:
-            days |= block_days(self.rollups_from, min(self.rollups_from + CATCH_UP, recent), block_hours, shift)
-        return days
-
-    def rollups_left(self, window: timedelta) -> datetime | None:
-        """Where the roll-ups this pass leaves to the next ones start (None: it leaves none)."""
-        recent = max(self.start, self.end - window)
-        if self.rollups_from is None or self.rollups_from + CATCH_UP >= recent:
-            return None
-        return self.rollups_from + CATCH_UP
+def rollups_left(current: Pass, window: timedelta) -> datetime | None:
+    """Where the roll-ups the pass leaves to the next ones start (None: it leaves none)."""
+    recent = max(current.start, current.end - window)
+    if current.rollups_from is None or current.rollups_from + CATCH_UP >= recent:
+        return None
+    return current.rollups_from + CATCH_UP
 
 
 def block_days(after: datetime, until: datetime, block_hours: int, shift: int = 0) -> set[datetime]:
@@ -164,7 +115,7 @@ def next_pass(lease: Lease, *, now: datetime, overlap: timedelta, oldest: timede
 
     Roll-ups: the days of every block since the last pass's end are rolled up (the actions of a day counted
     while it was open reach its daily report through them only), a first pass's since its lease was made, a
-    window a pass (Pass.rollup_days) until caught up; none of a day older than `oldest`, whose hourly reports
+    window a pass (rollup_days) until caught up; none of a day older than `oldest`, whose hourly reports
     may have expired."""
     under_way = Pass.resumed(lease.token)
     if under_way is not None:
@@ -190,108 +141,6 @@ def next_pass(lease: Lease, *, now: datetime, overlap: timedelta, oldest: timede
         rollups_from=rollups_from,
         last_pages=None if last_pages is None else int(last_pages),
     )
-
-
-def pace_of(current: Pass, *, now: datetime, spread: timedelta) -> Pace | None:
-    """The pace of `current` (shared/store/pacing.py: its pages spread evenly to its start plus
-    REPORTS_TALLY_SPREAD_MINUTES, counting on as many as the last pass read, and ending by the time the next hour
-    is due), or None when it runs unpaced: as Pace.over has it (off, a first pass or a new partition layout, a
-    small pass), or a later hour is already due (the pass is behind: it catches up at once).
-
-    Why the next hour's due time bounds it: a pass begins a little after its hours are due (the next dispatch, the
-    next run), so a pass spread over the whole hour from its start would end a little after the next is due, and
-    each pass would begin later than the last until one counted two hours at once, twice a pass's writes."""
-    if hours_due(now) > current.end:
-        return None
-    next_due = current.end + HOUR + SETTLE
-    return Pace.over(current.began, min(spread, next_due - current.began), current.last_pages)
-
-
-class UserPages:
-    """A partition's heartbeat documents in (user bucket, user_id) order, a page of whole users at a time."""
-
-    def __init__(
-        self,
-        collection: Collection[Any],
-        buckets: BucketRange,
-        *,
-        after: UserKey | None,
-        size: int,
-        policy: RetryPolicy,
-    ) -> None:
-        self._collection, self._buckets, self._after = collection, buckets, after
-        self._size, self._policy = size, policy
-
-    def next_page(self) -> list[Document] | None:
-        docs: list[Document] = []
-        for query in self._queries():
-            docs = self._find(query, limit=self._size)
-            if docs:
-                break
-        if not docs:
-            return None
-        if len(docs) == self._size:
-            last = _user_key(docs[-1])
-            whole = [d for d in docs if _user_key(d) != last]
-            # A user whose documents fill the page alone is read whole; if none is found now (the user's bottles
-            # were all reassigned since, and their `ub` moved them), the page as read stands: its hours closed
-            # before the reassignment, and the new owner's pass counts the bottles again whole (tally_hours).
-            docs = whole or self._find({USER_BUCKET: last[0], "user_id": last[1]}, limit=0) or docs
-        self._after = _user_key(docs[-1])
-        return docs
-
-    @property
-    def after(self) -> UserKey | None:
-        return self._after
-
-    def _queries(self) -> list[dict[str, Any]]:
-        if self._after is None:
-            return [self._buckets.selector(USER_BUCKET)]
-        bucket, user_id = self._after
-        return [
-            {USER_BUCKET: bucket, "user_id": {"$gt": user_id}},
-            {USER_BUCKET: {"$gt": bucket, "$lt": self._buckets.high}},
-        ]
-
-    def _find(self, query: dict[str, Any], *, limit: int) -> list[Document]:
-        return with_retries(lambda: list(self._collection.find(query, _FIELDS).sort(_ORDER).limit(limit)), self._policy)
-
-
-def _user_key(doc: Mapping[str, Any]) -> UserKey:
-    return int(doc[USER_BUCKET]), str(doc["user_id"])
-
-
-class HourRows(Protocol):
-    """Where the bottle-hours a pass counts are held and merged (the archive's heartbeat files:
-    shared/archive/heartbeats.py `HeartbeatArchiver`), by the bucket of the document they came from."""
-
-    def add(self, document: Mapping[str, Any], hours: Iterable[datetime], *, source_bucket: int) -> None:
-        """Hold the rows of one heartbeat document for `hours` (read from bucket `source_bucket` of the pass)."""
-
-    def flush(self, *, before: int | None = None) -> None:
-        """Merge the rows held from documents of buckets before `before` (None: all); raises if it cannot."""
-
-    def holding(self) -> bool:
-        """Whether rows are held that are not merged yet."""
-
-
-class HandOff(Protocol):
-    """The port through which a pass hands the bottle-hours it counts to the archive (shared/reports/archiving.py
-    `ArchiveHandOff`), so that the reports never wait on it: the pass asks once whether to hand them (`begin`: no
-    while the archive is known to be down), stops at the archive's first failure (`failed`), and says when a pass
-    handed all of them (`ended`), which moves the archive's own position on. Whatever a pass did not hand, the
-    archive reads again from the heartbeat documents later."""
-
-    rows: HourRows
-
-    def begin(self, current: Pass) -> bool:
-        """Whether a new pass hands its bottle-hours."""
-
-    def failed(self, current: Pass, error: Exception) -> None:
-        """The archive failed a merge of this pass's rows: the pass hands no more."""
-
-    def ended(self, current: Pass) -> None:
-        """The pass counted all its hours and handed every bottle-hour of them."""
 
 
 @dataclass
@@ -355,7 +204,7 @@ def run_tally(
             if current.handing:
                 handing.ended(current)
             token: dict[str, Any] = {LAST_BEGAN: current.began, LAST_PAGES: current.pages}
-            left = current.rollups_left(window)
+            left = rollups_left(current, window)
             if left is not None:
                 token[ROLLUPS_FROM] = left
             held = replace(held, checkpoint_time=current.end, token=token)
@@ -393,11 +242,11 @@ class _Handing:
         self._archive, self._buckets = archive, buckets
 
     def page(self, page: list[Document], current: Pass, saved_after: UserKey | None) -> tuple[Pass, UserKey | None]:
-        """After a counted page: the pass, and the position to save (archived_page)."""
+        """After a counted page: the pass, and the position to save (held_page)."""
         if self._archive is None or not current.handing:
             return current, current.after
         try:
-            return current, archived_page(self._archive.rows, page, current, saved_after)
+            return current, held_page(self._archive.rows, page, current, saved_after)
         except Exception as error:  # whatever the archive raises, the reports go on
             return self._failed(current, error), current.after
 
@@ -432,23 +281,6 @@ class _Handing:
         return replace(current, handing=False)
 
 
-def archived_page(
-    archive: HourRows, page: list[Document], current: Pass, saved_after: UserKey | None
-) -> UserKey | None:
-    """Hold a counted page's bottle-hours for the archive and merge those of the buckets read to the end (all but
-    the page's last, whose next documents may be on the next page); the position to save: past the page, or, if
-    rows of its last bucket are held, no further than that bucket's start (nor back before `saved_after`)."""
-    for doc in page:
-        hours = tally_hours(doc, (current.start, current.end), late_since=current.late_since)
-        archive.add(doc, hours, source_bucket=_user_key(doc)[0])
-    last_bucket = _user_key(page[-1])[0]
-    archive.flush(before=last_bucket)
-    if not archive.holding():
-        return current.after
-    bucket_start: UserKey = (last_bucket, "")
-    return bucket_start if saved_after is None or saved_after < bucket_start else saved_after
-
-
 def count_page(
     db: Database[Any],
     page: list[Document],
@@ -465,7 +297,7 @@ def count_page(
     for doc in page:
         users.add(str(doc["user_id"]))
         users |= {str(owner["user_id"]) for owner in doc.get(OWNERS) or []}
-        hours = tally_hours(doc, (current.start, current.end), late_since=current.late_since)
+        hours = pass_hours(doc, (current.start, current.end), late_since=current.late_since)
         for key, heartbeat in heartbeat_parts(doc, only=hours).items():
             by_hour[key][str(doc["_id"])] = BottleParts(heartbeat=heartbeat)
     parts: Parts = dict(by_hour)
@@ -474,7 +306,7 @@ def count_page(
     oldest = rollup_horizon(settings)
     block = settings.daily_rollup_hours
     shifts = {user_id: rollup_shift(user_id, settings) for user_id in users | {user_id for user_id, _ in changed}}
-    by_shift = {shift: current.rollup_days(block, window, shift) for shift in set(shifts.values())}
+    by_shift = {shift: rollup_days(current, block, window, shift) for shift in set(shifts.values())}
     days = {(user_id, day) for user_id in users for day in by_shift[shifts[user_id]]}
     # An hour this pass changed whose day's block has ended: a late heartbeat's, a reassigned bottle's, or one
     # the first pass found in a ring older than its roll-ups: its day is rolled up again now.

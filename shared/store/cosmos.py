@@ -128,7 +128,7 @@ def child_token(token: Mapping[str, Any], span: FeedRange) -> tuple[dict[str, An
     child's, narrowed to it, its position (`State`) kept (`narrowed`: as Cosmos DB's own change feed clients carry
     a parent's continuation on to its children); else none (`by_time`: the child recovers from the checkpoint time).
     The API for MongoDB documents neither: a store that refuses the token at open leaves the child to recover by
-    time too (shared/reports/sources.py)."""
+    time too (shared/feeds/sources.py)."""
     data = token.get("_data")
     try:
         raw = bytes(data) if isinstance(data, bytes | bytearray) else base64.b64decode(str(data), validate=True)

@@ -11,7 +11,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -366,3 +366,10 @@ def _unavailable(error: BaseException, retries: int, policy: RetryPolicy) -> Sto
         f"database unavailable after {retries + 1} attempts: {type(error).__name__}",
         retry_after_s=policy.retry_after_s(retries, error),
     )
+
+
+def find_all(
+    collection: Collection[Any], query: Mapping[str, Any], policy: RetryPolicy, projection: Any = None
+) -> list[dict[str, Any]]:
+    """Every document a query matches, read again from the start if throttling interrupts it."""
+    return with_retries(lambda: list(collection.find(query, projection)), policy)

@@ -263,7 +263,7 @@ def backfill_buckets(
 
     A heartbeat document given its `ub` joins the heartbeat tally's sweep after passes that went on without it:
     every hour its ring holds is flagged as a late heartbeat's is, and `la` moved on to `now`, so the tally's
-    next pass counts them all (shared/reports/documents.py: tally_hours). The write is guarded by the ring's
+    next pass counts them all (shared/feeds/sweeps.py: pass_hours). The write is guarded by the ring's
     clock `r` as read: a heartbeat written meanwhile leaves the document for the next round."""
     now = now or utc_now()
     updated: dict[str, int] = {}

@@ -15,11 +15,11 @@ import pytest
 
 from shared.archive import actions
 from shared.archive.current import use_archive
+from shared.archive.feeds import ACTIONS_ARCHIVE
 from shared.archive.storage import Archive, ArchiveUnavailable, FolderArchive
+from shared.consumers.plugged import dispatch, partition_of, process_partition
 from shared.feeds.leases import Lease
-from shared.feeds.partitions import ACTIONS_ARCHIVE, Partition
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
+from shared.feeds.partitions import Partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from tests.archive.sweeps import Sweeper, closed, opened
@@ -217,7 +217,7 @@ def test_the_dispatcher_sends_the_sweep_only_with_an_archive_and_an_hour_due(
     use_archive(archive)
     [message] = archive_messages(sent(mock_db, H + HOUR + 15 * MINUTE))
     assert message == {"feed": "actions_archive", "partition": 0, "of": 1, "cosmos": False}
-    process_partition(mock_db, Partition.from_message(message), now=H + HOUR + 16 * MINUTE, settings=get_settings())
+    process_partition(mock_db, partition_of(message), now=H + HOUR + 16 * MINUTE, settings=get_settings())
     assert archive_messages(sent(mock_db, H + HOUR + 50 * MINUTE)) == []  # swept: nothing due until the next hour
     assert len(archive_messages(sent(mock_db, H + 2 * HOUR + 10 * MINUTE))) == 1
     assert_each_event_once(mock_db, archive, H + HOUR)
@@ -238,7 +238,7 @@ def test_on_cosmos_db_the_sweep_is_one_partition_whatever_the_actions_physical_p
         sweeps += archive_messages(sent(cosmos, H + HOUR + minutes * MINUTE, on_cosmos=True))
         mock_db[schema.LEASES].update_many({}, {"$set": {"dispatched_until": None, "owner": None}})
     assert sweeps == [{"feed": "actions_archive", "partition": 0, "of": 1, "cosmos": False}] * 3
-    process_partition(mock_db, Partition.from_message(sweeps[0]), now=H + HOUR + 18 * MINUTE, settings=get_settings())
+    process_partition(mock_db, partition_of(sweeps[0]), now=H + HOUR + 18 * MINUTE, settings=get_settings())
     assert_each_event_once(mock_db, archive, H + HOUR)
 
 
@@ -278,7 +278,7 @@ def test_the_worker_sweeps_into_the_folder_archive_dir_names_and_says_what_it_re
     now = H + HOUR + 15 * MINUTE
     [message] = archive_messages(sent(mock_db, now))
 
-    run = process_partition(mock_db, Partition.from_message(message), now=now, settings=get_settings())
+    run = process_partition(mock_db, partition_of(message), now=now, settings=get_settings())
 
     assert (run.pages, run.changes, run.caught_up) == (2, 4, True)  # the hour's 4 events, then its end
     assert_each_event_once(mock_db, FolderArchive(tmp_path / "named"), H + HOUR)

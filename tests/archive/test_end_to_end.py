@@ -13,10 +13,11 @@ import pytest
 
 from shared.archive.blob import BlobArchive, container_client
 from shared.archive.current import use_archive
+from shared.archive.feeds import ACTIONS_ARCHIVE
 from shared.archive.storage import Archive, FolderArchive
-from shared.feeds.partitions import ACTIONS_ARCHIVE, HEARTBEAT_TALLY, Partition
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.partitions import Partition
+from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import Settings
 from shared.store import schema
 from tests import azurite
@@ -35,7 +36,7 @@ def dispatch_and_work(db: Any, now: datetime, settings: Settings, *, kill: str |
     messages: list[str] = []
     dispatch(db, now=now, settings=settings, send=messages.extend, on_cosmos=False)
     for body in messages:
-        partition = Partition.from_message(json.loads(body))
+        partition = partition_of(json.loads(body))
         if partition.feed.key == kill:
             continue
         process_partition(db, partition, now=now, settings=settings)

@@ -22,10 +22,8 @@ import pytest
 from shared.archive.blob import BlobArchive, container_client
 from shared.archive.current import use_archive
 from shared.archive.storage import Archive, ArchiveUnavailable, FolderArchive, Stored
-from shared.feeds.partitions import Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
 from shared.instants import format_instant
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from tests import azurite
@@ -122,7 +120,7 @@ def run_a_while(world: World, since: datetime, until: datetime) -> Runs:
         sent = dispatch(world.db, now=now + MINUTE, settings=world.settings, send=messages.extend, on_cosmos=False)
         runs.archive_lags.append(sent.lag_seconds.get(ARCHIVED_HEARTBEATS, 0.0))
         for body in messages:
-            partition = Partition.from_message(json.loads(body))
+            partition = partition_of(json.loads(body))
             runs.ran[partition.feed.key] += 1
             try:
                 done = process_partition(world.db, partition, now=now + MINUTE, settings=world.settings)
@@ -283,7 +281,7 @@ def test_a_tally_partition_calls_a_store_that_is_down_once_per_outage_not_once_p
                 world.fleet.beat(f"b{n}", now + 2 * n * MINUTE)
             messages: list[str] = []
             dispatch(mock_db, now=now + 11 * MINUTE, settings=SETTINGS, send=messages.extend, on_cosmos=False)
-            for partition in (Partition.from_message(json.loads(body)) for body in messages):
+            for partition in (partition_of(json.loads(body)) for body in messages):
                 if partition.feed.key == "heartbeat_tally":
                     process_partition(mock_db, partition, now=now + 11 * MINUTE, settings=SETTINGS)
             now += 30 * MINUTE

@@ -17,12 +17,13 @@ import pytest
 from shared.archive import actions
 from shared.archive.actions import Sweep, SweepRun, run_actions_sweep
 from shared.archive.current import use_archive
+from shared.archive.feeds import ACTIONS_ARCHIVE
 from shared.archive.storage import FolderArchive
+from shared.consumers.plugged import dispatch, process_partition
 from shared.feeds.leases import Lease
-from shared.feeds.partitions import ACTIONS_ARCHIVE, Partition
+from shared.feeds.partitions import Partition
+from shared.feeds.worker import _Worker
 from shared.instants import format_instant
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import _Worker, process_partition
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from tests import invoke

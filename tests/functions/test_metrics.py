@@ -17,11 +17,11 @@ from pymongo import UpdateOne
 from pymongo.errors import AutoReconnect, BulkWriteError, ExecutionTimeout, OperationFailure
 
 from functions import device_events
-from shared.feeds.partitions import HEARTBEAT_TALLY
+from shared.consumers import plugged
 from shared.feeds.settling import hours_due
 from shared.instants import hour_of, set_clock, utc_now
 from shared.notifications.checks.run import CheckRun, run_check
-from shared.reports import dispatcher
+from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range
@@ -267,7 +267,7 @@ def test_each_dispatch_records_every_feed_s_lag_behind_its_furthest_behind_parti
     mock_db[schema.LEASES].update_one({"_id": tally}, {"$set": {"checkpoint_time": two_hours_behind}})
     recorded()  # forget the first round's readings
 
-    run = dispatcher.dispatch(mock_db, now=now, settings=get_settings(), send=lambda messages: None)
+    run = plugged.dispatch(mock_db, now=now, settings=get_settings(), send=lambda messages: None)
 
     assert run.lag_seconds == {schema.BOTTLE_ACTIONS: 420.0, HEARTBEAT_TALLY.key: 7200.0}
     lags = of(recorded(), metrics.REPORT_LAG)
@@ -286,7 +286,7 @@ def test_a_tally_that_has_counted_every_closed_hour_is_not_behind(
     finally:
         set_clock(None)
 
-    run = dispatcher.dispatch(mock_db, now=now + timedelta(minutes=1), settings=get_settings(), send=list)
+    run = plugged.dispatch(mock_db, now=now + timedelta(minutes=1), settings=get_settings(), send=list)
 
     assert run.lag_seconds[HEARTBEAT_TALLY.key] == 0.0
 
@@ -304,7 +304,7 @@ def test_a_feed_that_keeps_failing_shows_its_growing_lag(
     recorded()
 
     later = utc_now() + timedelta(minutes=30)
-    run = dispatcher.dispatch(mock_db, now=later, settings=get_settings(), send=lambda messages: None)
+    run = plugged.dispatch(mock_db, now=later, settings=get_settings(), send=lambda messages: None)
 
     assert failed.failed == [schema.BOTTLE_ACTIONS]
     assert 30 * 60 <= run.lag_seconds[schema.BOTTLE_ACTIONS] < 30 * 60 + 10
@@ -323,7 +323,7 @@ def test_a_token_reply_leaving_a_range_out_is_counted_for_its_feed_as_a_gap(
         def tokens(self) -> list[dict[str, Any]]:
             return [t for t in super().tokens() if feed_range(t)[0] != ""]  # the lowest range left out
 
-    dispatcher.dispatch(Gap(mock_db, 2), now=utc_now(), settings=get_settings(), send=lambda m: None, on_cosmos=True)
+    plugged.dispatch(Gap(mock_db, 2), now=utc_now(), settings=get_settings(), send=lambda m: None, on_cosmos=True)
 
     counted = of(recorded(), metrics.REPORT_UNCOVERED)
     assert counted == {(("feed", schema.BOTTLE_ACTIONS), ("problem", "gap")): 1}

@@ -38,9 +38,10 @@ from shared.devices.heartbeat_document import (
     ring_hours,
     slot_start,
 )
+from shared.feeds.sweeps import pass_hours
 from shared.ingestion import storing
 from shared.instants import set_clock
-from shared.reports.documents import heartbeat_parts, tally_hours
+from shared.reports.documents import heartbeat_parts
 from shared.store import optimistic, retries, schema
 from shared.store.retries import StoreUnavailable
 from tests.api import SPEC, put_bottle
@@ -188,16 +189,16 @@ def test_a_tally_pass_counts_the_hours_closed_since_the_last_and_those_a_heartbe
     last_pass = T0 + timedelta(hours=6)  # counted the hours up to hours[5] and began then
 
     # The hours that closed since: exactly those, of the ones the ring holds.
-    assert tally_hours(bottle.document, (hours[5], hours[7]), late_since=last_pass) == {hours[5]}
+    assert pass_hours(bottle.document, (hours[5], hours[7]), late_since=last_pass) == {hours[5]}
 
     # A late heartbeat since the last pass began: its earlier hour too, found by its flag and the arrival.
     late = T0 + timedelta(hours=2, minutes=44)
     bottle.send(late, now=last_pass + timedelta(minutes=3))
     assert bottle.document[LATE_AT] == last_pass + timedelta(minutes=3)
-    assert tally_hours(bottle.document, (hours[5], hours[7]), late_since=last_pass) == {hours[5], hours[2]}
+    assert pass_hours(bottle.document, (hours[5], hours[7]), late_since=last_pass) == {hours[5], hours[2]}
     # ...which the pass after, begun later, no longer counts again.
-    assert tally_hours(bottle.document, (hours[7], hours[7]), late_since=last_pass + timedelta(minutes=10)) == set()
-    assert tally_hours(bottle.document, (hours[5], hours[7]), late_since=None) == {hours[5]}
+    assert pass_hours(bottle.document, (hours[7], hours[7]), late_since=last_pass + timedelta(minutes=10)) == set()
+    assert pass_hours(bottle.document, (hours[5], hours[7]), late_since=None) == {hours[5]}
 
 
 def test_the_ring_names_each_4_hour_field_by_one_character_and_the_write_time_maps_it_back(bottle):

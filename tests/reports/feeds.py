@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from shared.feeds.partitions import ACTIONS_FEED, Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.partitions import Partition
 from shared.instants import utc_now
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
+from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import get_settings
 from shared.store import schema
 from tests.cosmos_fakes import CosmosTokens
@@ -90,9 +90,7 @@ def change(bottle_id: str, received_minutes_ago: int) -> dict[str, Any]:
 
 
 def actions_partition_with_token(db: Any, now: Any) -> Partition:
-    partition = next(
-        Partition.from_message(m) for m in sent_by_dispatch(db, now=now) if m["feed"] == ACTIONS_FEED.collection
-    )
+    partition = next(partition_of(m) for m in sent_by_dispatch(db, now=now) if m["feed"] == ACTIONS_FEED.collection)
     db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"token": {"_data": "saved"}}})
     return partition
 
@@ -109,7 +107,7 @@ def stored(db: Any, partition: Partition, changes: list[dict[str, Any]]) -> list
 def dispatched(db: Any, now: Any) -> list[Partition]:
     messages: list[str] = []
     dispatch(db, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
-    return [p for p in map(Partition.from_message, map(json.loads, messages)) if p.feed == ACTIONS_FEED]
+    return [p for p in map(partition_of, map(json.loads, messages)) if p.feed == ACTIONS_FEED]
 
 
 def actions_leases(db: Any, *, live: bool = True) -> dict[tuple[str, str], dict[str, Any]]:

@@ -7,10 +7,10 @@ from typing import Any
 
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
-from shared.feeds.partitions import Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.consumers import PartitionRun
 from shared.ingestion.receive import receive
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import PartitionRun, process_partition
+from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import Settings
 from shared.store import schema
 from tests.tally_fleet import DAY
@@ -76,7 +76,7 @@ class Worker:
     def run(self, now: datetime) -> PartitionRun:
         messages: list[str] = []
         dispatch(self.db, now=now, settings=self.config, send=messages.extend)
-        tally = [p for p in (Partition.from_message(json.loads(m)) for m in messages) if p.feed.tally]
+        tally = [p for p in (partition_of(json.loads(m)) for m in messages) if p.feed == HEARTBEAT_TALLY]
         if not tally:
             return PartitionRun("none", caught_up=True)
         self.elapsed = 0.0

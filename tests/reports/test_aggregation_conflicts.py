@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
+from shared.feeds.sources import Change
 from shared.instants import hour_of, to_stored, utc_now
 from shared.reports import aggregation
-from shared.reports.aggregation import Change, refresh_hourly
+from shared.reports.aggregation import refresh_hourly
 from shared.reports.documents import full_entry, hourly_document, hourly_id
 from shared.store import schema
 from shared.store.retries import RetryPolicy, StoreUnavailable

@@ -9,8 +9,9 @@ import pytest
 from pymongo.database import Database
 
 from shared.devices.heartbeat_document import OWNERS
+from shared.feeds.sources import Change
 from shared.reports import aggregation
-from shared.reports.aggregation import Change, refresh_daily, refresh_hourly
+from shared.reports.aggregation import refresh_daily, refresh_hourly
 from shared.reports.documents import daily_id, hourly_id
 from shared.store import schema
 from shared.store.retries import RetryPolicy

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from shared.devices.heartbeat_document import KEY, OWNERS, RING, RING_TIME
+from shared.feeds.sources import Change
 from shared.instants import hour_of
 from shared.reports import aggregation
-from shared.reports.aggregation import CLAUSES_PER_QUERY, Change, refresh_hourly
+from shared.reports.aggregation import CLAUSES_PER_QUERY, refresh_hourly
 from shared.store import schema
 from shared.store.retries import RetryPolicy
+from shared.store.retries import find_all as real_find_all
 from tests.api import ago, opened, post_events, provisioned
 from tests.reports.documents import AFTER_DAY, at, heartbeat_doc
 
@@ -28,7 +30,6 @@ def test_a_bottles_adjacent_hours_are_read_as_one_range_and_the_hours_between_it
     for i in range(4):
         assert post_events("bottle-1", key, opened(first + i * HOUR, event_id=f"e{i}")).status == 202
     queries: list[Any] = []
-    real_find_all = aggregation.find_all
 
     def recorded(collection: Any, query: Any, policy: Any, projection: Any = None) -> Any:
         queries.append(query)

@@ -13,13 +13,7 @@ from shared.devices.heartbeat_document import (
     hour_number,
     ring_bits,
 )
-from shared.reports.documents import (
-    ActionPart,
-    daily_document,
-    heartbeat_parts,
-    hourly_document,
-    merged_entry,
-)
+from shared.reports.documents import ActionPart, daily_document, heartbeat_parts, hourly_document, merged_entry
 
 HOUR = datetime(2027, 3, 10, 8, tzinfo=UTC)
 

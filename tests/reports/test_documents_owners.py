@@ -10,7 +10,8 @@ from shared.devices.device_time import MAX_FUTURE_SKEW
 from shared.devices.heartbeat_document import (
     LATE_AT,
 )
-from shared.reports.documents import heartbeat_parts, merged_entry, tally_hours
+from shared.feeds.sweeps import pass_hours
+from shared.reports.documents import heartbeat_parts, merged_entry
 from tests.reports.documents import at, heartbeat_doc
 
 
@@ -72,9 +73,9 @@ def test_after_a_reassignment_the_tally_recounts_every_earlier_hour() -> None:
         written=at(12),
     )
 
-    assert tally_hours(doc, (at(10), at(11)), late_since=last_began) == {at(5), at(10)}
+    assert pass_hours(doc, (at(10), at(11)), late_since=last_began) == {at(5), at(10)}
     # Reassigned before that pass began: it counted them already.
-    assert tally_hours(doc, (at(10), at(11)), late_since=last_began + timedelta(seconds=1)) == {at(10)}
+    assert pass_hours(doc, (at(10), at(11)), late_since=last_began + timedelta(seconds=1)) == {at(10)}
 
 
 def test_a_late_heartbeat_marked_as_the_last_pass_began_is_counted() -> None:
@@ -84,5 +85,5 @@ def test_a_late_heartbeat_marked_as_the_last_pass_began_is_counted() -> None:
     )
     doc[LATE_AT] = last_began
 
-    assert tally_hours(doc, (at(10), at(11)), late_since=last_began) == {at(5), at(10)}
-    assert tally_hours(doc, (at(10), at(11)), late_since=last_began + timedelta(seconds=1)) == {at(10)}
+    assert pass_hours(doc, (at(10), at(11)), late_since=last_began) == {at(5), at(10)}
+    assert pass_hours(doc, (at(10), at(11)), late_since=last_began + timedelta(seconds=1)) == {at(10)}

@@ -1,4 +1,4 @@
-"""The report feeds at their edges (shared/reports/sources.py): polling reads back an overlap before its
+"""The report feeds at their edges (shared/feeds/sources.py): polling reads back an overlap before its
 checkpoint, so an action stored by an instance whose clock is behind, after the run that checkpointed past its
 time, still reaches the hourly report its user reads; and a resume that failed for a passing reason is not taken
 for a rejected token."""
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pymongo.errors import OperationFailure
 
+from shared.consumers.plugged import process_partition
 from shared.instants import set_clock, utc_now
-from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from tests.api import SPEC, iso, opened, post_events, provisioned

@@ -1,5 +1,5 @@
-"""What the report feeds' log says when something is wrong (shared/reports/sources.py, dispatcher.py, worker.py), as an
-operator reads it to act: which partition, what the store answered, from where it carries on; which
+"""What the report feeds' log says when something is wrong (shared/feeds/sources.py, dispatcher.py, worker.py,
+changes.py), as an operator reads it to act: which partition, what the store answered, from where it carries on; which
 GetChangeStreamTokens ranges were left out or named twice, and which leases are left over them; a lease a failed run
 could not release."""
 
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pymongo.errors import AutoReconnect, OperationFailure
 
+from shared.consumers.plugged import process_partition
+from shared.feeds import worker
 from shared.feeds.partitions import Partition
 from shared.instants import format_instant, utc_now
-from shared.reports import worker
-from shared.reports.worker import process_partition
 from shared.settings import get_settings
 from shared.store import schema
 from tests.cosmos_fakes import CosmosTokens
@@ -30,8 +30,8 @@ from tests.reports.feeds import (
 )
 
 MINUTE = timedelta(minutes=1)
-# The report feeds' modules that log: the pages' sources, the dispatcher, the worker.
-LOGGERS = {"shared.reports.sources", "shared.reports.dispatcher", "shared.reports.worker"}
+# The feed machinery's modules that log: the pages' sources, the dispatcher, the worker and its reading of changes.
+LOGGERS = {"shared.feeds.sources", "shared.feeds.dispatcher", "shared.feeds.worker", "shared.feeds.changes"}
 
 
 def messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:

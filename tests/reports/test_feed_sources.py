@@ -1,4 +1,4 @@
-"""Where a report feed's pages come from (shared/reports/sources.py): polling pages that end on a whole
+"""Where a report feed's pages come from (shared/feeds/sources.py): polling pages that end on a whole
 server-time instant within the partition's buckets, a pymongo change stream read to the end of its server batch
 from the saved token, an empty page whose token moved, a recovery that hands over to its change stream, and a
 polling query the store refuses, which fails the run."""
@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from pymongo.errors import OperationFailure
 
-from shared.feeds.partitions import ACTIONS_FEED, Partition
+from shared.consumers.plugged import partition_of, process_partition
+from shared.feeds.partitions import Partition
+from shared.feeds.sources import ChangeStreamSource, PollingSource, PyMongoReader
 from shared.instants import utc_now
-from shared.reports.sources import ChangeStreamSource, PollingSource, PyMongoReader
-from shared.reports.worker import process_partition
+from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange
@@ -241,9 +242,7 @@ def test_a_polling_query_the_store_refuses_fails_the_run_and_frees_its_lease(
     it, and its error is in the invocation's log) rather than end as if the partition were read, and the lease is
     released for the retry."""
     set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
-    partition = next(
-        p for p in map(Partition.from_message, sent_by_dispatch(mock_db, now=utc_now())) if p.feed == ACTIONS_FEED
-    )
+    partition = next(p for p in map(partition_of, sent_by_dispatch(mock_db, now=utc_now())) if p.feed == ACTIONS_FEED)
 
     with pytest.raises(OperationFailure, match="order-by item is excluded"):
         process_partition(RefusingQueries(mock_db), partition, now=utc_now(), settings=get_settings())

@@ -1,4 +1,4 @@
-"""A report feed's worker run (shared/reports/worker.py) as a user sees its result: a Cosmos DB change stream
+"""A report feed's worker run (shared/feeds/worker.py) as a user sees its result: a Cosmos DB change stream
 opened as Cosmos DB requires and its changes in the hourly reports, a late action of a day already rolled up in
 that day's report at once, reports stamped with the time they were written, the run's count of what it wrote,
 a throttled stream asked again up to the budget's very end, and an empty first page after a full one on Cosmos
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from pymongo.errors import OperationFailure
 
-from shared.feeds.partitions import ACTIONS_FEED, Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.partitions import Partition
 from shared.instants import set_clock, utc_now
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
+from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import get_settings
 from shared.store import schema
 from tests.api import SPEC, iso, opened, post_events, provisioned
@@ -30,7 +30,7 @@ MINUTE = timedelta(minutes=1)
 def actions_partitions(db: Any, now: Any, **kwargs: Any) -> list[Partition]:
     messages: list[str] = []
     dispatch(db, now=now, settings=get_settings(), send=messages.extend, **kwargs)
-    found = [Partition.from_message(json.loads(m)) for m in messages]
+    found = [partition_of(json.loads(m)) for m in messages]
     return [p for p in found if p.feed == ACTIONS_FEED]
 
 

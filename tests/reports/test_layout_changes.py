@@ -14,11 +14,12 @@ from pymongo.errors import OperationFailure
 
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
-from shared.feeds.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.consumers import PartitionRun
+from shared.feeds.partitions import NoPartitionTokens, Partition
 from shared.ingestion.receive import receive
 from shared.instants import utc_now
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import PartitionRun, process_partition
+from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import Settings, get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range
@@ -43,7 +44,7 @@ def round_at(db: Any, now: datetime, settings: Settings, *, on_cosmos: bool = Fa
     where nothing new arrives: a partition without a token recovers by polling); the actions feed's runs."""
     messages: list[str] = []
     dispatch(db, now=now, settings=settings, send=messages.extend, on_cosmos=on_cosmos)
-    partitions = [Partition.from_message(json.loads(m)) for m in messages]
+    partitions = [partition_of(json.loads(m)) for m in messages]
     watch = QuietStream if on_cosmos else None
     runs = [process_partition(db, p, now=now, settings=settings, watch=watch) for p in partitions]
     return [run for run, p in zip(runs, partitions, strict=True) if p.feed == ACTIONS_FEED]
@@ -234,7 +235,7 @@ def test_polling_on_cosmos_reads_each_action_once_a_round_by_bucket_ranges(
 
     messages: list[str] = []
     dispatch(cosmos, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
-    actions = [p for p in (Partition.from_message(json.loads(m)) for m in messages) if p.feed == ACTIONS_FEED]
+    actions = [p for p in (partition_of(json.loads(m)) for m in messages) if p.feed == ACTIONS_FEED]
     runs = [process_partition(cosmos, p, now=now, settings=get_settings()) for p in actions]
 
     assert len(runs) == get_settings().reports_partitions
@@ -256,7 +257,7 @@ def test_a_worker_that_finds_no_partition_tokens_fails_loudly_and_releases_its_l
     now = utc_now()
     messages: list[str] = []
     dispatch(cosmos, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
-    partition = next(p for p in (Partition.from_message(json.loads(m)) for m in messages) if p.feed == ACTIONS_FEED)
+    partition = next(p for p in (partition_of(json.loads(m)) for m in messages) if p.feed == ACTIONS_FEED)
     lease_id = partition.lease_id
     mock_db[schema.LEASES].update_one({"_id": lease_id}, {"$set": {"checkpoint_time": now - MINUTE}})  # recovering
 
@@ -405,7 +406,7 @@ class Churn:
         run (and the children then run at once), some run out of budget after a page."""
         messages: list[str] = []
         dispatch(self.feed, now=self.now, settings=self.settings, send=messages.extend, on_cosmos=on_cosmos)
-        for partition in (Partition.from_message(json.loads(m)) for m in messages):
+        for partition in (partition_of(json.loads(m)) for m in messages):
             if partition.feed != ACTIONS_FEED or (lossy and self.rng.random() < 0.25):
                 continue  # lost (its dispatch mark holds it back until it could have expired)
             if lossy and self.rng.random() < 0.2:
@@ -524,7 +525,7 @@ def test_a_message_for_a_partition_that_split_before_its_first_run_leaves_it_to_
     now = utc_now()
     messages: list[str] = []
     dispatch(feed, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
-    [parent] = [p for p in (Partition.from_message(json.loads(m)) for m in messages) if p.feed == ACTIONS_FEED]
+    [parent] = [p for p in (partition_of(json.loads(m)) for m in messages) if p.feed == ACTIONS_FEED]
     feed.split(0)
 
     run = process_partition(feed, parent, now=now, settings=get_settings(), watch=feed.watch)

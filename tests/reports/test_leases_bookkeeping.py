@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from shared.consumers.plugged import dispatch, partition_of, process_partition
 from shared.feeds.layouts import ensure_leases
 from shared.feeds.leases import Lease, checkpoint, claim, feed_lags, leases_to_dispatch
-from shared.feeds.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
+from shared.feeds.partitions import Partition
 from shared.instants import utc_now
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
+from shared.reports.feeds import ACTIONS_FEED, HEARTBEAT_TALLY
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy
@@ -51,7 +51,7 @@ def test_a_paced_tally_pass_counts_as_on_time_only_within_its_pacing(mock_db: An
         mock_db[schema.LEASES].update_one(
             {"_id": tally.lease_id}, {"$set": {"checkpoint_time": counted, "token": token}}
         )
-        lags = feed_lags(mock_db, [tally], now=now, policy=POLICY, tally_due=due, tally_pacing=pacing)
+        lags = feed_lags(mock_db, [tally], now=now, policy=POLICY, hours_due=due, pacing=pacing)
         return lags[HEARTBEAT_TALLY.key]
 
     assert lag_of_a_pass_begun(pacing - MINUTE) == (due - counted - HOUR).total_seconds()  # its hour as counted
@@ -81,7 +81,7 @@ def test_a_split_of_the_last_partition_retires_it_once_its_children_ran(mock_db:
 
     sent: list[str] = []
     dispatch(cosmos, now=now + MINUTE, settings=settings, send=sent.extend, on_cosmos=True)
-    for partition in (Partition.from_message(json.loads(m)) for m in sent):
+    for partition in (partition_of(json.loads(m)) for m in sent):
         if partition.feed == ACTIONS_FEED:
             process_partition(cosmos, partition, now=now + MINUTE, settings=settings, watch=QuietStream)
     dispatch(cosmos, now=now + 2 * MINUTE, settings=settings, send=lambda _: None, on_cosmos=True)

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
+from shared.consumers.plugged import partition_of
 from shared.feeds.layouts import ensure_leases
 from shared.feeds.leases import Lease, checkpoint, claim, leases_to_dispatch
-from shared.feeds.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition, retired
+from shared.feeds.partitions import Partition, retired
 from shared.instants import utc_now
+from shared.reports.feeds import ACTIONS_FEED, HEARTBEAT_TALLY
 from shared.store import schema
 from shared.store.retries import RetryPolicy
 
@@ -49,7 +51,7 @@ def test_a_worker_that_checkpoints_keeps_its_lease_past_its_first_term_and_the_l
     ],
 )
 def test_a_work_message_names_the_partition_it_was_made_for(partition: Partition) -> None:
-    assert Partition.from_message(partition.message()) == partition
+    assert partition_of(partition.message()) == partition
 
 
 @pytest.mark.parametrize(
@@ -64,7 +66,7 @@ def test_a_work_message_names_the_partition_it_was_made_for(partition: Partition
 )
 def test_a_malformed_work_message_is_refused_saying_what_is_wrong(message: dict[str, Any], why: str) -> None:
     with pytest.raises(ValueError, match=why):
-        Partition.from_message({"feed": ACTIONS_FEED.key, **message})
+        partition_of({"feed": ACTIONS_FEED.key, **message})
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,10 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.feeds.partitions import ACTIONS_FEED, Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.partitions import Partition
 from shared.instants import utc_now
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
+from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import Settings
 from shared.store import schema
 from tests.cosmos_fakes import EPK_TOP, QuietStream
@@ -26,7 +26,7 @@ def round_at(db: Any, now: datetime, settings: Settings) -> list[Partition]:
     """A dispatch on Cosmos DB and a run of each actions partition it sent (nothing new to read)."""
     sent: list[str] = []
     dispatch(db, now=now, settings=settings, send=sent.extend, on_cosmos=True)
-    partitions = [p for p in (Partition.from_message(json.loads(m)) for m in sent) if p.feed == ACTIONS_FEED]
+    partitions = [p for p in (partition_of(json.loads(m)) for m in sent) if p.feed == ACTIONS_FEED]
     for partition in partitions:
         assert process_partition(db, partition, now=now, settings=settings, watch=QuietStream).claimed
     return partitions

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from shared.feeds.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.partitions import Partition
 from shared.instants import utc_now
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
+from shared.reports.feeds import ACTIONS_FEED, HEARTBEAT_TALLY
 from shared.settings import Settings
 from shared.store import schema
 from tests.cosmos_fakes import CosmosTokens
@@ -58,7 +58,7 @@ def dispatch_four(db: Any, now: datetime) -> list[Partition]:
     """A dispatch of four bucket partitions per feed; the actions partitions it sent."""
     sent: list[str] = []
     dispatch(db, now=now, settings=FOUR, send=sent.extend, on_cosmos=False)
-    return [p for p in (Partition.from_message(json.loads(m)) for m in sent) if p.feed == ACTIONS_FEED]
+    return [p for p in (partition_of(json.loads(m)) for m in sent) if p.feed == ACTIONS_FEED]
 
 
 def retired_at(db: Any, partition: int, of: int, feed: str = ACTIONS_FEED.key) -> datetime | None:

@@ -13,10 +13,11 @@ from typing import Any, ClassVar
 import pytest
 from pymongo.errors import OperationFailure
 
-from shared.feeds.partitions import ACTIONS_FEED, NoPartitionTokens, Partition
+from shared.consumers import plugged
+from shared.consumers.plugged import dispatch, process_partition
+from shared.feeds.partitions import NoPartitionTokens, Partition
 from shared.instants import set_clock, utc_now
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
+from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range
@@ -170,9 +171,9 @@ def test_a_reply_without_tokens_fails_the_dispatch_loudly_after_sending_the_tall
 
 def test_a_work_message_for_a_cosmos_partition_must_name_its_feed_range() -> None:
     with pytest.raises(ValueError, match="without its feed range"):
-        Partition.from_message({"feed": ACTIONS_FEED.key, "partition": 0, "of": 2, "cosmos": True})
+        plugged.partition_of({"feed": ACTIONS_FEED.key, "partition": 0, "of": 2, "cosmos": True})
     message = Partition(ACTIONS_FEED, 1, 2, cosmos=True, feed_range=("2000", "FF")).message()
-    assert Partition.from_message(message).lease_id == "reports:bottle_actions:cosmos:2000-FF"
+    assert plugged.partition_of(message).lease_id == "reports:bottle_actions:cosmos:2000-FF"
 
 
 def stopped_at(moment: datetime) -> Callable[[], datetime]:

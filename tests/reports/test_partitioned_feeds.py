@@ -14,14 +14,16 @@ import pytest
 from pymongo.errors import AutoReconnect, OperationFailure
 
 from shared import instants
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds import worker as partition_worker
+from shared.feeds.changes import THROTTLED_RETRIES
 from shared.feeds.leases import Lease, checkpoint, claim, release
-from shared.feeds.partitions import ACTIONS_FEED, FEEDS, HEARTBEAT_TALLY, Partition
+from shared.feeds.partitions import Partition
+from shared.feeds.sources import ChangeStreamSource
 from shared.instants import utc_now
 from shared.reports import aggregation
-from shared.reports import worker as partition_worker
-from shared.reports.dispatcher import dispatch
-from shared.reports.sources import ChangeStreamSource
-from shared.reports.worker import THROTTLED_RETRIES, process_partition
+from shared.reports import consumers as report_consumers
+from shared.reports.feeds import ACTIONS_FEED, HEARTBEAT_TALLY, REPORT_FEEDS
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.cosmos import feed_range
@@ -66,9 +68,9 @@ def test_a_partition_outside_its_count_is_refused():
     with pytest.raises(ValueError, match="partition 4 of 4"):
         BucketRange(4, 4)
     with pytest.raises(ValueError, match="not a report partition"):
-        Partition.from_message({"feed": "bottles", "partition": 0, "of": 4, "cosmos": False})
+        partition_of({"feed": "bottles", "partition": 0, "of": 4, "cosmos": False})
     with pytest.raises(ValueError, match="does not exist"):
-        Partition.from_message({"feed": schema.BOTTLE_ACTIONS, "partition": 5, "of": 4, "cosmos": False})
+        partition_of({"feed": schema.BOTTLE_ACTIONS, "partition": 5, "of": 4, "cosmos": False})
 
 
 # --- the dispatcher -----------------------------------------------------------------------------------------------
@@ -79,9 +81,9 @@ def test_the_dispatcher_makes_a_lease_per_partition_and_sends_each_unheld_one_on
     again = sent_by_dispatch(mock_db)
 
     partitions = get_settings().reports_partitions
-    assert len(first) == len(FEEDS) * partitions
+    assert len(first) == len(REPORT_FEEDS) * partitions
     assert {(m["feed"], m["partition"], m["of"]) for m in first} == {
-        (feed.key, i, partitions) for feed in FEEDS for i in range(partitions)
+        (feed.key, i, partitions) for feed in REPORT_FEEDS for i in range(partitions)
     }
     assert mock_db[schema.LEASES].count_documents({}) == len(first)
     assert again == []  # sent lately, not yet taken: no pile of duplicate messages
@@ -90,14 +92,14 @@ def test_the_dispatcher_makes_a_lease_per_partition_and_sends_each_unheld_one_on
 def test_a_partition_is_sent_again_once_its_worker_released_it_or_its_lease_expired(mock_db):
     now = utc_now()
     [message, *_] = sent_by_dispatch(mock_db, now=now)
-    partition = Partition.from_message(message)
+    partition = partition_of(message)
     lease_for = timedelta(seconds=get_settings().reports_lease_seconds)
     held = claim(mock_db, partition, "worker-a", now=now, lease_for=lease_for, policy=POLICY)
     assert held is not None
 
-    assert partition.lease_id not in {Partition.from_message(m).lease_id for m in sent_by_dispatch(mock_db, now=now)}
+    assert partition.lease_id not in {partition_of(m).lease_id for m in sent_by_dispatch(mock_db, now=now)}
     after_expiry = sent_by_dispatch(mock_db, now=now + lease_for + MINUTE)  # the worker died
-    assert partition.lease_id in {Partition.from_message(m).lease_id for m in after_expiry}
+    assert partition.lease_id in {partition_of(m).lease_id for m in after_expiry}
 
 
 def test_a_new_partition_count_starts_each_partition_from_the_old_partitions_it_overlaps(mock_db, monkeypatch):
@@ -208,7 +210,7 @@ def test_a_throttled_get_change_stream_tokens_is_retried_not_taken_for_a_store_w
 def test_a_work_message_delivered_twice_is_processed_by_one_worker(mock_db):
     now = utc_now()
     [message, *_] = sent_by_dispatch(mock_db, now=now)
-    partition = Partition.from_message(message)
+    partition = partition_of(message)
     lease_for = timedelta(minutes=2)
 
     first = claim(mock_db, partition, "worker-a", now=now, lease_for=lease_for, policy=POLICY)
@@ -251,7 +253,7 @@ def test_a_claim_whose_reply_was_lost_is_still_the_workers_claim(mock_db, monkey
     set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
     now = utc_now()
     [message, *_] = sent_by_dispatch(mock_db, now=now)
-    partition = Partition.from_message(message)
+    partition = partition_of(message)
     flaky = LostReply(mock_db, "find_one_and_update")
 
     run = process_partition(flaky, partition, now=now, settings=get_settings())
@@ -267,13 +269,13 @@ def test_a_dispatch_mark_whose_reply_was_lost_still_sends_the_partition(mock_db)
     sent = sent_by_dispatch(flaky)
 
     assert flaky.lost
-    assert len(sent) == len(FEEDS) * get_settings().reports_partitions
+    assert len(sent) == len(REPORT_FEEDS) * get_settings().reports_partitions
 
 
 def test_a_worker_whose_lease_was_taken_over_cannot_checkpoint(mock_db):
     now = utc_now()
     [message, *_] = sent_by_dispatch(mock_db, now=now)
-    partition = Partition.from_message(message)
+    partition = partition_of(message)
     lease_for = timedelta(minutes=2)
     slow = claim(mock_db, partition, "worker-a", now=now, lease_for=lease_for, policy=POLICY)
     taker = claim(mock_db, partition, "worker-b", now=now + 3 * MINUTE, lease_for=lease_for, policy=POLICY)
@@ -303,7 +305,7 @@ def test_a_worker_that_loses_its_lease_mid_run_stops_without_saving(mock_db, mon
         instants.set_clock(None)
     now = utc_now()
     partition = next(
-        Partition.from_message(m)
+        partition_of(m)
         for m in sent_by_dispatch(mock_db, now=now)
         if m["feed"] == ACTIONS_FEED.collection and BucketRange(m["partition"], m["of"]).holds(bucket_of("bottle-1"))
     )
@@ -333,7 +335,7 @@ def test_a_worker_whose_page_ran_past_its_deadline_still_releases_its_lease(mock
     assert post_events("bottle-1", key, opened(ago(minutes=5))).status == 202
     now = utc_now()
     partition = next(
-        Partition.from_message(m)
+        partition_of(m)
         for m in sent_by_dispatch(mock_db, now=now)
         if m["feed"] == ACTIONS_FEED.collection and BucketRange(m["partition"], m["of"]).holds(bucket_of("bottle-1"))
     )
@@ -346,13 +348,13 @@ def test_a_worker_whose_page_ran_past_its_deadline_still_releases_its_lease(mock
         time.sleep(0.35)  # past the budget and the request deadline after it
         return real_refresh(*args, **kwargs)
 
-    monkeypatch.setattr(partition_worker, "refresh_hourly", throttled_until_the_deadline)
+    monkeypatch.setattr(report_consumers, "refresh_hourly", throttled_until_the_deadline)
     with pytest.raises(StoreUnavailable):
         process_partition(mock_db, partition, now=now, settings=get_settings())
 
     lease = mock_db[schema.LEASES].find_one({"_id": partition.lease_id})
     assert lease["owner"] is None
-    monkeypatch.setattr(partition_worker, "refresh_hourly", real_refresh)
+    monkeypatch.setattr(report_consumers, "refresh_hourly", real_refresh)
     retry = process_partition(mock_db, partition, now=now, settings=get_settings())
     assert retry.claimed
     assert retry.caught_up
@@ -394,7 +396,7 @@ def test_a_worker_on_a_throttled_cosmos_stream_checkpoints_no_later_than_what_it
     set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
     now = utc_now()
     partition = next(
-        Partition.from_message(m) for m in sent_by_dispatch(mock_db, now=now) if m["feed"] == ACTIONS_FEED.collection
+        partition_of(m) for m in sent_by_dispatch(mock_db, now=now) if m["feed"] == ACTIONS_FEED.collection
     )
     mock_db[schema.LEASES].update_one({"_id": partition.lease_id}, {"$set": {"token": {"_data": "saved"}}})
     read = change("b0", received_minutes_ago=20)
@@ -529,7 +531,7 @@ def test_a_split_partition_leaves_its_old_lease_to_the_new_layout(mock_db, monke
     cosmos = CosmosTokens(mock_db, partitions=2)
     now = utc_now()
     message = sent_by_dispatch(cosmos, now=now, on_cosmos=True)[0]
-    partition = Partition.from_message(message)
+    partition = partition_of(message)
     mock_db[schema.LEASES].update_many({"feed": partition.feed.collection}, {"$set": {"checkpoint_time": now}})
     mock_db[schema.LEASES].update_one(
         {"_id": partition.lease_id}, {"$set": {"token": {"_data": "expired"}, "checkpoint_time": now - MINUTE}}
@@ -559,7 +561,7 @@ def test_a_cosmos_recovery_cut_short_by_its_budget_carries_on_from_a_fresh_token
     cosmos = CosmosTokens(mock_db, partitions=1)  # each call gives the tokens of the present
     now = utc_now()
     partition = next(
-        Partition.from_message(m)
+        partition_of(m)
         for m in sent_by_dispatch(cosmos, now=now, on_cosmos=True)
         if m["feed"] == ACTIONS_FEED.collection
     )
@@ -640,7 +642,7 @@ def test_workers_side_by_side_with_every_message_twice_give_a_rebuilds_reports(r
 
 
 def _work(db: Any, message: str, now: Any) -> None:
-    process_partition(db, Partition.from_message(json.loads(message)), now=now, settings=get_settings())
+    process_partition(db, partition_of(json.loads(message)), now=now, settings=get_settings())
 
 
 # --- every getMore through the retry loop -------------------------------------------------------------------------

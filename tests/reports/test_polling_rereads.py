@@ -1,4 +1,4 @@
-"""What a polling report partition reads again (shared/reports/sources.py `aggregated_before`): a run reads back
+"""What a polling report partition reads again (shared/feeds/sources.py `aggregated_before`): a run reads back
 REPORTS_POLL_OVERLAP_SECONDS before its checkpoint time, for writes that commit late and for clock skew between
 instances, but a partition that has gone quiet reads its last changes again only until the overlap has passed since
 them, not at every dispatch for as long as it stays quiet (before, `./dev serve` re-read the same 333 changes every
@@ -13,9 +13,9 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from shared import instants
-from shared.feeds.partitions import ACTIONS_FEED, Partition
+from shared.consumers.plugged import partition_of, process_partition
 from shared.instants import set_clock, utc_now
-from shared.reports.worker import process_partition
+from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import get_settings
 from shared.store import schema
 from tests.api import SPEC, closed, iso, opened, post_events, provisioned
@@ -190,7 +190,7 @@ def test_a_polling_run_stopped_by_its_budget_keeps_when_it_began_so_the_next_run
     def actions_runs(now: datetime, *, cut_short: bool) -> list[Any]:
         set_clock(lambda: now)
         runs = []
-        partitions = map(Partition.from_message, sent_by_dispatch(mock_db, now=now))
+        partitions = map(partition_of, sent_by_dispatch(mock_db, now=now))
         for partition in (p for p in partitions if p.feed == ACTIONS_FEED):
             clock = {"clock": ticking(1)} if cut_short else {}
             runs.append(process_partition(mock_db, partition, now=now, settings=get_settings(), **clock))

@@ -9,17 +9,19 @@ from typing import Any
 
 import pytest
 
-from shared.feeds.partitions import ACTIONS_FEED, HEARTBEAT_TALLY, Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.partitions import Partition
+from shared.feeds.sources import Change
 from shared.instants import hour_of, utc_now
 from shared.reports import aggregation, tally
-from shared.reports.aggregation import Change, refresh_hourly
-from shared.reports.dispatcher import dispatch
+from shared.reports.aggregation import refresh_hourly
 from shared.reports.documents import ActionPart, HeartbeatPart, hourly_document, hourly_id, merged_entry
-from shared.reports.worker import process_partition
+from shared.reports.feeds import ACTIONS_FEED, HEARTBEAT_TALLY
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange, bucket_of
 from shared.store.retries import RetryPolicy
+from shared.store.retries import find_all as real_find_all
 from tests.api import SPEC, ago, heartbeat, opened, post_events, provisioned
 from tests.report_client import set_setting
 from tests.reports.documents import stale_entry
@@ -80,7 +82,7 @@ def actions_partition(db: Any, now: Any) -> Partition:
     """The actions feed's partition that holds bottle-1 (the dispatcher makes the leases)."""
     messages: list[str] = []
     dispatch(db, now=now, settings=get_settings(), send=messages.extend)
-    partitions = [Partition.from_message(json.loads(m)) for m in messages]
+    partitions = [partition_of(json.loads(m)) for m in messages]
     return next(
         p
         for p in partitions
@@ -235,7 +237,6 @@ def test_report_documents_are_read_one_user_a_query_never_an_in_of_users(db, mon
             at = hour - timedelta(hours=hours_back)
             reports.insert_one(hourly_document(user_id, at, [stale_entry("bottle-9", 1)], utc_now()))
     queries: list[dict[str, Any]] = []
-    real_find_all = aggregation.find_all
 
     def recorded(collection: Any, query: Any, policy: Any, projection: Any = None) -> Any:
         queries.append(query)

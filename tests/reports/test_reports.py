@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 
 from shared import instants
-from shared.feeds.partitions import HEARTBEAT_TALLY
+from shared.feeds import worker
+from shared.feeds.leases import checkpoint
 from shared.instants import day_of, hour_of, set_clock, utc_now
-from shared.reports import aggregation, worker
+from shared.reports import aggregation
 from shared.reports import rebuild as rebuild_reports
 from shared.reports.aggregation import refresh_daily
 from shared.reports.documents import hourly_document, hourly_id
+from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy, StoreUnavailable
@@ -255,7 +257,7 @@ def test_a_page_aggregated_again_after_a_crash_before_its_checkpoint_gives_the_s
     def crash(*args: Any, **kwargs: Any) -> None:
         raise StoreUnavailable("the process died before the checkpoint", retry_after_s=1)
 
-    real_checkpoint = worker.checkpoint  # type: ignore[attr-defined]
+    real_checkpoint = checkpoint
     monkeypatch.setattr(worker, "checkpoint", crash)
     summary = run_round(db)
     assert db[schema.USER_HOURLY_REPORTS].count_documents({}) > 0  # written, but never checkpointed
@@ -359,7 +361,7 @@ def test_a_throttled_page_is_not_checkpointed_and_the_next_run_completes_it(db):
 def test_a_worker_fails_its_invocation_when_its_partition_fails_and_the_retried_message_completes(db, monkeypatch):
     key = provisioned("bottle-1")
     post_events("bottle-1", key, {"events": [heartbeat(at(H8, 1)), opened(at(H8, 2))]})
-    real_checkpoint = worker.checkpoint  # type: ignore[attr-defined]
+    real_checkpoint = checkpoint
 
     def heartbeats_checkpoint_throttled(store: Any, partition: Any, *args: Any, **kwargs: Any) -> bool:
         if partition.feed.collection == schema.BOTTLE_HEARTBEATS:

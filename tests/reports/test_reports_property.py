@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
+from shared.feeds.sources import Change
 from shared.ingestion.receive import receive
 from shared.instants import day_of, set_clock
-from shared.reports.aggregation import Change, Stamper, refresh_hourly
+from shared.reports.aggregation import Stamper, refresh_hourly
 from shared.reports.rebuild import rebuild
 from shared.settings import Settings
 from shared.store import schema

@@ -9,15 +9,14 @@ from typing import Any
 
 import pytest
 
+from shared.consumers.plugged import dispatch, partition_of, process_partition
 from shared.devices.heartbeat_document import USER_BUCKET
 from shared.feeds.leases import Lease
-from shared.feeds.partitions import Partition
+from shared.feeds.sweeps import UserPages
 from shared.reports import aggregation
 from shared.reports.aggregation import write_guarded
-from shared.reports.dispatcher import dispatch
+from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.reports.rebuild import rebuild
-from shared.reports.tally import UserPages
-from shared.reports.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange
@@ -255,8 +254,8 @@ def test_a_new_partition_layout_counts_what_the_old_one_left_and_the_late_heartb
     def passes(settings: Settings, now: datetime, only: str | None = None) -> None:
         sent: list[str] = []
         dispatch(mock_db, now=now, settings=settings, send=sent.extend)
-        for partition in (Partition.from_message(json.loads(body)) for body in sent):
-            if partition.feed.tally and only in (None, partition.lease_id):
+        for partition in (partition_of(json.loads(body)) for body in sent):
+            if partition.feed == HEARTBEAT_TALLY and only in (None, partition.lease_id):
                 process_partition(mock_db, partition, now=now, settings=settings)
 
     passes(two, DAY + timedelta(hours=1, minutes=10))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.reports.worker import PartitionRun
+from shared.feeds.consumers import PartitionRun
 from tests.reports.paced_tally import USERS, Worker, fleet, hourly, settings
 from tests.tally_fleet import CLOCK, DAY
 

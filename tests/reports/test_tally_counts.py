@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.consumers import PartitionRun
 from shared.feeds.leases import Lease
-from shared.feeds.partitions import Partition
-from shared.reports.dispatcher import dispatch
+from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.reports.tally import TallyRun, run_tally
-from shared.reports.worker import PartitionRun, process_partition
 from shared.settings import Settings
 from shared.store.partitioning import BucketRange
 from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, ticking
@@ -94,7 +94,7 @@ def test_a_tally_partitions_worker_run_reports_the_counts_of_its_pass(mock_db: A
     def runs(now: datetime) -> list[PartitionRun]:
         sent: list[str] = []
         dispatch(mock_db, now=now, settings=config, send=sent.extend)
-        tally = [p for p in (Partition.from_message(json.loads(body)) for body in sent) if p.feed.tally]
+        tally = [p for p in (partition_of(json.loads(body)) for body in sent) if p.feed == HEARTBEAT_TALLY]
         return [process_partition(mock_db, p, now=now, settings=config, clock=ticking(1)) for p in tally]
 
     runs(DAY + 10 * MINUTE)  # the first pass: nothing heard yet

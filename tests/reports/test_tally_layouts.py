@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.reports.dispatcher import dispatch
+from shared.consumers.plugged import dispatch
 from shared.settings import Settings
 from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, opened, tally_passes
 

@@ -11,7 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from shared.feeds.leases import Lease
-from shared.reports.tally import LAST_BEGAN, TallyRun, run_tally
+from shared.feeds.sweeps import LAST_BEGAN
+from shared.reports.tally import TallyRun, run_tally
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import BucketRange

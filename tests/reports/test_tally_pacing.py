@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from shared.consumers.plugged import dispatch
 from shared.feeds.settling import CLOCK_MARGIN
-from shared.reports.dispatcher import dispatch
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.partitioning import bucket_of

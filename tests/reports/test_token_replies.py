@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from pymongo.errors import OperationFailure
 
-from shared.feeds.partitions import ACTIONS_FEED, NoPartitionTokens
+from shared.consumers.plugged import dispatch
+from shared.feeds.partitions import NoPartitionTokens
 from shared.instants import utc_now
-from shared.reports.dispatcher import dispatch
+from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import get_settings
 from shared.store import schema
 from tests.cosmos_fakes import EPK_TOP, CosmosTokens, cosmos_token

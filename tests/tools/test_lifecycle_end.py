@@ -3,7 +3,7 @@ app would have done: no check runs after the devices stopped, and no report disp
 
 from datetime import UTC, datetime, timedelta
 
-from shared.feeds.partitions import HEARTBEAT_TALLY
+from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.store import schema
 from tools.lifecycle.lag import tally_behind
 from tools.lifecycle.play import MAX_EXTRA_DISPATCHES, one_more_dispatch, redelivery_at

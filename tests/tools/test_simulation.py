@@ -14,12 +14,10 @@ from shared.archive.current import use_archive
 from shared.archive.storage import Archive, FolderArchive
 from shared.bottles.provisioning import provision
 from shared.bottles.spec import BottleSpec
-from shared.feeds.partitions import Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
 from shared.ingestion.receive import receive
 from shared.instants import set_clock
-from shared.reports.dispatcher import dispatch
 from shared.reports.tally import counted_from
-from shared.reports.worker import process_partition
 from shared.settings import Settings, get_settings
 from tests.fake_time import QUIET_HOUR
 from tools.fleet import Plan, make_fleet, plan_fleet
@@ -144,7 +142,7 @@ def dispatch_and_work(db: Any, now: Any, settings: Settings) -> None:
     messages: list[str] = []
     dispatch(db, now=now, settings=settings, send=messages.extend, on_cosmos=False)
     for body in messages:
-        process_partition(db, Partition.from_message(json.loads(body)), now=now, settings=settings)
+        process_partition(db, partition_of(json.loads(body)), now=now, settings=settings)
 
 
 def archived_hours(db: Any, archive: Archive) -> None:

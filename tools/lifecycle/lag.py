@@ -7,7 +7,7 @@ from typing import Any
 
 from pymongo.database import Database
 
-from shared.feeds.partitions import HEARTBEAT_TALLY
+from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import get_settings
 from shared.store import schema
 from tools.cosmos_store.partitions import parse_bound

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from pymongo import monitoring
 
-from shared.feeds.partitions import ACTIONS_FEED, Partition
+from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.partitions import Partition
 from shared.instants import set_clock, utc_now
-from shared.reports.dispatcher import dispatch
-from shared.reports.worker import process_partition
+from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.client import create_client
@@ -70,7 +70,7 @@ def cosmos_db(cosmos: CosmosProxy, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 def actions_partitions(db: Any, now: datetime) -> list[Partition]:
     messages: list[str] = []
     dispatch(db, now=now, settings=get_settings(), send=messages.extend, on_cosmos=True)
-    found = [Partition.from_message(json.loads(m)) for m in messages]
+    found = [partition_of(json.loads(m)) for m in messages]
     return [p for p in found if p.feed == ACTIONS_FEED]
 
 

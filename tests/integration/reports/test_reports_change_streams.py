@@ -10,10 +10,12 @@ import pytest
 from pymongo import MongoClient
 
 from shared import instants
-from shared.feeds.partitions import ACTIONS_FEED, Partition
+from shared.consumers import plugged
+from shared.feeds import worker
+from shared.feeds.partitions import Partition
 from shared.instants import utc_now
 from shared.reports import rebuild as rebuild_reports
-from shared.reports import worker
+from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import get_settings
 from shared.store import client as store
 from shared.store import schema
@@ -191,7 +193,7 @@ def test_a_rejected_resume_token_rebuilds_from_the_checkpoint_time_and_says_so(r
     real_db[schema.LEASES].update_many({}, {"$set": {"token": token}})
     history_part_two(keys)
 
-    with caplog.at_level(logging.WARNING, logger="shared.reports.sources"):
+    with caplog.at_level(logging.WARNING, logger="shared.feeds.sources"):
         summary = run()
 
     assert summary.recovered == [schema.BOTTLE_ACTIONS]
@@ -337,7 +339,7 @@ def test_a_caught_up_partition_ends_its_run_though_other_writes_move_its_token(r
         seconds[0] += 1
         return seconds[0]
 
-    idle = worker.process_partition(real_db, partition, now=utc_now(), settings=get_settings(), clock=clock)
+    idle = plugged.process_partition(real_db, partition, now=utc_now(), settings=get_settings(), clock=clock)
 
     assert idle.caught_up
     assert seconds[0] < 10

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from functions import notifications as notification_functions
-from shared.feeds.partitions import FEEDS
 from shared.instants import format_instant, utc_now
 from shared.notifications.documents import KINDS, Episode, record
 from shared.reports import rebuild as rebuild_command
+from shared.reports.feeds import REPORT_FEEDS
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy
@@ -206,7 +206,7 @@ def test_the_report_consumer_on_change_streams_sorts_only_while_it_recovers_by_p
     assert resumed.recovered == []
     assert resumed.changes >= 1
     streams = {q.collection for q in sort_audit.queries if q.command == "aggregate"}
-    assert streams == {feed.collection for feed in FEEDS if not feed.tally}
+    assert streams == {feed.collection for feed in REPORT_FEEDS if not feed.hourly}
     assert sorted_reads(sort_audit) == set()  # resumed from tokens, no tally pass due: no sorted read at all
 
 

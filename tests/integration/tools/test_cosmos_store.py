@@ -16,7 +16,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.errors import ConfigurationError, OperationFailure
 
-from shared.reports.sources import PIPELINE
+from shared.feeds.sources import PIPELINE
 from shared.settings import get_settings
 from shared.store import client as store
 from shared.store import cosmos as cosmos_seam

@@ -1,6 +1,7 @@
 """The archive's heartbeats beside the heartbeat tally, so that an archive that is down never stops or slows a report.
 
-The tally hands the bottle-hours it counts to the archive through a port (`tally.HandOff`, here `ArchiveHandOff`):
+The tally hands the bottle-hours it counts to the archive through a port (shared/feeds/hand_off.py
+`HandOff`, here `ArchiveHandOff`):
 no heartbeat document is read for the archive while it answers. The archive keeps its own position in the tally's
 hours, a lease per tally partition (the feed `heartbeats_archive`, the same bucket ranges): a pass the tally
 handed whole moves it on (`handed`, applied when the archive is where the pass started). A pass the tally could not
@@ -13,23 +14,18 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
+from pymongo.collection import Collection
 from pymongo.database import Database
 
-from shared.feeds.leases import Lease, LeaseDocument, lease_documents
-from shared.feeds.partitions import HEARTBEATS_ARCHIVE, Partition, tally_partner
+from shared.archive.feeds import HEARTBEATS_ARCHIVE
+from shared.feeds.consumers import Trail
+from shared.feeds.hand_off import HourRows, held_page
+from shared.feeds.leases import Lease, LeaseDocument
+from shared.feeds.partitions import Feed, Partition
+from shared.feeds.sweeps import EPOCH, LAST_BEGAN, LAST_PAGES, Pass, UserPages, pace_of
 from shared.instants import HOUR, format_instant, hour_of
-from shared.reports.tally import (
-    EPOCH,
-    LAST_BEGAN,
-    LAST_PAGES,
-    HourRows,
-    Pass,
-    UserPages,
-    archived_page,
-    pace_of,
-)
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries
@@ -42,6 +38,28 @@ UNREACHABLE_AT = "unreachable_at"  # in the archive's lease: when the archive la
 PROBE_EVERY = timedelta(minutes=5)  # while the archive is down, how often a partition's catch-up tries the store
 
 
+class HandedPass(TypedDict):
+    """The last pass the tally handed whole: the hours it counted, when it began, and from when it looked for late
+    heartbeats."""
+
+    start: datetime
+    end: datetime
+    began: datetime
+    late_since: datetime | None
+
+
+class CatchUpLeaseDocument(LeaseDocument, total=False):
+    """A lease of the archive's heartbeats: a feed lease (shared/feeds/leases.py) with the archive's own fields."""
+
+    handed: HandedPass | None  # HANDED
+    unreachable_at: datetime | None  # UNREACHABLE_AT
+
+
+def catch_up_leases(db: Database[Any]) -> Collection[CatchUpLeaseDocument]:
+    """The `leases` collection, its documents typed as the archive's heartbeats' leases."""
+    return db[schema.LEASES]
+
+
 class CatchUpRows(HourRows, Protocol):
     """The archive's files as the catch-up merges into them, with a probe of its store."""
 
@@ -52,6 +70,11 @@ class CatchUpRows(HourRows, Protocol):
 def archive_partition(tally: Partition) -> Partition:
     """The archive's heartbeat partition of a tally partition's buckets."""
     return Partition(HEARTBEATS_ARCHIVE, tally.index, tally.count)
+
+
+def followed(partition: Partition, follows: Feed) -> Partition:
+    """The partition of `follows` (the tally's feed) of the same buckets as a partition of the archive's heartbeats."""
+    return Partition(follows, partition.index, partition.count)
 
 
 def _late_since(doc: Mapping[str, Any], overlap: timedelta) -> datetime | None:
@@ -74,8 +97,8 @@ def _covers(handed: Mapping[str, Any] | None, doc: Mapping[str, Any], overlap: t
 
 
 class ArchiveHandOff:
-    """The tally's port to the archive's heartbeats (tally.HandOff) for one tally partition: the rows go to
-    `rows`; the position is the archive's lease of the same buckets."""
+    """The tally's port to the archive's heartbeats (shared/feeds/hand_off.py HandOff) for one tally partition: the
+    rows go to `rows`; the position is the archive's lease of the same buckets."""
 
     def __init__(
         self,
@@ -104,11 +127,16 @@ class ArchiveHandOff:
         """Record the pass as handed whole (unless a later one is recorded already), and move the archive's position
         past it if the archive is where it started and no run of the archive holds the lease; otherwise the archive's
         next run does, once it is there."""
-        handed = {"start": current.start, "end": current.end, "began": current.began, "late_since": current.late_since}
+        handed: HandedPass = {
+            "start": current.start,
+            "end": current.end,
+            "began": current.began,
+            "late_since": current.late_since,
+        }
         newer = {"$or": [{HANDED: None}, {f"{HANDED}.end": {"$lte": current.end}}]}
-        record: LeaseDocument = {"handed": handed}
+        record: CatchUpLeaseDocument = {"handed": handed}
         with_retries(
-            lambda: lease_documents(self._db).update_one({"_id": self._lease_id, **newer}, {"$set": record}),
+            lambda: catch_up_leases(self._db).update_one({"_id": self._lease_id, **newer}, {"$set": record}),
             self._policy,
         )
         doc = self._lease()
@@ -118,16 +146,16 @@ class ArchiveHandOff:
         free = {"$or": [{"owner": None}, {"expires_at": {"$lt": now}}]}
         guard: dict[str, Any] = {"_id": self._lease_id, "version": doc.get("version")}
         guard.update(checkpoint_time=doc.get("checkpoint_time"), **free)
-        moved: LeaseDocument = {
+        moved: CatchUpLeaseDocument = {
             "checkpoint_time": current.end,
             "token": {LAST_BEGAN: current.began},
             "source": "tally",
             "updated_at": now,
         }
-        with_retries(lambda: lease_documents(self._db).update_one(guard, {"$set": moved}), self._policy)
+        with_retries(lambda: catch_up_leases(self._db).update_one(guard, {"$set": moved}), self._policy)
 
-    def _lease(self) -> LeaseDocument | None:
-        return with_retries(lambda: lease_documents(self._db).find_one({"_id": self._lease_id}), self._policy)
+    def _lease(self) -> CatchUpLeaseDocument | None:
+        return with_retries(lambda: catch_up_leases(self._db).find_one({"_id": self._lease_id}), self._policy)
 
 
 # --- the archive's own run ------------------------------------------------------------------------------------
@@ -145,6 +173,7 @@ def run_catch_up(
     partition: Partition,
     held: Lease,
     *,
+    follows: Feed,
     rows: CatchUpRows,
     settings: Settings,
     policy: RetryPolicy,
@@ -169,7 +198,9 @@ def run_catch_up(
     current = Pass.resumed(held.token)
     fresh = current is None
     if current is None:
-        current = _new_pass(db, partition, held, now=wall_clock(), overlap=overlap, settings=settings, policy=policy)
+        current = _new_pass(
+            db, partition, held, follows=follows, now=wall_clock(), overlap=overlap, settings=settings, policy=policy
+        )
         if current is None:
             run.caught_up = True
             return held, run
@@ -213,7 +244,7 @@ def run_catch_up(
         run.pages += 1
         run.documents += len(page)
         current = replace(current, after=pages.after, pages=current.pages + 1, paged_at=wall_clock())
-        saved_after = archived_page(rows, page, current, saved_after)
+        saved_after = held_page(rows, page, current, saved_after)
         held = replace(held, token=replace(current, after=saved_after).token())
         if not save(held):
             return held, run
@@ -236,7 +267,7 @@ def _with_handed(
     """The position past the pass the tally handed whole, if the archive is where it starts (saved); else as it is."""
     if Pass.resumed(held.token) is not None:
         return held
-    doc = with_retries(lambda: lease_documents(db).find_one({"_id": partition.lease_id}), policy)
+    doc = with_retries(lambda: catch_up_leases(db).find_one({"_id": partition.lease_id}), policy)
     if doc is None:
         return held
     current = {**doc, "checkpoint_time": held.checkpoint_time, "token": held.token}
@@ -252,6 +283,7 @@ def _new_pass(
     partition: Partition,
     held: Lease,
     *,
+    follows: Feed,
     now: datetime,
     overlap: timedelta,
     settings: Settings,
@@ -259,7 +291,7 @@ def _new_pass(
 ) -> Pass | None:
     """A pass over the hours the tally has counted and the archive has not (None: it has them all), paced by the
     tally's last pass."""
-    tally = with_retries(lambda: lease_documents(db).find_one({"_id": tally_partner(partition).lease_id}), policy)
+    tally = with_retries(lambda: catch_up_leases(db).find_one({"_id": followed(partition, follows).lease_id}), policy)
     until = None if tally is None else tally.get("checkpoint_time")
     start = held.checkpoint_time or EPOCH
     if until is None or start >= until:
@@ -297,14 +329,14 @@ def _log_lost(partition: Partition, current: Pass, *, settings: Settings) -> Non
 
 def _mark_down(db: Database[Any], lease_id: str, *, at: datetime, policy: RetryPolicy) -> None:
     """The archive failed at `at`: the tally's passes hand nothing until a catch-up finds it up again."""
-    mark: LeaseDocument = {"unreachable_at": at}
-    with_retries(lambda: lease_documents(db).update_one({"_id": lease_id}, {"$set": mark}), policy)
+    mark: CatchUpLeaseDocument = {"unreachable_at": at}
+    with_retries(lambda: catch_up_leases(db).update_one({"_id": lease_id}, {"$set": mark}), policy)
 
 
 def _mark_up(db: Database[Any], partition: Partition, *, policy: RetryPolicy) -> None:
-    clear: LeaseDocument = {"unreachable_at": None}
+    clear: CatchUpLeaseDocument = {"unreachable_at": None}
     with_retries(
-        lambda: lease_documents(db).update_one(
+        lambda: catch_up_leases(db).update_one(
             {"_id": partition.lease_id, UNREACHABLE_AT: {"$ne": None}}, {"$set": clear}
         ),
         policy,
@@ -314,44 +346,37 @@ def _mark_up(db: Database[Any], partition: Partition, *, policy: RetryPolicy) ->
 # --- the dispatcher's view ------------------------------------------------------------------------------------
 
 
-def behind_the_tally(
-    db: Database[Any], partitions: Iterable[Partition], *, now: datetime, policy: RetryPolicy
-) -> dict[str, timedelta]:
-    """Per partition of the archive's heartbeats, how far its position is behind its tally partition's, if it is
-    (since its lease was made if it has no position yet; none if the tally has none): the feed's lag."""
-    return {lease_id: behind for lease_id, (behind, _) in _behind(db, partitions, now=now, policy=policy).items()}
-
-
-def due_to_catch_up(
-    db: Database[Any], partitions: Iterable[Partition], *, now: datetime, policy: RetryPolicy
-) -> list[Partition]:
-    """The partitions of the archive's heartbeats whose run is due: behind their tally partition, and not found
-    down in the last PROBE_EVERY (an outage costs a call to the store per partition that often, no more)."""
+def trail(
+    db: Database[Any], partitions: Iterable[Partition], *, follows: Feed, now: datetime, policy: RetryPolicy
+) -> Trail:
+    """Where the archive's heartbeats stand against the tally (`follows`): the partitions whose run is due, behind
+    their tally partition and not found down in the last PROBE_EVERY (an outage costs a call to the store per
+    partition that often, no more); and the feed's lag, how far the furthest-behind partition's position is behind
+    its tally partition's (since its lease was made if it has no position yet; none if the tally has none)."""
     candidates = list(partitions)
-    behind = _behind(db, candidates, now=now, policy=policy)
-    due = []
-    for partition in candidates:
-        if partition.lease_id not in behind:
-            continue
-        _, down_at = behind[partition.lease_id]
-        if down_at is None or down_at <= now - PROBE_EVERY:
-            due.append(partition)
-    return due
+    behind = _behind(db, candidates, follows=follows, now=now, policy=policy)
+    due = [p for p in candidates if p.lease_id in behind and _probe_due(behind[p.lease_id][1], now)]
+    return Trail(due=due, lag=max((lag for lag, _ in behind.values()), default=timedelta(0)))
+
+
+def _probe_due(down_at: datetime | None, now: datetime) -> bool:
+    """Whether the archive answers, or was last found down at least PROBE_EVERY ago."""
+    return down_at is None or down_at <= now - PROBE_EVERY
 
 
 def _behind(
-    db: Database[Any], partitions: Iterable[Partition], *, now: datetime, policy: RetryPolicy
+    db: Database[Any], partitions: Iterable[Partition], *, follows: Feed, now: datetime, policy: RetryPolicy
 ) -> dict[str, tuple[timedelta, datetime | None]]:
     """Per partition behind its tally partition: by how much, and when the archive was last found down."""
     archive = {p.lease_id: p for p in partitions}
-    ids = sorted({*archive, *(tally_partner(p).lease_id for p in archive.values())})
+    ids = sorted({*archive, *(followed(p, follows).lease_id for p in archive.values())})
     fields = {"checkpoint_time": 1, "created_at": 1, UNREACHABLE_AT: 1}
     docs = with_retries(
-        lambda: {doc["_id"]: doc for doc in lease_documents(db).find({"_id": {"$in": ids}}, fields)}, policy
+        lambda: {doc["_id"]: doc for doc in catch_up_leases(db).find({"_id": {"$in": ids}}, fields)}, policy
     )
     behind: dict[str, tuple[timedelta, datetime | None]] = {}
     for lease_id, partition in archive.items():
-        own, tally = docs.get(lease_id), docs.get(tally_partner(partition).lease_id)
+        own, tally = docs.get(lease_id), docs.get(followed(partition, follows).lease_id)
         until = None if tally is None else tally.get("checkpoint_time")
         if own is None or until is None or (own.get("checkpoint_time") or EPOCH) >= until:
             continue

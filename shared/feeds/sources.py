@@ -17,10 +17,9 @@ from pymongo.errors import OperationFailure
 from shared.feeds.leases import Lease
 from shared.feeds.partitions import Feed, Partition, Token, cosmos_partitions
 from shared.instants import format_instant
-from shared.reports.aggregation import Change, find_all
 from shared.settings import Settings
 from shared.store.partitioning import BUCKET_FIELD, BucketRange
-from shared.store.retries import RetryPolicy, is_transient, with_retries
+from shared.store.retries import RetryPolicy, find_all, is_transient, with_retries
 from shared.telemetry.observability import fields
 
 log = logging.getLogger(__name__)
@@ -31,6 +30,15 @@ PROJECTION = {"$project": {"_id": 1, "fullDocument": 1, "ns": 1, "documentKey": 
 PIPELINE: list[dict[str, Any]] = [{"$match": OPERATIONS}, PROJECTION]
 MAX_AWAIT_MS = 20  # how long an empty getMore waits for changes before the page counts as the last
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One entry of a change feed (or one polled document): where it happened and the document after it."""
+
+    collection: str
+    key: Any
+    document: Mapping[str, Any] | None
 
 
 def partition_pipeline(buckets: BucketRange | None) -> list[dict[str, Any]]:

@@ -1,31 +1,30 @@
-"""The report feeds' dispatcher (the timer `aggregate_reports`): it makes sure every partition of every feed has a
-lease, and sends a work message for each one that no live worker holds (for an hourly feed, only once an hour is
-due), as Cosmos DB's change feed processor hands out its leases; it records each feed's lag. A token reply that
+"""The feeds' dispatcher (the timer `aggregate_reports`): it makes sure every partition of every active consumer's feed
+has a lease, and sends a work message for each one that no live worker holds (for an hourly feed, only once an hour
+is due; for a trailing one, when its consumer says), as Cosmos DB's change feed processor hands out its leases; it
+records each feed's lag. A token reply that
 leaves part of a Cosmos DB feed unread, or reads part twice, is logged and counted at every dispatch."""
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from pymongo.database import Database
 
-from shared.archive.current import get_archive
+from shared.feeds.consumers import Consumer
 from shared.feeds.layouts import ensure_leases, feed_coverage, leases_over
 from shared.feeds.leases import feed_lags, leases_to_dispatch
 from shared.feeds.partitions import (
-    HEARTBEATS_ARCHIVE,
     Feed,
     NoPartitionTokens,
     Partition,
+    Shape,
     Token,
     feed_partitions,
-    feeds_to_run,
 )
 from shared.feeds.settling import CLOCK_MARGIN, hours_due
-from shared.reports.archiving import behind_the_tally, due_to_catch_up
 from shared.settings import Settings
 from shared.store.cosmos import FeedRange, is_cosmos_uri
 from shared.store.retries import RetryPolicy
@@ -49,15 +48,16 @@ class DispatchRun:
 
 def dispatch(
     db: Database[Any],
+    consumers: Sequence[Consumer],
     *,
     now: datetime,
     settings: Settings,
     send: Callable[[list[str]], None],
     on_cosmos: bool | None = None,
 ) -> DispatchRun:
-    """One run of `aggregate_reports`: make sure every partition of every feed has a lease, and send a work
-    message (JSON) for each one that no live worker holds. `send` gets them all at once (the queue output
-    binding: a message lost with it is sent again by the next dispatch). On Cosmos DB, a feed whose
+    """One run of `aggregate_reports`: make sure every partition of the feed of every active consumer has a lease,
+    and send a work message (JSON) for each one that no live worker holds. `send` gets them all at once (the queue
+    output binding: a message lost with it is sent again by the next dispatch). On Cosmos DB, a feed whose
     `GetChangeStreamTokens` gives no usable tokens is logged as an error and counted
     (pillbottle.reports.unpartitioned), the other feeds are dispatched, and the run then fails."""
     policy = RetryPolicy.for_run(settings, settings.reports_time_budget_seconds)
@@ -66,15 +66,31 @@ def dispatch(
     # store: a Cosmos DB partition has no bucket range, so each would poll the whole collection (and an account
     # with change streams off has no tokens to name them by).
     by_feed_range = cosmos and settings.change_source != "polling"
-    found = _partitions_of_every_feed(db, settings, by_feed_range=by_feed_range, policy=policy)
+    active = [consumer for consumer in consumers if consumer.active]
+    found = _partitions_of_every_feed(db, active, settings, by_feed_range=by_feed_range, policy=policy)
     partitions = [p for p, _ in found.partitions]
     run = DispatchRun(partitions=len(partitions))
     made = ensure_leases(db, found.partitions, now=now, policy=policy)
     run.leases_created, run.child_starts = made.count, made.child_starts
-    due = _due(db, partitions, now=now, settings=settings, policy=policy)
+    trailing = {
+        consumer.feed.key: consumer.trail(db, _of(partitions, consumer.feed), now=now, policy=policy)
+        for consumer in active
+        if consumer.feed.shape is Shape.TRAILING
+    }
+    due = _due(
+        db,
+        partitions,
+        now=now,
+        settings=settings,
+        policy=policy,
+        trailing=[p for t in trailing.values() for p in t.due],
+    )
     send([_json(p.message()) for p in due])
     run.sent = [p.lease_id for p in due]
-    run.lag_seconds = _recorded_lags(db, partitions, now=now, settings=settings, policy=policy, also=found.stranded)
+    lags = _lags(db, partitions, now=now, settings=settings, policy=policy, also=found.stranded)
+    run.lag_seconds = lags | {key: trail.lag.total_seconds() for key, trail in trailing.items()}
+    for feed, lag in run.lag_seconds.items():
+        metrics.report_lag(feed, lag)
     if found.unpartitioned:  # the other feeds are dispatched; the invocation still fails, for the alerts
         raise found.unpartitioned[0]
     return run
@@ -91,12 +107,12 @@ class _Found:
 
 
 def _partitions_of_every_feed(
-    db: Database[Any], settings: Settings, *, by_feed_range: bool, policy: RetryPolicy
+    db: Database[Any], consumers: Sequence[Consumer], settings: Settings, *, by_feed_range: bool, policy: RetryPolicy
 ) -> _Found:
-    """The partitions of every feed the app keeps; a feed whose token reply partitions nothing is logged and
-    counted, and left out."""
+    """The partitions of the consumers' feeds; a feed whose token reply partitions nothing is logged and counted,
+    and left out."""
     found = _Found()
-    for source in feeds_to_run(archived=get_archive(settings) is not None):
+    for source in (consumer.feed for consumer in consumers):
         try:
             partitions = feed_partitions(
                 db, source, count=settings.reports_partitions, on_cosmos=by_feed_range, policy=policy
@@ -112,26 +128,33 @@ def _partitions_of_every_feed(
     return found
 
 
+def _of(partitions: list[Partition], feed: Feed) -> list[Partition]:
+    return [p for p in partitions if p.feed == feed]
+
+
 def _due(
-    db: Database[Any], partitions: list[Partition], *, now: datetime, settings: Settings, policy: RetryPolicy
+    db: Database[Any],
+    partitions: list[Partition],
+    *,
+    now: datetime,
+    settings: Settings,
+    policy: RetryPolicy,
+    trailing: list[Partition],
 ) -> list[Partition]:
-    """The partitions to send a work message for, each marked as sent (`leases_to_dispatch`). A tally partition
-    (or the archive's sweep) is sent only when an hour it has yet to do is due (or its pass is under way); a
-    partition of the archive's heartbeats only when it is behind its tally partition (a pass the tally could not
-    hand it), and while its store is down every few minutes only."""
+    """The partitions to send a work message for, each marked as sent (`leases_to_dispatch`): those of a feed read
+    as changes at every dispatch; those of an hourly feed when an hour it has yet to do is due (or its pass is under
+    way); those of a trailing feed when its consumer says (`trailing`, of its Trail)."""
     hold = timedelta(seconds=settings.reports_lease_seconds)
-    feeds = [p for p in partitions if not p.feed.hourly]
-    archived = [p for p in partitions if p.feed == HEARTBEATS_ARCHIVE]
-    tallies = [p for p in partitions if p.feed.hourly and p.feed != HEARTBEATS_ARCHIVE]
-    due = leases_to_dispatch(db, feeds, now=now, hold_for=hold, policy=policy)
-    due += leases_to_dispatch(db, tallies, now=now, hold_for=hold, policy=policy, behind=hours_due(now))
-    if archived:  # the archive's heartbeats: only where the tally could not hand a pass to it
-        late = due_to_catch_up(db, archived, now=now, policy=policy)
-        due += leases_to_dispatch(db, late, now=now, hold_for=hold, policy=policy)
+    changes = [p for p in partitions if p.feed.shape is Shape.CHANGES]
+    hourly = [p for p in partitions if p.feed.shape in (Shape.HOURLY, Shape.HOURLY_WHOLE)]
+    due = leases_to_dispatch(db, changes, now=now, hold_for=hold, policy=policy)
+    due += leases_to_dispatch(db, hourly, now=now, hold_for=hold, policy=policy, behind=hours_due(now))
+    if trailing:
+        due += leases_to_dispatch(db, trailing, now=now, hold_for=hold, policy=policy)
     return due
 
 
-def _recorded_lags(
+def _lags(
     db: Database[Any],
     partitions: list[Partition],
     *,
@@ -140,17 +163,11 @@ def _recorded_lags(
     policy: RetryPolicy,
     also: list[str],
 ) -> dict[str, float]:
-    """Each feed's lag (`feed_lags`, with the leases `also` over ranges no partition reads), recorded as a metric."""
+    """The lag of each feed but the trailing ones (`feed_lags`, with the leases `also` over ranges no partition
+    reads)."""
     pacing = timedelta(minutes=settings.reports_tally_spread_minutes) + CLOCK_MARGIN
-    reports = [p for p in partitions if p.feed != HEARTBEATS_ARCHIVE]
-    lags = feed_lags(db, reports, now=now, policy=policy, tally_due=hours_due(now), tally_pacing=pacing, also=also)
-    archived = [p for p in partitions if p.feed == HEARTBEATS_ARCHIVE]
-    if archived:  # how far the archive's heartbeats are behind the tally's hours (0 while it hands them)
-        behind = behind_the_tally(db, archived, now=now, policy=policy).values()
-        lags[HEARTBEATS_ARCHIVE.key] = max(behind, default=timedelta(0)).total_seconds()
-    for feed, lag in lags.items():
-        metrics.report_lag(feed, lag)
-    return lags
+    own = [p for p in partitions if p.feed.shape is not Shape.TRAILING]
+    return feed_lags(db, own, now=now, policy=policy, hours_due=hours_due(now), pacing=pacing, also=also)
 
 
 def _check_coverage(db: Database[Any], feed: Feed, partitions: list[Partition], policy: RetryPolicy) -> list[str]:

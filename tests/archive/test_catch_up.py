@@ -1,4 +1,4 @@
-"""The heartbeat tally's hand-off to the archive and the archive's own position (shared/reports/archiving.py), rule
+"""The heartbeat tally's hand-off to the archive and the archive's own position (shared/archive/catch_up.py), rule
 by rule on mongomock: a pass handed whole moves the archive on only from where the archive is, and only if it looked
 for late heartbeats from no later than the archive would; a newer record is never replaced by an older one; the
 archive's own run applies a pass handed meanwhile without reading a heartbeat document, and, with its store down,
@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
+from shared.archive.catch_up import PROBE_EVERY, ArchiveHandOff, run_catch_up, trail
+from shared.archive.feeds import HEARTBEATS_ARCHIVE
 from shared.archive.storage import ArchiveUnavailable
 from shared.feeds.leases import Lease
-from shared.feeds.partitions import HEARTBEAT_TALLY, HEARTBEATS_ARCHIVE, Partition
-from shared.reports.archiving import PROBE_EVERY, ArchiveHandOff, due_to_catch_up, run_catch_up
-from shared.reports.tally import LAST_BEGAN, Pass
+from shared.feeds.partitions import Partition
+from shared.feeds.sweeps import LAST_BEGAN, Pass
+from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import Settings
 from shared.store import schema
 from tests.tally_fleet import CLOCK, DAY, HOUR
@@ -126,6 +128,7 @@ def test_the_archive_s_run_applies_a_pass_handed_meanwhile_without_reading_a_hea
         mock_db,
         ARCHIVE,
         Lease(checkpoint_time=T, token={LAST_BEGAN: LAST}),
+        follows=HEARTBEAT_TALLY,
         rows=rows,
         settings=Settings(),
         policy=POLICY,
@@ -144,7 +147,7 @@ def test_with_its_store_down_the_archive_s_run_reads_nothing_marks_it_down_and_w
 ) -> None:
     leases(mock_db, archive={"checkpoint_time": T, "token": {LAST_BEGAN: LAST}}, tally_at=T + 2 * HOUR)
     now = T + 2 * HOUR + 15 * MINUTE
-    assert due_to_catch_up(mock_db, [ARCHIVE], now=now, policy=POLICY) == [ARCHIVE]
+    assert trail(mock_db, [ARCHIVE], follows=HEARTBEAT_TALLY, now=now, policy=POLICY).due == [ARCHIVE]
     down = Rows(down=True)
 
     def run_at(at: datetime, rows: Rows) -> tuple[Lease, Any]:
@@ -152,6 +155,7 @@ def test_with_its_store_down_the_archive_s_run_reads_nothing_marks_it_down_and_w
             mock_db,
             ARCHIVE,
             Lease(checkpoint_time=T, token={LAST_BEGAN: LAST}),
+            follows=HEARTBEAT_TALLY,
             rows=rows,
             settings=Settings(),
             policy=POLICY,
@@ -166,8 +170,8 @@ def test_with_its_store_down_the_archive_s_run_reads_nothing_marks_it_down_and_w
     assert archive_lease(mock_db)["unreachable_at"] == now
     current = a_pass(T + 2 * HOUR, began=now, late_since=None)
     assert not hand_off(mock_db, now).begin(current)  # the tally's passes hand nothing meanwhile
-    assert due_to_catch_up(mock_db, [ARCHIVE], now=now + PROBE_EVERY - MINUTE, policy=POLICY) == []
-    assert due_to_catch_up(mock_db, [ARCHIVE], now=now + PROBE_EVERY, policy=POLICY) == [ARCHIVE]
+    assert trail(mock_db, [ARCHIVE], follows=HEARTBEAT_TALLY, now=now + PROBE_EVERY - MINUTE, policy=POLICY).due == []
+    assert trail(mock_db, [ARCHIVE], follows=HEARTBEAT_TALLY, now=now + PROBE_EVERY, policy=POLICY).due == [ARCHIVE]
 
     up = Rows()
     held, run = run_at(now + PROBE_EVERY, up)

@@ -1,0 +1,1 @@
+"""Tests of shared/feeds: the feed machinery with consumers of the tests' own."""
