@@ -19,14 +19,19 @@ from shared.instants import HOUR, day_of, hour_of, to_stored
 from shared.reports.documents import (
     DAY,
     ActionPart,
+    DailyReport,
     Document,
     HeartbeatPart,
+    HourlyReport,
+    ReportDocument,
     action_parts,
     daily_document,
     daily_id,
+    daily_reports,
     heartbeat_parts,
     hourly_document,
     hourly_id,
+    hourly_reports,
     merged_entry,
     same_content,
 )
@@ -198,7 +203,7 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
     Returns the number of documents written or deleted, and the user-hours written or deleted. A guard that
     fails (someone else wrote the document since we read it) sends that document round again, its parts
     recomputed from source (refreshed_parts); StoreUnavailable if it keeps failing."""
-    collection = db[schema.USER_HOURLY_REPORTS]
+    collection = hourly_reports(db)
     pending = parts
     written = 0
     changed: set[UserHour] = set()
@@ -206,7 +211,7 @@ def write_hourly(db: Database[Any], parts: Parts, stamp: datetime, policy: Retry
     def hourly_round() -> tuple[int, set[UserHour]] | Literal[Round.AGAIN]:
         nonlocal pending, written
         stored = _load_by_id(collection, [hourly_id(u, h) for u, h in pending], policy)
-        writes: list[GuardedWrite] = []
+        writes: list[GuardedWrite[HourlyReport]] = []
         op_keys: list[UserHour] = []
         conflicts: set[UserHour] = set()
         for (user_id, hour), bottles in pending.items():
@@ -255,10 +260,10 @@ def refreshed_parts(db: Database[Any], parts: Parts, policy: RetryPolicy) -> Par
 
 
 def merged_document(
-    user_id: str, hour: datetime, old: Mapping[str, Any] | None, bottles: Mapping[str, BottleParts], stamp: datetime
-) -> Document | None:
+    user_id: str, hour: datetime, old: HourlyReport | None, bottles: Mapping[str, BottleParts], stamp: datetime
+) -> HourlyReport | None:
     """The user-hour document after merging recomputed bottle parts into `old`; None if it counts nothing."""
-    stored = {e["bottle_id"]: e for e in (old or {}).get("bottles", [])}
+    stored = {e["bottle_id"]: e for e in (old["bottles"] if old is not None else [])}
     entries = []
     for bottle_id in sorted(stored.keys() | bottles.keys()):
         recomputed = bottles.get(bottle_id, BottleParts())
@@ -272,16 +277,18 @@ def merged_document(
 
 
 @dataclass(frozen=True)
-class GuardedWrite:
+class GuardedWrite[R: ReportDocument]:
     """A report document as it was read (`old`; None: there was none) and as it is to be written (`new`); `also`:
     fields besides `updated_at` that must still be as read."""
 
-    old: Mapping[str, Any] | None
-    new: Document
-    also: Sequence[str] = ()
+    old: R | None
+    new: R
+    also: tuple[Literal["bottles"], ...] = ()
 
 
-def write_guarded(collection: Collection[Any], writes: Sequence[GuardedWrite], policy: RetryPolicy) -> list[bool]:
+def write_guarded[R: ReportDocument](
+    collection: Collection[R], writes: Sequence[GuardedWrite[R]], policy: RetryPolicy
+) -> list[bool]:
     """Apply read-modify-writes of report documents; per write, whether it landed (False: a conflict, to read and
     merge again). A document that was not there is inserted (a duplicate key: someone made it first); one that was
     read is updated only if it is still the version read, and never inserted: if a concurrent writer deleted it
@@ -308,14 +315,14 @@ def write_guarded(collection: Collection[Any], writes: Sequence[GuardedWrite], p
     return outcomes
 
 
-def _holds(stored: Mapping[str, Any] | None, new: Document) -> bool:
+def _holds(stored: ReportDocument | None, new: ReportDocument) -> bool:
     """Whether a stored document is `new` as written: its content and its `updated_at` (as BSON keeps it)."""
     if stored is None:
         return False
     return same_content(stored, new) and to_stored(stored["updated_at"]) == to_stored(new["updated_at"])
 
 
-def _guarded_update(write: GuardedWrite) -> UpdateOne:
+def _guarded_update(write: GuardedWrite[Any]) -> UpdateOne:
     """Update the document only if it is still the version read (its `updated_at`, and the fields `also`)."""
     assert write.old is not None
     old, new = write.old, write.new
@@ -328,7 +335,7 @@ def _guarded_update(write: GuardedWrite) -> UpdateOne:
     return UpdateOne(guard, update)
 
 
-def _delete_guarded(collection: Collection[Any], old: Mapping[str, Any], policy: RetryPolicy) -> bool:
+def _delete_guarded[R: ReportDocument](collection: Collection[R], old: R, policy: RetryPolicy) -> bool:
     guard = {"_id": old["_id"], "user_id": old["user_id"], "updated_at": old["updated_at"]}
     return with_retries(lambda: collection.delete_one(guard), policy).deleted_count == 1
 
@@ -344,7 +351,7 @@ def refresh_daily(db: Database[Any], user_days: set[UserDay], policy: RetryPolic
     and `bottles`): a recompute from a stale read never overwrites a newer one, and one that finds a day gone
     back (an hour emptied and deleted, maybe the day's newest) is not refused for it. A guard that fails sends
     that day round again; StoreUnavailable if it keeps failing."""
-    collection = db[schema.USER_DAILY_REPORTS]
+    collection = daily_reports(db)
     pending = set(user_days)
     written = 0
 
@@ -354,7 +361,7 @@ def refresh_daily(db: Database[Any], user_days: set[UserDay], policy: RetryPolic
             return written
         stored = _load_by_id(collection, [daily_id(u, d) for u, d in pending], policy)
         hourly = _load_hourly_days(db, pending, policy)
-        writes: list[GuardedWrite] = []
+        writes: list[GuardedWrite[DailyReport]] = []
         op_keys: list[UserDay] = []
         conflicts: set[UserDay] = set()
         for user_id, day in sorted(pending):
@@ -378,16 +385,18 @@ def refresh_daily(db: Database[Any], user_days: set[UserDay], policy: RetryPolic
     return until_landed(daily_round, "daily reports", policy)
 
 
-def _load_hourly_days(db: Database[Any], user_days: set[UserDay], policy: RetryPolicy) -> dict[UserDay, list[Document]]:
+def _load_hourly_days(
+    db: Database[Any], user_days: set[UserDay], policy: RetryPolicy
+) -> dict[UserDay, list[HourlyReport]]:
     clauses = [{"user_id": u, "hour": {"$gte": d, "$lt": d + DAY}} for u, d in sorted(user_days)]
-    collection = db[schema.USER_HOURLY_REPORTS]
-    found: dict[UserDay, list[Document]] = defaultdict(list)
+    collection = hourly_reports(db)
+    found: dict[UserDay, list[HourlyReport]] = defaultdict(list)
     for report in find_each(collection, clauses, policy):
         found[(report["user_id"], day_of(report["hour"]))].append(report)
     return dict(found)
 
 
-def _load_by_id(collection: Collection[Any], ids: Sequence[str], policy: RetryPolicy) -> dict[str, Document]:
+def _load_by_id[R: ReportDocument](collection: Collection[R], ids: Sequence[str], policy: RetryPolicy) -> dict[str, R]:
     """Report documents by `_id`, one query per user (its shard key value) naming that user's ids: Cosmos DB
     routes a query that filters on one partition key value to that partition ("it routes the query to the
     physical partitions corresponding to the partition key values specified in the filter",
@@ -406,9 +415,9 @@ def _load_by_id(collection: Collection[Any], ids: Sequence[str], policy: RetryPo
     return {doc["_id"]: doc for doc in find_each(collection, clauses, policy)}
 
 
-def find_each(
-    collection: Collection[Any], clauses: Sequence[Mapping[str, Any]], policy: RetryPolicy, projection: Any = None
-) -> Iterator[Document]:
+def find_each[D: Mapping[str, Any]](
+    collection: Collection[D], clauses: Sequence[Mapping[str, Any]], policy: RetryPolicy, projection: Any = None
+) -> Iterator[D]:
     """The documents of several single-partition range queries, one query each: an `$or` of them would
     fan out to every partition on Cosmos DB, and some engines answer it with a collection scan."""
     for clause in clauses:

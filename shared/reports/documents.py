@@ -17,7 +17,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal, Required, TypedDict, final
+
+from pymongo.collection import Collection
+from pymongo.database import Database
 
 from shared.devices.device_time import MAX_FUTURE_SKEW, action_order
 from shared.devices.heartbeat_document import (
@@ -29,14 +32,96 @@ from shared.devices.heartbeat_document import (
     ring_hours,
 )
 from shared.instants import HOUR, day_of, hour_of
+from shared.store import schema
 from shared.store.partitioning import BUCKET_FIELD, bucket_of
 
 Document = dict[str, Any]
 
 DAY = timedelta(days=1)
-ACTION_COUNTERS = ("opened", "closed", "doses", "pills_taken")
-COUNTERS = (*ACTION_COUNTERS, "heartbeats")
-LAST_READINGS = ("last_number_of_pills", "last_mass_of_contents")
+ActionCounter = Literal["opened", "closed", "doses", "pills_taken"]
+CounterName = Literal["opened", "closed", "doses", "pills_taken", "heartbeats"]
+ReadingName = Literal["last_number_of_pills", "last_mass_of_contents"]
+ACTION_COUNTERS: tuple[ActionCounter, ...] = ("opened", "closed", "doses", "pills_taken")
+COUNTERS: tuple[CounterName, ...] = (*ACTION_COUNTERS, "heartbeats")
+LAST_READINGS: tuple[ReadingName, ...] = ("last_number_of_pills", "last_mass_of_contents")
+
+
+# --- the documents, typed: every writer and reader of a field names it through these ------------------------
+
+
+class Entry(TypedDict):
+    """A bottle's entry of a report, whole: what the reports compute and the read API shows."""
+
+    bottle_id: str
+    medication: str | None
+    opened: int
+    closed: int
+    doses: int
+    pills_taken: int
+    heartbeats: int
+    last_number_of_pills: int | None
+    last_mass_of_contents: float | None
+
+
+class StoredEntry(TypedDict, total=False):
+    """A bottle's entry as a report stores it: a counter at 0 and a null reading left out (`stored_entry`)."""
+
+    bottle_id: Required[str]
+    medication: str | None
+    opened: int
+    closed: int
+    doses: int
+    pills_taken: int
+    heartbeats: int
+    last_number_of_pills: int | None
+    last_mass_of_contents: float | None
+
+
+class Totals(TypedDict, total=False):
+    """A report's counters summed over its bottles, as stored: those at 0 left out."""
+
+    opened: int
+    closed: int
+    doses: int
+    pills_taken: int
+    heartbeats: int
+
+
+@final  # so that `"hour" in report` tells a report's kind
+class HourlyReport(Totals, total=False):
+    """A `user_hourly_reports` document. Its guarded writes (shared/reports/aggregation.py) hold it to the
+    `updated_at` read."""
+
+    _id: Required[str]  # hourly_id
+    user_id: Required[str]
+    bucket: Required[int]  # BUCKET_FIELD
+    hour: Required[datetime]
+    bottles: Required[list[StoredEntry]]
+    updated_at: Required[datetime]
+
+
+@final
+class DailyReport(Totals, total=False):
+    """A `user_daily_reports` document. Its guarded writes hold it to the `updated_at` and `bottles` read."""
+
+    _id: Required[str]  # daily_id
+    user_id: Required[str]
+    day: Required[datetime]
+    bottles: Required[list[StoredEntry]]
+    updated_at: Required[datetime]
+
+
+ReportDocument = HourlyReport | DailyReport
+
+
+def hourly_reports(db: Database[Any]) -> Collection[HourlyReport]:
+    """The `user_hourly_reports` collection, its documents typed."""
+    return db[schema.USER_HOURLY_REPORTS]
+
+
+def daily_reports(db: Database[Any]) -> Collection[DailyReport]:
+    """The `user_daily_reports` collection, its documents typed."""
+    return db[schema.USER_DAILY_REPORTS]
 
 
 def hourly_id(user_id: str, hour: datetime) -> str:
@@ -149,8 +234,8 @@ def heartbeat_parts(
 
 
 def merged_entry(
-    bottle_id: str, stored: Mapping[str, Any] | None, action: ActionPart | None, heartbeat: HeartbeatPart | None
-) -> Document | None:
+    bottle_id: str, stored: StoredEntry | None, action: ActionPart | None, heartbeat: HeartbeatPart | None
+) -> Entry | None:
     """A bottle's entry after recomputing the parts given (None: that part is unchanged, keep `stored`).
 
     `medication` is that of the bottle's latest opened/closed event of the hour, or in an hour of heartbeats
@@ -159,27 +244,20 @@ def merged_entry(
 
     A part older than the stored one is not merged (`older_than_stored`): a worker that stalled between reading
     the source and writing, its lease taken over by one that counted more since, must not put its counts back."""
-    old = stored or {}
-    if action is not None and older_than_stored(action, old):
+    entry = full_entry(stored if stored is not None else {"bottle_id": bottle_id})
+    entry["bottle_id"] = bottle_id
+    if action is not None and older_than_stored(action, entry):
         action = None
-    if heartbeat is not None and heartbeat.sole_owner and heartbeat.heartbeats < int(old.get("heartbeats") or 0):
+    if heartbeat is not None and heartbeat.sole_owner and heartbeat.heartbeats < entry["heartbeats"]:
         # A ring only gains heartbeats while it holds an hour: a smaller count of an hour that had one owner
         # throughout was read before some arrived. (With a reassignment a heartbeat can move to the other owner.)
         heartbeat = None
-    entry: Document = {"bottle_id": bottle_id, "medication": old.get("medication")}
-    for field in (*ACTION_COUNTERS, *LAST_READINGS):
-        entry[field] = old.get(field, 0 if field in ACTION_COUNTERS else None)
-    entry["heartbeats"] = old.get("heartbeats", 0)
     if action is not None:
-        entry |= {
-            "medication": action.medication,
-            "opened": action.opened,
-            "closed": action.closed,
-            "doses": action.doses,
-            "pills_taken": action.pills_taken,
-            "last_number_of_pills": action.last_number_of_pills,
-            "last_mass_of_contents": action.last_mass_of_contents,
-        }
+        entry["medication"] = action.medication
+        entry["opened"], entry["closed"] = action.opened, action.closed
+        entry["doses"], entry["pills_taken"] = action.doses, action.pills_taken
+        entry["last_number_of_pills"] = action.last_number_of_pills
+        entry["last_mass_of_contents"] = action.last_mass_of_contents
     if heartbeat is not None:
         entry["heartbeats"] = heartbeat.heartbeats
         if not entry["opened"] and not entry["closed"]:
@@ -187,7 +265,7 @@ def merged_entry(
             entry["medication"] = heartbeat.medication
     if not any(entry[c] for c in COUNTERS) and all(entry[r] is None for r in LAST_READINGS):
         return None
-    return ordered_entry(entry)
+    return entry
 
 
 def older_than_stored(action: ActionPart, stored: Mapping[str, Any]) -> bool:
@@ -202,31 +280,49 @@ def older_than_stored(action: ActionPart, stored: Mapping[str, Any]) -> bool:
     return action.opened + action.closed < int(stored.get("opened") or 0) + int(stored.get("closed") or 0)
 
 
-ENTRY_FIELDS = ("bottle_id", "medication", *ACTION_COUNTERS, "heartbeats", *LAST_READINGS)
+def full_entry(entry: StoredEntry | Entry) -> Entry:
+    """A stored entry with every field: a counter it leaves out is 0, a reading null."""
+    return {
+        "bottle_id": entry["bottle_id"],
+        "medication": entry.get("medication"),
+        "opened": entry.get("opened", 0),
+        "closed": entry.get("closed", 0),
+        "doses": entry.get("doses", 0),
+        "pills_taken": entry.get("pills_taken", 0),
+        "heartbeats": entry.get("heartbeats", 0),
+        "last_number_of_pills": entry.get("last_number_of_pills"),
+        "last_mass_of_contents": entry.get("last_mass_of_contents"),
+    }
 
 
-def ordered_entry(entry: Mapping[str, Any]) -> Document:
-    """The entry's fields in their documented order (documents compare equal field by field)."""
-    return {f: entry.get(f) for f in ENTRY_FIELDS}
-
-
-def full_entry(entry: Mapping[str, Any]) -> Document:
-    """A stored entry with every field, in order: a counter it leaves out is 0, a reading null."""
-    return {f: entry.get(f, 0 if f in COUNTERS else None) for f in ENTRY_FIELDS}
-
-
-def sparse(fields: Mapping[str, Any]) -> Document:
-    """`fields` without the counters at 0 and the readings that are null (the stored form)."""
-    return {k: v for k, v in fields.items() if not ((k in COUNTERS and v == 0) or (k in LAST_READINGS and v is None))}
-
-
-def stored_entry(entry: Mapping[str, Any]) -> Document:
+def stored_entry(entry: StoredEntry | Entry) -> StoredEntry:
     """An entry as a report stores it: its fields in order, without the counters at 0 and the null readings."""
-    return sparse(full_entry(entry))
+    whole = full_entry(entry)
+    stored: StoredEntry = {"bottle_id": whole["bottle_id"], "medication": whole["medication"]}
+    for counter in COUNTERS:
+        if whole[counter]:
+            stored[counter] = whole[counter]
+    if whole["last_number_of_pills"] is not None:
+        stored["last_number_of_pills"] = whole["last_number_of_pills"]
+    if whole["last_mass_of_contents"] is not None:
+        stored["last_mass_of_contents"] = whole["last_mass_of_contents"]
+    return stored
+
+
+def totals(entries: Iterable[Entry]) -> Totals:
+    """A report's counters, summed over its entries, as stored: those at 0 left out."""
+    whole = list(entries)
+    found: Totals = {}
+    for counter in COUNTERS:
+        total = sum(entry[counter] for entry in whole)
+        if total:
+            found[counter] = total
+    return found
 
 
 def full_report(report: Mapping[str, Any]) -> Document:
-    """A stored report with every counter at the top (0 if left out) and every entry whole, in order."""
+    """A stored report with every counter at the top (0 if left out) and every entry whole, in order: its form
+    for comparing (`same_content`)."""
     found = dict(report)
     for counter in COUNTERS:
         found.setdefault(counter, 0)
@@ -234,14 +330,16 @@ def full_report(report: Mapping[str, Any]) -> Document:
     return found
 
 
-def hourly_document(user_id: str, hour: datetime, entries: Iterable[Document], updated_at: datetime) -> Document:
+def hourly_document(
+    user_id: str, hour: datetime, entries: Iterable[StoredEntry | Entry], updated_at: datetime
+) -> HourlyReport:
     bottles = sorted((full_entry(e) for e in entries), key=lambda e: e["bottle_id"])
     return {
         "_id": hourly_id(user_id, hour),
         "user_id": user_id,
         BUCKET_FIELD: bucket_of(user_id),
         "hour": hour_of(hour),
-        **sparse({c: sum(e[c] for e in bottles) for c in COUNTERS}),
+        **totals(bottles),
         "bottles": [stored_entry(e) for e in bottles],
         "updated_at": updated_at,
     }
@@ -261,7 +359,7 @@ def same_content(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bo
 # --- daily documents -----------------------------------------------------------------------------------------
 
 
-def daily_document(user_id: str, day: datetime, hourly: Iterable[Mapping[str, Any]]) -> Document | None:
+def daily_document(user_id: str, day: datetime, hourly: Iterable[HourlyReport]) -> DailyReport | None:
     """The day's totals and per-bottle breakdown summed over its hourly documents; None if it has none.
 
     A bottle's `medication` and last readings are those of its latest hour that has them; `updated_at` is
@@ -269,12 +367,10 @@ def daily_document(user_id: str, day: datetime, hourly: Iterable[Mapping[str, An
     hours = sorted(hourly, key=lambda h: h["hour"])
     if not hours:
         return None
-    bottles: dict[str, Document] = {}
+    bottles: dict[str, Entry] = {}
     for report in hours:
         for entry in map(full_entry, report["bottles"]):
-            total = bottles.setdefault(
-                entry["bottle_id"], ordered_entry({"bottle_id": entry["bottle_id"], **dict.fromkeys(COUNTERS, 0)})
-            )
+            total = bottles.setdefault(entry["bottle_id"], full_entry({"bottle_id": entry["bottle_id"]}))
             for counter in COUNTERS:
                 total[counter] += entry[counter]
             total["medication"] = entry["medication"]
@@ -286,7 +382,7 @@ def daily_document(user_id: str, day: datetime, hourly: Iterable[Mapping[str, An
         "_id": daily_id(user_id, day),
         "user_id": user_id,
         "day": day_of(day),
-        **sparse({c: sum(e[c] for e in entries) for c in COUNTERS}),
+        **totals(entries),
         "bottles": [stored_entry(e) for e in entries],
         "updated_at": max(h["updated_at"] for h in hours),
     }

@@ -5,13 +5,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from pymongo.collection import Collection
 from pymongo.database import Database
 
 from shared.errors import BadRequest
 from shared.instants import HOUR, day_of, format_instant, hour_of, parse_instant
-from shared.reports.documents import COUNTERS, DAY, Document, full_entry
+from shared.reports.documents import (
+    COUNTERS,
+    DAY,
+    Document,
+    ReportDocument,
+    daily_reports,
+    full_entry,
+    hourly_reports,
+)
 from shared.settings import Settings
-from shared.store import schema
 from shared.store.retries import RetryPolicy, with_retries
 
 Granularity = Literal["hour", "day"]
@@ -64,25 +72,32 @@ def parse_report_query(user_id: str, params: Mapping[str, str]) -> ReportQuery:
 def read_reports(db: Database[Any], query: ReportQuery, *, settings: Settings) -> list[Document]:
     """The user's reports of the range, oldest first: one partition, one indexed range."""
     policy = RetryPolicy.for_request(settings)
-    collection, field = (
-        (schema.USER_HOURLY_REPORTS, "hour") if query.granularity == "hour" else (schema.USER_DAILY_REPORTS, "day")
-    )
-    found = with_retries(
+    if query.granularity == "hour":
+        return [report_view(report) for report in _read(hourly_reports(db), "hour", query, policy)]
+    return [report_view(report) for report in _read(daily_reports(db), "day", query, policy)]
+
+
+def _read[R: ReportDocument](
+    collection: Collection[R], field: Granularity, query: ReportQuery, policy: RetryPolicy
+) -> list[R]:
+    return with_retries(
         lambda: list(
-            db[collection]
-            .find({"user_id": query.user_id, field: {"$gte": query.start, "$lt": query.end}}, {"_id": 0})
+            collection.find({"user_id": query.user_id, field: {"$gte": query.start, "$lt": query.end}}, {"_id": 0})
             .sort([("user_id", 1), (field, 1)])
             .limit(MAX_PERIODS[query.granularity])
         ),
         policy,
     )
-    return [report_view(report, field) for report in found]
 
 
-def report_view(report: Mapping[str, Any], period_field: str) -> Document:
+def report_view(report: ReportDocument) -> Document:
     """A stored report as the API shows it: instants as ISO-8601 strings, every field in its documented order (a
     counter the stored report leaves out is 0, a reading null: shared/reports/documents.py stores them sparse)."""
-    view: Document = {"user_id": report["user_id"], period_field: format_instant(report[period_field])}
+    view: Document = {"user_id": report["user_id"]}
+    if "hour" in report:
+        view["hour"] = format_instant(report["hour"])
+    else:
+        view["day"] = format_instant(report["day"])
     view |= {c: report.get(c, 0) for c in COUNTERS}
     view["bottles"] = [full_entry(e) for e in report["bottles"]]
     view["updated_at"] = format_instant(report["updated_at"])

@@ -368,8 +368,8 @@ def _unavailable(error: BaseException, retries: int, policy: RetryPolicy) -> Sto
     )
 
 
-def find_all(
-    collection: Collection[Any], query: Mapping[str, Any], policy: RetryPolicy, projection: Any = None
-) -> list[dict[str, Any]]:
+def find_all[D: Mapping[str, Any]](
+    collection: Collection[D], query: Mapping[str, Any], policy: RetryPolicy, projection: Any = None
+) -> list[D]:
     """Every document a query matches, read again from the start if throttling interrupts it."""
     return with_retries(lambda: list(collection.find(query, projection)), policy)

@@ -49,6 +49,30 @@ CASES = {
         ("checkpoint", "checkpoint_time"),
         'TypedDict "LeaseDocument" has no key "checkpoint"',
     ),
+    "the archive's catch-up lease": (
+        "from shared.archive.catch_up import CatchUpLeaseDocument",
+        "MARK: CatchUpLeaseDocument = {{'{field}': None}}\n",
+        ("unreachable", "unreachable_at"),
+        'Extra key "unreachable" for TypedDict "CatchUpLeaseDocument"',
+    ),
+    "an hourly report": (
+        "from shared.reports.documents import HourlyReport",
+        "def read(report: HourlyReport) -> object:\n    return report['{field}']\n",
+        ("updated", "updated_at"),
+        'TypedDict "HourlyReport" has no key "updated"',
+    ),
+    "a daily report": (
+        "from shared.reports.documents import DailyReport",
+        "def read(report: DailyReport) -> object:\n    return report['{field}']\n",
+        ("hour", "day"),
+        'TypedDict "DailyReport" has no key "hour"',
+    ),
+    "a report's stored entry": (
+        "from shared.reports.documents import StoredEntry",
+        "ENTRY: StoredEntry = {{'bottle_id': 'bottle-1', '{field}': 3}}\n",
+        ("heartbeat", "heartbeats"),
+        'Extra key "heartbeat" for TypedDict "StoredEntry"',
+    ),
 }
 
 

@@ -15,6 +15,7 @@ from shared.devices.heartbeat_document import (
     hour_number,
     ring_bits,
 )
+from shared.reports.documents import Entry
 
 DAY = datetime(2027, 3, 10, tzinfo=UTC)
 # Where the clock of the tests that store reports of DAY runs from (their `own_clock` mark): mongomock applies
@@ -42,10 +43,16 @@ def heartbeat_doc(
     }
 
 
-def stale_entry(bottle_id: str, heartbeats: int) -> dict[str, Any]:
+def stale_entry(bottle_id: str, heartbeats: int) -> Entry:
     """A bottle's entry as an earlier merge left it."""
-    counts = {"opened": 0, "closed": 0, "doses": 0, "pills_taken": 0, "heartbeats": heartbeats}
-    return {"bottle_id": bottle_id, "medication": "Cordrazine", **counts} | {
+    return {
+        "bottle_id": bottle_id,
+        "medication": "Cordrazine",
+        "opened": 0,
+        "closed": 0,
+        "doses": 0,
+        "pills_taken": 0,
+        "heartbeats": heartbeats,
         "last_number_of_pills": None,
         "last_mass_of_contents": None,
     }

@@ -13,7 +13,7 @@ from shared.feeds.sources import Change
 from shared.instants import hour_of, to_stored, utc_now
 from shared.reports import aggregation
 from shared.reports.aggregation import refresh_hourly
-from shared.reports.documents import full_entry, hourly_document, hourly_id
+from shared.reports.documents import Entry, full_entry, hourly_document, hourly_id
 from shared.store import schema
 from shared.store.retries import RetryPolicy, StoreUnavailable
 from tests.api import SPEC, ago, heartbeat, opened, post_events, provisioned
@@ -43,7 +43,7 @@ def action_changes(db: Database[Any], bottle_id: str) -> list[Change]:
     return [Change(schema.BOTTLE_ACTIONS, a["_id"], a) for a in actions]
 
 
-def entries(db: Database[Any], hour: datetime) -> dict[str, dict[str, Any]]:
+def entries(db: Database[Any], hour: datetime) -> dict[str, Entry]:
     """The stored user-hour's entries by bottle, whole (a counter the stored entry leaves out is 0)."""
     stored = db[schema.USER_HOURLY_REPORTS].find_one({"_id": hourly_id(USER, hour)})
     assert stored is not None

@@ -4,17 +4,19 @@ for the reports' 60 days (docs/costs.md). Every reader takes a missing counter a
 API answers every field as before, a day sums sparse hours, and a report stored whole before the change is the same
 content as its sparse form (no rewrite of every report after the upgrade). Pure functions, no store."""
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import bson
 
 from shared.reports.documents import (
     COUNTERS,
     LAST_READINGS,
+    Entry,
     daily_document,
     full_report,
     hourly_document,
-    ordered_entry,
     same_content,
     stored_entry,
 )
@@ -23,25 +25,23 @@ from shared.reports.reading import report_view
 HOUR = datetime(2027, 3, 10, 8, tzinfo=UTC)
 
 
-def entry(bottle: int, *, heartbeats: int = 2, dose: bool = False) -> dict[str, object]:
+def entry(bottle: int, *, heartbeats: int = 2, dose: bool = False) -> Entry:
     """Bottle `bottle`'s whole entry: `heartbeats` heartbeats, and an opened/closed dose if `dose`."""
     taken = int(dose)
-    return ordered_entry(
-        {
-            "bottle_id": f"bottle-{1_000_000 + bottle}",
-            "medication": "Cordrazine",
-            "opened": taken,
-            "closed": taken,
-            "doses": taken,
-            "pills_taken": taken,
-            "heartbeats": heartbeats,
-            "last_number_of_pills": 29 if dose else None,
-            "last_mass_of_contents": 14.5 if dose else None,
-        }
-    )
+    return {
+        "bottle_id": f"bottle-{1_000_000 + bottle}",
+        "medication": "Cordrazine",
+        "opened": taken,
+        "closed": taken,
+        "doses": taken,
+        "pills_taken": taken,
+        "heartbeats": heartbeats,
+        "last_number_of_pills": 29 if dose else None,
+        "last_mass_of_contents": 14.5 if dose else None,
+    }
 
 
-def whole(document: dict[str, object]) -> dict[str, object]:
+def whole(document: Mapping[str, Any]) -> dict[str, Any]:
     """`document` as reports were stored before: every counter and reading, in the report and its entries."""
     return full_report(document)
 
@@ -70,7 +70,7 @@ def test_an_entry_with_a_dose_keeps_every_counter_and_reading_it_has():
 def test_the_api_answers_every_counter_and_reading_of_a_sparse_report_in_order():
     report = hourly_document("user-1", HOUR, [entry(0)], HOUR)
 
-    view = report_view(report, "hour")
+    view = report_view(report)
 
     assert {c: view[c] for c in COUNTERS} == {"opened": 0, "closed": 0, "doses": 0, "pills_taken": 0, "heartbeats": 2}
     assert view["bottles"] == [entry(0)]

@@ -9,7 +9,7 @@ import pytest
 
 from functions import reports
 from shared.instants import HOUR, day_of, format_instant, utc_now
-from shared.reports.documents import ACTION_COUNTERS, LAST_READINGS, daily_document, hourly_document
+from shared.reports.documents import StoredEntry, daily_document, hourly_document
 from shared.store import schema
 from tests.api import iso
 from tests.cosmos_fakes import IndexTransformingDatabase
@@ -41,9 +41,8 @@ def store_days(db: Any, heartbeats_by_day: dict[datetime, int]) -> None:
         db[schema.USER_DAILY_REPORTS].insert_one(daily_document(USER, day, [hour]))
 
 
-def bottle_entry(heartbeats: int) -> dict[str, Any]:
-    counts = dict.fromkeys(ACTION_COUNTERS, 0) | {"heartbeats": heartbeats}
-    return {"bottle_id": "bottle-1", "medication": "Ibuprofen", **counts, **dict.fromkeys(LAST_READINGS)}
+def bottle_entry(heartbeats: int) -> StoredEntry:
+    return {"bottle_id": "bottle-1", "medication": "Ibuprofen", "heartbeats": heartbeats}
 
 
 def periods_read(granularity: str, start: datetime, end: datetime) -> list[tuple[str, int]]:

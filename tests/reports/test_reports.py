@@ -17,7 +17,7 @@ from shared.instants import day_of, hour_of, set_clock, utc_now
 from shared.reports import aggregation
 from shared.reports import rebuild as rebuild_reports
 from shared.reports.aggregation import refresh_daily
-from shared.reports.documents import hourly_document, hourly_id
+from shared.reports.documents import StoredEntry, hourly_document, hourly_id
 from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import get_settings
 from shared.store import schema
@@ -523,8 +523,7 @@ def test_a_day_rolled_up_from_a_stale_read_does_not_overwrite_one_from_after_an_
     day = day_of(ago(days=1))
     hours = db[schema.USER_HOURLY_REPORTS]
     for hour, stamp in ((1, 1), (2, 2)):
-        entry = {"bottle_id": "bottle-1", "medication": "Cordrazine", "opened": 0, "closed": 0, "doses": 0}
-        entry |= {"pills_taken": 0, "heartbeats": 1, "last_number_of_pills": None, "last_mass_of_contents": None}
+        entry: StoredEntry = {"bottle_id": "bottle-1", "medication": "Cordrazine", "heartbeats": 1}
         report = hourly_document(USER, day + timedelta(hours=hour), [entry], day + timedelta(days=1, seconds=stamp))
         hours.insert_one(report)
     policy = RetryPolicy(max_retries=0, base_ms=1)
