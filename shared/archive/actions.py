@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from pymongo.collection import Collection
 from pymongo.database import Database
@@ -16,6 +16,7 @@ from shared.archive.layout import ACTION_COLUMNS, action_file
 from shared.archive.storage import Archive
 from shared.feeds.leases import Lease
 from shared.feeds.settling import hours_due
+from shared.feeds.sweeps import LAST_BEGAN, LAST_PAGES
 from shared.instants import HOUR, day_of, hour_of
 from shared.settings import Settings
 from shared.store import schema
@@ -26,9 +27,32 @@ CHUNK_ROWS = 100_000  # events of a receive hour per chunk (a file per device da
 MERGE_ATTEMPTS = 10  # guarded writes of one file refused in a row before a run gives way to the other writer
 RECEIVED = "received_at"
 _FIELDS = dict.fromkeys((*ACTION_COLUMNS, RECEIVED), 1)
-LAST_BEGAN, LAST_PAGES = "last_began", "last_pages"  # in the lease's token between passes
 
 Row = dict[str, Any]
+
+
+class SweepToken(TypedDict, total=False):
+    """The sweep's lease token, as it is stored: a pass under way (`Sweep.token`, `hour` set), or between passes
+    what the last one left (`last_began`, `last_pages`)."""
+
+    start: datetime
+    end: datetime
+    began: datetime
+    hour: datetime
+    chunk: int
+    chunk_from: datetime | None
+    written: datetime | None
+    dates: list[datetime]
+    pages: int
+    paged_at: datetime | None
+    last_pages: int | None  # LAST_PAGES
+    last_began: datetime  # LAST_BEGAN
+
+
+def sweep_token(token: Mapping[str, Any] | None) -> SweepToken:
+    """A lease's token read as the sweep's: where the token a lease stores untyped meets its type (`Sweep.token`
+    writes it)."""
+    return cast(SweepToken, token or {})
 
 
 @dataclass(frozen=True)
@@ -49,7 +73,7 @@ class Sweep:
     paged_at: datetime | None = None
     last_pages: int | None = None
 
-    def token(self) -> dict[str, Any]:
+    def token(self) -> SweepToken:
         return {
             "start": self.start,
             "end": self.end,
@@ -67,7 +91,8 @@ class Sweep:
     @classmethod
     def resumed(cls, token: Mapping[str, Any] | None) -> "Sweep | None":
         """The pass a lease's token holds, if one is under way."""
-        if not token or token.get("hour") is None:
+        token = sweep_token(token)
+        if token.get("hour") is None:
             return None
         return cls(
             start=_utc(token["start"]),
@@ -116,7 +141,7 @@ def next_sweep(db: Database[Any], lease: Lease, *, now: datetime, policy: RetryP
             return replace(lease, checkpoint_time=end, token={LAST_BEGAN: now, LAST_PAGES: 0})
     if start >= end:
         return None
-    last_pages = (lease.token or {}).get(LAST_PAGES)
+    last_pages = sweep_token(lease.token).get(LAST_PAGES)
     return Sweep(
         start=start, end=end, began=now, hour=start, last_pages=None if last_pages is None else int(last_pages)
     )

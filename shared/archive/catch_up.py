@@ -24,7 +24,7 @@ from shared.feeds.consumers import Trail
 from shared.feeds.hand_off import HourRows, held_page
 from shared.feeds.leases import Lease, LeaseDocument
 from shared.feeds.partitions import Feed, Partition
-from shared.feeds.sweeps import EPOCH, LAST_BEGAN, LAST_PAGES, Pass, UserPages, pace_of
+from shared.feeds.sweeps import EPOCH, LAST_BEGAN, LAST_PAGES, Pass, UserPages, pace_of, pass_token
 from shared.instants import HOUR, format_instant, hour_of
 from shared.settings import Settings
 from shared.store import schema
@@ -79,8 +79,7 @@ def followed(partition: Partition, follows: Feed) -> Partition:
 
 def _late_since(doc: Mapping[str, Any], overlap: timedelta) -> datetime | None:
     """Where the archive's next pass would look for late heartbeats from, as the tally's next_pass does."""
-    token = doc.get("token") or {}
-    began = token.get(LAST_BEGAN) or doc.get("checkpoint_time")
+    began = pass_token(doc.get("token")).get(LAST_BEGAN) or doc.get("checkpoint_time")
     return None if began is None else began - overlap
 
 
@@ -296,7 +295,7 @@ def _new_pass(
     start = held.checkpoint_time or EPOCH
     if until is None or start >= until:
         return None
-    last_pages = ((tally or {}).get("token") or {}).get(LAST_PAGES)
+    last_pages = pass_token(None if tally is None else tally.get("token")).get(LAST_PAGES)
     return Pass(
         start=start,
         end=until,

@@ -15,7 +15,7 @@ from shared.archive.catch_up import ArchiveHandOff, run_catch_up, trail
 from shared.archive.feeds import ACTIONS_ARCHIVE, HEARTBEATS_ARCHIVE
 from shared.archive.heartbeats import HeartbeatArchiver
 from shared.archive.storage import Archive, ArchiveUnavailable
-from shared.feeds.consumers import Consumer, Trail, Work
+from shared.feeds.consumers import Consumer, Trail, Work, budget_of
 from shared.feeds.leases import Lease
 from shared.feeds.partitions import Feed, Partition
 from shared.instants import format_instant
@@ -40,17 +40,7 @@ class ActionsArchiving(Consumer):
     def run(self, work: Work, held: Lease) -> Lease:
         if self._archive is None:
             return held
-        held, swept = run_actions_sweep(
-            work.db,
-            held,
-            settings=work.settings,
-            archive=self._archive,
-            policy=work.policy,
-            wall_clock=work.wall_clock,
-            out_of_time=work.out_of_time,
-            save=lambda lease: work.save(lease, "archive"),
-            pause=work.pause,
-        )
+        held, swept = run_actions_sweep(work.db, held, archive=self._archive, **budget_of(work, "archive"))
         work.run.pages += swept.pages
         work.run.changes += swept.events
         work.run.caught_up = swept.caught_up
@@ -93,19 +83,9 @@ class HeartbeatsCatchUp(Consumer):
     def run(self, work: Work, held: Lease) -> Lease:
         if self._archive is None:
             return held
-        held, caught = run_catch_up(
-            work.db,
-            work.partition,
-            held,
-            follows=self._follows,
-            rows=HeartbeatArchiver(self._archive),
-            settings=work.settings,
-            policy=work.policy,
-            wall_clock=work.wall_clock,
-            out_of_time=work.out_of_time,
-            save=lambda lease: work.save(lease, "archive"),
-            pause=work.pause,
-        )
+        rows = HeartbeatArchiver(self._archive)
+        budget = budget_of(work, "archive")
+        held, caught = run_catch_up(work.db, work.partition, held, follows=self._follows, rows=rows, **budget)
         work.run.pages += caught.pages
         work.run.changes += caught.documents
         work.run.caught_up = caught.caught_up

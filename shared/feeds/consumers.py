@@ -4,10 +4,10 @@ checkpoints, releases and dispatches; what a partition's run does with its feed 
 machinery knows no consumer and no consumer knows another (shared/consumers/plugged.py plugs them in)."""
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from pymongo.database import Database
 
@@ -66,6 +66,30 @@ class Work(Protocol):
 
     def fields(self, **values: object) -> dict[str, object]:
         """The log fields of this run's lines: its feed and partition, and `values`."""
+
+
+class Budget(TypedDict):
+    """What a run of hourly passes (the tally's, the archive's) takes of its `Work`, as keyword arguments: its
+    settings and retry policy, its clock, its budget, how it saves its position and how it waits for a paced page."""
+
+    settings: Settings
+    policy: RetryPolicy
+    wall_clock: Callable[[], datetime]
+    out_of_time: Callable[[], bool]
+    save: Callable[[Lease], bool]
+    pause: Callable[[float], bool]
+
+
+def budget_of(work: Work, source: str) -> Budget:
+    """`work`'s Budget, its saves marked as `source`'s (the lease's `source`, for operators)."""
+    return {
+        "settings": work.settings,
+        "policy": work.policy,
+        "wall_clock": work.wall_clock,
+        "out_of_time": work.out_of_time,
+        "save": lambda lease: work.save(lease, source),
+        "pause": work.pause,
+    }
 
 
 @dataclass(frozen=True)

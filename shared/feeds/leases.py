@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any, Final, TypedDict
 
 from pymongo import ReturnDocument
 from pymongo.collection import Collection
@@ -20,7 +20,7 @@ from shared.store.retries import RetryPolicy, with_retries
 
 # In an hourly lease's token (shared/feeds/sweeps.py): where the work its passes left to the next ones starts (a new
 # layout's leases take it over from their parents: shared/feeds/layouts.py).
-ROLLUPS_FROM = "rollups_from"
+ROLLUPS_FROM: Final = "rollups_from"
 
 
 class LeaseDocument(TypedDict, total=False):

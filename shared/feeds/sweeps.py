@@ -7,7 +7,7 @@ catch-up of the heartbeats (shared/archive/catch_up.py) each run such passes ove
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final, TypedDict, cast
 
 from pymongo.collection import Collection
 
@@ -31,13 +31,36 @@ from shared.store.retries import RetryPolicy, with_retries
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _FIELDS = dict.fromkeys(("bottle_id", "user_id", USER_BUCKET, "medication", OWNERS, RING, RING_TIME, LATE_AT), 1)
 _ORDER = [(USER_BUCKET, 1), ("user_id", 1)]
-LAST_BEGAN = "last_began"  # in a lease's token between passes: when the last pass began
-LAST_PAGES = "last_pages"  # beside it: how many pages the last pass read (the next one is paced by it)
+LAST_BEGAN: Final = "last_began"  # in a lease's token between passes: when the last pass began
+LAST_PAGES: Final = "last_pages"  # beside it: how many pages the last pass read (the next one is paced by it)
 # ROLLUPS_FROM, beside it: where the work a pass left to the next ones starts (a new layout's leases take it over)
-HANDING = "handing"  # in a pass's token: Pass.handing
+HANDING: Final = "handing"  # in a pass's token: Pass.handing
 
 Document = dict[str, Any]
 UserKey = tuple[int, str]  # (user bucket, user_id): the sweep's order
+
+
+class PassToken(TypedDict, total=False):
+    """An hourly pass's lease token, as it is stored: a pass under way (`Pass.token`, `end` set), or between passes
+    what the last one left (`last_began`, `last_pages`, and the tally's `rollups_from`)."""
+
+    start: datetime
+    end: datetime
+    began: datetime
+    late_since: datetime | None
+    after: list[Any] | None  # UserKey, as BSON stores a tuple
+    rollups_from: datetime | None  # ROLLUPS_FROM
+    pages: int
+    paged_at: datetime | None
+    last_pages: int | None  # LAST_PAGES
+    handing: bool  # HANDING
+    last_began: datetime  # LAST_BEGAN
+
+
+def pass_token(token: Mapping[str, Any] | None) -> PassToken:
+    """A lease's token read as an hourly pass's: the one place where the token a lease stores untyped (its shape is
+    its consumer's) meets its type, so the reads below are checked against the writes (`Pass.token`)."""
+    return cast(PassToken, token or {})
 
 
 @dataclass(frozen=True)
@@ -56,7 +79,7 @@ class Pass:
     last_pages: int | None = None  # the last pass's pages (None: not known, the pass is not paced)
     handing: bool = False  # every bottle-hour counted so far reached the archive (HandOff), and the next go there
 
-    def token(self) -> dict[str, Any]:
+    def token(self) -> PassToken:
         after = None if self.after is None else list(self.after)
         return {
             "start": self.start,
@@ -74,7 +97,8 @@ class Pass:
     @classmethod
     def resumed(cls, token: Mapping[str, Any] | None) -> "Pass | None":
         """The pass a lease's token holds, if one is under way."""
-        if not token or token.get("end") is None:
+        token = pass_token(token)
+        if token.get("end") is None:
             return None
         after = token.get("after")
         return cls(

@@ -5,7 +5,7 @@ the tally (`HeartbeatTally`), which hands the bottle-hours it counts on through 
 from collections.abc import Callable
 
 from shared.feeds.changes import ChangesConsumer
-from shared.feeds.consumers import Consumer, Work
+from shared.feeds.consumers import Consumer, Work, budget_of
 from shared.feeds.hand_off import HandOff
 from shared.feeds.leases import Lease
 from shared.feeds.sources import Change, Watch
@@ -54,18 +54,8 @@ class HeartbeatTally(Consumer):
 
     def run(self, work: Work, held: Lease) -> Lease:
         assert work.partition.buckets is not None, "the tally's partitions are bucket ranges"
-        held, tallied = run_tally(
-            work.db,
-            work.partition.buckets,
-            held,
-            settings=work.settings,
-            policy=work.policy,
-            wall_clock=work.wall_clock,
-            out_of_time=work.out_of_time,
-            save=lambda lease: work.save(lease, "tally"),
-            pause=work.pause,
-            archive=self._hand_off(work),
-        )
+        budget = budget_of(work, "tally")
+        held, tallied = run_tally(work.db, work.partition.buckets, held, archive=self._hand_off(work), **budget)
         work.run.pages += tallied.pages
         work.run.changes += tallied.documents
         work.run.hourly_written += tallied.hourly_written

@@ -32,10 +32,12 @@ from shared.feeds.sweeps import (
     LAST_PAGES,
     Document,
     Pass,
+    PassToken,
     UserKey,
     UserPages,
     pace_of,
     pass_hours,
+    pass_token,
 )
 from shared.instants import HOUR, day_of, format_instant, hour_of
 from shared.reports.aggregation import BottleParts, Parts, Stamper, refresh_daily, write_hourly
@@ -124,7 +126,7 @@ def next_pass(lease: Lease, *, now: datetime, overlap: timedelta, oldest: timede
     start = lease.checkpoint_time or EPOCH
     if start >= end:
         return None
-    token = lease.token or {}
+    token = pass_token(lease.token)
     # A late heartbeat the last pass may have missed arrived after that pass began (saved with its end), and
     # so after the last hour it counted had ended, the checkpoint time: without the one, the other (it counts
     # a few again, harmlessly).
@@ -203,7 +205,7 @@ def run_tally(
             current = handing.flushed(current)
             if current.handing:
                 handing.ended(current)
-            token: dict[str, Any] = {LAST_BEGAN: current.began, LAST_PAGES: current.pages}
+            token: PassToken = {LAST_BEGAN: current.began, LAST_PAGES: current.pages}
             left = rollups_left(current, window)
             if left is not None:
                 token[ROLLUPS_FROM] = left

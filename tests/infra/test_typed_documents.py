@@ -55,6 +55,18 @@ CASES = {
         ("unreachable", "unreachable_at"),
         'Extra key "unreachable" for TypedDict "CatchUpLeaseDocument"',
     ),
+    "an hourly pass's token": (
+        "from datetime import UTC, datetime\nfrom shared.feeds.sweeps import PassToken",
+        "TOKEN: PassToken = {{'{field}': datetime.now(UTC), 'last_pages': 3}}\n",
+        ("last_begun", "last_began"),
+        'Extra key "last_begun" for TypedDict "PassToken"',
+    ),
+    "the archive sweep's token": (
+        "from shared.archive.actions import SweepToken",
+        "def read(token: SweepToken) -> object:\n    return token['{field}']\n",
+        ("chunk_start", "chunk_from"),
+        'TypedDict "SweepToken" has no key "chunk_start"',
+    ),
     "an hourly report": (
         "from shared.reports.documents import HourlyReport",
         "def read(report: HourlyReport) -> object:\n    return report['{field}']\n",
