@@ -225,6 +225,8 @@ def _refusal(payload: Any, errors: list[ErrorDetails]) -> DomainError:
 
 
 def _envelope_refusal(payload: dict[str, Any], errors: list[ErrorDetails]) -> DomainError:
+    """The error of a batch whose `events` is not 1 to MAX_EVENTS_PER_REQUEST events (more: PayloadTooLarge), or
+    that has a field beside it; its events' own problems are listed only once the envelope is right."""
     problems: list[Detail] = []
     for error in errors:
         field = str(error["loc"][1])
