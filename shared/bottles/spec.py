@@ -3,12 +3,18 @@
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 from pydantic_core import ErrorDetails
 
 from shared.api.ids import ID_RULE, Identifier
 from shared.doses.schedules import Schedule
 from shared.errors import BadRequest, first_per_field, plain_message
+
+
+def _stripped(value: Any) -> Any:
+    """A string without its leading and trailing white space as str.strip sees it (pydantic's strip_whitespace
+    would keep U+001C-U+001F); anything else as it is, for the model to refuse."""
+    return value.strip() if isinstance(value, str) else value
 
 
 class BottleSpec(BaseModel):
@@ -17,7 +23,7 @@ class BottleSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     user_id: Identifier
-    medication: Annotated[StrictStr, Field(min_length=1, max_length=200)]
+    medication: Annotated[StrictStr, Field(min_length=1, max_length=200), BeforeValidator(_stripped)]
     schedule: Schedule
     grace_minutes: Annotated[StrictInt, Field(ge=1, le=720)] = 60
 
@@ -27,8 +33,6 @@ class BottleSpec(BaseModel):
 
 
 def parse_bottle_spec(payload: Any) -> BottleSpec:
-    if isinstance(payload, dict) and isinstance(payload.get("medication"), str):
-        payload = {**payload, "medication": payload["medication"].strip()}
     try:
         return BottleSpec.model_validate(payload)
     except ValidationError as error:

@@ -1,14 +1,32 @@
-"""Device event validation: a request body in, validated events (or every problem with it) out."""
+"""Device event validation: a request body in, validated events (or every problem with it) out.
+
+The body is parsed by one pydantic model (`_BODY`): one event, or {"events": [...]}; each event by the model of its
+type (`_Heartbeat`, `_Opened`, `_Closed`), which names the fields the type requires and refuses every other, or by
+`_Untyped` when its type is missing or unknown, so that its other fields are checked all the same. What the models
+refuse is said in the API's words by `_refusal`."""
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainValidator,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+)
+from pydantic_core import ErrorDetails, PydanticKnownError
 
 from shared.devices.device_time import MAX_FUTURE_SKEW
-from shared.errors import BadRequest, Detail, PayloadTooLarge, first_per_field, plain_message
+from shared.errors import BadRequest, Detail, DomainError, PayloadTooLarge, first_per_field, plain_message
 from shared.instants import format_instant, parse_instant
 
 MAX_EVENTS_PER_REQUEST = 500
@@ -19,25 +37,6 @@ MAX_PILLS = 10_000
 MAX_GRAMS = 100_000
 PillCount = Annotated[StrictInt, Field(ge=0, le=MAX_PILLS)]
 Grams = Annotated[StrictFloat | StrictInt, Field(ge=0, le=MAX_GRAMS, allow_inf_nan=False)]
-
-# Which optional fields each event type requires; any other optional field is not allowed on it.
-REQUIRED_BY_TYPE: dict[str, frozenset[str]] = {
-    "heartbeat": frozenset(),
-    "opened": frozenset({"mass_of_contents", "number_of_pills"}),
-    "closed": frozenset({"mass_of_contents", "number_of_pills", "pills_taken"}),
-}
-TYPE_DEPENDENT_FIELDS = ("mass_of_contents", "number_of_pills", "pills_taken")
-
-
-class _EventBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    type: EventType
-    time: StrictStr
-    event_id: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = None
-    mass_of_contents: Grams | None = None
-    number_of_pills: PillCount | None = None
-    pills_taken: PillCount | None = None
 
 
 @dataclass(frozen=True)
@@ -65,19 +64,14 @@ def derived_event_id(event_type: str, time: datetime) -> str:
 def parse_events(payload: Any, now: datetime, max_age: timedelta) -> list[DeviceEvent]:
     """Validate a request body: one event object or {"events": [...]}. Raises BadRequest listing every
     problem, or PayloadTooLarge for more than MAX_EVENTS_PER_REQUEST events."""
-    raw_events = _raw_events(payload)
-    events: list[DeviceEvent] = []
-    problems: list[Detail] = []
-    for index, raw in enumerate(raw_events):
-        event, event_problems = _parse_event(index, raw, now, max_age)
-        problems.extend(event_problems)
-        if event is not None:
-            events.append(event)
-    if not problems:
-        problems = _reused_ids(events)
+    try:
+        body = _BODY.validate_python(payload, context=_Received(now, max_age))
+    except ValidationError as error:
+        raise _refusal(payload, error.errors()) from None
+    events = [event.event() for event in (body.events if isinstance(body, _Batch) else [body])]
+    problems = _reused_ids(events)
     if problems:
-        noun = "event" if len(raw_events) == 1 else "events"
-        raise BadRequest(f"invalid {noun}: nothing was stored", problems)
+        raise BadRequest(f"invalid {'event' if len(events) == 1 else 'events'}: nothing was stored", problems)
     return events
 
 
@@ -93,95 +87,175 @@ def _reused_ids(events: list[DeviceEvent]) -> list[Detail]:
     return problems
 
 
-def _raw_events(payload: Any) -> list[Any]:
-    if not isinstance(payload, dict):
-        raise BadRequest(
+# --- the models -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Received:
+    """The validation context of a request's events: the server clock, and how old an event may be."""
+
+    now: datetime
+    max_age: timedelta
+
+
+def _received_time(value: Any, info: ValidationInfo) -> datetime:
+    """An event's `time`: a string in the contract's format (shared.instants.parse_instant), within what the server
+    accepts at the request's `now` (the validation context, `_Received`)."""
+    if not isinstance(value, str):
+        raise PydanticKnownError("string_type")
+    received = cast(_Received, info.context)
+    time = parse_instant(value)
+    if time > received.now + MAX_FUTURE_SKEW:
+        raise ValueError(f"{value} is more than 5 minutes ahead of the server clock ({format_instant(received.now)})")
+    if time < received.now - received.max_age:
+        raise ValueError(f"{value} is older than the {received.max_age.days} days accepted (MAX_EVENT_AGE_DAYS)")
+    return time
+
+
+class _Event(BaseModel):
+    """What every event holds; a type's model adds what the type requires, and refuses every other field."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    type: EventType
+    time: Annotated[datetime, PlainValidator(_received_time)]
+    event_id: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = None
+
+    def event(self) -> DeviceEvent:
+        return DeviceEvent(self.type, self.time, self.event_id or derived_event_id(self.type, self.time))
+
+
+class _Heartbeat(_Event):
+    type: Literal["heartbeat"]
+
+
+class _WithContents(_Event):
+    """An opened or closed event: what the bottle holds."""
+
+    mass_of_contents: Grams
+    number_of_pills: PillCount
+
+    def event(self) -> DeviceEvent:
+        event_id = self.event_id or derived_event_id(self.type, self.time)
+        return DeviceEvent(self.type, self.time, event_id, float(self.mass_of_contents), self.number_of_pills)
+
+
+class _Opened(_WithContents):
+    type: Literal["opened"]
+
+
+class _Closed(_WithContents):
+    type: Literal["closed"]
+    pills_taken: PillCount
+
+    def event(self) -> DeviceEvent:
+        event_id = self.event_id or derived_event_id(self.type, self.time)
+        mass, pills = float(self.mass_of_contents), self.number_of_pills
+        return DeviceEvent(self.type, self.time, event_id, mass, pills, self.pills_taken)
+
+
+class _Untyped(_Event):
+    """An event whose type is missing or unknown: never valid (its `type` says why); its other fields are checked
+    as any type would take them, so that every problem is listed at once."""
+
+    mass_of_contents: Grams | None = None
+    number_of_pills: PillCount | None = None
+    pills_taken: PillCount | None = None
+
+
+_TYPED: dict[str, type[_Event]] = {"heartbeat": _Heartbeat, "opened": _Opened, "closed": _Closed}
+# The fields some types require and the others refuse.
+_TYPE_DEPENDENT = frozenset(_Untyped.model_fields) - frozenset(_Event.model_fields)
+
+
+def _event_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else None
+    return kind if isinstance(kind, str) and kind in _TYPED else "untyped"
+
+
+AnyEvent = Annotated[
+    Annotated[_Heartbeat, Tag("heartbeat")]
+    | Annotated[_Opened, Tag("opened")]
+    | Annotated[_Closed, Tag("closed")]
+    | Annotated[_Untyped, Tag("untyped")],
+    Discriminator(_event_tag),
+]
+
+
+class _Batch(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    events: Annotated[list[AnyEvent], Field(min_length=1, max_length=MAX_EVENTS_PER_REQUEST)]
+
+
+def _body_tag(value: Any) -> str | None:
+    """A batch is an object with `events`; any other object is one event; anything else is no body (None)."""
+    if not isinstance(value, dict):
+        return None
+    return "batch" if "events" in value else "event"
+
+
+_BODY: TypeAdapter[_Batch | _Heartbeat | _Opened | _Closed | _Untyped] = TypeAdapter(
+    Annotated[Annotated[_Batch, Tag("batch")] | Annotated[AnyEvent, Tag("event")], Discriminator(_body_tag)]
+)
+
+
+# --- what the models refused, in the API's words ------------------------------------------------------------------
+
+
+def _refusal(payload: Any, errors: list[ErrorDetails]) -> DomainError:
+    """The error of a body the models refused. A body that is not an object, or whose `events` is not 1 to
+    MAX_EVENTS_PER_REQUEST events (more is PayloadTooLarge), or has a field beside it, is refused for that alone;
+    otherwise every problem of every event is listed, one per field."""
+    if any(not error["loc"] for error in errors):
+        return BadRequest(
             'body must be a JSON object: one event, or {"events": [...]}',
             [{"index": None, "field": None, "message": f"got a JSON {_json_type(payload)}"}],
         )
-    if "events" not in payload:
-        return [payload]
-    extra = sorted(set(payload) - {"events"})
-    problems: list[Detail] = [
-        {"index": None, "field": name, "message": "unknown field beside 'events'"} for name in extra
-    ]
-    batch: Any = payload["events"]
-    if not isinstance(batch, list):
-        problems.append({"index": None, "field": "events", "message": f"must be an array, got {_json_type(batch)}"})
-    elif not batch:
-        problems.append({"index": None, "field": "events", "message": "must hold at least one event"})
-    elif len(batch) > MAX_EVENTS_PER_REQUEST:
-        raise PayloadTooLarge(
-            f"too many events: {len(batch)} in one request, at most {MAX_EVENTS_PER_REQUEST}",
-            [{"index": None, "field": "events", "message": f"at most {MAX_EVENTS_PER_REQUEST} events"}],
-        )
-    if problems:
-        raise BadRequest("invalid request body: nothing was stored", problems)
-    return list(batch)
-
-
-def _parse_event(index: int, raw: Any, now: datetime, max_age: timedelta) -> tuple[DeviceEvent | None, list[Detail]]:
-    if not isinstance(raw, dict):
-        return None, [{"index": index, "field": None, "message": f"must be a JSON object, got {_json_type(raw)}"}]
-    try:
-        body = _EventBody.model_validate(raw)
-    except ValidationError as error:
-        problems = first_per_field([_detail(index, e) for e in error.errors()])
-        return None, problems + _type_rules(index, raw, raw.get("type")) + _time_rules(index, raw, now, max_age)[1]
-    problems = _type_rules(index, raw, body.type)
-    time, time_problems = _time_rules(index, raw, now, max_age)
-    problems += time_problems
-    if problems or time is None:
-        return None, problems
-    return (
-        DeviceEvent(
-            type=body.type,
-            time=time,
-            event_id=body.event_id or derived_event_id(body.type, time),
-            mass_of_contents=float(body.mass_of_contents) if body.mass_of_contents is not None else None,
-            number_of_pills=body.number_of_pills,
-            pills_taken=body.pills_taken,
-        ),
-        [],
-    )
-
-
-def _type_rules(index: int, raw: dict[str, Any], event_type: Any) -> list[Detail]:
-    """Fields required or forbidden by the event's type (only when the type itself is valid)."""
-    required = REQUIRED_BY_TYPE.get(event_type) if isinstance(event_type, str) else None
-    if required is None:
-        return []
+    envelope = [error for error in errors if error["loc"][0] == "batch" and len(error["loc"]) == 2]
+    if envelope:
+        return _envelope_refusal(payload, envelope)
     problems = []
-    for name in TYPE_DEPENDENT_FIELDS:
-        if name in required and raw.get(name) is None:
-            problems.append({"index": index, "field": name, "message": f"required for {event_type} events"})
-        elif name not in required and name in raw:
-            problems.append({"index": index, "field": name, "message": f"not allowed on {event_type} events"})
-    return problems
+    for error in errors:
+        loc = error["loc"]
+        index, (tag, *path) = (loc[2], loc[3:]) if loc[0] == "batch" else (0, loc[1:])
+        problems.append(_event_problem(index, str(tag), str(path[0]) if path else None, error))
+    count = len(payload["events"]) if "events" in payload else 1
+    return BadRequest(f"invalid {'event' if count == 1 else 'events'}: nothing was stored", first_per_field(problems))
 
 
-def _time_rules(
-    index: int, raw: dict[str, Any], now: datetime, max_age: timedelta
-) -> tuple[datetime | None, list[Detail]]:
-    text = raw.get("time")
-    if not isinstance(text, str):
-        return None, []  # missing or wrong type: reported by the model
-    try:
-        time = parse_instant(text)
-    except ValueError as error:
-        return None, [{"index": index, "field": "time", "message": str(error)}]
-    if time > now + MAX_FUTURE_SKEW:
-        message = f"{text} is more than 5 minutes ahead of the server clock ({format_instant(now)})"
-        return None, [{"index": index, "field": "time", "message": message}]
-    if time < now - max_age:
-        message = f"{text} is older than the {max_age.days} days accepted (MAX_EVENT_AGE_DAYS)"
-        return None, [{"index": index, "field": "time", "message": message}]
-    return time, []
+def _envelope_refusal(payload: dict[str, Any], errors: list[ErrorDetails]) -> DomainError:
+    """The error of a batch whose `events` is not 1 to MAX_EVENTS_PER_REQUEST events (more: PayloadTooLarge), or
+    that has a field beside it; its events' own problems are listed only once the envelope is right."""
+    problems: list[Detail] = []
+    for error in errors:
+        field = str(error["loc"][1])
+        if error["type"] == "too_long":
+            return PayloadTooLarge(
+                f"too many events: {len(payload['events'])} in one request, at most {MAX_EVENTS_PER_REQUEST}",
+                [{"index": None, "field": "events", "message": f"at most {MAX_EVENTS_PER_REQUEST} events"}],
+            )
+        if field != "events":
+            message = "unknown field beside 'events'"
+        elif error["type"] == "too_short":
+            message = "must hold at least one event"
+        else:
+            message = f"must be an array, got {_json_type(error['input'])}"
+        problems.append({"index": None, "field": field, "message": message})
+    problems.sort(key=lambda problem: (problem["field"] == "events", problem["field"]))
+    return BadRequest("invalid request body: nothing was stored", problems)
 
 
-def _detail(index: int | None, error: ErrorDetails) -> Detail:
-    field = ".".join(str(part) for part in error["loc"] if not str(part).startswith(("int", "float")))
-    return {"index": index, "field": field or None, "message": plain_message(error)}
+def _event_problem(index: Any, tag: str, field: str | None, error: ErrorDetails) -> Detail:
+    """A problem of the event at `index`, which the model of its type (`tag`) refused at `field`."""
+    if field is None:
+        return {"index": index, "field": None, "message": f"must be a JSON object, got {_json_type(error['input'])}"}
+    if field in _TYPE_DEPENDENT and tag in _TYPED:
+        if error["type"] == "extra_forbidden":
+            return {"index": index, "field": field, "message": f"not allowed on {tag} events"}
+        if error["type"] == "missing" or error["input"] is None:
+            return {"index": index, "field": field, "message": f"required for {tag} events"}
+    return {"index": index, "field": field, "message": plain_message(error)}
 
 
 def _json_type(value: Any) -> str:

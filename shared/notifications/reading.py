@@ -58,7 +58,9 @@ class NotificationPage:
 def parse_query(user_id: str, params: Mapping[str, str]) -> NotificationQuery:
     """`since` (ISO-8601 with offset), `kind` (one or more, comma-separated), `limit` (1-200), `page` (the
     `next_page` of the previous answer), `cursor` (the `cursor` of an earlier answer). Every problem is reported;
-    other parameters (`code`) are ignored."""
+    other parameters (`code`) are ignored. Read by hand, not by a pydantic model: each value is a string one of the
+    app's own readers takes (an instant, the kinds, a whole number of plain digits, a token), which a model would
+    only wrap."""
     problems: list[Detail] = []
     since = _parse_field(params, "since", parse_instant, problems)
     kinds = _parse_field(params, "kind", _kinds, problems) or ()

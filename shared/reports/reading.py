@@ -40,7 +40,8 @@ def parse_report_query(user_id: str, params: Mapping[str, str]) -> ReportQuery:
     """`granularity` (hour|day, default hour), `from` and `to` (ISO-8601 with offset; `to` exclusive).
 
     BadRequest listing every problem: a missing or unparsable bound, an empty or reversed range, or more
-    periods than MAX_PERIODS."""
+    periods than MAX_PERIODS. Read by hand, not by a pydantic model: no model states these rules (a bound is read
+    by shared.instants, an empty one is a missing one, the range joins the two), so a model would only wrap them."""
     problems: list[dict[str, Any]] = []
     granularity = params.get("granularity", "hour")
     if granularity not in PERIOD:

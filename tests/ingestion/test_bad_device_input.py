@@ -99,6 +99,20 @@ def test_one_bad_event_in_a_batch_stores_none_and_every_problem_is_listed(db):
     assert nothing_stored(db)
 
 
+def test_a_field_its_type_does_not_take_is_refused_for_that_alone_and_problems_come_in_field_order(db):
+    key = provisioned()
+    event = {"type": "heartbeat", "time": "yesterday", "mass_of_contents": -1, "battery": 3}
+
+    response = post_events("bottle-1", key, event)
+
+    assert response.status == 400
+    details = response.body["details"]
+    assert [(d["index"], d["field"]) for d in details] == [(0, "time"), (0, "mass_of_contents"), (0, "battery")]
+    assert "'yesterday' is not an ISO-8601 date-time" in details[0]["message"]
+    assert [d["message"] for d in details[1:]] == ["not allowed on heartbeat events", "unknown field"]
+    assert nothing_stored(db)
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
