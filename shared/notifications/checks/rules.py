@@ -121,49 +121,67 @@ class OneMarker:
     def sweeps(self, now: datetime, settings: Settings) -> list[Sweep]:
         """Detect: the episodes going on longer than the limit and not yet marked; resolve: the bottles whose
         marked episode may be over. Both handle a bottle alike: the notified episode that ended is resolved and
-        its marker goes; the one going on past the limit is recorded (once) and marked."""
+        its marker goes, or is replaced by the marker of the one going on past the limit, recorded (once)."""
         cutoff = now - self.limit(settings)
 
         def handle(document: Document, writes: Writes) -> None:
-            self._resolve_ended(document, writes, now)
-            self._record_current(document, writes, cutoff)
+            replaced = self._record_current(document, writes, cutoff)
+            self._resolve_ended(document, writes, now, cleared=not replaced)
 
         return [
             Sweep(DETECT, {self.pending: True, self.start_field: {"$gte": EPOCH, "$lt": cutoff}}, handle),
             Sweep(RESOLVE, {self.pending: True, self.marker: {"$gte": EPOCH}}, handle),
         ]
 
-    def _resolve_ended(self, document: Document, writes: Writes, now: datetime) -> None:
+    def _marked_as_read(self, document: Document) -> Document:
+        """The guard of a write that clears or replaces the marker: the marker and its users as read, so that a
+        user a racing run's settle added meanwhile makes it miss, and is resolved, not dropped."""
+        return {**_key(document), self.marker: document.get(self.marker), self.users: document.get(self.users)}
+
+    def _resolve_ended(self, document: Document, writes: Writes, now: datetime, *, cleared: bool) -> None:
+        """The marked episode, if over, resolved for its users; its marker unset if `cleared` (else the marker
+        write of the episode going on replaces it)."""
         notified = document.get(self.marker)
         if notified is None or not self.ended(document, notified):
             return
         for user_id in notified_users(document, self.users):  # each in its own partition of `notifications`
             writes.resolutions.append(notifications.resolve_episode(user_id, document["_id"], self.kind, notified, now))
-        # Guarded by the users as read too: one a racing run added (settle) is resolved by the next run.
-        marked = {**_key(document), self.marker: notified, self.users: document.get(self.users)}
-        writes.status.append(UpdateOne(marked, {"$unset": {self.marker: "", self.users: ""}}))
+        if cleared:  # a user a racing run added (settle) makes it miss: the next run resolves them
+            writes.status.append(
+                UpdateOne(self._marked_as_read(document), {"$unset": {self.marker: "", self.users: ""}})
+            )
 
-    def _record_current(self, document: Document, writes: Writes, cutoff: datetime) -> None:
+    def _record_current(self, document: Document, writes: Writes, cutoff: datetime) -> bool:
+        """The episode going on past the limit recorded and marked, or, already marked, seen; whether its marker
+        write replaces the marker."""
         episode, notified = self.current(document), document.get(self.marker)
         if episode is None or not (episode < cutoff or episode == notified):
-            return
+            return False
+        guard: Document = {**_key(document), self.start_field: episode, self.pending: True}
         marked: Document = {self.pending: False}
         if episode != notified:
             writes.episodes.append(_episode(document, self.kind, episode))
-            # The user the notification goes to, as read: a bottle handed over since keeps it theirs.
+            # The user the notification goes to, as read: a bottle handed over since keeps it theirs. The marker it
+            # replaces (an episode over) guards it too: missed, the run's settle resolves that one's users.
+            guard |= self._marked_as_read(document)
             marked |= {self.marker: episode, self.users: [document["user_id"]]}
-        writes.status.append(
-            UpdateOne({**_key(document), self.start_field: episode, self.pending: True}, {"$set": marked})
-        )
+        writes.status.append(UpdateOne(guard, {"$set": marked}))
+        return episode != notified
 
     def settler(self, now: datetime, settings: Settings) -> Settler:
         """The latest episode recorded: already marked, its users recorded with the marker (another run may have
         marked it for another owner, having read the bottle after a hand-over, and the notification is whichever
         insert came first); over, resolved now (for the owners it was recorded for); else marked, guarded by the
-        marker as read (which only the checks write, so a device request cannot make it miss), with `pending`
-        set so the resolve sweep looks at it: an earlier episode's marker found there is of an episode over (this
-        one began after it), resolved too, for the users it records. An earlier episode recorded for the bottle
-        in the same batch (a cursor that met it twice) is over for the same reason."""
+        marker and its users as read (which only the checks write, so a device request cannot make it miss), with
+        `pending` set so the resolve sweep looks at it: an earlier episode's marker found there is of an episode
+        over (this one began after it), resolved too, for the users it records. An earlier episode recorded for the
+        bottle in the same batch (a cursor that met it twice) is over for the same reason.
+
+        Marking is reached when the run's own marker write lost to a racing settle that added a user to the earlier
+        episode's marker (`_marked_as_read`): the write that replaces a marker is guarded by its users, so that
+        user is resolved here. (A device request cannot lead here: with the episode still going on, its start
+        field is as the sweep read it, so the write missed on the marker or on `pending`, which only the checks
+        write.)"""
 
         def settle(document: Document, recorded: list[Episode], writes: Writes) -> None:
             latest = recorded[-1]
@@ -183,7 +201,7 @@ class OneMarker:
                     over += [(user_id, notified) for user_id in notified_users(document, self.users)]
                 writes.status.append(
                     UpdateOne(
-                        {**_key(document), self.marker: notified},
+                        self._marked_as_read(document),
                         {"$set": {self.marker: latest.start, self.users: users, self.pending: True}},
                     )
                 )
