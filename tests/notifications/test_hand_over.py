@@ -13,9 +13,11 @@ from pymongo import UpdateOne
 from pymongo.database import Database
 
 from shared.notifications import documents
+from shared.notifications.checks import run
 from shared.notifications.checks.rules import CHECKS, LEFT_OPEN, SILENT, Writes
 from shared.notifications.documents import Episode, Kind
 from shared.settings import get_settings
+from shared.store.retries import count_matched
 from tests.checking import World
 from tests.notifications.test_checks_interleaved_with_devices import BEFORE_THE_MARKER, PLACES, during_the_next_run
 from tests.report_client import set_setting
@@ -238,3 +240,37 @@ def test_an_owner_added_to_an_ended_marker_while_a_run_marks_the_next_episode_is
     assert landed
     assert (message["user_id"], second["user_id"]) == (FIRST, SECOND)
     assert owners_and_resolutions(world, trouble.kind) == [(FIRST, True), (SECOND, True)]
+
+
+@pytest.mark.parametrize(("check", "trouble"), ONE_MARKER, ids=["left_open", "silent"])
+def test_an_owner_the_settle_adds_to_a_marker_another_run_clears_meanwhile_is_resolved(
+    world: World, monkeypatch: pytest.MonkeyPatch, check: Any, trouble: Trouble
+) -> None:
+    """A run notifies the first owner; before its marker write, the bottle is handed over and a run that read the
+    second owner marks the episode, so the first run's settle adds the first owner to that marker. Between the
+    settle's read and its write the episode ends and another run clears the marker: the settle reads the bottle
+    again and resolves the first owner's notification."""
+    trouble.begin(world)
+
+    def marked_for_the_second_owner() -> None:
+        world.provision(user_id=SECOND)
+        world.db[CHECKS[check.kind].collection].update_one(
+            {"_id": "bottle-1"}, {"$set": {check.marker: START, check.users: [SECOND], check.pending: False}}
+        )
+
+    landed = during_the_next_run(monkeypatch, trouble.kind, BEFORE_THE_MARKER, marked_for_the_second_owner)
+    writes_counted: list[int] = []
+
+    def counting(*args: Any) -> int:
+        writes_counted.append(1)
+        if len(writes_counted) == 2:  # the settle's, after it read the bottle again
+            trouble.end(world)
+            world.check(trouble.kind)
+        return count_matched(*args)
+
+    monkeypatch.setattr(run, "count_matched", counting)
+    [message] = world.at(trouble.notified_at).check(trouble.kind)
+
+    assert landed
+    assert message["user_id"] == FIRST
+    assert owners_and_resolutions(world, trouble.kind) == [(FIRST, True)]
