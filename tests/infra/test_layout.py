@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "doses": set(),
     "bottles": {"store", "doses", "api", "devices"},
     "ingestion": {"store", "doses", "bottles", "api", "devices"},
-    "notifications": {"store", "doses", "telemetry"},
+    # The silent check reads and marks the heartbeat document, typed as the devices define it.
+    "notifications": {"store", "doses", "devices", "telemetry"},
     # The change feeds' machinery, below both of their consumers: partitions, leases, layouts, settled hours.
     "feeds": {"store", "devices", "telemetry"},
     # The archive is the reports' cold path: it reads the feeds the report workers read, and the report worker
