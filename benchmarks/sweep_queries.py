@@ -16,7 +16,7 @@ Cosmos DB serve the per-partition query from the index (docs/checks.md, "One ran
 import argparse
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -78,7 +78,7 @@ def seed(db: Database[Any], bottles: int) -> None:
         db[FLEET_WIDE].insert_many(documents, ordered=False)
 
 
-def detect_selector() -> dict[str, Any]:
+def detect_selector() -> Mapping[str, Any]:
     [detect, _resolve] = CHECKS["silent"].sweeps(NOW, SETTINGS)
     return detect.selector
 

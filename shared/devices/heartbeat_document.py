@@ -38,7 +38,19 @@ class Owner(TypedDict):
     until: datetime
 
 
-class HeartbeatDocument(TypedDict, total=False):
+class SilentMarker(TypedDict, total=False):
+    """The silent check's state on a heartbeat document: the silence going on or to come (`alive_at`, the last
+    heartbeat, moved forward by ingestion with `silent_pending`), and the marker of the silence notified with the
+    users it was notified to, which only the check writes, guarded by what it read
+    (shared/notifications/checks/rules.py, docs/checks.md)."""
+
+    alive_at: datetime
+    silent_pending: bool  # the check has yet to look at this `alive_at`
+    silent_episode: datetime
+    silent_episode_users: list[str]  # the users the marked silence was notified to
+
+
+class HeartbeatDocument(SilentMarker, total=False):
     """The heartbeat document's fields, as provisioning, ingestion and the silent check write and read them (each
     write sets a few, a projection reads a few). A field with nothing to hold is absent, never null. What each
     holds: docs/architecture.md, "The heartbeat document"."""
@@ -53,10 +65,6 @@ class HeartbeatDocument(TypedDict, total=False):
     medication: str
     owners: list[Owner]
     last: datetime
-    alive_at: datetime
-    silent_pending: bool
-    silent_episode: datetime
-    silent_episode_users: list[str]  # the users the marked silence was notified to
     r: datetime
     # The ring, by field name: the names are computed (`field_name`), which a TypedDict cannot list.
     w: dict[str, Int64]
@@ -74,13 +82,29 @@ HeartbeatFilter = TypedDict(
         "kv": Query,
         "user_id": str | None,
         "owners": list[Owner] | None,
-        "alive_at": Query,
+        "alive_at": datetime | Query,
+        "silent_pending": bool,
+        "silent_episode": datetime | Query | None,
+        "silent_episode_users": list[str] | None,
         "r": datetime | Query | None,
         "w": dict[str, Int64] | None,
         "$or": list["HeartbeatFilter"],
     },
     total=False,
 )
+
+
+class SilentUsersAdded(TypedDict):
+    """An `$addToSet` of the users the silent marker records: `{"$each": [...]}`."""
+
+    silent_episode_users: Query
+
+
+class SilentUnset(TypedDict, total=False):
+    """The silent marker's fields a write unsets (each with the value "")."""
+
+    silent_episode: str
+    silent_episode_users: str
 
 
 class OwnersPull(TypedDict):
@@ -97,9 +121,10 @@ HeartbeatUpdate = TypedDict(
         "$set": HeartbeatDocument,
         "$setOnInsert": HeartbeatDocument,
         "$max": HeartbeatDocument,
-        "$unset": dict[str, str],
+        "$unset": dict[str, str] | SilentUnset,
         "$pull": OwnersPull,
         "$bit": dict[str, dict[str, Int64]],
+        "$addToSet": SilentUsersAdded,
     },
     total=False,
 )

@@ -12,7 +12,27 @@ from typing import Any, TypedDict
 Query = Mapping[str, Any]
 
 
-class BottleDocument(TypedDict, total=False):
+class LeftOpenMarker(TypedDict, total=False):
+    """The left-open check's state on a bottle: the episode going on (`open_since`, set by ingestion with
+    `open_pending`), and the marker of the episode notified with the users it was notified to, which only the
+    check writes, guarded by what it read (shared/notifications/checks/rules.py, docs/checks.md)."""
+
+    open_since: datetime | None
+    open_pending: bool  # the check has yet to look at the bottle's latest open/closed state
+    open_episode: datetime
+    open_episode_users: list[str]  # the users the marked episode was notified to
+
+
+class LateMarker(TypedDict, total=False):
+    """The late-dose check's marker on a bottle: the latest slot notified and not yet resolved, with the users the
+    slots up to it were notified to, and whether the check has yet to look at the bottle's latest doses."""
+
+    dose_pending: bool
+    late_episode: datetime
+    late_episode_users: list[str]
+
+
+class BottleDocument(LeftOpenMarker, LateMarker, total=False):
     """A bottle's fields, as provisioning, ingestion and the checks write and read them (each write sets a few, a
     projection reads a few). Bottles stored before a field existed lack it."""
 
@@ -29,13 +49,9 @@ class BottleDocument(TypedDict, total=False):
     key_hash: str
     key_version: int
     key_rotated_at: datetime
-    # The status, as the latest action left it (ingestion), and the left-open check's markers.
+    # The status, as the latest action left it (ingestion); the left-open check's state is LeftOpenMarker's.
     last_action: str  # "opened" or "closed"
     last_action_time: datetime
-    open_since: datetime | None
-    open_pending: bool
-    open_episode: datetime
-    open_episode_users: list[str]  # the users the marked episode was notified to
     last_dose_time: datetime
     # The dose tracking (shared/doses/due_tracking.py).
     schedule_from: datetime
@@ -43,10 +59,7 @@ class BottleDocument(TypedDict, total=False):
     dose_late_at: datetime
     doses: list[datetime]
     dose_seq: int
-    dose_pending: bool
     dose_review_from: datetime
-    late_episode: datetime
-    late_episode_users: list[str]  # the users the slots up to `late_episode` were notified to
 
 
 class BottleFilter(TypedDict, total=False):
@@ -62,7 +75,12 @@ class BottleFilter(TypedDict, total=False):
     dose_due: datetime | None
     dose_late_at: datetime | None
     dose_seq: int | None
-    late_episode: datetime
+    open_since: datetime | Query | None
+    open_pending: bool
+    open_episode: datetime | Query | None
+    open_episode_users: list[str] | None
+    dose_pending: bool
+    late_episode: datetime | Query
     late_episode_users: list[str] | None
 
 
@@ -76,6 +94,8 @@ class BottleUnset(TypedDict, total=False):
     """The fields a write of a bottle unsets (each with the value "")."""
 
     dose_review_from: str
+    open_episode: str
+    open_episode_users: str
     late_episode: str
     late_episode_users: str
 
@@ -83,6 +103,7 @@ class BottleUnset(TypedDict, total=False):
 class UsersAdded(TypedDict, total=False):
     """An `$addToSet` of the users a marker records: one user, or `{"$each": [...]}`."""
 
+    open_episode_users: Query
     late_episode_users: str | Query
 
 

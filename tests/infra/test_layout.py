@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "doses": set(),
     "bottles": {"store", "doses", "api", "devices"},
     "ingestion": {"store", "doses", "bottles", "api", "devices"},
-    "notifications": {"store", "doses", "telemetry"},
+    # The silent check reads and marks the heartbeat document, typed as the devices define it.
+    "notifications": {"store", "doses", "devices", "telemetry"},
     # The change feeds' machinery, below all of their consumers: partitions, leases, layouts, sources, the hourly
     # passes, the dispatcher and the worker's claim/checkpoint loop, and the ports a consumer plugs in by.
     "feeds": {"store", "devices", "telemetry"},

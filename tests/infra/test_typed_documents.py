@@ -1,7 +1,8 @@
 """The stored documents the code writes with a guard have one typed definition each, and mypy --strict (with the
 project's configuration, as `./dev test` runs it) refuses a field that is not in it: a field renamed in its
 definition fails every writer and reader that still names the old one. Each case type-checks a small module that
-misspells one field, and the same module spelled right, which must pass."""
+misspells one field (or names one check's marker field on the other check's document), and the same module spelled
+right, which must pass."""
 
 import subprocess
 import sys
@@ -42,6 +43,37 @@ CASES = {
         "def read(beats: HeartbeatDocument) -> object:\n    return beats['{field}']\n",
         ("alive", "alive_at"),
         'TypedDict "HeartbeatDocument" has no key "alive"',
+    ),
+    "the left-open check's marker": (
+        "from shared.doses.bottle_document import LeftOpenMarker",
+        "def read(bottle: LeftOpenMarker) -> object:\n    return bottle['{field}']\n",
+        ("open_episode_user", "open_episode_users"),
+        'TypedDict "LeftOpenMarker" has no key "open_episode_user"',
+    ),
+    "a marker as a check names it": (
+        "from shared.devices.heartbeat_document import HeartbeatDocument\n"
+        "from shared.notifications.checks.rules import LEFT_OPEN, SILENT",
+        "def read(beats: HeartbeatDocument) -> object:\n    return beats[{field}.marker]\n",
+        ("LEFT_OPEN", "SILENT"),
+        'TypedDict "HeartbeatDocument" has no key "open_episode"',
+    ),
+    "the silent check's marker": (
+        "from datetime import UTC, datetime\nfrom shared.devices.heartbeat_document import HeartbeatUpdate",
+        "UPDATE: HeartbeatUpdate = {{'$set': {{'{field}': datetime.now(UTC)}}}}\n",
+        ("silent_episod", "silent_episode"),
+        'Extra key "silent_episod" for TypedDict "HeartbeatDocument"',
+    ),
+    "the silent marker's guard": (
+        "from shared.devices.heartbeat_document import HeartbeatFilter",
+        "GUARD: HeartbeatFilter = {{'_id': 'b', '{field}': ['u']}}\n",
+        ("silent_users", "silent_episode_users"),
+        'Extra key "silent_users" for TypedDict "HeartbeatFilter"',
+    ),
+    "the late-dose check's marker": (
+        "from shared.doses.bottle_document import LateMarker",
+        "def read(bottle: LateMarker) -> object:\n    return bottle['{field}']\n",
+        ("late_episodes", "late_episode"),
+        'TypedDict "LateMarker" has no key "late_episodes"',
     ),
     "a lease": (
         "from shared.feeds.leases import LeaseDocument",

@@ -13,11 +13,13 @@ from pymongo import UpdateOne
 from pymongo.database import Database
 
 from shared.notifications import documents
-from shared.notifications.checks.rules import LEFT_OPEN, SILENT, Writes
+from shared.notifications.checks import run
+from shared.notifications.checks.rules import CHECKS, LEFT_OPEN, SILENT, Writes
 from shared.notifications.documents import Episode, Kind
 from shared.settings import get_settings
+from shared.store.retries import count_matched
 from tests.checking import World
-from tests.notifications.test_checks_interleaved_with_devices import PLACES, during_the_next_run
+from tests.notifications.test_checks_interleaved_with_devices import BEFORE_THE_MARKER, PLACES, during_the_next_run
 from tests.report_client import set_setting
 
 START = datetime(2026, 5, 4, 5, 0, tzinfo=UTC)
@@ -180,6 +182,95 @@ def test_the_settle_resolves_an_earlier_marked_episode_for_the_users_its_marker_
     assert writes.resolutions == [documents.resolve_episode(FIRST, "bottle-1", check.kind, earlier, now)]
     [marked] = writes.status
     assert marked == UpdateOne(
-        {"_id": "bottle-1", "bottle_id": "bottle-1", check.marker: earlier},
+        {"_id": "bottle-1", "bottle_id": "bottle-1", check.marker: earlier, check.users: [FIRST]},
         {"$set": {check.marker: latest, check.users: [SECOND], check.pending: True}},
     )
+
+
+def settle_of_a_run_that_notified_first(world: World, check: Any, episode_start: datetime) -> Callable[[], None]:
+    """What the settle of a run that read the bottle before the hand-over writes, its notification of the episode
+    that began at `episode_start` the first owner's (it came first) and its marker write beaten by a run that read
+    the bottle after the hand-over: it adds the first owner to the marker, from the bottle as it reads it then."""
+    collection = world.db[CHECKS[check.kind].collection]
+
+    def settle() -> None:
+        bottle = collection.find_one({"_id": "bottle-1"}, CHECKS[check.kind].projection)
+        writes = Writes()
+        recorded = [Episode("bottle-1", FIRST, bottle["medication"], check.kind, episode_start)]
+        check.settler(world.now, get_settings())(bottle, recorded, writes)
+        assert writes.status, "the settle adds the first owner"
+        collection.bulk_write(writes.status)
+
+    return settle
+
+
+def marked_by_a_run_that_read_the_second_owner(world: World, check: Any) -> None:
+    """The marker as a run that read the bottle after its hand-over leaves it when its marker write lands first:
+    its users are the second owner only."""
+    world.db[CHECKS[check.kind].collection].update_one({"_id": "bottle-1"}, {"$set": {check.users: [SECOND]}})
+
+
+ONE_MARKER = [(LEFT_OPEN, TROUBLES[0]), (SILENT, TROUBLES[1])]
+
+
+@pytest.mark.parametrize(("check", "trouble"), ONE_MARKER, ids=["left_open", "silent"])
+def test_an_owner_added_to_an_ended_marker_while_a_run_marks_the_next_episode_is_still_resolved(
+    world: World, monkeypatch: pytest.MonkeyPatch, check: Any, trouble: Trouble
+) -> None:
+    """Two runs notified the first episode side by side around a hand-over: the first owner's notification came
+    first, the marker write of the run that read the second owner landed first. That episode ends and the next one
+    goes on long enough to be notified; a third run reads the bottle, and the first run's settle adds the first
+    owner to the ended marker before the third run replaces the marker with the next episode. The first owner's
+    notification of the first episode is resolved all the same."""
+    trouble.begin(world)
+    [message] = world.at(trouble.notified_at).check(trouble.kind)
+    hand_over(world, SECOND)
+    marked_by_a_run_that_read_the_second_owner(world, check)
+    world.after(minutes=1)
+    trouble.end(world)
+    world.after(minutes=1)
+    trouble.begin(world)
+    landed = during_the_next_run(
+        monkeypatch, trouble.kind, BEFORE_THE_MARKER, settle_of_a_run_that_notified_first(world, check, START)
+    )
+
+    [second] = world.after(minutes=(trouble.notified_at - START) // timedelta(minutes=1)).check(trouble.kind)
+    end_and_check(world, trouble)
+
+    assert landed
+    assert (message["user_id"], second["user_id"]) == (FIRST, SECOND)
+    assert owners_and_resolutions(world, trouble.kind) == [(FIRST, True), (SECOND, True)]
+
+
+@pytest.mark.parametrize(("check", "trouble"), ONE_MARKER, ids=["left_open", "silent"])
+def test_an_owner_the_settle_adds_to_a_marker_another_run_clears_meanwhile_is_resolved(
+    world: World, monkeypatch: pytest.MonkeyPatch, check: Any, trouble: Trouble
+) -> None:
+    """A run notifies the first owner; before its marker write, the bottle is handed over and a run that read the
+    second owner marks the episode, so the first run's settle adds the first owner to that marker. Between the
+    settle's read and its write the episode ends and another run clears the marker: the settle reads the bottle
+    again and resolves the first owner's notification."""
+    trouble.begin(world)
+
+    def marked_for_the_second_owner() -> None:
+        world.provision(user_id=SECOND)
+        world.db[CHECKS[check.kind].collection].update_one(
+            {"_id": "bottle-1"}, {"$set": {check.marker: START, check.users: [SECOND], check.pending: False}}
+        )
+
+    landed = during_the_next_run(monkeypatch, trouble.kind, BEFORE_THE_MARKER, marked_for_the_second_owner)
+    writes_counted: list[int] = []
+
+    def counting(*args: Any) -> int:
+        writes_counted.append(1)
+        if len(writes_counted) == 2:  # the settle's, after it read the bottle again
+            trouble.end(world)
+            world.check(trouble.kind)
+        return count_matched(*args)
+
+    monkeypatch.setattr(run, "count_matched", counting)
+    [message] = world.at(trouble.notified_at).check(trouble.kind)
+
+    assert landed
+    assert message["user_id"] == FIRST
+    assert owners_and_resolutions(world, trouble.kind) == [(FIRST, True)]

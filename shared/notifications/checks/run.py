@@ -187,9 +187,9 @@ def _settle(
     marker the resolve sweep would never look at it again, and the notification would stay unresolved. So the
     bottles that had an episode recorded are read again (one query, only after a miss, so a run without races
     pays nothing), and each check's settler resolves an episode that has ended now, or marks it, guarded by the
-    marker alone (which only the checks write), so that the resolve sweep sees it. A marker write that loses to
-    another check run is read and settled again (at most MAX_ROUNDS rounds; then the run fails and its message
-    is retried)."""
+    marker as read (which only the checks write), so that the resolve sweep sees it. A settle write that loses to
+    another check run (the marker cleared, replaced or added to) is read and settled again (at most MAX_ROUNDS
+    rounds; then the run fails and its message is retried)."""
     by_bottle: dict[str, list[Episode]] = {}
     for episode in sorted(episodes, key=lambda e: e.start):
         by_bottle.setdefault(episode.bottle_id, []).append(episode)
