@@ -24,10 +24,10 @@ from shared.store.retries import RetryPolicy
 log = logging.getLogger(__name__)
 
 
-class ActionsArchiving(Consumer):
-    """The receive hours due into the archive (shared/archive/actions.py), until done or out of budget."""
+class _ArchiveConsumer(Consumer):
+    """A consumer whose target is the archive: active when the app has one, its run failed by the archive's store
+    not answering (after the lease is released, as a database error does)."""
 
-    feed = ACTIONS_ARCHIVE
     failures = (ArchiveUnavailable,)
 
     def __init__(self, archive: Archive | None) -> None:
@@ -36,6 +36,12 @@ class ActionsArchiving(Consumer):
     @property
     def active(self) -> bool:
         return self._archive is not None
+
+
+class ActionsArchiving(_ArchiveConsumer):
+    """The receive hours due into the archive (shared/archive/actions.py), until done or out of budget."""
+
+    feed = ACTIONS_ARCHIVE
 
     def run(self, work: Work, held: Lease) -> Lease:
         if self._archive is None:
@@ -66,19 +72,15 @@ def _gave_way(work: Work, name: str, hour: datetime, chunk: int) -> None:
     )
 
 
-class HeartbeatsCatchUp(Consumer):
+class HeartbeatsCatchUp(_ArchiveConsumer):
     """The archive's heartbeats of a partition: the hours the tally (the feed `follows`) could not hand it, read from
     the heartbeat documents (shared/archive/catch_up.py); its partitions are due when behind the tally's."""
 
     feed = HEARTBEATS_ARCHIVE
-    failures = (ArchiveUnavailable,)
 
     def __init__(self, archive: Archive | None, *, follows: Feed) -> None:
-        self._archive, self._follows = archive, follows
-
-    @property
-    def active(self) -> bool:
-        return self._archive is not None
+        super().__init__(archive)
+        self._follows = follows
 
     def run(self, work: Work, held: Lease) -> Lease:
         if self._archive is None:
