@@ -90,6 +90,13 @@ def test_a_position_refused_at_the_first_read_is_logged_with_the_partition_the_a
         f"reports: {partition.lease_id}: the change stream refused its saved position at its first read (code 280: "
         f"{answer}); the next run recovers from the checkpoint time {since} minus {overlap}s"
     ]
+    [record] = [r for r in caplog.records if r.levelno == logging.WARNING and r.name in LOGGERS]
+    # its fields, as Application Insights' custom dimensions an operator filters the log by
+    assert {k: vars(record)[k] for k in ("feed", "partition", "code")} == {
+        "feed": partition.feed.key,
+        "partition": partition.lease_id,
+        "code": 280,
+    }
 
 
 def test_ranges_a_token_reply_leaves_out_are_logged_with_the_leases_left_over_them(
