@@ -347,6 +347,8 @@ def test_a_stream_throttled_past_the_budget_is_logged_with_the_partition_and_how
         f"reports: {partition.lease_id}: the change stream kept answering empty pages after a full one (6 asked "
         "again, throttled?); the run ends with its budget and the next run carries on"
     ]
+    [warned] = [r for r in caplog.records if r.levelno == logging.WARNING and r.name in LOGGERS]
+    assert logged_fields(warned, "feed", "partition", "asked_again") == [partition.feed.key, partition.lease_id, 6]
 
 
 def test_a_run_out_of_budget_mid_backlog_without_empty_pages_logs_no_throttling(
