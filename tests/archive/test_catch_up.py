@@ -6,20 +6,24 @@ reads nothing, marks it down (the tally then hands nothing) and is sent again on
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shared.archive.catch_up import PROBE_EVERY, ArchiveHandOff, run_catch_up, trail
+from shared.archive.current import use_archive
 from shared.archive.feeds import HEARTBEATS_ARCHIVE
-from shared.archive.storage import ArchiveUnavailable
+from shared.archive.storage import ArchiveUnavailable, FolderArchive
+from shared.consumers.plugged import process_partition
 from shared.feeds.leases import Lease
 from shared.feeds.partitions import Partition
-from shared.feeds.sweeps import LAST_BEGAN, Pass
+from shared.feeds.sweeps import LAST_BEGAN, LAST_PAGES, Pass
 from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import Settings
 from shared.store import schema
-from tests.tally_fleet import CLOCK, DAY, HOUR
+from tests.fake_time import FakeTime
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet
 from tests.tally_runner import POLICY
 
 # The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
@@ -179,3 +183,29 @@ def test_with_its_store_down_the_archive_s_run_reads_nothing_marks_it_down_and_w
     assert (held.checkpoint_time, run.caught_up, up.checks) == (T + 2 * HOUR, True, 1)
     assert archive_lease(mock_db)["unreachable_at"] is None
     assert hand_off(mock_db, now + PROBE_EVERY).begin(current)
+
+
+def test_a_paced_catch_up_run_waits_for_each_page_and_reports_its_pages_documents_and_that_it_caught_up(
+    mock_db: Any, tmp_path: Path
+) -> None:
+    """The worker's run of the archive's heartbeats partition (the consumer plugged in), an hour behind the tally
+    whose last pass read 100 pages: its pages are paced like the tally's (one every 6 s over a 10-minute spread),
+    waited for within the run's budget, and its invocation's line says what it read and that it caught up."""
+    settings = Settings(reports_page_size=1, reports_tally_spread_minutes=10)
+    fleet = Fleet(mock_db, settings)
+    for n in range(3):
+        fleet.provision(f"b{n}", f"user{n}", DAY)
+        fleet.beat(f"b{n}", T + 20 * MINUTE)
+    leases(mock_db, archive={"checkpoint_time": T, "token": {LAST_BEGAN: LAST}}, tally_at=T + HOUR)
+    tally_token = {LAST_BEGAN: T + HOUR + 10 * MINUTE, LAST_PAGES: 100}
+    mock_db[schema.LEASES].update_one({"_id": TALLY.lease_id}, {"$set": {"token": tally_token}})
+    use_archive(FolderArchive(tmp_path / "archive"))
+    time_ = FakeTime()
+
+    run = process_partition(
+        mock_db, ARCHIVE, now=T + HOUR + 15 * MINUTE, settings=settings, clock=time_, sleep=time_.sleep
+    )
+
+    assert (run.pages, run.changes, run.caught_up) == (3, 3, True)
+    assert time_.slept == [6.0] * 4  # before each read, the last finding nothing more
+    assert archive_lease(mock_db)["checkpoint_time"] == T + HOUR

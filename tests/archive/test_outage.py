@@ -9,6 +9,7 @@ with Azurite's blob service and a port nothing listens on (the app's own SDK cli
 
 import json
 import logging
+import re
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -289,4 +290,24 @@ def test_a_tally_partition_calls_a_store_that_is_down_once_per_outage_not_once_p
     assert len(calls) == SETTINGS.reports_partitions
     stopped = [r for r in caplog.records if "stops handing bottle-hours to the archive" in r.getMessage()]
     assert len(stopped) == SETTINGS.reports_partitions
+    said = (
+        "reports: the heartbeat tally of buckets {} stops handing bottle-hours to the archive for its pass of "
+        f"{format_instant(DOWN - HOUR)} to {format_instant(DOWN)}: ArchiveUnavailable: folder {tmp_path / 'archive'}: "
+        "cannot reach the store for heartbeats/date=2027-01-04/hour-07-users-BUCKET.parquet. The reports are counted "
+        "as usual; the archive reads those hours from the heartbeat documents once it answers again (docs/archive.md, "
+        "When the archive is down)"
+    )
+    file_bucket = re.compile(r"(?<=hour-07-users-)\d{4}(?=\.parquet)")
+    by_buckets = sorted(stopped, key=lambda r: int(vars(r)["buckets"].split("-")[0]))
+    assert [file_bucket.sub("BUCKET", r.getMessage()) for r in by_buckets] == [
+        said.format("0-511"),
+        said.format("512-1023"),
+    ]
+    first, second = (int(file_bucket.findall(r.getMessage())[0]) for r in by_buckets)
+    assert first < 512 <= second  # the file whose merge failed: one of the partition's own buckets
+    # their fields, as Application Insights' custom dimensions an operator filters the log by
+    assert sorted((vars(r)["buckets"], vars(r)["error"]) for r in stopped) == [
+        ("0-511", "ArchiveUnavailable"),
+        ("512-1023", "ArchiveUnavailable"),
+    ]
     assert counted(mock_db, "heartbeats", (DOWN, DOWN + 3 * HOUR)) == 3 * BOTTLES * 2

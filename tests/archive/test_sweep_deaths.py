@@ -216,8 +216,20 @@ def test_a_sweep_run_that_gives_way_to_another_writer_logs_it_and_its_invocation
     assert refused == [refused[0]] * actions.MERGE_ATTEMPTS
     [warning] = [r for r in caplog.records if "gave way" in r.getMessage()]
     assert warning.levelno == logging.WARNING
-    assert warning.getMessage().startswith(f"archive: {partition.lease_id} gave way to another writer: {refused[0]} ")
-    assert f"(receive hour {format_instant(H)}, chunk 0)" in warning.getMessage()
+    assert warning.getMessage() == (
+        f"archive: {partition.lease_id} gave way to another writer: {refused[0]} (receive hour {format_instant(H)}, "
+        f"chunk 0) changed between each of this run's reads and guarded writes, {actions.MERGE_ATTEMPTS} times; the "
+        "run saved nothing past its last position, and the next run carries on from it"
+    )
+    # its fields, as Application Insights' custom dimensions an operator filters the log by
+    assert {k: vars(warning)[k] for k in ("feed", "partition", "file", "hour", "chunk", "gave_way")} == {
+        "feed": partition.feed.key,
+        "partition": partition.lease_id,
+        "file": refused[0],
+        "hour": H.isoformat(),
+        "chunk": 0,
+        "gave_way": True,
+    }
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("invocation aggregate_report_part")]
     logged = json.loads(line.split(" ", 2)[2])
     assert (logged["gave_way"], logged["caught_up"], logged["changes"]) == (True, False, 3)

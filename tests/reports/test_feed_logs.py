@@ -38,6 +38,16 @@ def messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno == level and r.name in LOGGERS]
 
 
+def errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno == logging.ERROR and r.name in LOGGERS]
+
+
+def logged_fields(record: logging.LogRecord, *names: str) -> list[Any]:
+    """A record's fields (`extra`), which Application Insights keeps as custom dimensions an operator filters by;
+    None for one it lacks."""
+    return [vars(record).get(name) for name in names]
+
+
 class RefusingStream:
     """A stream that opens on the lease's token and refuses it at its first read."""
 
@@ -90,6 +100,13 @@ def test_a_position_refused_at_the_first_read_is_logged_with_the_partition_the_a
         f"reports: {partition.lease_id}: the change stream refused its saved position at its first read (code 280: "
         f"{answer}); the next run recovers from the checkpoint time {since} minus {overlap}s"
     ]
+    [record] = [r for r in caplog.records if r.levelno == logging.WARNING and r.name in LOGGERS]
+    # its fields, as Application Insights' custom dimensions an operator filters the log by
+    assert {k: vars(record)[k] for k in ("feed", "partition", "code")} == {
+        "feed": partition.feed.key,
+        "partition": partition.lease_id,
+        "code": 280,
+    }
 
 
 def test_ranges_a_token_reply_leaves_out_are_logged_with_the_leases_left_over_them(
@@ -115,6 +132,11 @@ def test_ranges_a_token_reply_leaves_out_are_logged_with_the_leases_left_over_th
         gap.format("['', '1000')", "none yet"),
         gap.format("['1000', '3000')", stranded),
     ]
+    # their fields, as Application Insights' custom dimensions an operator filters the log by
+    assert [logged_fields(r, "feed", "problem", "ranges", "kept") for r in errors(caplog)] == [
+        ["bottle_actions", "gap", "['', '1000')", ""],
+        ["bottle_actions", "gap", "['1000', '3000')", stranded],
+    ]
 
 
 def test_ranges_a_token_reply_names_twice_are_logged_with_the_feed(
@@ -129,6 +151,9 @@ def test_ranges_a_token_reply_names_twice_are_logged_with_the_feed(
     assert messages(caplog, logging.ERROR) == [
         "reports: GetChangeStreamTokens gave bottle_actions tokens whose feed ranges overlap at "
         "['1000', '2000'), ['2000', '3000'); those keys are read twice"
+    ]
+    assert [logged_fields(r, "feed", "problem", "ranges") for r in errors(caplog)] == [
+        ["bottle_actions", "overlap", "['1000', '2000'), ['2000', '3000')"]
     ]
 
 
@@ -178,6 +203,12 @@ def test_a_failed_run_whose_lease_cannot_be_released_logs_which_lease_and_why(
         )
 
     assert messages(caplog, logging.WARNING)[-1] == f"reports: could not release {partition.lease_id}: StoreUnavailable"
+    released = [r for r in caplog.records if r.name in LOGGERS and "could not release" in r.getMessage()]
+    assert logged_fields(released[-1], "feed", "partition", "error") == [
+        partition.feed.key,
+        partition.lease_id,
+        "StoreUnavailable",
+    ]
 
 
 def test_a_failed_run_releases_its_lease_at_the_time_it_gave_it_up(
@@ -316,6 +347,8 @@ def test_a_stream_throttled_past_the_budget_is_logged_with_the_partition_and_how
         f"reports: {partition.lease_id}: the change stream kept answering empty pages after a full one (6 asked "
         "again, throttled?); the run ends with its budget and the next run carries on"
     ]
+    [warned] = [r for r in caplog.records if r.levelno == logging.WARNING and r.name in LOGGERS]
+    assert logged_fields(warned, "feed", "partition", "asked_again") == [partition.feed.key, partition.lease_id, 6]
 
 
 def test_a_run_out_of_budget_mid_backlog_without_empty_pages_logs_no_throttling(

@@ -354,5 +354,12 @@ def test_empty_pages_that_never_move_after_a_full_one_are_asked_again_a_bounded_
         "position unmoved (throttled, or nothing new and a position that stands still); the run ends and the next "
         "run carries on"
     ]
+    [record] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    # its fields, as Application Insights' custom dimensions an operator filters the log by
+    assert {k: vars(record)[k] for k in ("feed", "partition", "asked_again")} == {
+        "feed": partition.feed.key,
+        "partition": partition.lease_id,
+        "asked_again": 8,
+    }
     assert (saved["behind"], saved["token"]) == (False, {"_data": "after-batch-1"})
     assert (later.caught_up, later.empty_retries, later_time.slept) == (True, 0, [])

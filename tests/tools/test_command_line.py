@@ -343,6 +343,30 @@ def test_mutate_runs_mutmut_on_a_core_or_on_all(tmp_path, argv, mutants):
     assert calls[-1] == " ".join(["mutmut run --max-children 2", *mutants])
 
 
+def test_mutate_traces_every_test_anew_once_the_code_or_the_tests_changed_since_the_record(tmp_path):
+    """mutmut extends its record of which test reaches which function only by tests it has not seen: a test or a
+    function changed since kept what it reached before, and a mutant its tests now kill was reported as surviving."""
+    script = dev_with_a_recording_venv(tmp_path)
+    record = tmp_path / "mutants" / "mutmut-stats.json"
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_one.py").write_text("def test_one():\n    pass\n")
+    record.parent.mkdir()
+    record.write_text("{}")
+
+    run_recorded(script, "mutate", "reports.tally")  # a record of unknown age: made anew
+    assert not record.exists()
+    record.write_text("{}")  # as mutmut's run leaves it
+    done, _ = run_recorded(script, "mutate", "reports.tally")  # nothing changed since
+    assert done.returncode == 0, done.stderr
+    assert record.exists()
+    (tmp_path / "tests" / "test_one.py").write_text("def test_one():\n    assert True\n")
+    done, calls = run_recorded(script, "mutate", "reports.tally")
+
+    assert not record.exists()
+    assert "tracing every test anew" in done.stderr
+    assert calls[-1] == "mutmut run --max-children 2 shared.reports.tally.*"
+
+
 # --- no tracebacks: what the user got wrong, in one line ------------------------------------------
 
 
