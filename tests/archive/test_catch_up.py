@@ -4,6 +4,7 @@ for late heartbeats from no later than the archive would; a newer record is neve
 archive's own run applies a pass handed meanwhile without reading a heartbeat document, and, with its store down,
 reads nothing, marks it down (the tally then hands nothing) and is sent again only after PROBE_EVERY."""
 
+import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from shared.consumers.plugged import process_partition
 from shared.feeds.leases import Lease
 from shared.feeds.partitions import Partition
 from shared.feeds.sweeps import LAST_BEGAN, LAST_PAGES, Pass
+from shared.instants import format_instant
 from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import Settings
 from shared.store import schema
@@ -209,3 +211,80 @@ def test_a_paced_catch_up_run_waits_for_each_page_and_reports_its_pages_document
     assert (run.pages, run.changes, run.caught_up) == (3, 3, True)
     assert time_.slept == [6.0] * 4  # before each read, the last finding nothing more
     assert archive_lease(mock_db)["checkpoint_time"] == T + HOUR
+
+
+@pytest.mark.parametrize(("behind", "logged"), [(3 * HOUR, False), (3 * HOUR + MINUTE, True)])
+def test_an_archive_behind_further_than_the_rings_window_logs_an_error_with_the_hours_lost_and_its_fields(
+    mock_db: Any, caplog: pytest.LogCaptureFixture, behind: timedelta, logged: bool
+) -> None:
+    """Rings of 4 hours (HEARTBEAT_WINDOW_HOURS): a run beginning in the hour from T + 10 hours finds the rings
+    hold T + 7 hours on. An archive at T + 7 hours has lost nothing; one a minute further back has lost those
+    hours, which its error names, with the fields an operator filters by (partition, feed, lost_from, lost_to)."""
+    start, oldest = T + 10 * HOUR - behind, T + 7 * HOUR
+    now = T + 10 * HOUR + 15 * MINUTE
+    leases(mock_db, archive={"checkpoint_time": start, "token": {LAST_BEGAN: LAST}}, tally_at=T + 10 * HOUR)
+
+    with caplog.at_level(logging.ERROR, logger="shared.archive.catch_up"):
+        run_catch_up(
+            mock_db,
+            ARCHIVE,
+            Lease(checkpoint_time=start, token={LAST_BEGAN: LAST}),
+            follows=HEARTBEAT_TALLY,
+            rows=Rows(),
+            settings=Settings(heartbeat_window_hours=4),
+            policy=POLICY,
+            wall_clock=lambda: now,
+            out_of_time=lambda: True,
+            save=lambda lease: True,
+        )
+
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    if not logged:
+        assert errors == []
+        return
+    [error] = errors
+    assert error.getMessage() == (
+        f"archive: {ARCHIVE.lease_id}: the archive's heartbeats fell behind at {format_instant(start)}, further "
+        f"back than the rings' window (HEARTBEAT_WINDOW_HOURS 4, from {format_instant(oldest)}): the bottle-hours "
+        f"of {format_instant(start)} to {format_instant(oldest)} the rings no longer hold are lost from the archive "
+        "(the reports keep their counts); it archives those they still hold"
+    )
+    assert {name: getattr(error, name, None) for name in ("partition", "feed", "lost_from", "lost_to")} == {
+        "partition": ARCHIVE.lease_id,
+        "feed": HEARTBEATS_ARCHIVE.key,
+        "lost_from": start.isoformat(),
+        "lost_to": oldest.isoformat(),
+    }
+
+
+def test_a_catch_up_longer_than_a_run_s_budget_resumes_its_pass_where_the_last_run_stopped_and_ends(
+    mock_db: Any,
+) -> None:
+    """Three users a page each, and runs with a budget of one page: each run reads on from the user the last one
+    saved, none from the first again, so the fourth run finds nothing more and the archive is caught up."""
+    settings = Settings(reports_page_size=1)
+    fleet = Fleet(mock_db, settings)
+    for n in range(3):
+        fleet.provision(f"b{n}", f"user{n}", DAY)
+        fleet.beat(f"b{n}", T + 20 * MINUTE)
+    leases(mock_db, archive={"checkpoint_time": T, "token": {LAST_BEGAN: LAST}}, tally_at=T + HOUR)
+    held = Lease(checkpoint_time=T, token={LAST_BEGAN: LAST})
+    read: list[int] = []
+    for _ in range(4):
+        rows, budget = Rows(), iter([False, True])
+        held, run = run_catch_up(
+            mock_db,
+            ARCHIVE,
+            held,
+            follows=HEARTBEAT_TALLY,
+            rows=rows,
+            settings=settings,
+            policy=POLICY,
+            wall_clock=lambda: T + HOUR + 15 * MINUTE,
+            out_of_time=lambda budget=budget: next(budget),  # type: ignore[misc]
+            save=lambda lease: True,
+        )
+        read.append(rows.added)
+
+    assert read == [1, 1, 1, 0]
+    assert (held.checkpoint_time, run.caught_up) == (T + HOUR, True)
