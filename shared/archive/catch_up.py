@@ -197,9 +197,7 @@ def run_catch_up(
     current = Pass.resumed(held.token)
     fresh = current is None
     if current is None:
-        current = _new_pass(
-            db, partition, held, follows=follows, now=wall_clock(), overlap=overlap, settings=settings, policy=policy
-        )
+        current = _new_pass(db, partition, held, follows=follows, now=wall_clock(), overlap=overlap, policy=policy)
         if current is None:
             run.caught_up = True
             return held, run
@@ -285,7 +283,6 @@ def _new_pass(
     follows: Feed,
     now: datetime,
     overlap: timedelta,
-    settings: Settings,
     policy: RetryPolicy,
 ) -> Pass | None:
     """A pass over the hours the tally has counted and the archive has not (None: it has them all), paced by the

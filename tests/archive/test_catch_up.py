@@ -2,10 +2,13 @@
 by rule on mongomock: a pass handed whole moves the archive on only from where the archive is, and only if it looked
 for late heartbeats from no later than the archive would; a newer record is never replaced by an older one; the
 archive's own run applies a pass handed meanwhile without reading a heartbeat document, and, with its store down,
-reads nothing, marks it down (the tally then hands nothing) and is sent again only after PROBE_EVERY."""
+reads nothing, marks it down (the tally then hands nothing), says so with the fields an operator filters by, and is
+sent again only after PROBE_EVERY. A catch-up cut short (by its budget, in a paced wait, or killed mid-bucket) saves
+a position from which the next run archives every bottle-hour once, and a pass the tally hands while it runs moves
+the archive past it when the run's own pass ends."""
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,18 +18,21 @@ import pytest
 from shared.archive.catch_up import PROBE_EVERY, ArchiveHandOff, run_catch_up, trail
 from shared.archive.current import use_archive
 from shared.archive.feeds import HEARTBEATS_ARCHIVE
+from shared.archive.heartbeats import HeartbeatArchiver
 from shared.archive.storage import ArchiveUnavailable, FolderArchive
 from shared.consumers.plugged import process_partition
 from shared.feeds.leases import Lease
 from shared.feeds.partitions import Partition
-from shared.feeds.sweeps import LAST_BEGAN, LAST_PAGES, Pass
+from shared.feeds.sweeps import LAST_BEGAN, LAST_PAGES, Pass, pass_token
 from shared.instants import format_instant
 from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import Settings
 from shared.store import schema
+from shared.store.partitioning import bucket_of
 from tests.fake_time import FakeTime
-from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet
+from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, user_in
 from tests.tally_runner import POLICY
+from tools.archive_truth import archived_bottle_hours
 
 # The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
 pytestmark = pytest.mark.own_clock(CLOCK)
@@ -149,7 +155,7 @@ def test_the_archive_s_run_applies_a_pass_handed_meanwhile_without_reading_a_hea
 
 
 def test_with_its_store_down_the_archive_s_run_reads_nothing_marks_it_down_and_waits_to_be_sent_again(
-    mock_db: Any,
+    mock_db: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     leases(mock_db, archive={"checkpoint_time": T, "token": {LAST_BEGAN: LAST}}, tally_at=T + 2 * HOUR)
     now = T + 2 * HOUR + 15 * MINUTE
@@ -170,9 +176,21 @@ def test_with_its_store_down_the_archive_s_run_reads_nothing_marks_it_down_and_w
             save=lambda lease: True,
         )
 
-    held, run = run_at(now, down)  # does not raise: an outage is not a failed invocation
+    with caplog.at_level(logging.WARNING, logger="shared.archive.catch_up"):
+        held, run = run_at(now, down)  # does not raise: an outage is not a failed invocation
 
     assert (held.checkpoint_time, run.caught_up, run.documents, down.checks) == (T, False, 0, 1)
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage() == (
+        f"archive: {ARCHIVE.lease_id}: the archive's store does not answer (ArchiveUnavailable: container archive: "
+        f"cannot read: connection refused); the heartbeat hours from {format_instant(T)} stay to be read from the "
+        f"rings once it does (tried again in {PROBE_EVERY // MINUTE} minutes), and the tally hands nothing meanwhile"
+    )
+    assert {name: getattr(warning, name, None) for name in ("partition", "feed", "error")} == {
+        "partition": ARCHIVE.lease_id,
+        "feed": HEARTBEATS_ARCHIVE.key,
+        "error": "ArchiveUnavailable",
+    }
     assert archive_lease(mock_db)["unreachable_at"] == now
     current = a_pass(T + 2 * HOUR, began=now, late_since=None)
     assert not hand_off(mock_db, now).begin(current)  # the tally's passes hand nothing meanwhile
@@ -288,3 +306,169 @@ def test_a_catch_up_longer_than_a_run_s_budget_resumes_its_pass_where_the_last_r
 
     assert read == [1, 1, 1, 0]
     assert (held.checkpoint_time, run.caught_up) == (T + HOUR, True)
+
+
+def catch_up(
+    db: Any,
+    held: Lease,
+    rows: Any,
+    *,
+    settings: Settings,
+    out_of_time: Callable[[], bool] = lambda: False,
+    save: Callable[[Lease], bool] = lambda lease: True,
+    pause: Callable[[float], bool] = lambda seconds: True,
+) -> tuple[Lease, Any]:
+    """One run of the archive's catch-up of ARCHIVE an hour behind the tally, at T + 1 hour 15 minutes."""
+    return run_catch_up(
+        db,
+        ARCHIVE,
+        held,
+        follows=HEARTBEAT_TALLY,
+        rows=rows,
+        settings=settings,
+        policy=POLICY,
+        wall_clock=lambda: T + HOUR + 15 * MINUTE,
+        out_of_time=out_of_time,
+        save=save,
+        pause=pause,
+    )
+
+
+def one_bucket(db: Any, settings: Settings) -> list[str]:
+    """Two users of one bucket, a bottle each, each beating once in the hour from T; the archive at T, the tally an
+    hour on."""
+    fleet = Fleet(db, settings)
+    first = "u-a"
+    users = [first, user_in(bucket_of(first), bucket_of(first) + 1, prefix="u-b")]
+    for n, user_id in enumerate(users):
+        fleet.provision(f"b{n}", user_id, DAY)
+        fleet.beat(f"b{n}", T + 20 * MINUTE)
+    leases(db, archive={"checkpoint_time": T, "token": {LAST_BEGAN: LAST}}, tally_at=T + HOUR)
+    return users
+
+
+def archived_users(archive: FolderArchive) -> list[str]:
+    return sorted(user for _, (_, user, _), _ in archived_bottle_hours(archive))
+
+
+def test_a_catch_up_killed_mid_bucket_leaves_its_held_rows_to_be_read_again_by_the_next(
+    mock_db: Any, tmp_path: Path
+) -> None:
+    """Pages of one user, both users in one bucket: the process dies right after the first page's position is
+    saved, with that user's rows held, not merged. The position saved is the bucket's start, so the next run reads
+    that user again and the archive ends with both users' hours."""
+    settings = Settings(reports_page_size=1)
+    users = one_bucket(mock_db, settings)
+    archive = FolderArchive(tmp_path / "archive")
+    saved: list[Lease] = []
+
+    def dies_after_saving(lease: Lease) -> bool:
+        saved.append(lease)
+        raise SystemExit("killed")  # nothing flushes, as after a crash
+
+    with pytest.raises(SystemExit):
+        catch_up(
+            mock_db,
+            Lease(checkpoint_time=T, token={LAST_BEGAN: LAST}),
+            HeartbeatArchiver(archive),
+            settings=settings,
+            save=dies_after_saving,
+        )
+    assert archived_users(archive) == []  # held, not merged: the bucket was not read to its end
+
+    held, run = catch_up(mock_db, saved[-1], HeartbeatArchiver(archive), settings=settings)
+
+    assert (held.checkpoint_time, run.caught_up) == (T + HOUR, True)
+    assert archived_users(archive) == sorted(users)
+
+
+def test_a_catch_up_out_of_budget_mid_bucket_merges_what_it_holds_and_saves_its_position_past_it(
+    mock_db: Any, tmp_path: Path
+) -> None:
+    """Budget for one page, both users in one bucket: the run merges the first user's rows it holds, saves the
+    position past that user and returns it, so the next run reads only the second user and the archive ends with
+    both users' hours once."""
+    settings = Settings(reports_page_size=1)
+    users = one_bucket(mock_db, settings)
+    archive = FolderArchive(tmp_path / "archive")
+    saved: list[Lease] = []
+
+    def save(lease: Lease) -> bool:
+        saved.append(lease)
+        return True
+
+    budget = iter([False, True])
+    held, run = catch_up(
+        mock_db,
+        Lease(checkpoint_time=T, token={LAST_BEGAN: LAST}),
+        HeartbeatArchiver(archive),
+        settings=settings,
+        out_of_time=lambda: next(budget),
+        save=save,
+    )
+
+    assert (run.pages, run.caught_up) == (1, False)
+    assert archived_users(archive) == users[:1]
+    assert saved[-1] == held
+    assert pass_token(held.token)["after"] == [bucket_of(users[0]), users[0]]
+
+    held, run = catch_up(mock_db, held, HeartbeatArchiver(archive), settings=settings)
+
+    assert (run.pages, run.caught_up) == (1, True)
+    assert sorted(rows for rows in archived_bottle_hours(archive)) == sorted(set(archived_bottle_hours(archive)))
+    assert archived_users(archive) == sorted(users)
+
+
+def test_a_paced_catch_up_whose_budget_ends_in_a_wait_stops_there_with_the_position_of_the_pages_it_read(
+    mock_db: Any,
+) -> None:
+    """Pages paced 6 s apart (the tally's last pass read 100 pages over a 10-minute spread): the run reads the first
+    page, then the wait for the second would pass its budget (the worker's pause says no), so it ends there: one
+    page read and saved, not caught up."""
+    settings = Settings(reports_page_size=1, reports_tally_spread_minutes=10)
+    users = one_bucket(mock_db, settings)
+    tally_token = {LAST_BEGAN: T + HOUR + 10 * MINUTE, LAST_PAGES: 100}
+    mock_db[schema.LEASES].update_one({"_id": TALLY.lease_id}, {"$set": {"token": tally_token}})
+    rows, waits = Rows(), iter([True, False])
+    asked: list[float] = []
+
+    def pause(seconds: float) -> bool:
+        asked.append(seconds)
+        return next(waits)
+
+    held, run = catch_up(
+        mock_db, Lease(checkpoint_time=T, token={LAST_BEGAN: LAST}), rows, settings=settings, pause=pause
+    )
+
+    assert len(asked) == 2  # before the first page, and before the second: declined
+    assert asked[0] == 6.0
+    assert (run.pages, rows.added, run.caught_up) == (1, 1, False)
+    assert (held.checkpoint_time, pass_token(held.token)["after"]) == (T, [bucket_of(users[0]), users[0]])
+
+
+def test_a_pass_the_tally_hands_while_the_archive_catches_up_moves_the_archive_past_it_when_the_run_ends(
+    mock_db: Any,
+) -> None:
+    """The archive's run catches up the hour from T; meanwhile the tally ends its pass of the next hour and hands
+    it whole (not applied then: the archive's run holds its lease and is not there yet). At the end of its own
+    pass the run applies it: the archive is two hours on, at the handed pass's end, without reading that hour."""
+    settings = Settings(reports_page_size=1)
+    one_bucket(mock_db, settings)
+    began = T + HOUR + 15 * MINUTE  # the run's clock: its own pass began then
+    handed = a_pass(T + HOUR, began=began - MINUTE, late_since=began - MINUTE - OVERLAP)
+    saved: list[Lease] = []
+
+    def save(lease: Lease) -> bool:
+        if not saved:  # the tally's pass of the next hour ends while the run reads
+            hand_off(mock_db, began).ended(handed)
+        saved.append(lease)
+        return True
+
+    held, run = catch_up(
+        mock_db, Lease(checkpoint_time=T, token={LAST_BEGAN: LAST}), Rows(), settings=settings, save=save
+    )
+
+    assert run.caught_up
+    assert (held.checkpoint_time, held.token) == (T + 2 * HOUR, {LAST_BEGAN: handed.began})
+    assert saved[-1] == held
+    assert [lease.checkpoint_time for lease in saved[-2:]] == [T + HOUR, T + 2 * HOUR]
