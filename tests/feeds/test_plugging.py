@@ -1,7 +1,9 @@
 """The feed machinery with consumers of the tests' own (shared/feeds/consumers.py), none of the app's: the dispatcher
 keeps the feeds of the active consumers only, sends an hourly feed's partitions when an hour is due and a trailing
 feed's as its consumer says, with the lag it says; the worker hands a claimed partition to its consumer, saves what
-the consumer checkpoints, and an error the consumer declares fails the run with the lease released at once."""
+the consumer checkpoints, and an error the consumer declares fails the run with the lease released at once. The lag
+it reports: an hourly pass under way is on time for its spread and the clock's margin; on Cosmos DB, each feed read as
+changes counts the leases over ranges its token reply left out."""
 
 from collections.abc import Sequence
 from dataclasses import replace
@@ -15,11 +17,13 @@ from shared.feeds.consumers import Consumer, Trail, Work
 from shared.feeds.dispatcher import dispatch
 from shared.feeds.leases import Lease, claim
 from shared.feeds.partitions import Feed, Partition, Shape
-from shared.feeds.settling import hours_due
+from shared.feeds.settling import CLOCK_MARGIN, hours_due
 from shared.feeds.worker import process_partition
 from shared.settings import Settings
 from shared.store import schema
 from shared.store.retries import RetryPolicy
+from tests.cosmos_fakes import EPK_TOP
+from tests.reports.feeds import ReplyLeavingOut
 from tests.tally_fleet import CLOCK
 
 pytestmark = pytest.mark.own_clock(CLOCK)
@@ -139,3 +143,57 @@ def test_a_trailing_feed_is_sent_and_measured_as_its_consumer_says(mock_db):
 def test_a_feed_that_trails_nothing_says_so_when_asked_for_its_trail(mock_db):
     with pytest.raises(NotImplementedError, match="plugged_hourly is a hourly feed: it trails no other"):
         HourlyCounter().trail(mock_db, [], now=NOW, policy=RetryPolicy())
+
+
+@pytest.mark.parametrize(
+    ("began_before_spread_ended", "lag"),
+    [(CLOCK_MARGIN - timedelta(seconds=1), 0.0), (CLOCK_MARGIN, 3600.0)],
+    ids=["within-the-margin", "past-it"],
+)
+def test_an_hourly_pass_under_way_is_on_time_for_its_spread_and_the_clock_margin(
+    mock_db: Any, began_before_spread_ended: timedelta, lag: float
+) -> None:
+    """The hour due is the one pass under way, paced over REPORTS_TALLY_SPREAD_MINUTES: its hours count as done
+    (no lag, no alert) until the spread and CLOCK_MARGIN have passed since it began; then it is the hour behind."""
+    sent(mock_db, [HourlyCounter()])
+    due = hours_due(NOW)
+    began = NOW - timedelta(minutes=SETTINGS.reports_tally_spread_minutes) - began_before_spread_ended
+    under_way = {
+        "checkpoint_time": due - timedelta(hours=1),
+        "token": {"start": due - timedelta(hours=1), "end": due, "began": began},
+    }
+    mock_db[schema.LEASES].update_many({"feed": HOURLY.key}, {"$set": under_way})
+
+    run = dispatch(mock_db, [HourlyCounter()], now=NOW, settings=SETTINGS, send=lambda m: None, on_cosmos=False)
+
+    assert run.lag_seconds == {HOURLY.key: lag}
+
+
+class ChangesOf(Consumer):
+    """A feed read as changes, on Cosmos DB by physical partition; its runs are not the test's."""
+
+    def __init__(self, name: str) -> None:
+        self.feed = Feed(schema.BOTTLE_ACTIONS, "received_at", name=name, shape=Shape.CHANGES)
+
+    def run(self, work: Work, held: Lease) -> Lease:
+        return held
+
+
+def test_each_change_feed_counts_in_its_own_lag_its_leases_over_ranges_a_token_reply_left_out(mock_db: Any) -> None:
+    """Two feeds read as changes, each with a lease over the lower half of the key space, 30 and 40 minutes
+    behind, the others a minute: a reply without that half leaves both leases reading nothing; each feed's lag is
+    its own stranded lease's, not only the first feed's or the last's."""
+    consumers = [ChangesOf("plugged_changes_a"), ChangesOf("plugged_changes_b")]
+    cosmos = ReplyLeavingOut(mock_db, partitions=2)
+    dispatch(cosmos, consumers, now=NOW, settings=SETTINGS, send=lambda m: None, on_cosmos=True)
+    mock_db[schema.LEASES].update_many({}, {"$set": {"checkpoint_time": NOW - timedelta(minutes=1)}})
+    for consumer, behind in zip(consumers, (30, 40), strict=True):
+        mock_db[schema.LEASES].update_one(
+            {"feed": consumer.feed.key, "_id": {"$regex": ":cosmos:-"}},
+            {"$set": {"checkpoint_time": NOW - timedelta(minutes=behind)}},
+        )
+    cosmos.left_out = {(0, EPK_TOP // 2)}
+
+    run = dispatch(cosmos, consumers, now=NOW, settings=SETTINGS, send=lambda m: None, on_cosmos=True)
+
+    assert run.lag_seconds == {"plugged_changes_a": 30 * 60.0, "plugged_changes_b": 40 * 60.0}

@@ -18,6 +18,7 @@ from pymongo.errors import AutoReconnect, BulkWriteError, ExecutionTimeout, Oper
 
 from functions import device_events
 from shared.consumers import plugged
+from shared.feeds.partitions import NoPartitionTokens
 from shared.feeds.settling import hours_due
 from shared.instants import hour_of, set_clock, utc_now
 from shared.notifications.checks.run import CheckRun, run_check
@@ -327,6 +328,23 @@ def test_a_token_reply_leaving_a_range_out_is_counted_for_its_feed_as_a_gap(
 
     counted = of(recorded(), metrics.REPORT_UNCOVERED)
     assert counted == {(("feed", schema.BOTTLE_ACTIONS), ("problem", "gap")): 1}
+
+
+def test_a_dispatch_that_cannot_partition_a_feed_is_counted_for_that_feed(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch, recorded: Callable[[], Readings]
+) -> None:
+    """What `report-feed-unpartitioned` reads: one count per dispatch whose GetChangeStreamTokens reply gave a feed
+    no token it can be read by, with the feed."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "change_stream")
+
+    class Unreadable(CosmosTokens):
+        def tokens(self) -> list[dict[str, Any]]:
+            return [{"_data": "no feed range"}]
+
+    with pytest.raises(NoPartitionTokens):
+        plugged.dispatch(Unreadable(mock_db, 2), now=utc_now(), settings=get_settings(), send=list, on_cosmos=True)
+
+    assert of(recorded(), metrics.REPORT_UNPARTITIONED) == {(("feed", schema.BOTTLE_ACTIONS),): 1}
 
 
 # --- what ops watch: requests, events, notifications, partitions, retries, poison ---------------------------------

@@ -65,10 +65,12 @@ def test_a_reply_the_feed_cannot_be_partitioned_by_fails_the_dispatch_saying_why
     mock_db: Any, caplog: pytest.LogCaptureFixture, reply: type[CosmosTokens], why: str
 ) -> None:
     sent: list[str] = []
-    with caplog.at_level(logging.ERROR), pytest.raises(NoPartitionTokens, match=why):
+    with caplog.at_level(logging.ERROR), pytest.raises(NoPartitionTokens, match=why) as raised:
         dispatch(reply(mock_db, 2), now=utc_now(), settings=get_settings(), send=sent.extend, on_cosmos=True)
 
-    assert f"bottle_actions is not dispatched: {why}" in caplog.text
+    [error] = [r for r in caplog.records if r.levelno == logging.ERROR and r.name == "shared.feeds.dispatcher"]
+    assert error.getMessage() == f"reports: bottle_actions is not dispatched: {raised.value}"
+    assert vars(error).get("feed") == ACTIONS_FEED.key  # the field an operator filters Application Insights by
     assert sent
     assert all(json.loads(m)["feed"] == "heartbeat_tally" for m in sent)  # the tally still runs
     assert mock_db[schema.LEASES].count_documents({"feed": ACTIONS_FEED.key}) == 0
