@@ -6,7 +6,6 @@ the lease's owner and version (shared/feeds/leases.py)."""
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -46,7 +45,7 @@ def process_partition(
     if lease is None:
         return worker.run
     worker.run.claimed = True
-    held = replace(lease, owner=worker.owner)
+    held = lease  # as stored by the claim: its owner is this run's
     failures: tuple[type[Exception], ...] = (PyMongoError, StoreUnavailable, NoPartitionTokens, *consumer.failures)
     try:
         held = consumer.run(worker, held)

@@ -330,6 +330,8 @@ def test_a_partition_of_an_old_layout_is_logged_with_the_range_cosmos_db_no_long
         f"reports: {partition.lease_id} belongs to an old partition layout (bottle_actions has no physical "
         f"partition {partition.feed_range} now); leaving it"
     )
+    [info] = [r for r in caplog.records if r.levelno == logging.INFO and "old partition layout" in r.getMessage()]
+    assert logged_fields(info, "feed", "partition") == [partition.feed.key, partition.lease_id]
 
 
 def test_a_stream_throttled_past_the_budget_is_logged_with_the_partition_and_how_often_it_was_asked_again(
@@ -378,3 +380,5 @@ def test_a_run_that_lost_its_lease_logs_which_one(
     assert messages(caplog, logging.WARNING) == [
         f"reports: lost the lease of {partition.lease_id} to another worker; stopping unsaved"
     ]
+    [warned] = [r for r in caplog.records if r.levelno == logging.WARNING and r.name in LOGGERS]
+    assert logged_fields(warned, "feed", "partition") == [partition.feed.key, partition.lease_id]
