@@ -6,7 +6,7 @@ the lease's owner and version (shared/feeds/leases.py)."""
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pymongo.database import Database
@@ -64,9 +64,8 @@ def process_partition(
         release(db, partition, held, now=worker.wall_clock(), policy=worker.release_policy())
     worker.run.checkpoint_time = held.checkpoint_time
     if held.checkpoint_time is not None and not partition.feed.hourly:
-        since = held.checkpoint_time
-        since = since if since.tzinfo is not None else since.replace(tzinfo=UTC)
-        metrics.partition_lag(partition.feed.key, partition.lease_id, (worker.wall_clock() - since).total_seconds())
+        lag = worker.wall_clock() - held.checkpoint_time  # both aware: the client is tz_aware (shared/store/client.py)
+        metrics.partition_lag(partition.feed.key, partition.lease_id, lag.total_seconds())
     return worker.run
 
 

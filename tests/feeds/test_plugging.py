@@ -119,6 +119,30 @@ def test_a_failure_the_consumer_declares_fails_the_run_and_frees_the_lease_at_on
     assert retried is not None  # the retry claims it without waiting for the lease to expire
 
 
+class Nested(HourlyCounter):
+    """While its run holds the lease, a second run of the same partition (another worker given the same message)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.second: list[bool] = []
+
+    def run(self, work: Work, held: Lease) -> Lease:
+        other = HourlyCounter()
+        second = process_partition(work.db, work.partition, consumer=other, now=work.now, settings=SETTINGS)
+        self.second.append(second.claimed)
+        return super().run(work, held)
+
+
+def test_a_partition_a_run_holds_is_not_claimed_by_a_second_run_meanwhile(mock_db):
+    sent(mock_db, [HourlyCounter()])
+    consumer = Nested()
+
+    run = process_partition(mock_db, Partition(HOURLY, 0, 2), consumer=consumer, now=NOW, settings=SETTINGS)
+
+    assert run.claimed
+    assert consumer.second == [False]  # the lease names the first run as its owner
+
+
 def test_an_inactive_consumers_feed_gets_no_lease_and_no_message(mock_db):
     assert sent(mock_db, [HourlyCounter(active=False)]) == []
     assert mock_db[schema.LEASES].count_documents({"feed": HOURLY.key}) == 0

@@ -405,6 +405,9 @@ def test_each_change_feed_partition_s_run_records_its_lag(
     lags = of(recorded(), metrics.PARTITION_LAG)
     assert lags, "no partition lag recorded"
     assert {dict(attributes)["feed"] for attributes in lags} == {schema.BOTTLE_ACTIONS}
+    # each named by its lease (those whose run checkpointed)
+    leases = {lease["_id"] for lease in mock_db[schema.LEASES].find({"feed": schema.BOTTLE_ACTIONS})}
+    assert {dict(attributes)["partition"] for attributes in lags} <= leases
     assert all(count == 1 and 0 <= most < 600 for count, _, most in lags.values())
 
 
