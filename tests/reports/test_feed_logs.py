@@ -267,6 +267,8 @@ def test_a_rejected_resume_token_is_logged_with_the_partition_the_answer_and_whe
         f"checkpoint time {since} minus {overlap}s, then continuing on a new change stream"
     ]
     assert messages(caplog, logging.INFO) == []  # it had a saved position
+    [warned] = [r for r in caplog.records if r.levelno == logging.WARNING and r.name in LOGGERS]
+    assert logged_fields(warned, "feed", "partition", "code") == [partition.feed.key, partition.lease_id, 286]
 
 
 @pytest.mark.parametrize("known", [True, False], ids=["after-a-checkpoint", "first-run"])
@@ -293,6 +295,7 @@ def test_a_store_without_change_streams_is_logged_as_needing_polling(
         f"reports: {partition.lease_id} has no change stream here ({unsupported}); a store without change streams "
         "(a standalone mongod, a Cosmos DB account with them off) needs CHANGE_SOURCE=polling"
     ]
+    assert [logged_fields(r, "feed", "partition") for r in errors(caplog)] == [[partition.feed.key, partition.lease_id]]
 
 
 def test_a_throttled_recovery_stream_fails_the_run_without_calling_the_store_unable_to_stream(
