@@ -291,6 +291,9 @@ def test_a_store_without_change_streams_is_logged_as_needing_polling(
 
     first = f"reports: {partition.lease_id} has no saved position; building from the start of its source"
     assert messages(caplog, logging.INFO) == ([] if known else [first])
+    infos = [r for r in caplog.records if r.levelno == logging.INFO and r.name in LOGGERS]
+    expected = [] if known else [[partition.feed.key, partition.lease_id]]
+    assert [logged_fields(r, "feed", "partition") for r in infos] == expected
     assert messages(caplog, logging.ERROR) == [
         f"reports: {partition.lease_id} has no change stream here ({unsupported}); a store without change streams "
         "(a standalone mongod, a Cosmos DB account with them off) needs CHANGE_SOURCE=polling"

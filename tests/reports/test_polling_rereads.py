@@ -202,4 +202,5 @@ def test_a_polling_run_stopped_by_its_budget_keeps_when_it_began_so_the_next_run
     second = actions_runs(burst + 11 * MINUTE, cut_short=False)
 
     assert sum(run.changes for run in second) == 2
+    assert not any(run.recovered for run in first + second)  # polling is no recovery: its lines say recovered=false
     assert opened_in_hour((burst - 10 * MINUTE).replace(minute=0)) == 3
