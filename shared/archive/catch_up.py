@@ -290,9 +290,9 @@ def _new_pass(
     tally = with_retries(lambda: catch_up_leases(db).find_one({"_id": followed(partition, follows).lease_id}), policy)
     until = None if tally is None else tally.get("checkpoint_time")
     start = held.checkpoint_time or EPOCH
-    if until is None or start >= until:
+    if tally is None or until is None or start >= until:
         return None
-    last_pages = pass_token(None if tally is None else tally.get("token")).get(LAST_PAGES)
+    last_pages = pass_token(tally.get("token")).get(LAST_PAGES)
     return Pass(
         start=start,
         end=until,

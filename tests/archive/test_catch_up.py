@@ -474,3 +474,72 @@ def test_a_pass_the_tally_hands_while_the_archive_catches_up_moves_the_archive_p
     assert (held.checkpoint_time, held.token) == (T + 2 * HOUR, {LAST_BEGAN: handed.began})
     assert saved[-1] == held
     assert [lease.checkpoint_time for lease in saved[-2:]] == [T + HOUR, T + 2 * HOUR]
+
+
+@pytest.mark.parametrize(
+    "token",
+    [{LAST_BEGAN: LAST}, None],
+    ids=["after-a-pass", "a-checkpoint-time-alone"],
+)
+def test_a_heartbeat_that_reached_an_earlier_hour_late_is_archived_by_the_catch_up(
+    mock_db: Any, tmp_path: Path, token: dict[str, Any] | None
+) -> None:
+    """The archive at T, its last pass begun at T + 10 minutes (or a position with a checkpoint time alone): a
+    heartbeat of the hour before T received an hour later reached an hour the archive had closed. The catch-up
+    looks for late heartbeats from its last pass's start (or its checkpoint time) less the overlap, so it archives
+    that slot in the earlier hour's row, beside the hour it catches up."""
+    settings = Settings()
+    fleet = Fleet(mock_db, settings)
+    fleet.provision("b0", "u-a", DAY)
+    fleet.beat("b0", T + 20 * MINUTE)
+    fleet.beat("b0", T - HOUR + 45 * MINUTE, received=T + HOUR)
+    leases(mock_db, archive={"checkpoint_time": T, "token": token}, tally_at=T + HOUR)
+    archive = FolderArchive(tmp_path / "archive")
+
+    held, run = catch_up(mock_db, Lease(checkpoint_time=T, token=token), HeartbeatArchiver(archive), settings=settings)
+
+    assert (held.checkpoint_time, run.caught_up) == (T + HOUR, True)
+    assert {key: slots for _, key, slots in archived_bottle_hours(archive)} == {
+        ("b0", "u-a", T - HOUR): (45,),
+        ("b0", "u-a", T): (20,),
+    }
+
+
+def test_an_archive_partition_whose_tally_partition_has_no_lease_yet_has_nothing_to_catch_up(mock_db: Any) -> None:
+    """The tally's lease is made by the same dispatch as the archive's; until it is, the tally has counted
+    nothing, so there is nothing for the archive to read."""
+    mock_db[schema.LEASES].insert_one({"_id": ARCHIVE.lease_id, "feed": HEARTBEATS_ARCHIVE.key, "checkpoint_time": T})
+    rows = Rows()
+
+    held, run = catch_up(mock_db, Lease(checkpoint_time=T), rows, settings=Settings())
+
+    assert (held.checkpoint_time, run.caught_up, run.pages, rows.checks) == (T, True, 0, 0)
+
+
+def test_a_pass_handed_to_another_partition_s_archive_is_not_applied_to_this_one(mock_db: Any) -> None:
+    """The lease of the archive's other partition records a pass handed from T: this partition's run reads its own
+    hours, and moves only as far as its own tally."""
+    settings = Settings(reports_page_size=1)
+    other = Partition(HEARTBEATS_ARCHIVE, 1, 2)
+    handed = {"start": T, "end": T + 2 * HOUR, "began": LAST + HOUR, "late_since": LAST - OVERLAP}
+    mock_db[schema.LEASES].insert_one({"_id": other.lease_id, "feed": HEARTBEATS_ARCHIVE.key, "handed": handed})
+    users = one_bucket(mock_db, settings)
+    rows = Rows()
+
+    held, run = catch_up(mock_db, Lease(checkpoint_time=T, token={LAST_BEGAN: LAST}), rows, settings=settings)
+
+    assert (held.checkpoint_time, run.caught_up, rows.added) == (T + HOUR, True, len(users))
+
+
+def test_a_run_that_lost_its_lease_as_it_applied_a_handed_pass_does_not_say_it_caught_up(mock_db: Any) -> None:
+    """A pass handed from where the archive is, and a run whose lease another worker has taken (every save
+    refused): it moves nowhere, reads what it would have read, and its invocation's line does not say caught up."""
+    settings = Settings(reports_page_size=1)
+    one_bucket(mock_db, settings)
+    handed = {"start": T, "end": T + HOUR, "began": LAST + HOUR, "late_since": LAST - OVERLAP}
+    mock_db[schema.LEASES].update_one({"_id": ARCHIVE.lease_id}, {"$set": {"handed": handed}})
+    start = Lease(checkpoint_time=T, token={LAST_BEGAN: LAST})
+
+    held, run = catch_up(mock_db, start, Rows(), settings=settings, save=lambda lease: False)
+
+    assert (held.checkpoint_time, run.caught_up) == (T, False)
