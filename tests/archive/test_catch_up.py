@@ -123,6 +123,76 @@ def test_an_older_pass_handed_late_never_replaces_a_newer_record(mock_db: Any) -
     assert archive_lease(mock_db)["handed"]["start"] == T
 
 
+def test_a_newer_pass_handed_replaces_the_older_record(mock_db: Any) -> None:
+    """Two passes handed in turn while the archive's own run holds its lease: the record is the later one."""
+    leases(mock_db, archive={"checkpoint_time": T - 2 * HOUR, "owner": "a-catch-up", "expires_at": T + 3 * HOUR})
+    older = a_pass(T - HOUR, began=T + 10 * MINUTE, late_since=LAST - HOUR - OVERLAP)
+    newer = a_pass(T, began=T + HOUR + 10 * MINUTE, late_since=LAST - OVERLAP)
+    hand_off(mock_db, T + HOUR).ended(older)
+    hand_off(mock_db, T + 2 * HOUR).ended(newer)
+    assert archive_lease(mock_db)["handed"]["start"] == T
+
+
+def test_a_pass_handed_moves_an_archive_whose_own_run_s_lease_has_expired(mock_db: Any) -> None:
+    """The archive's run that held the lease died: once its lease has expired, a pass handed from where the
+    archive is moves it on, and says when and by whom."""
+    now = T + HOUR + 50 * MINUTE
+    archive = {"checkpoint_time": T, "token": {LAST_BEGAN: LAST}, "owner": "a-dead-run", "expires_at": now - MINUTE}
+    leases(mock_db, archive=archive)
+    current = a_pass(T, began=T + HOUR + 10 * MINUTE, late_since=LAST - OVERLAP)
+
+    hand_off(mock_db, now).ended(current)
+
+    lease = archive_lease(mock_db)
+    assert (lease["checkpoint_time"], lease["token"]) == (current.end, {LAST_BEGAN: current.began})
+    assert (lease["updated_at"], lease["source"]) == (now, "tally")
+
+
+@pytest.mark.parametrize(
+    ("archive", "hands"),
+    [
+        ({"checkpoint_time": T}, True),
+        ({"checkpoint_time": T, "retired_at": T}, False),  # its layout replaced: the new one's leases take it
+        ({"checkpoint_time": T, "unreachable_at": T}, False),  # found down: the archive reads the hours itself
+    ],
+    ids=["live", "retired", "down"],
+)
+def test_a_tally_pass_hands_its_rows_only_to_a_live_archive_lease_not_found_down(
+    mock_db: Any, archive: dict[str, Any], hands: bool
+) -> None:
+    leases(mock_db, archive=archive)
+    assert hand_off(mock_db, T + 2 * HOUR).begin(a_pass(T, began=T + HOUR + 10 * MINUTE, late_since=None)) is hands
+
+
+def test_an_archive_with_no_position_yet_trails_its_tally_since_its_lease_was_made(mock_db: Any) -> None:
+    leases(mock_db, archive={"checkpoint_time": None}, tally_at=T + HOUR)
+
+    found = trail(mock_db, [ARCHIVE], follows=HEARTBEAT_TALLY, now=T + 2 * HOUR, policy=POLICY)
+
+    assert (found.due, found.lag) == ([ARCHIVE], T + HOUR - DAY)  # `created_at`: DAY
+
+
+def test_an_archive_with_no_position_yet_catches_up_every_hour_its_tally_has_counted(
+    mock_db: Any, tmp_path: Path
+) -> None:
+    """A first pass: no late heartbeats to look for, every hour the rings hold up to the tally's position."""
+    settings = Settings()
+    fleet = Fleet(mock_db, settings)
+    fleet.provision("b0", "u-a", DAY)
+    fleet.beat("b0", T - HOUR + 5 * MINUTE)
+    fleet.beat("b0", T + 20 * MINUTE)
+    leases(mock_db, archive={"checkpoint_time": None, "token": None}, tally_at=T + HOUR)
+    archive = FolderArchive(tmp_path / "archive")
+
+    held, run = catch_up(mock_db, Lease(), HeartbeatArchiver(archive), settings=settings)
+
+    assert (held.checkpoint_time, run.caught_up) == (T + HOUR, True)
+    assert {key: slots for _, key, slots in archived_bottle_hours(archive)} == {
+        ("b0", "u-a", T - HOUR): (5,),
+        ("b0", "u-a", T): (20,),
+    }
+
+
 def test_the_archive_s_run_applies_a_pass_handed_meanwhile_without_reading_a_heartbeat_document(
     mock_db: Any,
 ) -> None:
