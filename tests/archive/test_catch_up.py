@@ -172,6 +172,24 @@ def test_an_archive_with_no_position_yet_trails_its_tally_since_its_lease_was_ma
     assert (found.due, found.lag) == ([ARCHIVE], T + HOUR - DAY)  # `created_at`: DAY
 
 
+def test_the_archive_s_trail_sends_each_partition_behind_its_tally_and_measures_the_furthest_behind(
+    mock_db: Any,
+) -> None:
+    """Three partitions: the first caught up with its tally, the second two hours behind, the third's tally
+    without a lease yet (nothing counted): only the second is sent, and the feed's lag is its two hours."""
+    parts = [Partition(HEARTBEATS_ARCHIVE, i, 3) for i in range(3)]
+    tallies = [Partition(HEARTBEAT_TALLY, i, 3) for i in range(3)]
+    base = {"owner": None, "expires_at": None, "version": 3, "retired_at": None, "created_at": DAY}
+    for archive_at, part in zip((T + 2 * HOUR, T, T), parts, strict=True):
+        mock_db[schema.LEASES].insert_one({"_id": part.lease_id, **base, "checkpoint_time": archive_at})
+    for tally in tallies[:2]:
+        mock_db[schema.LEASES].insert_one({"_id": tally.lease_id, **base, "checkpoint_time": T + 2 * HOUR})
+
+    found = trail(mock_db, parts, follows=HEARTBEAT_TALLY, now=T + 3 * HOUR, policy=POLICY)
+
+    assert (found.due, found.lag) == ([parts[1]], 2 * HOUR)
+
+
 def test_an_archive_with_no_position_yet_catches_up_every_hour_its_tally_has_counted(
     mock_db: Any, tmp_path: Path
 ) -> None:
