@@ -14,6 +14,7 @@ from pymongo.errors import OperationFailure
 
 from shared import instants
 from shared.consumers.plugged import partition_of, process_partition
+from shared.feeds import leases, worker
 from shared.instants import set_clock, utc_now
 from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import get_settings
@@ -77,25 +78,36 @@ def opened_in_hour(hour: datetime) -> int:
 
 
 def test_a_quiet_partition_reads_its_last_changes_again_only_until_the_overlap_has_passed(
-    db: Any, overlap: timedelta
+    db: Any, overlap: timedelta, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A burst of changes, then a dispatch every minute for the overlap and four minutes more: each run reads
     the burst again only while the run before it began within the overlap after the burst (a write stamped
     before the burst may commit until then); later runs read nothing. A change arriving after the quiet spell is
-    then read on its own."""
+    then read on its own. Lease writes, which every run of every partition would cost: one a page read, none
+    more at a run's end, and none once quiet."""
+    lease_writes: list[str] = []
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        lease_writes.append(args[1].lease_id)
+        return leases.checkpoint(*args, **kwargs)
+
+    monkeypatch.setattr(worker, "checkpoint", counted)
     burst = a_burst_instant()
     set_clock(lambda: burst)
     sent = sum(upload(f"bottle-{i}", provisioned(f"bottle-{i}"), burst - 30 * MINUTE) for i in range(BOTTLES))
     assert sent == BOTTLES * PAIRS * 2
     starts = [burst + timedelta(seconds=5) + i * MINUTE for i in range(overlap // MINUTE + 4)]
 
-    read, written = [], []
+    read, written, pages, saved = [], [], [], []
     for start in starts:
         set_clock(lambda at=start: at)  # type: ignore[misc]
+        lease_writes.clear()
         done = run_round(db)
         assert done.caught_up
         read.append(actions_read(done))
         written.append(done.hourly_written)
+        pages.append(sum(run.pages for run in done.runs if run.lease_id.startswith(f"reports:{ACTIONS_FEED.key}:")))
+        saved.append(sum(lease_id.startswith(f"reports:{ACTIONS_FEED.key}:") for lease_id in lease_writes))
     later = starts[-1] + 10 * MINUTE
     set_clock(lambda: later)
     assert post_events("bottle-new", provisioned("bottle-new"), {"events": [opened(later - MINUTE)]}).status == 202
@@ -105,6 +117,8 @@ def test_a_quiet_partition_reads_its_last_changes_again_only_until_the_overlap_h
     again = [sent if i == 0 or starts[i - 1] - overlap < burst else 0 for i in range(len(starts))]
     assert read == again, f"changes read per run, a run a minute from 5 s after the burst (overlap {overlap})"
     assert written[1:] == [0] * (len(starts) - 1)
+    assert saved == pages, "actions' lease writes per round: one a page, none more"
+    assert pages[-2:] == [0, 0]  # quiet: nothing read, nothing written
     assert read_after == 1
     assert opened_in_hour((burst - 30 * MINUTE).replace(minute=0)) == BOTTLES * PAIRS
 
