@@ -218,3 +218,28 @@ def test_a_polling_run_stopped_by_its_budget_keeps_when_it_began_so_the_next_run
     assert sum(run.changes for run in second) == 2
     assert not any(run.recovered for run in first + second)  # polling is no recovery: its lines say recovered=false
     assert opened_in_hour((burst - 10 * MINUTE).replace(minute=0)) == 3
+
+
+def test_a_polling_run_out_of_budget_before_its_first_read_keeps_the_overlap_for_the_next_run(
+    mock_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A position a second past an action received in it (a parent's checkpoint time, inherited), and a run
+    whose budget is spent before its first read (its claim took it): the run read nothing, so it must not record
+    when it began, and the next run still reads back the overlap from the checkpoint time and counts the action."""
+    set_setting(monkeypatch, "CHANGE_SOURCE", "polling")
+    set_setting(monkeypatch, "REPORTS_TIME_BUDGET_SECONDS", "4")
+    burst = a_burst_instant()
+    set_clock(lambda: burst)
+    assert post_events("bottle-1", provisioned(), opened(burst - 10 * MINUTE)).status == 202
+    now = burst + 20 * MINUTE
+    set_clock(lambda: now)
+    partitions = [p for p in map(partition_of, sent_by_dispatch(mock_db, now=now)) if p.feed == ACTIONS_FEED]
+    inherited = {"checkpoint_time": burst + timedelta(seconds=1), "polled_at": None, "token": None}
+    mock_db[schema.LEASES].update_many({"feed": ACTIONS_FEED.key}, {"$set": inherited})
+
+    spent = [process_partition(mock_db, p, now=now, settings=get_settings(), clock=ticking(10)) for p in partitions]
+    assert [run.pages for run in spent] == [0] * len(partitions)  # nothing read
+    for partition in partitions:
+        process_partition(mock_db, partition, now=now + MINUTE, settings=get_settings())
+
+    assert opened_in_hour((burst - 10 * MINUTE).replace(minute=0)) == 1
