@@ -67,13 +67,12 @@ class _Reading:
     def __init__(self, worker: Work, consumer: "ChangesConsumer", source: Source, held: Lease) -> None:
         self._worker, self._consumer, self._run, self._source = worker, consumer, worker.run, source
         self.held = self._saved = held  # the position reached, and the last one saved
-        self._backoff = _Backoff(worker.time_left, worker.sleep)
-        # When a polling run began, before its first query (None for a change stream): see `_polled`.
-        self._polled_at = worker.wall_clock() if source.name == PollingSource.name else None
         # The last run stopped after a full page (its budget ran out with more waiting): an empty first page is
         # as likely throttling as the end, unless nothing was written after the checkpoint (asked once).
-        self._backoff.arm(held.behind)
+        self._backoff = _Backoff(worker.time_left, worker.sleep, armed=held.behind)
         self._unchecked = held.behind
+        # When a polling run began, before its first query (None for a change stream): see `_polled`.
+        self._polled_at = worker.wall_clock() if source.name == PollingSource.name else None
 
     def read_pages(self) -> bool:
         """Read until caught up, out of retries or out of budget, or until the stream refuses the saved position at
@@ -218,11 +217,9 @@ class _Backoff:
     its last, never past the run's deadline, THROTTLED_RETRIES times at most. Armed by a full page, disarmed by
     a short one or an empty one that moved the position (an idle partition ends its run at once)."""
 
-    def __init__(self, time_left: Callable[[], float], sleep: Callable[[float], None]) -> None:
+    def __init__(self, time_left: Callable[[], float], sleep: Callable[[float], None], *, armed: bool) -> None:
         self._time_left, self._sleep = time_left, sleep
-        self.armed = False
-        self._delay = THROTTLED_BACKOFF_S[0]
-        self._waited = 0
+        self.arm(armed)
 
     @property
     def exhausted(self) -> bool:
@@ -230,7 +227,9 @@ class _Backoff:
         return self.armed and self._waited >= THROTTLED_RETRIES
 
     def arm(self, full_page: bool) -> None:
-        self.armed, self._delay, self._waited = full_page, THROTTLED_BACKOFF_S[0], 0
+        self.armed: bool = full_page
+        self._delay: float = THROTTLED_BACKOFF_S[0]
+        self._waited: int = 0
 
     def wait(self) -> bool:
         """Wait before asking again; False when the budget leaves no time to, or the retries are used up."""
