@@ -152,7 +152,6 @@ class TallyRun:
     hourly_written: int = 0
     daily_written: int = 0
     caught_up: bool = False
-    handed: bool = False  # the run handed its bottle-hours to the archive (HandOff) until its end
 
 
 def run_tally(
@@ -211,7 +210,6 @@ def run_tally(
                 token[ROLLUPS_FROM] = left
             held = replace(held, checkpoint_time=current.end, token=token)
             run.caught_up = hours_due(wall_clock()) <= current.end
-            run.handed = current.handing
             save(held)  # a lost lease ends the run either way; the worker records it (`save`)
             return held, run
         hourly, daily = count_page(
@@ -230,7 +228,6 @@ def run_tally(
         current = handing.flushed(current)  # the run ends mid-bucket: merge what it holds, then save
         held = replace(held, token=current.token())
         save(held)
-    run.handed = current.handing
     return held, run
 
 

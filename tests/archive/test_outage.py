@@ -24,6 +24,7 @@ from shared.archive.blob import BlobArchive, container_client
 from shared.archive.current import use_archive
 from shared.archive.storage import Archive, ArchiveUnavailable, FolderArchive, Stored
 from shared.consumers.plugged import dispatch, partition_of, process_partition
+from shared.feeds.sweeps import EPOCH
 from shared.instants import format_instant
 from shared.settings import Settings
 from shared.store import schema
@@ -311,3 +312,36 @@ def test_a_tally_partition_calls_a_store_that_is_down_once_per_outage_not_once_p
         ("512-1023", "ArchiveUnavailable"),
     ]
     assert counted(mock_db, "heartbeats", (DOWN, DOWN + 3 * HOUR)) == 3 * BOTTLES * 2
+
+
+def test_a_store_that_fails_a_pass_s_last_merge_stops_the_hand_off_and_never_the_tally(
+    mock_db: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One bottle, so a tally pass's rows are all of one bucket, held until the pass's end and merged then: the
+    store failing that merge is logged with the pass and the error, marks the archive down (its own run reads those
+    hours once it answers), and the tally's run ends as usual with its hours counted."""
+    outage = Outage(FolderArchive(tmp_path / "archive"))
+    use_archive(outage)
+    fleet = Fleet(mock_db, SETTINGS)
+    fleet.provision("b0", USERS[0], START - HOUR)
+    for minute in (5, 35):
+        fleet.beat("b0", START + minute * MINUTE)
+    now = START + HOUR + 11 * MINUTE
+    messages: list[str] = []
+    dispatch(mock_db, now=now, settings=SETTINGS, send=messages.extend, on_cosmos=False)
+    tally = [p for p in (partition_of(json.loads(body)) for body in messages) if p.feed.key == "heartbeat_tally"]
+    outage.down = True
+
+    with caplog.at_level(logging.WARNING):
+        runs = [process_partition(mock_db, partition, now=now, settings=SETTINGS) for partition in tally]
+
+    assert all(run.caught_up for run in runs)
+    assert counted(mock_db, "heartbeats", (START, START + HOUR)) == 2
+    [stopped] = [r for r in caplog.records if "stops handing bottle-hours to the archive" in r.getMessage()]
+    # the first pass: from the start of time
+    assert f"pass of {format_instant(EPOCH)} to {format_instant(START + HOUR)}: ArchiveUnavailable: " in (
+        stopped.getMessage()
+    )
+    assert vars(stopped)["error"] == "ArchiveUnavailable"
+    archive_leases = mock_db[schema.LEASES].find({"feed": ARCHIVED_HEARTBEATS})
+    assert [lease.get("unreachable_at") is not None for lease in archive_leases] == [True, False]
