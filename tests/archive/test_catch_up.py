@@ -631,3 +631,52 @@ def test_a_run_that_lost_its_lease_as_it_applied_a_handed_pass_does_not_say_it_c
     held, run = catch_up(mock_db, start, Rows(), settings=settings, save=lambda lease: False)
 
     assert (held.checkpoint_time, run.caught_up) == (T, False)
+
+
+class CountingArchiver(HeartbeatArchiver):
+    """The archive's rows, counting the heartbeat documents added."""
+
+    def __init__(self, archive: FolderArchive) -> None:
+        super().__init__(archive)
+        self.added = 0
+
+    def add(self, document: Mapping[str, Any], hours: Iterable[datetime], *, source_bucket: int) -> None:
+        self.added += 1
+        super().add(document, hours, source_bucket=source_bucket)
+
+
+def test_a_catch_up_killed_after_resuming_mid_bucket_leaves_the_next_to_read_on_from_the_last_merge(
+    mock_db: Any, tmp_path: Path
+) -> None:
+    """Three users of one bucket, a page each. The first run's budget ends after the first user: it merges what it
+    holds and saves the position past that user. The second reads the next user and dies: the position it saved
+    goes back no further than the first run's, so the third reads the two users after it, not the first again."""
+    settings = Settings(reports_page_size=1)
+    users = one_bucket(mock_db, settings)
+    users.append(user_in(bucket_of(users[0]), bucket_of(users[0]) + 1, prefix="u-c"))
+    fleet = Fleet(mock_db, settings)
+    fleet.provision("b2", users[2], DAY)
+    fleet.beat("b2", T + 20 * MINUTE)
+    archive = FolderArchive(tmp_path / "archive")
+    budget = iter([False, True])
+    held, _ = catch_up(
+        mock_db,
+        Lease(checkpoint_time=T, token={LAST_BEGAN: LAST}),
+        HeartbeatArchiver(archive),
+        settings=settings,
+        out_of_time=lambda: next(budget),
+    )
+    saved: list[Lease] = []
+
+    def dies_after_saving(lease: Lease) -> bool:
+        saved.append(lease)
+        raise SystemExit("killed")
+
+    with pytest.raises(SystemExit):
+        catch_up(mock_db, held, HeartbeatArchiver(archive), settings=settings, save=dies_after_saving)
+    rows = CountingArchiver(archive)
+
+    held, run = catch_up(mock_db, saved[-1], rows, settings=settings)
+
+    assert (held.checkpoint_time, run.caught_up, rows.added) == (T + HOUR, True, 2)
+    assert archived_users(archive) == sorted(users)

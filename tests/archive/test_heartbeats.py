@@ -258,3 +258,41 @@ def test_the_file_holds_the_documented_columns_sorted_by_bottle_and_user(archive
         {"bottle_id": "b1", "user_id": "u1", "hour": hour, "slots": [0, 55]},
         {"bottle_id": "b2", "user_id": "u1", "hour": hour, "slots": [5]},
     ]
+
+
+def test_a_run_killed_after_resuming_mid_bucket_leaves_the_next_to_read_on_from_where_the_last_merge_left(
+    mock_db: Any, archive: FolderArchive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three users of one bucket, a page each. The first run's budget ends after the first user: it merges what it
+    holds and saves the position past that user. The second run reads the next user and dies: the position it
+    saved goes back no further than the first run's, so the third reads the two users after it, not the first
+    again, and the archive ends with every user's hour."""
+    fleet = archiving(mock_db, Settings(reports_page_size=1), archive)
+    bucket = bucket_of("u-a")
+    users = ["u-a", *(user_in(bucket, bucket + 1, prefix=f"u{i}-") for i in range(2))]
+    for n, user_id in enumerate(users):
+        fleet.provision(f"b{n}", user_id, DAY)
+        beats(fleet, f"b{n}", DAY + 2 * HOUR, (n * 5,))
+    at = DAY + 3 * HOUR + 15 * MINUTE
+    assert not fleet.partition.run(at, pages=1)
+    real_count = tally.count_page
+    counted: list[int] = []
+
+    def counting(*args: Any, **kwargs: Any) -> tuple[int, int]:
+        counted.append(len(args[1]))
+        return real_count(*args, **kwargs)
+
+    def dying(*args: Any, **kwargs: Any) -> tuple[int, int]:
+        if counted:
+            raise SystemExit("killed")  # after the first page's position was saved: nothing flushes
+        return counting(*args, **kwargs)
+
+    monkeypatch.setattr(tally, "count_page", dying)
+    with pytest.raises(SystemExit):
+        fleet.tally(at + MINUTE)
+    monkeypatch.setattr(tally, "count_page", counting)
+    counted.clear()
+
+    assert fleet.tally(at + 2 * MINUTE)
+    assert sum(counted) == 2  # the two users after the first run's merge
+    assert_matches_rings(mock_db, archive, DAY + 2 * HOUR, DAY + 3 * HOUR)
