@@ -378,18 +378,7 @@ def test_a_catch_up_longer_than_a_run_s_budget_resumes_its_pass_where_the_last_r
     read: list[int] = []
     for _ in range(4):
         rows, budget = Rows(), iter([False, True])
-        held, run = run_catch_up(
-            mock_db,
-            ARCHIVE,
-            held,
-            follows=HEARTBEAT_TALLY,
-            rows=rows,
-            settings=settings,
-            policy=POLICY,
-            wall_clock=lambda: T + HOUR + 15 * MINUTE,
-            out_of_time=lambda budget=budget: next(budget),  # type: ignore[misc]
-            save=lambda lease: True,
-        )
+        held, run = catch_up(mock_db, held, rows, settings=settings, out_of_time=budget.__next__)
         read.append(rows.added)
 
     assert read == [1, 1, 1, 0]

@@ -120,18 +120,25 @@ def test_a_pass_run_again_writes_no_file_again_and_duplicates_nothing(
     assert_matches_rings(mock_db, archive, DAY, DAY + 2 * HOUR)
 
 
+def three_users_of_one_bucket(db: Any, archive: Archive) -> tuple[Fleet, list[str]]:
+    """Pages of one user; three users of one bucket, a bottle each, each heard from once in the hour from
+    DAY + 2 hours (at minutes 0, 5 and 10)."""
+    fleet = archiving(db, Settings(reports_page_size=1), archive)
+    bucket = bucket_of("u-a")
+    users = ["u-a", *(user_in(bucket, bucket + 1, prefix=f"u{i}-") for i in range(2))]
+    for n, user_id in enumerate(users):
+        fleet.provision(f"b{n}", user_id, DAY)
+        beats(fleet, f"b{n}", DAY + 2 * HOUR, (n * 5,))
+    return fleet, users
+
+
 @pytest.mark.parametrize("pages", [1, 2])
 def test_a_pass_cut_short_by_its_budget_mid_bucket_archives_every_bottle_hour_once(
     mock_db: Any, archive: FolderArchive, pages: int
 ) -> None:
     """Pages of one user, three users in one bucket: each run ends mid-bucket, merges what it holds, and the next
     run merges the rest into the same files."""
-    fleet = archiving(mock_db, Settings(reports_page_size=1), archive)
-    bucket = bucket_of("u-a")
-    users = ["u-a", *(user_in(bucket, bucket + 1, prefix=f"u{i}-") for i in range(2))]
-    for n, user_id in enumerate(users):
-        fleet.provision(f"b{n}", user_id, DAY)
-        beats(fleet, f"b{n}", DAY + 2 * HOUR, (n * 5,))
+    fleet, users = three_users_of_one_bucket(mock_db, archive)
     at = DAY + 3 * HOUR + 15 * MINUTE
 
     done = [fleet.partition.run(at + n * MINUTE, pages=pages) for n in range(4)]
@@ -267,12 +274,7 @@ def test_a_run_killed_after_resuming_mid_bucket_leaves_the_next_to_read_on_from_
     holds and saves the position past that user. The second run reads the next user and dies: the position it
     saved goes back no further than the first run's, so the third reads the two users after it, not the first
     again, and the archive ends with every user's hour."""
-    fleet = archiving(mock_db, Settings(reports_page_size=1), archive)
-    bucket = bucket_of("u-a")
-    users = ["u-a", *(user_in(bucket, bucket + 1, prefix=f"u{i}-") for i in range(2))]
-    for n, user_id in enumerate(users):
-        fleet.provision(f"b{n}", user_id, DAY)
-        beats(fleet, f"b{n}", DAY + 2 * HOUR, (n * 5,))
+    fleet, _ = three_users_of_one_bucket(mock_db, archive)
     at = DAY + 3 * HOUR + 15 * MINUTE
     assert not fleet.partition.run(at, pages=1)
     real_count = tally.count_page
