@@ -15,11 +15,14 @@ from shared.archive import parquet
 from shared.archive.heartbeats import HeartbeatArchiver, HourSlots, merged
 from shared.archive.layout import heartbeat_file
 from shared.archive.storage import Archive, FolderArchive
+from shared.feeds.leases import Lease
+from shared.feeds.sweeps import Pass
 from shared.reports import tally
+from shared.reports.tally import run_tally
 from shared.settings import Settings
-from shared.store.partitioning import bucket_of
+from shared.store.partitioning import BucketRange, bucket_of
 from tests.tally_fleet import CLOCK, DAY, HOUR, Fleet, user_in
-from tests.tally_runner import TallyPartition
+from tests.tally_runner import POLICY, Handing, TallyPartition, out_of_time_after
 from tools.archive_truth import archived_bottle_hours, check_archive
 
 # The tests play their instants from a fixed day: the clock runs from a week after it (tests/tally_fleet.py).
@@ -298,3 +301,38 @@ def test_a_run_killed_after_resuming_mid_bucket_leaves_the_next_to_read_on_from_
     assert fleet.tally(at + 2 * MINUTE)
     assert sum(counted) == 2  # the two users after the first run's merge
     assert_matches_rings(mock_db, archive, DAY + 2 * HOUR, DAY + 3 * HOUR)
+
+
+class Refusing(Handing):
+    """An archive known to be down: the tally's passes hand it nothing."""
+
+    def begin(self, current: Pass) -> bool:
+        return False
+
+
+def test_a_run_that_hands_nothing_and_ends_out_of_budget_saves_its_position_once_a_page(
+    mock_db: Any, archive: FolderArchive
+) -> None:
+    """The archive down, so the pass hands nothing and holds no rows: a run cut short by its budget after a page
+    has saved its position after that page, and writes its lease no more at its end."""
+    three_users_of_one_bucket(mock_db, archive)
+    saved: list[Lease] = []
+
+    def save(lease: Lease) -> bool:
+        saved.append(lease)
+        return True
+
+    _, run = run_tally(
+        mock_db,
+        BucketRange(0, 1),
+        Lease(),
+        settings=Settings(reports_page_size=1),
+        policy=POLICY,
+        wall_clock=lambda: DAY + 3 * HOUR + 15 * MINUTE,
+        out_of_time=out_of_time_after(1),
+        save=save,
+        archive=Refusing(archive),
+    )
+
+    assert (run.pages, run.caught_up, len(saved)) == (1, False, 1)
+    assert not rows(archive)
