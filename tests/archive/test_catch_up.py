@@ -428,6 +428,21 @@ def archived_users(archive: FolderArchive) -> list[str]:
     return sorted(user for _, (_, user, _), _ in archived_bottle_hours(archive))
 
 
+class Saves:
+    """A run's `save`, recording each position it is given; with `dying`, the process dies right after the first
+    (nothing flushes, as after a crash)."""
+
+    def __init__(self, *, dying: bool = False) -> None:
+        self.leases: list[Lease] = []
+        self._dying = dying
+
+    def __call__(self, lease: Lease) -> bool:
+        self.leases.append(lease)
+        if self._dying:
+            raise SystemExit("killed")
+        return True
+
+
 def test_a_catch_up_killed_mid_bucket_leaves_its_held_rows_to_be_read_again_by_the_next(
     mock_db: Any, tmp_path: Path
 ) -> None:
@@ -437,11 +452,7 @@ def test_a_catch_up_killed_mid_bucket_leaves_its_held_rows_to_be_read_again_by_t
     settings = Settings(reports_page_size=1)
     users = one_bucket(mock_db, settings)
     archive = FolderArchive(tmp_path / "archive")
-    saved: list[Lease] = []
-
-    def dies_after_saving(lease: Lease) -> bool:
-        saved.append(lease)
-        raise SystemExit("killed")  # nothing flushes, as after a crash
+    dying = Saves(dying=True)
 
     with pytest.raises(SystemExit):
         catch_up(
@@ -449,11 +460,11 @@ def test_a_catch_up_killed_mid_bucket_leaves_its_held_rows_to_be_read_again_by_t
             Lease(checkpoint_time=T, token={LAST_BEGAN: LAST}),
             HeartbeatArchiver(archive),
             settings=settings,
-            save=dies_after_saving,
+            save=dying,
         )
     assert archived_users(archive) == []  # held, not merged: the bucket was not read to its end
 
-    held, run = catch_up(mock_db, saved[-1], HeartbeatArchiver(archive), settings=settings)
+    held, run = catch_up(mock_db, dying.leases[-1], HeartbeatArchiver(archive), settings=settings)
 
     assert (held.checkpoint_time, run.caught_up) == (T + HOUR, True)
     assert archived_users(archive) == sorted(users)
@@ -468,12 +479,7 @@ def test_a_catch_up_out_of_budget_mid_bucket_merges_what_it_holds_and_saves_its_
     settings = Settings(reports_page_size=1)
     users = one_bucket(mock_db, settings)
     archive = FolderArchive(tmp_path / "archive")
-    saved: list[Lease] = []
-
-    def save(lease: Lease) -> bool:
-        saved.append(lease)
-        return True
-
+    save = Saves()
     budget = iter([False, True])
     held, run = catch_up(
         mock_db,
@@ -486,7 +492,7 @@ def test_a_catch_up_out_of_budget_mid_bucket_merges_what_it_holds_and_saves_its_
 
     assert (run.pages, run.caught_up) == (1, False)
     assert archived_users(archive) == users[:1]
-    assert saved[-1] == held
+    assert save.leases[-1] == held
     assert pass_token(held.token)["after"] == [bucket_of(users[0]), users[0]]
 
     held, run = catch_up(mock_db, held, HeartbeatArchiver(archive), settings=settings)
@@ -655,17 +661,13 @@ def test_a_catch_up_killed_after_resuming_mid_bucket_leaves_the_next_to_read_on_
         settings=settings,
         out_of_time=lambda: next(budget),
     )
-    saved: list[Lease] = []
-
-    def dies_after_saving(lease: Lease) -> bool:
-        saved.append(lease)
-        raise SystemExit("killed")
+    dying = Saves(dying=True)
 
     with pytest.raises(SystemExit):
-        catch_up(mock_db, held, HeartbeatArchiver(archive), settings=settings, save=dies_after_saving)
+        catch_up(mock_db, held, HeartbeatArchiver(archive), settings=settings, save=dying)
     rows = CountingArchiver(archive)
 
-    held, run = catch_up(mock_db, saved[-1], rows, settings=settings)
+    held, run = catch_up(mock_db, dying.leases[-1], rows, settings=settings)
 
     assert (held.checkpoint_time, run.caught_up, rows.added) == (T + HOUR, True, 2)
     assert archived_users(archive) == sorted(users)
