@@ -42,7 +42,11 @@ class Instant:
 INSTANTS = (
     Instant("block-00-06", "2027-01-13T03:30:00Z", "inside the day's first roll-up block (its day not yet rolled up)"),
     Instant("block-06-12", "2027-03-14T09:59:58Z", "second block; an hour's end; US spring DST (10:00 UTC)"),
-    Instant("block-12-18", "2027-01-13T15:30:00Z", "inside the third roll-up block"),
+    Instant(
+        "block-12-18",
+        "2027-01-13T15:09:05Z",
+        "inside the third roll-up block; 55 s before the tally's hour is due (a pass begun then has under a minute)",
+    ),
     Instant("block-18-24", "2027-01-13T21:58:30Z", "inside the last roll-up block, 90 s before an hour ends"),
     Instant("after-midnight", "2027-01-14T00:05:00Z", "00:00-00:10 UTC: the tally has not yet counted 23:00"),
     Instant("month-end", "2027-02-28T23:59:58Z", "the end of a month (February, no leap day)"),

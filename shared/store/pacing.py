@@ -22,10 +22,14 @@ class Pace:
     @classmethod
     def over(cls, began: datetime, spread: timedelta, expected_pages: int | None) -> "Pace | None":
         """The pace of work that began at `began` and is expected to take `expected_pages` pages, or None when it
-        runs unpaced: pacing is off (a spread of 0), the size is not known, or it has fewer pages than the spread
-        has minutes (no burst worth spreading)."""
+        runs unpaced: pacing is off (a spread of 0), the size is not known, it has fewer pages than the spread
+        has minutes (no burst worth spreading), or it is one page.
+
+        Why one page never is: it is the same burst whenever it is read, so pacing it would only delay it, to the
+        spread's end. A spread shorter than a minute (a tally pass begun in the last minute before the next hour
+        is due) has fewer minutes than any page count, so a one-page pass would otherwise wait it out."""
         minutes = spread / timedelta(minutes=1)
-        if not minutes or expected_pages is None or expected_pages < minutes:
+        if not minutes or expected_pages is None or expected_pages < max(minutes, 2):
             return None
         return cls(until=began + spread, expected_pages=expected_pages)
 

@@ -1,6 +1,7 @@
 """When a paced heartbeat tally pass reads its pages (shared/reports/tally.py: Pace), on the tally's own clock:
 a pass as large as the last one reads its pages evenly over REPORTS_TALLY_SPREAD_MINUTES, one every spread/pages,
-whether or not its runs end between pages; a pass with fewer pages than the spread has minutes is not paced;
+whether or not its runs end between pages; a pass with fewer pages than the spread has minutes, or of one page, is
+not paced;
 and a grown fleet's pages past the expected ones are read at once, even by an instance whose clock is behind.
 Autoscale bills each hour's peak RU/s, so these times are what the bill follows (docs/reports.md)."""
 
@@ -144,6 +145,24 @@ def test_a_pass_with_fewer_pages_than_the_spread_has_minutes_is_read_at_once(moc
     assert (run.pages, run.caught_up, partition.waits) == (6, True, [])
     assert partition.page_times == [BEGAN] * 6
     assert every_user_counted(fleet, 6)
+
+
+# Two pages: the second is read as the next hour comes due, so the run ends behind (not caught up).
+@pytest.mark.parametrize(("users", "waits", "caught_up"), [(1, [], True), (2, [15.0, 15.0], False)])
+def test_a_one_page_pass_begun_in_the_last_minute_before_the_next_hour_is_due_is_read_at_once(
+    mock_db: Any, users: int, waits: list[float], caught_up: bool
+) -> None:
+    """Half a minute before the next hour is due (03:10), the spread left is 30 s, fewer minutes than any page
+    count: a one-page pass has nothing to spread and reads its page at once, not after waiting the 30 s out (which
+    a run with less budget left could not, ending with nothing read). Two pages still share the 30 s."""
+    started = BEGAN + HOUR - timedelta(seconds=30)
+    fleet, partition = fleet_of(mock_db, users)
+
+    run = partition.run(started)
+
+    assert (run.pages, run.caught_up, partition.waits) == (users, caught_up, waits)
+    assert partition.page_times[-1] == started + timedelta(seconds=sum(waits))
+    assert every_user_counted(fleet, users)
 
 
 def test_a_run_that_starts_after_its_next_page_was_due_reads_it_at_once_and_spreads_the_rest(mock_db: Any) -> None:

@@ -8,7 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from shared.instants import parse_instant
+from shared.feeds.settling import SETTLE
+from shared.instants import hour_of, parse_instant
 from shared.settings import Settings
 from tools import clock_matrix
 from tools.clock_matrix import INSTANTS
@@ -33,6 +34,12 @@ def test_the_instants_cover_an_hours_end_midnight_a_months_end_and_a_years_end()
     assert any(m.hour == 0 and m.minute < 10 for m in PLACED)  # the tally's first minutes of a day
     assert any((m + timedelta(seconds=5)).month != m.month and m.month != 12 for m in PLACED)
     assert any((m + timedelta(seconds=5)).year != m.year for m in PLACED)
+
+
+def test_an_instant_falls_in_the_last_minute_before_the_tally_may_count_an_hour() -> None:
+    """A tally pass begun then (or by a test an hour on) has under a minute left to spread its pages over before
+    the next hour is due: a one-page pass once waited it out, past a run's budget, and counted nothing."""
+    assert any(timedelta(0) < hour_of(m) + SETTLE - m <= timedelta(minutes=1) for m in PLACED)
 
 
 @pytest.mark.parametrize("zone", ["Europe/Berlin", "Europe/London"])
