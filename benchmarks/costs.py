@@ -49,7 +49,7 @@ from benchmarks.ingestion import runs as ingestion
 from benchmarks.reports.runs import NaiveConsumer, provision_fleet
 from shared.consumers.plugged import dispatch, partition_of, process_partition
 from shared.ingestion.receive import receive
-from shared.instants import set_clock
+from shared.instants import clock_restored, set_clock
 from shared.notifications.documents import KINDS
 from shared.reports.feeds import HEARTBEAT_TALLY
 from shared.settings import Settings, get_settings
@@ -72,20 +72,18 @@ def metered_store(settings: Settings | None = None) -> Iterator[tuple[Database[A
         meter = CostMeter(settings, observe=server.uri, extra=[SEEDS_EVENTS])
         meter.recording = False  # the set-up is not measured
         try:
-            with installed_store(server.uri, get_settings().mongodb_database, settings, [meter]) as db:
+            database = get_settings().mongodb_database
+            with clock_restored(), installed_store(server.uri, database, settings, [meter]) as db:
                 yield db, meter
         finally:
             meter.close()
-            set_clock(None)
 
 
 @contextlib.contextmanager
 def clock_at(moment: datetime) -> Iterator[None]:
-    set_clock(lambda: moment)
-    try:
+    with clock_restored():
+        set_clock(lambda: moment)
         yield
-    finally:
-        set_clock(None)
 
 
 @dataclass

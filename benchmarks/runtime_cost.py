@@ -38,7 +38,7 @@ import azure.functions as func
 from benchmarks.harness import installed_store, print_table
 from benchmarks.ingestion.runs import device_event
 from functions.device_events import post_events
-from shared.instants import set_clock, utc_now
+from shared.instants import clock_restored, set_clock, utc_now
 from shared.settings import get_settings
 from tools.arguments import int_between
 from tools.command_tally import CommandTally
@@ -233,7 +233,7 @@ def request_costs(requests: int, bottles: int = 20, shapes: tuple[str, ...] = tu
     with secantus_process(expire=False) as uri, installed_store(uri, database, listeners=[tally]):
         host = LocalHost.load()
         ways = {DIRECT: direct_post(), RUNTIME: runtime_post(host)}
-        try:
+        with clock_restored():
             for w, post in enumerate(ways.values()):  # a warm-up of each way: code paths imported, pool started
                 set_clock(lambda: start - IN_SERVICE)
                 warm = provision(host, 2, f"warm{w}")
@@ -247,8 +247,6 @@ def request_costs(requests: int, bottles: int = 20, shapes: tuple[str, ...] = tu
                     keys = provision(host, bottles, f"s{s}w{w}")
                     work = SHAPES[shape](list(keys), count, start)
                     costs.append(measure_posts(way, shape, post, keys, work, tally=tally))
-        finally:
-            set_clock(None)
     return costs
 
 

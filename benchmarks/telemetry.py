@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from benchmarks.harness import Table, print_table, secantus_store
 from shared.feeds.partitions import Partition
-from shared.instants import set_clock, utc_now
+from shared.instants import clock_restored, set_clock, utc_now
 from shared.reports.feeds import ACTIONS_FEED
 from shared.settings import get_settings
 from shared.store.partitioning import BUCKETS, bucket_of
@@ -145,12 +145,10 @@ def measure(host: LocalHost, start: datetime, clock: Callable[[], float] = time.
     """Every unit's volume, on the store installed for the app (a fresh one): a fleet provisioned at `start`,
     its requests, a left-open check, a report round, all through `host` at the app clock's instants."""
     now = [start]
-    set_clock(lambda: now[0])
-    try:
+    with clock_restored():
+        set_clock(lambda: now[0])
         with _settings(CHANGE_SOURCE="polling", REPORTS_PAGE_SIZE=str(PAGE_SIZE)), Capture(host, clock=clock) as cap:
             return _units(cap, now)
-    finally:
-        set_clock(None)
 
 
 def _units(cap: Capture, now: list[datetime]) -> list[UnitVolume]:

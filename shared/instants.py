@@ -1,7 +1,8 @@
 """Points in time as the API and the store see them: aware UTC datetimes at millisecond precision."""
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from functools import partial
 
@@ -102,3 +103,15 @@ def set_clock(clock: Callable[[], datetime] | None) -> None:
     """Replace the server clock (the simulator plays days in minutes); None restores the real one."""
     global _clock  # noqa: PLW0603 - one clock per process is the point
     _clock = clock
+
+
+@contextmanager
+def clock_restored() -> Iterator[None]:
+    """Whatever clocks the code within sets (set_clock), the one that ran before it runs again afterwards: its
+    caller's own (a test's, the simulator's) or the real one. Why: set_clock(None) at the end would put a caller
+    that plays its own clock on the real one, so what it measured next would depend on when it ran."""
+    before = _clock
+    try:
+        yield
+    finally:
+        set_clock(before)

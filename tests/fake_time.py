@@ -33,9 +33,6 @@ class FakeTime:
 def clock_stopped_at(at: datetime) -> Iterator[None]:
     """The app's clock stopped at `at` within, then the clock it ran before: the test's own (its `own_clock` mark),
     or the wall clock. Not set_clock(None), which would leave a test of its own clock on the wall clock."""
-    before = instants._clock
-    instants.set_clock(lambda: at)
-    try:
+    with instants.clock_restored():
+        instants.set_clock(lambda: at)
         yield
-    finally:
-        instants.set_clock(before)

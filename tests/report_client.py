@@ -51,13 +51,10 @@ def clock_ahead(delta: timedelta) -> Iterator[None]:
     if not delta:
         yield
         return
-    before = instants._clock  # the test's own clock, put back afterwards
     at = utc_now() + delta
-    set_clock(lambda: at)
-    try:
+    with instants.clock_restored():  # then the test's own clock again
+        set_clock(lambda: at)
         yield
-    finally:
-        set_clock(before)
 
 
 @dataclass

@@ -47,7 +47,7 @@ from shared.devices.heartbeat_document import (
 from shared.ingestion.authentication import authenticate, check_key_shape
 from shared.ingestion.events import DeviceEvent, parse_events
 from shared.ingestion.storing import action_document, computed_status_write, status_writes
-from shared.instants import set_clock, utc_now
+from shared.instants import clock_restored, set_clock, utc_now
 from shared.settings import get_settings
 from shared.store import schema
 from shared.store.client import get_database
@@ -287,8 +287,8 @@ def batch_runs(events: int, bottles: int) -> list[tuple[Measurement, Stored]]:
     runs: list[tuple[Measurement, Stored]] = []
     with secantus_store(get_settings().mongodb_database) as (db, tally):  # the database the app's functions use
         _create_seeds_index(db)
-        set_clock(clock)
-        try:
+        with clock_restored():
+            set_clock(clock)
             keys = provision(bottles)
             clock.at = start + timedelta(minutes=30)  # the seeds hold every bottle's registry entry
             post_one_by_one(seeds_post_events, keys, device_events(bottles, start + timedelta(minutes=10)))
@@ -301,8 +301,6 @@ def batch_runs(events: int, bottles: int) -> list[tuple[Measurement, Stored]]:
                     post_one_by_one(post_device_events, keys, device_events(2 * bottles, at - timedelta(hours=1)))
                 run, stored = sending(post, keys, batch_stream(names, events, at), clock, one_by_one=one_by_one)
                 runs.append((measure(name, events, tally, run), stored))
-        finally:
-            set_clock(None)
     return runs
 
 
@@ -381,13 +379,11 @@ def seed_steady_fleet(uri: str, database: str, bottles: int, start: datetime) ->
     provisioned through the app, its documents copied under each bottle's id (by bulk inserts, through a client
     without the app's request timeouts), each with its own ring."""
     clock = StepClock(start - timedelta(days=1))
-    set_clock(clock)
-    try:
+    with clock_restored():
+        set_clock(clock)
         template_id = "bench-template"
         body = {"user_id": "user-template", "medication": "Cordrazine", "schedule": {"every_hours": 8}}
         response = _provision(bottle_request("PUT", template_id, json.dumps(body).encode()))
-    finally:
-        set_clock(None)
     key = json.loads(response.get_body())["device_key"]
     window = Window(get_settings().heartbeat_window_hours)
     with seeding_database(uri, database) as db:
@@ -448,14 +444,12 @@ def posting(
 
     def run() -> None:
         clock = StepClock(stream[0][1])
-        set_clock(clock)
-        try:
+        with clock_restored():
+            set_clock(clock)
             for bottle_id, at, event in stream:
                 clock.at = at
                 response = post(bottle_request("POST", bottle_id, json.dumps(event).encode(), fleet.key))
                 assert response.status_code == 202, response.get_body()
-        finally:
-            set_clock(None)
 
     return run
 

@@ -19,7 +19,7 @@ from shared.bottles.spec import BottleSpec
 from shared.consumers.plugged import dispatch, partition_of, process_partition
 from shared.feeds.sources import MAX_AWAIT_MS, PIPELINE
 from shared.ingestion.receive import receive
-from shared.instants import set_clock, utc_now
+from shared.instants import clock_restored, set_clock, utc_now
 from shared.reports.documents import COUNTERS, daily_id, hourly_id, parse_hourly_id
 from shared.reports.tally import counted_from
 from shared.settings import Settings
@@ -192,11 +192,9 @@ def scenario(
 def server_clock(start: datetime) -> Iterator[list[datetime]]:
     """A settable server clock for the block, starting at `start`."""
     clock = [start]
-    set_clock(lambda: clock[0])
-    try:
+    with clock_restored():
+        set_clock(lambda: clock[0])
         yield clock
-    finally:
-        set_clock(None)
 
 
 def steady_traffic(

@@ -35,9 +35,8 @@ PAIRS = 5  # opened/closed pairs a bottle uploads in one request
 @pytest.fixture(autouse=True)
 def clock_put_back() -> Iterator[None]:
     """These tests stop the server clock at instants of their own: the next test gets the clock it had."""
-    before = instants._clock
-    yield
-    set_clock(before)
+    with instants.clock_restored():
+        yield
 
 
 @pytest.fixture(params=[10, 300], ids=["dev-serve-overlap", "default-overlap"])

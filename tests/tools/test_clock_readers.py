@@ -9,10 +9,12 @@ pytest on a scratch project with the plugin."""
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from shared import instants
 from tools.clock_matrix import listed_readers, write_readers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -299,3 +301,21 @@ def test_an_own_clock_mark_without_an_aware_start_is_a_usage_error_naming_the_te
     assert "test_marked.py::test_marked: @pytest.mark.own_clock takes one aware datetime, the clock's start" in (
         done.stderr
     )
+
+
+@pytest.mark.own_clock(datetime(2030, 6, 1, 12, tzinfo=UTC))
+def test_clocks_set_within_clock_restored_give_way_to_the_tests_own_clock_even_after_an_error() -> None:
+    """What the benchmarks' played clocks rest on: set_clock(None) afterwards would put the test on the wall clock
+    (and so into the clock matrix, a benchmark whose figures then depend on when it ran)."""
+
+    def played() -> None:
+        with instants.clock_restored():
+            instants.set_clock(lambda: datetime(2027, 1, 1, tzinfo=UTC))
+            instants.set_clock(lambda: datetime(2028, 1, 1, tzinfo=UTC))
+            assert instants.utc_now().year == 2028
+            raise ValueError("mid-play")
+
+    with pytest.raises(ValueError, match="mid-play"):
+        played()
+
+    assert instants.utc_now().date().isoformat() == "2030-06-01"
