@@ -14,6 +14,7 @@ from tests.bottles.test_provisioning import (  # noqa: F401 - collected here, on
     test_update_returns_200_without_a_key_and_keeps_the_old_one,
 )
 from tests.cosmos_store_app import cosmos_store, db, real_db  # noqa: F401 - the stores the tests below ask for
+from tests.fake_time import QUIET_HOUR
 from tests.ingestion.test_device_auth import (  # noqa: F401
     test_a_rotated_key_is_refused_for_heartbeats_at_once,
     test_a_wrong_key_stores_nothing_of_a_batch,
@@ -38,4 +39,6 @@ from tests.ingestion.test_repeats_and_races import (  # noqa: F401
     test_concurrent_creates_of_one_bottle_issue_exactly_one_working_key,
 )
 
-pytestmark = pytest.mark.integration
+# The store's rules are under test here, which no clock moves: the instant is the same tests' to vary where they
+# are defined (on SecantusDB and mongomock, in the clock matrix), so these run on a clock of their own.
+pytestmark = [pytest.mark.integration, pytest.mark.own_clock(QUIET_HOUR)]
