@@ -171,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the instants and how many tests run, and stop")
     parser.add_argument("pytest_args", nargs="*", help="after --: pytest arguments (paths replace the default set)")
     args = parser.parse_args(argv)
+    placed = os.environ.get(CLOCK_ENV)
+    if placed:
+        print(
+            f"./dev test-clocks: {CLOCK_ENV}={placed} places every test at that one instant, and the matrix places "
+            f"them at its own: unset {CLOCK_ENV} to run it"
+        )
+        return 2
     instants = [i for i in INSTANTS if not args.only or i.label in args.only]
     tests = selected_tests(args.pytest_args)
     if not tests and not any(not arg.startswith("-") for arg in args.pytest_args):

@@ -97,8 +97,9 @@ LIGHT = ["-p", "tests.wall_clock", "-p", "no:schemathesis", "-p", "no:hypothesis
 
 
 def test_a_failing_run_is_reported_with_its_instant_and_the_command_that_replays_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv(clock_matrix.CLOCK_ENV, raising=False)  # the suite's run may place its own instant
     (tmp_path / "test_placed.py").write_text(PLACED_TESTS)
 
     code = clock_matrix.main(
@@ -116,9 +117,10 @@ def test_a_failing_run_is_reported_with_its_instant_and_the_command_that_replays
 
 
 def test_a_run_that_ends_before_any_test_reports_is_not_taken_for_a_pass(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pytest usage error leaves no results: the run fails, showing pytest's words, rather than `0 failed`."""
+    monkeypatch.delenv(clock_matrix.CLOCK_ENV, raising=False)
     (tmp_path / "test_placed.py").write_text(PLACED_TESTS)
 
     code = clock_matrix.main(["--workers", "0", "--", *LIGHT, "--no-such-option", str(tmp_path)])
@@ -127,6 +129,22 @@ def test_a_run_that_ends_before_any_test_reports_is_not_taken_for_a_pass(
     assert code == 1
     assert "unrecognized arguments: --no-such-option" in out
     assert out.rstrip().endswith("clocks: pytest ended (exit 4) before it reported any test; 0 passed, 1 failed")
+
+
+def test_a_placed_instant_in_the_environment_is_refused_in_one_line_naming_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both would place the clock: the matrix says so at once instead of a pytest usage error per run."""
+    monkeypatch.setenv(clock_matrix.CLOCK_ENV, "2027-01-13T03:30:00Z")
+
+    code = clock_matrix.main(["--workers", "0", "--list"])
+
+    out = capsys.readouterr().out
+    assert code == 2
+    assert out == (
+        "./dev test-clocks: PILLBOTTLE_TEST_CLOCK_START=2027-01-13T03:30:00Z places every test at that one instant, "
+        "and the matrix places them at its own: unset PILLBOTTLE_TEST_CLOCK_START to run it\n"
+    )
 
 
 def test_a_bad_worker_count_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
